@@ -1,0 +1,197 @@
+//! Watch block/unblock events live.
+//!
+//! ```text
+//! cargo run -p umt-sys --example watch -- --seconds 3 [--backend auto|kernel|perf|off]
+//! ```
+//!
+//! Starts a thread that sleeps, one that reads a file with `O_DIRECT` (real disk I/O), and one
+//! that spins; registers them with a [`Monitor`] and prints every event as it is drained, with
+//! its core. The first line names the backend; the lines after it say why better backends were
+//! rejected and how to fix that.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use umt_sys::{BackendKind, Cause, Monitor, MonitorEvent, cpu};
+
+#[derive(Parser, Debug)]
+#[command(about = "Print the block/unblock events of a few threads as they happen")]
+struct Args {
+    /// How long to watch.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Monitor backend: auto, kernel, perf or off.
+    #[arg(long, default_value = "auto")]
+    backend: BackendKind,
+    /// Directory for the file the reader thread reads.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+const CHUNK: usize = 1 << 20;
+
+/// A 4 KiB-aligned buffer, as `O_DIRECT` requires.
+#[repr(C, align(4096))]
+struct Page([u8; 4096]);
+
+fn aligned_buffer(len: usize) -> Vec<Page> {
+    (0..len / 4096).map(|_| Page([0; 4096])).collect()
+}
+
+fn as_bytes_mut(pages: &mut [Page]) -> &mut [u8] {
+    let len = pages.len() * 4096;
+    // SAFETY: `Page` is plain bytes with no padding, so the pages are `len` contiguous bytes.
+    unsafe { std::slice::from_raw_parts_mut(pages.as_mut_ptr().cast::<u8>(), len) }
+}
+
+/// Creates a 4 MiB file and opens it for direct reads (falls back to buffered reads when the
+/// filesystem refuses `O_DIRECT`, for example tmpfs).
+fn open_data_file(dir: &std::path::Path) -> std::io::Result<(File, PathBuf, bool)> {
+    let path = dir.join(format!("umt-watch-{}.dat", std::process::id()));
+    let mut f = File::create(&path)?;
+    f.write_all(&vec![7u8; 4 * CHUNK])?;
+    f.sync_all()?;
+    match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+    {
+        Ok(f) => Ok((f, path, true)),
+        Err(_) => Ok((File::open(&path)?, path, false)),
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock of the perf backend's timestamps.
+fn monotonic_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("clock_gettime");
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+/// Registers the calling thread and runs `body` until `stop`.
+fn run_worker(
+    monitor: &Monitor,
+    stop: &AtomicBool,
+    names: &Mutex<HashMap<i32, &'static str>>,
+    name: &'static str,
+    body: &dyn Fn(),
+) -> Result<(), umt_sys::Error> {
+    names.lock().unwrap().insert(cpu::current_tid(), name);
+    monitor.register_current_thread()?;
+    while !stop.load(Ordering::Relaxed) {
+        body();
+    }
+    monitor.unregister_current_thread()
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let monitor = Monitor::new(args.backend)?;
+    let sel = monitor.selection();
+    println!("backend: {} (requested {})", sel.chosen, sel.requested);
+    for r in &sel.rejected {
+        println!("  rejected: {r}");
+    }
+    let dir = args.dir.unwrap_or_else(std::env::temp_dir);
+    let (file, path, direct) = open_data_file(&dir)?;
+    println!(
+        "reader: {} ({})",
+        path.display(),
+        if direct {
+            "O_DIRECT"
+        } else {
+            "buffered: this filesystem refuses O_DIRECT"
+        }
+    );
+
+    let stop = AtomicBool::new(false);
+    let names: Mutex<HashMap<i32, &'static str>> = Mutex::new(HashMap::new());
+    let start = Instant::now();
+    let start_ns = monotonic_ns();
+    let deadline = start + Duration::from_secs_f64(args.seconds);
+    let mut per_thread: HashMap<Option<i32>, (u64, u64)> = HashMap::new();
+
+    std::thread::scope(|s| -> Result<(), Box<dyn std::error::Error>> {
+        let sleep = || std::thread::sleep(Duration::from_millis(30));
+        let read = || {
+            let mut buf = aligned_buffer(CHUNK);
+            let _ = file.read_at(as_bytes_mut(&mut buf), 0);
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let spin = || {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_millis(10) {
+                std::hint::spin_loop();
+            }
+        };
+        let (m, st, n) = (&monitor, &stop, &names);
+        let handles = [
+            s.spawn(move || run_worker(m, st, n, "sleeper", &sleep)),
+            s.spawn(move || run_worker(m, st, n, "reader", &read)),
+            s.spawn(move || run_worker(m, st, n, "spinner", &spin)),
+        ];
+        let mut print = |ev: &MonitorEvent| {
+            let who = ev
+                .tid
+                .map(|t| {
+                    let name = names.lock().unwrap().get(&t).copied().unwrap_or("?");
+                    format!("{name} (tid {t})")
+                })
+                .unwrap_or_else(|| "-".to_owned());
+            let what = match (ev.events.blocked, ev.events.unblocked) {
+                (1, 0) => "BLOCK  ".to_owned(),
+                (0, 1) => "UNBLOCK".to_owned(),
+                (b, u) => format!("{b} blocks, {u} unblocks"),
+            };
+            let cause = match ev.cause {
+                Cause::Kernel => "kernel",
+                Cause::Switch => "switch",
+                Cause::Migration => "migration",
+                Cause::Register => "register",
+                Cause::Unregister => "unregister",
+                Cause::Exit => "exit",
+                Cause::Resync => "resync",
+            };
+            // The kernel's timestamp of the switch when the backend has one, else the time seen.
+            let at_ms = ev.time_ns.map_or(start.elapsed().as_secs_f64() * 1e3, |t| {
+                t.saturating_sub(start_ns) as f64 / 1e6
+            });
+            println!(
+                "{at_ms:>9.3} ms  cpu {:<3} {what}  {who:<22} [{cause}]",
+                ev.cpu
+            );
+            let e = per_thread.entry(ev.tid).or_default();
+            e.0 += u64::from(ev.events.blocked);
+            e.1 += u64::from(ev.events.unblocked);
+        };
+        while Instant::now() < deadline {
+            monitor.wait(Some(Duration::from_millis(100)))?;
+            monitor.drain_with(&mut print)?;
+        }
+        stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            h.join().expect("worker panicked")?;
+        }
+        monitor.drain_with(&mut print)?;
+        Ok(())
+    })?;
+    let _ = std::fs::remove_file(&path);
+
+    println!("summary after {:.1} s:", args.seconds);
+    let names = names.into_inner().unwrap();
+    let mut rows: Vec<_> = per_thread.into_iter().collect();
+    rows.sort_by_key(|(t, _)| *t);
+    for (tid, (b, u)) in rows {
+        let name = tid.and_then(|t| names.get(&t)).copied().unwrap_or("all");
+        println!("  {name:<8} blocks {b:>5}  unblocks {u:>5}");
+    }
+    println!("  {:?}", monitor.stats());
+    println!("  ready counts now: {:?}", monitor.ready_counts());
+    Ok(())
+}

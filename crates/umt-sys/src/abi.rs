@@ -1,0 +1,155 @@
+//! The UMT user/kernel ABI: syscall numbers, flags and the event encoding.
+//!
+//! This module is the single source of truth on the user-space side. The kernel patch in
+//! `kernel-patch/` carries the same values in `include/uapi/linux/umt.h` and in the x86_64
+//! syscall table; the test `abi_matches_kernel_patch` fails if the two ever disagree.
+//!
+//! # The calls
+//!
+//! ```text
+//! long umt_enable(int *fds, unsigned int nr_fds, unsigned int flags);
+//! long umt_thread_ctrl(unsigned int op, unsigned int flags);
+//! ```
+//!
+//! 1. `umt_enable(fds, nr_fds, flags)` creates one eventfd per *possible* CPU, stores them in
+//!    the calling process and writes their descriptors to `fds[0..nr_cpu_ids]` (`fds[i]` is the
+//!    eventfd of CPU `i`). It returns the number of descriptors written. `nr_fds` smaller than
+//!    the number of possible CPUs gives `EINVAL`; a second call while enabled gives `EBUSY`; a
+//!    bad pointer gives `EFAULT`; an unknown flag gives `EINVAL`.
+//! 2. `umt_enable(NULL, 0, UMT_DISABLE)` tears the process's UMT state down: every thread stops
+//!    being monitored and the kernel drops its references to the eventfds (user space still
+//!    closes its own descriptors). `EINVAL` if UMT was not enabled.
+//! 3. `umt_thread_ctrl(UMT_THREAD_MONITOR, 0)` makes the calling thread monitored and counts it
+//!    as one *unblock* on the CPU it runs on, so the user-space ready count of that CPU includes
+//!    it from then on. `UMT_THREAD_UNMONITOR` counts one *block* there and stops monitoring.
+//!    Both give `EINVAL` before `umt_enable`.
+//!
+//! # The event word
+//!
+//! A `read(2)` of a per-CPU eventfd returns a `u64` and resets it: the low 32 bits count the
+//! block events of that CPU since the last read, the high 32 bits the unblock events. Each half
+//! saturates at `u32::MAX` instead of carrying into the other. See [`Events`].
+//!
+//! # Detecting the extension
+//!
+//! Mainline Linux later assigned 463 and 464 to other system calls (`setxattrat` and
+//! `getxattrat`, Linux 6.13), so calling them blind on an unknown kernel is unsafe. A kernel with
+//! UMT publishes [`UMT_SYSFS_ABI_VERSION`]; user space issues the system calls only when that
+//! file exists and holds [`UMT_ABI_VERSION`].
+
+/// x86_64 system call number of `umt_enable` in the Linux 6.12 UMT patch.
+pub const SYS_UMT_ENABLE: libc::c_long = 463;
+/// x86_64 system call number of `umt_thread_ctrl` in the Linux 6.12 UMT patch.
+pub const SYS_UMT_THREAD_CTRL: libc::c_long = 464;
+
+/// `umt_enable` flag: the eventfds are created close-on-exec.
+pub const UMT_FD_CLOEXEC: u32 = 0x1;
+/// `umt_enable` flag: the eventfds are created non-blocking.
+pub const UMT_FD_NONBLOCK: u32 = 0x2;
+/// `umt_enable` flag: tear the process's UMT state down (with `fds == NULL`, `nr_fds == 0`).
+pub const UMT_DISABLE: u32 = 0x8000_0000;
+
+/// `umt_thread_ctrl` operation: start monitoring the calling thread.
+pub const UMT_THREAD_MONITOR: u32 = 1;
+/// `umt_thread_ctrl` operation: stop monitoring the calling thread.
+pub const UMT_THREAD_UNMONITOR: u32 = 2;
+
+/// Shift of the unblock count inside the 64-bit event word.
+pub const UMT_EVENT_UNBLOCK_SHIFT: u32 = 32;
+/// Mask of one count (block or unblock) inside the event word, after shifting.
+pub const UMT_EVENT_COUNT_MASK: u64 = 0xffff_ffff;
+
+/// Version of this ABI, as published by the kernel in [`UMT_SYSFS_ABI_VERSION`].
+pub const UMT_ABI_VERSION: u32 = 1;
+/// The sysfs file through which a UMT kernel announces itself.
+pub const UMT_SYSFS_ABI_VERSION: &str = "/sys/kernel/umt/abi_version";
+
+/// Block and unblock counts of one CPU, as carried by one eventfd read.
+///
+/// ```
+/// use umt_sys::Events;
+///
+/// let word = (3u64 << 32) | 5; // 5 blocks, 3 unblocks since the last read
+/// let ev = Events::decode(word);
+/// assert_eq!(ev, Events { blocked: 5, unblocked: 3 });
+/// assert_eq!(ev.ready_delta(), -2);
+/// assert_eq!(ev.encode(), word);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Events {
+    /// Monitored threads that blocked on this CPU.
+    pub blocked: u32,
+    /// Monitored threads that became runnable again on this CPU.
+    pub unblocked: u32,
+}
+
+impl Events {
+    /// One block event.
+    pub const BLOCK: Events = Events {
+        blocked: 1,
+        unblocked: 0,
+    };
+    /// One unblock event.
+    pub const UNBLOCK: Events = Events {
+        blocked: 0,
+        unblocked: 1,
+    };
+
+    /// Splits an eventfd word into its two counts.
+    pub const fn decode(word: u64) -> Events {
+        Events {
+            blocked: (word & UMT_EVENT_COUNT_MASK) as u32,
+            unblocked: ((word >> UMT_EVENT_UNBLOCK_SHIFT) & UMT_EVENT_COUNT_MASK) as u32,
+        }
+    }
+
+    /// Packs the two counts into an eventfd word (the inverse of [`Events::decode`]).
+    pub const fn encode(self) -> u64 {
+        (self.blocked as u64) | ((self.unblocked as u64) << UMT_EVENT_UNBLOCK_SHIFT)
+    }
+
+    /// Change of the ready count this batch implies: unblocked minus blocked.
+    pub const fn ready_delta(self) -> i64 {
+        self.unblocked as i64 - self.blocked as i64
+    }
+
+    /// `true` when the batch holds no event.
+    pub const fn is_empty(self) -> bool {
+        self.blocked == 0 && self.unblocked == 0
+    }
+
+    /// Adds another batch, saturating each count as the kernel does.
+    pub const fn saturating_add(self, other: Events) -> Events {
+        Events {
+            blocked: self.blocked.saturating_add(other.blocked),
+            unblocked: self.unblocked.saturating_add(other.unblocked),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn decode_encode_roundtrip(word: u64) {
+            prop_assert_eq!(Events::decode(word).encode(), word);
+        }
+
+        #[test]
+        fn halves_are_independent(blocked: u32, unblocked: u32) {
+            let ev = Events { blocked, unblocked };
+            prop_assert_eq!(Events::decode(ev.encode()), ev);
+            prop_assert_eq!(ev.ready_delta(), unblocked as i64 - blocked as i64);
+        }
+
+        #[test]
+        fn saturating_add_never_carries(a: u32, b: u32, c: u32, d: u32) {
+            let s = Events { blocked: a, unblocked: b }.saturating_add(Events { blocked: c, unblocked: d });
+            prop_assert_eq!(s.blocked, a.saturating_add(c));
+            prop_assert_eq!(s.unblocked, b.saturating_add(d));
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! Typed errors. Every message says what went wrong and what to do about it.
+
+use std::fmt;
+use std::io;
+
+use crate::monitor::BackendKind;
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a monitoring backend cannot run on this machine, and how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable {
+    /// The backend that was rejected.
+    pub backend: BackendKind,
+    /// What was found.
+    pub reason: String,
+    /// What the user can do about it, when something can be done.
+    pub fix: Option<String>,
+}
+
+impl Unavailable {
+    pub(crate) fn new(backend: BackendKind, reason: impl Into<String>) -> Self {
+        Unavailable {
+            backend,
+            reason: reason.into(),
+            fix: None,
+        }
+    }
+
+    pub(crate) fn with_fix(mut self, fix: impl Into<String>) -> Self {
+        self.fix = Some(fix.into());
+        self
+    }
+}
+
+impl fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} backend unavailable: {}", self.backend, self.reason)?;
+        if let Some(fix) = &self.fix {
+            write!(f, " ({fix})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Unavailable {}
+
+/// Errors of `umt-sys`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The requested backend cannot run here.
+    #[error(transparent)]
+    Unavailable(#[from] Unavailable),
+
+    /// UMT is already enabled in this process by another [`Monitor`](crate::Monitor).
+    #[error(
+        "UMT is already enabled in this process: keep one Monitor with the Kernel backend per \
+         process and share it (drop the other one first)"
+    )]
+    KernelBusy,
+
+    /// A CPU this process may not run on was named.
+    #[error("CPU {cpu} is not in this process's affinity mask {allowed:?}: use one of those CPUs")]
+    CpuNotInMask {
+        /// The CPU that was asked for.
+        cpu: usize,
+        /// The CPUs the process may run on.
+        allowed: Vec<usize>,
+    },
+
+    /// The thread is registered with this monitor already.
+    #[error("thread {tid} is already registered with this monitor: register each thread once")]
+    AlreadyRegistered {
+        /// Kernel thread id.
+        tid: i32,
+    },
+
+    /// The thread is not registered with this monitor.
+    #[error("thread {tid} is not registered with this monitor: call register_current_thread first")]
+    NotRegistered {
+        /// Kernel thread id.
+        tid: i32,
+    },
+
+    /// The perf ring size is not a power of two.
+    #[error("ring_pages must be a power of two of at least 1, got {pages}")]
+    InvalidRingPages {
+        /// The size that was asked for.
+        pages: usize,
+    },
+
+    /// A system call failed unexpectedly.
+    #[error("{what} failed: {source}")]
+    Os {
+        /// The operation that failed.
+        what: &'static str,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn os(what: &'static str, source: impl Into<io::Error>) -> Self {
+        Error::Os {
+            what,
+            source: source.into(),
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! # umt-sys: the kernel interface of umt
+//!
+//! umt keeps every core busy while tasks block in the kernel. To do that its runtime must learn,
+//! per core, when a worker thread blocks (an `O_DIRECT` write, a read, a page fault) and when it
+//! runs again. This crate is the only part of umt that talks to the kernel about it:
+//!
+//! - [`abi`]: the User-Monitored Threads (UMT) ABI shared with the kernel patch in
+//!   `kernel-patch/`: syscall numbers, flags, and the per-core event word ([`Events`]).
+//! - [`Monitor`]: per-core block/unblock events and ready counts for the threads registered with
+//!   it, from one of three backends that look the same to the caller:
+//!   - **Kernel**: the UMT extension (one eventfd per core, counted by the scheduler);
+//!   - **Perf**: `perf_event_open` context-switch records, on any stock Linux >= 4.3 with
+//!     `perf_event_paranoid <= 2`;
+//!   - **Disabled**: no monitoring, the baseline.
+//!
+//!   [`BackendKind::Auto`] picks the first that works, and [`Monitor::selection`] tells why the
+//!   others were rejected and how to fix that.
+//! - [`cpu`]: the process affinity mask and thread pinning.
+//!
+//! The counter semantics and the drain protocol are described step by step in
+//! `src/monitor/README.md`.
+//!
+//! ## Example
+//!
+//! A thread blocks in `read(2)` on a pipe; the monitor reports the block on the core it ran on,
+//! and the unblock when the write wakes it.
+//!
+//! ```
+//! use std::io::{Read, Write};
+//! use std::time::Duration;
+//! use umt_sys::{BackendKind, Monitor, cpu};
+//!
+//! let monitor = Monitor::new(BackendKind::Auto)?;
+//! println!("{}", monitor.selection()); // e.g. "backend: perf (requested auto); kernel backend unavailable: ..."
+//! let (mut rx, mut tx) = std::io::pipe().expect("pipe");
+//! std::thread::scope(|s| {
+//!     let reader = s.spawn(|| -> Result<usize, umt_sys::Error> {
+//!         cpu::pin_current_thread(cpu::process_cpus()?[0])?;
+//!         monitor.register_current_thread()?;
+//!         let mut byte = [0u8; 1];
+//!         rx.read_exact(&mut byte).expect("read"); // blocks until the write below
+//!         monitor.unregister_current_thread()?;
+//!         Ok(cpu::current_cpu()?)
+//!     });
+//!     std::thread::sleep(Duration::from_millis(20));
+//!     tx.write_all(b"x").expect("write");
+//!     reader.join().expect("reader")
+//! })?;
+//! let stats = monitor.stats();
+//! if monitor.is_active() {
+//!     monitor.drain()?;
+//!     assert!(monitor.stats().blocks >= 1);
+//! }
+//! assert_eq!(monitor.ready_counts().iter().sum::<i64>(), 0); // nothing registered any more
+//! # let _ = stats;
+//! # Ok::<(), umt_sys::Error>(())
+//! ```
+#![deny(missing_docs)]
+
+pub mod abi;
+pub mod cpu;
+mod error;
+mod monitor;
+mod ready;
+
+pub use abi::Events;
+pub use cpu::CpuId;
+pub use error::{Error, Result, Unavailable};
+pub use monitor::{
+    BackendKind, DEFAULT_RING_PAGES, Monitor, MonitorBuilder, MonitorEvent, MonitorStats,
+    ParseBackendError, Selection,
+};
+pub use ready::{Cause, ReadyCounts, ThreadState, Tracker};

@@ -1,0 +1,197 @@
+//! The Kernel backend: the UMT extension (`umt_enable`, `umt_thread_ctrl`, per-core eventfds).
+
+use std::fs;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+
+use nix::errno::Errno;
+use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags, EpollTimeout};
+
+use super::{BackendKind, MonitorEvent};
+use crate::abi::{
+    Events, SYS_UMT_ENABLE, SYS_UMT_THREAD_CTRL, UMT_ABI_VERSION, UMT_DISABLE, UMT_FD_CLOEXEC,
+    UMT_FD_NONBLOCK, UMT_SYSFS_ABI_VERSION, UMT_THREAD_MONITOR, UMT_THREAD_UNMONITOR,
+};
+use crate::error::{Error, Result, Unavailable};
+use crate::ready::Cause;
+
+const FIX: &str = "boot the patched kernel from kernel-patch/ (`cargo xtask vm run -- CMD`), \
+                   or use the perf backend";
+
+/// Checks that the running kernel has the UMT extension with our ABI version.
+///
+/// The system calls are only issued when the kernel announces itself in sysfs: mainline Linux
+/// reuses 463 and 464 for other calls, so a blind call could do something else entirely.
+pub(crate) fn probe() -> std::result::Result<(), Unavailable> {
+    check_abi_file(fs::read_to_string(UMT_SYSFS_ABI_VERSION))
+}
+
+pub(crate) fn check_abi_file(
+    contents: std::io::Result<String>,
+) -> std::result::Result<(), Unavailable> {
+    let unavailable = |reason: String| Unavailable::new(BackendKind::Kernel, reason);
+    match contents {
+        Ok(text) => match text.trim().parse::<u32>() {
+            Ok(UMT_ABI_VERSION) => Ok(()),
+            Ok(v) => Err(unavailable(format!(
+                "the kernel speaks UMT ABI version {v}, umt-sys speaks version {UMT_ABI_VERSION}"
+            ))
+            .with_fix("use the umt-sys release that matches the kernel patch")),
+            Err(_) => Err(unavailable(format!(
+                "{UMT_SYSFS_ABI_VERSION} holds {:?}, not an ABI version",
+                text.trim()
+            ))),
+        },
+        Err(_) => Err(unavailable(format!(
+            "this kernel has no UMT extension ({UMT_SYSFS_ABI_VERSION} is missing)"
+        ))
+        .with_fix(FIX)),
+    }
+}
+
+fn umt_thread_ctrl(op: u32) -> std::result::Result<(), Errno> {
+    // SAFETY: umt_thread_ctrl takes two integers and touches no user memory; probe() made sure
+    // the running kernel implements it under this number.
+    let ret = unsafe { libc::syscall(SYS_UMT_THREAD_CTRL, op, 0u32) };
+    if ret < 0 { Err(Errno::last()) } else { Ok(()) }
+}
+
+fn not_available(errno: Errno) -> Error {
+    Error::Unavailable(
+        Unavailable::new(
+            BackendKind::Kernel,
+            format!("the UMT system calls failed ({})", errno.desc()),
+        )
+        .with_fix(FIX),
+    )
+}
+
+pub(crate) struct KernelBackend {
+    /// `fds[cpu]` is the eventfd of `cpu`.
+    fds: Vec<OwnedFd>,
+}
+
+impl KernelBackend {
+    /// Enables UMT for this process and puts every per-core eventfd in `epoll`.
+    pub(crate) fn open(possible_cpus: usize, epoll: &Epoll) -> Result<KernelBackend> {
+        probe()?;
+        let mut raw = vec![-1 as libc::c_int; possible_cpus];
+        // SAFETY: `raw` is a writable array of `possible_cpus` ints, which is what the call
+        // expects; probe() made sure the running kernel implements umt_enable under this number.
+        let ret = unsafe {
+            libc::syscall(
+                SYS_UMT_ENABLE,
+                raw.as_mut_ptr(),
+                possible_cpus as libc::c_uint,
+                UMT_FD_CLOEXEC | UMT_FD_NONBLOCK,
+            )
+        };
+        if ret < 0 {
+            return Err(match Errno::last() {
+                Errno::EBUSY => Error::KernelBusy,
+                e @ (Errno::ENOSYS | Errno::EPERM) => not_available(e),
+                e => Error::os("umt_enable", e),
+            });
+        }
+        let written = usize::try_from(ret).unwrap_or(0).min(possible_cpus);
+        let fds: Vec<OwnedFd> = raw[..written]
+            .iter()
+            // SAFETY: the kernel just created these descriptors for us; nothing else owns them.
+            .map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) })
+            .collect();
+        let backend = KernelBackend { fds };
+        for (cpu, fd) in backend.fds.iter().enumerate() {
+            epoll
+                .add(fd.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, cpu as u64))
+                .map_err(|e| Error::os("epoll_ctl(ADD)", e))?;
+        }
+        Ok(backend)
+    }
+
+    pub(crate) fn register(&self) -> Result<()> {
+        umt_thread_ctrl(UMT_THREAD_MONITOR).map_err(|e| match e {
+            Errno::ENOSYS => not_available(e),
+            e => Error::os("umt_thread_ctrl(UMT_THREAD_MONITOR)", e),
+        })
+    }
+
+    pub(crate) fn unregister(&self) -> Result<()> {
+        umt_thread_ctrl(UMT_THREAD_UNMONITOR)
+            .map_err(|e| Error::os("umt_thread_ctrl(UMT_THREAD_UNMONITOR)", e))
+    }
+
+    /// Reads the eventfds that epoll reports readable.
+    pub(crate) fn drain(&self, epoll: &Epoll, sink: &mut dyn FnMut(MonitorEvent)) -> Result<()> {
+        let mut ready = [EpollEvent::empty(); 64];
+        loop {
+            let n = match epoll.wait(&mut ready, EpollTimeout::ZERO) {
+                Ok(n) => n,
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err(Error::os("epoll_wait", e)),
+            };
+            for ev in &ready[..n] {
+                let cpu = ev.data() as usize;
+                let Some(fd) = self.fds.get(cpu) else {
+                    continue;
+                };
+                let mut word = [0u8; 8];
+                match nix::unistd::read(fd, &mut word) {
+                    Ok(8) => {
+                        let events = Events::decode(u64::from_ne_bytes(word));
+                        if !events.is_empty() {
+                            sink(MonitorEvent {
+                                cpu,
+                                events,
+                                cause: Cause::Kernel,
+                                tid: None,
+                                time_ns: None,
+                            });
+                        }
+                    }
+                    // Another drainer read it first.
+                    Ok(_) | Err(Errno::EAGAIN) | Err(Errno::EINTR) => {}
+                    Err(e) => return Err(Error::os("read(umt eventfd)", e)),
+                }
+            }
+            if n < ready.len() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl Drop for KernelBackend {
+    fn drop(&mut self) {
+        // SAFETY: with UMT_DISABLE the call takes no user memory (NULL, 0); the kernel
+        // implements it, since open() succeeded.
+        unsafe {
+            libc::syscall(
+                SYS_UMT_ENABLE,
+                std::ptr::null_mut::<libc::c_int>(),
+                0 as libc::c_uint,
+                UMT_DISABLE,
+            );
+        }
+        // The descriptors close when `fds` drops.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_sysfs_file_means_no_umt() {
+        let u = check_abi_file(Err(std::io::ErrorKind::NotFound.into())).unwrap_err();
+        assert_eq!(u.backend, BackendKind::Kernel);
+        assert!(u.reason.contains("no UMT extension"), "{u}");
+        assert!(u.fix.unwrap().contains("cargo xtask vm run"));
+    }
+
+    #[test]
+    fn abi_version_is_checked() {
+        assert!(check_abi_file(Ok("1\n".into())).is_ok());
+        let u = check_abi_file(Ok("2\n".into())).unwrap_err();
+        assert!(u.reason.contains("version 2"), "{u}");
+        assert!(check_abi_file(Ok("junk".into())).is_err());
+    }
+}

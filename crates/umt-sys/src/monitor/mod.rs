@@ -1,0 +1,491 @@
+//! The [`Monitor`]: per-core block/unblock events of registered threads, from whichever
+//! backend this machine supports. The protocol is described step by step in `README.md` beside
+//! this file.
+
+mod kernel;
+mod perf;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollTimeout};
+
+use crate::abi::Events;
+use crate::cpu::{self, CpuId};
+use crate::error::{Error, Result, Unavailable};
+use crate::ready::{Cause, ReadyCounts};
+
+pub use perf::DEFAULT_RING_PAGES;
+
+/// Which backend to use, as asked by the user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum BackendKind {
+    /// The best available: Kernel, else Perf, else Disabled.
+    #[default]
+    Auto,
+    /// The UMT kernel extension (`umt_enable`, `umt_thread_ctrl`, per-core eventfds).
+    Kernel,
+    /// Context-switch records from `perf_event_open`, for stock kernels (Linux >= 4.3).
+    Perf,
+    /// No monitoring: no events, ready counts stay 0 (the benchmark baseline).
+    Disabled,
+}
+
+impl BackendKind {
+    /// The lowercase name used on command lines and in reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Kernel => "kernel",
+            BackendKind::Perf => "perf",
+            BackendKind::Disabled => "disabled",
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Error of parsing a [`BackendKind`] from text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown monitor backend {0:?}: use auto, kernel, perf or off")]
+pub struct ParseBackendError(String);
+
+impl FromStr for BackendKind {
+    type Err = ParseBackendError;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(BackendKind::Auto),
+            "kernel" | "umt" => Ok(BackendKind::Kernel),
+            "perf" | "perf-switch" | "perfswitch" => Ok(BackendKind::Perf),
+            "off" | "disabled" | "none" => Ok(BackendKind::Disabled),
+            _ => Err(ParseBackendError(s.to_owned())),
+        }
+    }
+}
+
+/// How a backend was chosen: the one in use and why each better one was rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    /// What the user asked for.
+    pub requested: BackendKind,
+    /// The backend in use (never `Auto`).
+    pub chosen: BackendKind,
+    /// Backends tried before `chosen`, each with the reason it could not run and the fix.
+    pub rejected: Vec<Unavailable>,
+}
+
+impl fmt::Display for Selection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "backend: {} (requested {})", self.chosen, self.requested)?;
+        for r in &self.rejected {
+            write!(f, "; {r}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One batch of events of one core, with where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MonitorEvent {
+    /// The core the events are accounted on.
+    pub cpu: CpuId,
+    /// How many monitored threads blocked and unblocked there.
+    pub events: Events,
+    /// Why the events were produced.
+    pub cause: Cause,
+    /// The thread, when the backend knows it (Perf does, Kernel does not).
+    pub tid: Option<i32>,
+    /// `CLOCK_MONOTONIC` time of the context switch in nanoseconds, when the backend knows it.
+    pub time_ns: Option<u64>,
+}
+
+/// Counters of what a monitor has seen since it was created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MonitorStats {
+    /// Block events (from the kernel or from switch records).
+    pub blocks: u64,
+    /// Unblock events.
+    pub unblocks: u64,
+    /// Migrations of runnable threads that were compensated.
+    pub migrations: u64,
+    /// Ring records the kernel reported dropped because a ring was full.
+    pub lost_records: u64,
+    /// Times a ring was found full: records may have been dropped, so the thread's state was
+    /// re-read from `/proc` (a sign that `ring_pages` is too small or drains too rare).
+    pub overflows: u64,
+    /// Times a thread's state was re-read after records were lost.
+    pub resyncs: u64,
+    /// Threads currently registered.
+    pub registered: u64,
+}
+
+#[derive(Debug, Default)]
+struct StatCounters {
+    blocks: AtomicU64,
+    unblocks: AtomicU64,
+    migrations: AtomicU64,
+    lost_records: AtomicU64,
+    overflows: AtomicU64,
+    resyncs: AtomicU64,
+}
+
+enum Backend {
+    Kernel(kernel::KernelBackend),
+    Perf(perf::PerfBackend),
+    Disabled,
+}
+
+/// Configures and builds a [`Monitor`].
+#[derive(Debug, Clone)]
+pub struct MonitorBuilder {
+    backend: BackendKind,
+    ring_pages: usize,
+}
+
+impl Default for MonitorBuilder {
+    fn default() -> Self {
+        MonitorBuilder {
+            backend: BackendKind::Auto,
+            ring_pages: DEFAULT_RING_PAGES,
+        }
+    }
+}
+
+impl MonitorBuilder {
+    /// The backend to use (default [`BackendKind::Auto`]).
+    pub fn backend(mut self, backend: BackendKind) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// Data pages of each thread's perf ring (a power of two; default
+    /// [`DEFAULT_RING_PAGES`]). Each context switch takes 32 bytes of ring.
+    pub fn ring_pages(mut self, pages: usize) -> Self {
+        self.ring_pages = pages;
+        self
+    }
+
+    /// Builds the monitor. With `Auto` this never fails for lack of kernel support: it falls
+    /// back to Disabled and says why in [`Monitor::selection`].
+    pub fn build(self) -> Result<Monitor> {
+        if self.ring_pages == 0 || !self.ring_pages.is_power_of_two() {
+            return Err(Error::InvalidRingPages {
+                pages: self.ring_pages,
+            });
+        }
+        let possible = cpu::possible_cpus()?;
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
+            .map_err(|e| Error::os("epoll_create1", e))?;
+
+        let order: &[BackendKind] = match self.backend {
+            BackendKind::Auto => &[BackendKind::Kernel, BackendKind::Perf],
+            BackendKind::Kernel => &[BackendKind::Kernel],
+            BackendKind::Perf => &[BackendKind::Perf],
+            BackendKind::Disabled => &[],
+        };
+        let mut rejected = Vec::new();
+        let mut chosen = None;
+        for &kind in order {
+            let attempt = match kind {
+                BackendKind::Kernel => {
+                    kernel::KernelBackend::open(possible, &epoll).map(Backend::Kernel)
+                }
+                _ => perf::PerfBackend::open(self.ring_pages).map(Backend::Perf),
+            };
+            match attempt {
+                Ok(b) => {
+                    chosen = Some((kind, b));
+                    break;
+                }
+                Err(Error::Unavailable(u)) if self.backend == BackendKind::Auto => rejected.push(u),
+                Err(e) => return Err(e),
+            }
+        }
+        let (kind, backend) = chosen.unwrap_or((BackendKind::Disabled, Backend::Disabled));
+        Ok(Monitor {
+            backend,
+            selection: Selection {
+                requested: self.backend,
+                chosen: kind,
+                rejected,
+            },
+            counts: ReadyCounts::new(possible),
+            epoll,
+            registered: Mutex::new(HashSet::new()),
+            pending: Mutex::new(Vec::new()),
+            stats: StatCounters::default(),
+        })
+    }
+}
+
+/// Watches registered threads and keeps per-core ready counts.
+///
+/// Create one per process (the Kernel backend allows only one), register the threads to watch
+/// from the threads themselves, and drain it from anywhere: the leader after waiting on
+/// [`Monitor::as_fd`] (or [`Monitor::wait`]), workers at their scheduling points.
+///
+/// ```no_run
+/// use umt_sys::{BackendKind, Monitor};
+///
+/// let monitor = Monitor::new(BackendKind::Auto)?;
+/// println!("{}", monitor.selection());
+/// std::thread::scope(|s| {
+///     s.spawn(|| {
+///         monitor.register_current_thread()?;
+///         std::thread::sleep(std::time::Duration::from_millis(5)); // blocks: one event
+///         monitor.unregister_current_thread()
+///     });
+///     while monitor.wait(Some(std::time::Duration::from_millis(50)))? {
+///         monitor.drain_with(|ev| println!("{ev:?}"))?;
+///     }
+///     Ok::<_, umt_sys::Error>(())
+/// })?;
+/// # Ok::<_, umt_sys::Error>(())
+/// ```
+pub struct Monitor {
+    /// Where the events come from.
+    backend: Backend,
+    /// How `backend` was chosen.
+    selection: Selection,
+    /// Ready count per possible CPU, updated by every drain.
+    counts: ReadyCounts,
+    /// The one pollable descriptor: holds the per-core eventfds or the per-thread perf rings.
+    epoll: Epoll,
+    /// Thread ids registered now, to reject double registration with a typed error.
+    registered: Mutex<HashSet<i32>>,
+    /// Events consumed outside a drain (by register/unregister): already applied to `counts`,
+    /// handed to the next drainer so that watchers see every event.
+    pending: Mutex<Vec<MonitorEvent>>,
+    /// Running totals for [`Monitor::stats`].
+    stats: StatCounters,
+}
+
+impl fmt::Debug for Monitor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Monitor")
+            .field("selection", &self.selection)
+            .field("ready", &self.counts.snapshot())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Monitor {
+    /// A monitor with the given backend and default options.
+    pub fn new(backend: BackendKind) -> Result<Monitor> {
+        Monitor::builder().backend(backend).build()
+    }
+
+    /// A builder for the options.
+    pub fn builder() -> MonitorBuilder {
+        MonitorBuilder::default()
+    }
+
+    /// Whether `backend` can run on this machine, and if not why and how to fix it.
+    pub fn probe(backend: BackendKind) -> std::result::Result<(), Unavailable> {
+        match backend {
+            BackendKind::Kernel => kernel::probe(),
+            BackendKind::Perf => perf::probe(),
+            BackendKind::Auto | BackendKind::Disabled => Ok(()),
+        }
+    }
+
+    /// The backend in use (never `Auto`).
+    pub fn backend(&self) -> BackendKind {
+        self.selection.chosen
+    }
+
+    /// How the backend was chosen, with the reasons better ones were rejected.
+    pub fn selection(&self) -> &Selection {
+        &self.selection
+    }
+
+    /// `true` unless the backend is Disabled.
+    pub fn is_active(&self) -> bool {
+        !matches!(self.backend, Backend::Disabled)
+    }
+
+    /// Starts monitoring the calling thread. It counts as ready on its current core.
+    pub fn register_current_thread(&self) -> Result<()> {
+        let tid = cpu::current_tid();
+        if !self.lock_registered().insert(tid) {
+            return Err(Error::AlreadyRegistered { tid });
+        }
+        let res = match &self.backend {
+            Backend::Kernel(k) => k.register(),
+            Backend::Perf(p) => p.register(tid, &self.epoll, &mut |e| self.record_pending(e)),
+            Backend::Disabled => Ok(()),
+        };
+        if res.is_err() {
+            self.lock_registered().remove(&tid);
+        }
+        res
+    }
+
+    /// Stops monitoring the calling thread; its contribution to the ready counts is removed.
+    pub fn unregister_current_thread(&self) -> Result<()> {
+        let tid = cpu::current_tid();
+        if !self.lock_registered().contains(&tid) {
+            return Err(Error::NotRegistered { tid });
+        }
+        let res = match &self.backend {
+            Backend::Kernel(k) => k.unregister(),
+            Backend::Perf(p) => p.unregister(tid, &self.epoll, &mut |e| self.record_pending(e)),
+            Backend::Disabled => Ok(()),
+        };
+        self.lock_registered().remove(&tid);
+        res
+    }
+
+    /// `true` when the calling thread is registered.
+    pub fn is_current_thread_registered(&self) -> bool {
+        self.lock_registered().contains(&cpu::current_tid())
+    }
+
+    /// Reads every pending event without blocking, applies it to the ready counts and hands it
+    /// to `on_event`. Any thread may call it, concurrently with others: each event is seen by
+    /// exactly one drainer. Returns the number of events handed out.
+    pub fn drain_with(&self, mut on_event: impl FnMut(&MonitorEvent)) -> Result<usize> {
+        let mut n = 0;
+        let pending = std::mem::take(&mut *lock(&self.pending));
+        for ev in &pending {
+            on_event(ev);
+            n += 1;
+        }
+        let mut sink = |ev: MonitorEvent| {
+            self.record(ev);
+            on_event(&ev);
+            n += 1;
+        };
+        match &self.backend {
+            Backend::Kernel(k) => k.drain(&self.epoll, &mut sink)?,
+            Backend::Perf(p) => {
+                let outcome = p.drain(&self.epoll, &mut sink)?;
+                if outcome.lost > 0 {
+                    self.stats
+                        .lost_records
+                        .fetch_add(outcome.lost, Ordering::Relaxed);
+                }
+                if outcome.overflows > 0 {
+                    self.stats
+                        .overflows
+                        .fetch_add(outcome.overflows, Ordering::Relaxed);
+                }
+                if !outcome.exited.is_empty() {
+                    let mut registered = self.lock_registered();
+                    for tid in outcome.exited {
+                        registered.remove(&tid);
+                    }
+                }
+            }
+            Backend::Disabled => {}
+        }
+        Ok(n)
+    }
+
+    /// [`Monitor::drain_with`], collecting the events.
+    pub fn drain(&self) -> Result<Vec<MonitorEvent>> {
+        let mut out = Vec::new();
+        self.drain_with(|e| out.push(*e))?;
+        Ok(out)
+    }
+
+    /// Waits until events may be pending or `timeout` passes (`None`: forever). Returns `true`
+    /// when woken by the kernel, `false` on timeout or signal. Drain afterwards.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
+        let timeout = match timeout {
+            None => EpollTimeout::NONE,
+            Some(d) => {
+                EpollTimeout::try_from(d).unwrap_or(EpollTimeout::try_from(i32::MAX).map_err(
+                    |_| Error::os("epoll timeout", std::io::Error::other("out of range")),
+                )?)
+            }
+        };
+        let mut events = [EpollEvent::empty(); 1];
+        match self.epoll.wait(&mut events, timeout) {
+            Ok(n) => Ok(n > 0),
+            Err(Errno::EINTR) => Ok(false),
+            Err(e) => Err(Error::os("epoll_wait", e)),
+        }
+    }
+
+    /// The ready count of `cpu`: monitored threads running or runnable there, as of the last
+    /// drain.
+    pub fn ready(&self, cpu: CpuId) -> i64 {
+        self.counts.get(cpu)
+    }
+
+    /// All ready counts, indexed by CPU id (one entry per possible CPU).
+    pub fn ready_counts(&self) -> Vec<i64> {
+        self.counts.snapshot()
+    }
+
+    /// Counters of what the monitor has seen.
+    pub fn stats(&self) -> MonitorStats {
+        let s = &self.stats;
+        MonitorStats {
+            blocks: s.blocks.load(Ordering::Relaxed),
+            unblocks: s.unblocks.load(Ordering::Relaxed),
+            migrations: s.migrations.load(Ordering::Relaxed),
+            lost_records: s.lost_records.load(Ordering::Relaxed),
+            overflows: s.overflows.load(Ordering::Relaxed),
+            resyncs: s.resyncs.load(Ordering::Relaxed),
+            registered: self.lock_registered().len() as u64,
+        }
+    }
+
+    fn lock_registered(&self) -> std::sync::MutexGuard<'_, HashSet<i32>> {
+        lock(&self.registered)
+    }
+
+    /// Applies an event consumed outside a drain and queues it for the next drainer.
+    fn record_pending(&self, ev: MonitorEvent) {
+        self.record(ev);
+        lock(&self.pending).push(ev);
+    }
+
+    /// Applies one event to the counts and statistics.
+    fn record(&self, ev: MonitorEvent) {
+        self.counts.apply(ev.cpu, ev.events);
+        let s = &self.stats;
+        match ev.cause {
+            Cause::Kernel | Cause::Switch => {
+                s.blocks
+                    .fetch_add(u64::from(ev.events.blocked), Ordering::Relaxed);
+                s.unblocks
+                    .fetch_add(u64::from(ev.events.unblocked), Ordering::Relaxed);
+            }
+            Cause::Migration => {
+                s.migrations
+                    .fetch_add(u64::from(ev.events.unblocked), Ordering::Relaxed);
+            }
+            Cause::Resync => {
+                s.resyncs.fetch_add(1, Ordering::Relaxed);
+            }
+            Cause::Register | Cause::Unregister | Cause::Exit => {}
+        }
+    }
+}
+
+/// Locks a mutex whose data stays consistent even if a holder panicked (every update is a
+/// single call).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poison| poison.into_inner())
+}
+
+impl AsFd for Monitor {
+    /// The descriptor to put in the leader's epoll: readable when events may be pending.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.epoll.0.as_fd()
+    }
+}

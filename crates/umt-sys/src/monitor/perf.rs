@@ -1,0 +1,473 @@
+//! The PerfSwitch backend: UMT events on a stock kernel, from `perf_event_open`
+//! context-switch records.
+//!
+//! Each registered thread gets a dummy software event with `context_switch = 1` and
+//! `exclude_kernel = 1` (allowed unprivileged at `perf_event_paranoid <= 2`), an mmap'd ring, and
+//! `watermark = 1, wakeup_watermark = 1` so every record wakes the poller (side-band records
+//! ignore `wakeup_events`). A switch-out without `PERF_RECORD_MISC_SWITCH_OUT_PREEMPT` means the
+//! thread blocked; the next switch-in means it runs again. A per-thread [`Tracker`] turns that
+//! into per-core events and compensates migrations. A `PERF_RECORD_LOST` makes the drain re-read
+//! the thread's state from `/proc/self/task/<tid>/stat`, so counts are never silently wrong.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::{Arc, Mutex, RwLock};
+
+use nix::errno::Errno;
+use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags, EpollTimeout};
+use perf_event::events::Software;
+use perf_event::{Builder, Clock, SampleFlag, Sampler};
+use perf_event_open_sys::bindings::{
+    PERF_RECORD_LOST, PERF_RECORD_MISC_SWITCH_OUT, PERF_RECORD_MISC_SWITCH_OUT_PREEMPT,
+    PERF_RECORD_SWITCH,
+};
+
+use super::{BackendKind, MonitorEvent};
+use crate::abi::Events;
+use crate::cpu::{self, CpuId};
+use crate::error::{Error, Result, Unavailable};
+use crate::ready::{Cause, ThreadState, Tracker};
+
+/// Default data pages per thread ring: 16 pages hold about 2000 context switches.
+pub const DEFAULT_RING_PAGES: usize = 16;
+
+/// Size of the `sample_id` trailer with `TID | TIME | CPU`: pid, tid, time, cpu, reserved.
+const SAMPLE_ID_LEN: usize = 24;
+
+/// Largest record we configure: a `PERF_RECORD_LOST` (header, id, lost, sample_id).
+const MAX_RECORD_LEN: usize = 8 + 16 + SAMPLE_ID_LEN;
+
+/// What one drain found besides events.
+#[derive(Debug, Default)]
+pub(crate) struct DrainOutcome {
+    /// Records the kernel reported as lost.
+    pub lost: u64,
+    /// Rings found (nearly) full: records may have been dropped, the thread was resynchronised.
+    pub overflows: u64,
+    /// Threads that exited while registered (now forgotten).
+    pub exited: Vec<i32>,
+}
+
+pub(crate) struct PerfBackend {
+    /// Bytes of ring data per thread.
+    ring_bytes: usize,
+    /// Registered threads. Read-locked by drains, write-locked by (un)registration.
+    threads: RwLock<Vec<Arc<Slot>>>,
+}
+
+/// One monitored thread.
+struct Slot {
+    tid: i32,
+    inner: Mutex<SlotInner>,
+}
+
+/// The part of a slot one drainer owns at a time.
+struct SlotInner {
+    sampler: Sampler,
+    tracker: Option<Tracker>,
+}
+
+fn sink_for<'a>(
+    tid: i32,
+    sink: &'a mut dyn FnMut(MonitorEvent),
+    time_ns: Option<u64>,
+) -> impl FnMut(CpuId, Events, Cause) + 'a {
+    move |cpu, events, cause| {
+        sink(MonitorEvent {
+            cpu,
+            events,
+            cause,
+            tid: Some(tid),
+            time_ns,
+        })
+    }
+}
+
+fn open_sampler(tid: i32, ring_bytes: usize) -> io::Result<Sampler> {
+    let mut b = Builder::new(Software::DUMMY);
+    b.observe_pid(tid)
+        .any_cpu()
+        .exclude_kernel(true)
+        .exclude_hv(true)
+        .context_switch(true)
+        .sample_id_all(true)
+        .sample(SampleFlag::TID | SampleFlag::TIME | SampleFlag::CPU)
+        .wakeup_watermark(1)
+        .clockid(Clock::MONOTONIC)
+        .enabled(true);
+    b.build()?.sampled(ring_bytes)
+}
+
+/// Checks that this process may open context-switch events on its own threads.
+pub(crate) fn probe() -> std::result::Result<(), Unavailable> {
+    match open_sampler(cpu::current_tid(), page_size()) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(classify_open_error(
+            e.raw_os_error().unwrap_or(0),
+            read_paranoid(),
+        )),
+    }
+}
+
+fn page_size() -> usize {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|p| usize::try_from(p).ok())
+        .unwrap_or(4096)
+}
+
+fn read_paranoid() -> Option<i32> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// Explains a `perf_event_open` failure, with the fix spelled out.
+pub(crate) fn classify_open_error(errno: i32, paranoid: Option<i32>) -> Unavailable {
+    let u = |reason: String| Unavailable::new(BackendKind::Perf, reason);
+    match Errno::from_raw(errno) {
+        Errno::EACCES | Errno::EPERM => match paranoid {
+            Some(p) if p > 2 => u(format!("perf_event_paranoid is {p}")).with_fix(
+                "run `sysctl kernel.perf_event_paranoid=2` as root, or give the program CAP_PERFMON",
+            ),
+            _ => u(format!(
+                "perf_event_open denied (seccomp or a container policy; perf_event_paranoid is {})",
+                paranoid.map_or_else(|| "unknown".to_owned(), |p| p.to_string())
+            ))
+            .with_fix(
+                "allow perf_event_open in the seccomp profile (for Docker: \
+                 --security-opt seccomp=unconfined or --cap-add PERFMON)",
+            ),
+        },
+        Errno::ENOSYS => u("perf_event_open is not implemented by this kernel".to_owned())
+            .with_fix("use a kernel built with CONFIG_PERF_EVENTS=y"),
+        Errno::ENOENT | Errno::EOPNOTSUPP | Errno::EINVAL | Errno::E2BIG => u(format!(
+            "this kernel cannot report context switches to user space ({})",
+            Errno::from_raw(errno).desc()
+        ))
+        .with_fix("use Linux 4.3 or newer"),
+        Errno::EMFILE | Errno::ENFILE => u("out of file descriptors".to_owned())
+            .with_fix("raise the limit with `ulimit -n`"),
+        other => u(format!("perf_event_open failed: {}", other.desc())),
+    }
+}
+
+/// Fields of a switch or lost record's `sample_id` trailer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SampleId {
+    pub tid: u32,
+    pub time_ns: u64,
+    pub cpu: u32,
+}
+
+/// Parses the `sample_id` at the end of a record body (`TID | TIME | CPU`).
+pub(crate) fn parse_sample_id(body: &[u8]) -> Option<SampleId> {
+    let start = body.len().checked_sub(SAMPLE_ID_LEN)?;
+    let t = &body[start..];
+    Some(SampleId {
+        tid: u32::from_ne_bytes(t[4..8].try_into().ok()?),
+        time_ns: u64::from_ne_bytes(t[8..16].try_into().ok()?),
+        cpu: u32::from_ne_bytes(t[16..20].try_into().ok()?),
+    })
+}
+
+/// Parses the `lost` field of a `PERF_RECORD_LOST` body (`u64 id; u64 lost; sample_id`).
+pub(crate) fn parse_lost(body: &[u8]) -> Option<u64> {
+    Some(u64::from_ne_bytes(body.get(8..16)?.try_into().ok()?))
+}
+
+/// A thread's state as `/proc/self/task/<tid>/stat` shows it: ready on its CPU when `R`,
+/// blocked otherwise (or when it has exited).
+pub(crate) fn proc_thread_state(tid: i32) -> ThreadState {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
+        .ok()
+        .and_then(|s| parse_proc_stat(&s))
+        .unwrap_or(ThreadState::Blocked)
+}
+
+/// Parses the state (field 3) and last CPU (field 39) of a `/proc/.../stat` line.
+pub(crate) fn parse_proc_stat(stat: &str) -> Option<ThreadState> {
+    // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first()?;
+    let cpu: CpuId = fields.get(36)?.parse().ok()?;
+    Some(if *state == "R" {
+        ThreadState::Ready(cpu)
+    } else {
+        ThreadState::Blocked
+    })
+}
+
+/// What one pass over a ring found besides events.
+#[derive(Debug, Default, Clone, Copy)]
+struct Consumed {
+    /// Records the kernel reported lost (`PERF_RECORD_LOST`).
+    lost: u64,
+    /// The ring was (nearly) full, so the kernel may have dropped records it has not reported
+    /// yet: it writes the `PERF_RECORD_LOST` only once a record fits again.
+    overflowed: bool,
+}
+
+impl SlotInner {
+    /// Consumes every record in the ring; resynchronises the thread if records may be missing.
+    fn consume(
+        &mut self,
+        tid: i32,
+        ring_bytes: usize,
+        sink: &mut dyn FnMut(MonitorEvent),
+    ) -> Consumed {
+        let SlotInner { sampler, tracker } = self;
+        let mut lost = 0u64;
+        let mut saw_lost = false;
+        let mut bytes = 0usize;
+        while let Some(record) = sampler.next_record() {
+            bytes += record.len() + std::mem::size_of::<u64>();
+            let Some(tr) = tracker.as_mut() else { continue };
+            let body = record.to_contiguous();
+            match record.ty() {
+                PERF_RECORD_SWITCH => {
+                    let Some(id) = parse_sample_id(&body) else {
+                        continue;
+                    };
+                    let misc = u32::from(record.misc());
+                    let mut emit = sink_for(tid, sink, Some(id.time_ns));
+                    let cpu = id.cpu as CpuId;
+                    if misc & PERF_RECORD_MISC_SWITCH_OUT != 0 {
+                        let preempted = misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0;
+                        tr.switch_out(cpu, preempted, &mut emit);
+                    } else {
+                        tr.switch_in(cpu, &mut emit);
+                    }
+                }
+                PERF_RECORD_LOST => {
+                    saw_lost = true;
+                    lost += parse_lost(&body).unwrap_or(1);
+                }
+                _ => {}
+            }
+        }
+        // The fill level only grows between passes, so a pass that found less than a full ring
+        // minus one record proves no record was dropped since the previous pass.
+        let overflowed = bytes + MAX_RECORD_LEN >= ring_bytes;
+        if (saw_lost || overflowed)
+            && let Some(tr) = tracker.as_mut()
+        {
+            // The ring is empty now, so the thread's present state is the one to adopt.
+            tr.resync(proc_thread_state(tid), &mut sink_for(tid, sink, None));
+        }
+        Consumed { lost, overflowed }
+    }
+}
+
+impl PerfBackend {
+    pub(crate) fn open(ring_pages: usize) -> Result<PerfBackend> {
+        probe()?;
+        Ok(PerfBackend {
+            ring_bytes: ring_pages * page_size(),
+            threads: RwLock::new(Vec::new()),
+        })
+    }
+
+    fn threads_read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Slot>>> {
+        self.threads.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn threads_write(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Arc<Slot>>> {
+        self.threads.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn register(
+        &self,
+        tid: i32,
+        epoll: &Epoll,
+        sink: &mut dyn FnMut(MonitorEvent),
+    ) -> Result<()> {
+        let sampler = open_sampler(tid, self.ring_bytes).map_err(|e| match e.raw_os_error() {
+            Some(errno) if errno != libc::ENOMEM => {
+                Error::Unavailable(classify_open_error(errno, read_paranoid()))
+            }
+            _ => Error::os("perf_event_open", e),
+        })?;
+        // SAFETY: the sampler owns this descriptor and outlives the borrow (used only here).
+        let fd = unsafe { BorrowedFd::borrow_raw(sampler.as_raw_fd()) };
+        epoll
+            .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, tid as u64))
+            .map_err(|e| Error::os("epoll_ctl(ADD)", e))?;
+        let cpu = cpu::current_cpu()?;
+        let tracker = Tracker::start(cpu, &mut sink_for(tid, sink, None));
+        self.threads_write().push(Arc::new(Slot {
+            tid,
+            inner: Mutex::new(SlotInner {
+                sampler,
+                tracker: Some(tracker),
+            }),
+        }));
+        Ok(())
+    }
+
+    pub(crate) fn unregister(
+        &self,
+        tid: i32,
+        epoll: &Epoll,
+        sink: &mut dyn FnMut(MonitorEvent),
+    ) -> Result<()> {
+        let slot = {
+            let mut threads = self.threads_write();
+            let Some(i) = threads.iter().position(|s| s.tid == tid) else {
+                return Err(Error::NotRegistered { tid });
+            };
+            threads.swap_remove(i)
+        };
+        self.retire(&slot, epoll, Cause::Unregister, sink);
+        Ok(())
+    }
+
+    /// Stops a slot: disables its event, consumes what is left, takes back its contribution.
+    fn retire(&self, slot: &Slot, epoll: &Epoll, cause: Cause, sink: &mut dyn FnMut(MonitorEvent)) {
+        let mut inner = slot.inner.lock().unwrap_or_else(|p| p.into_inner());
+        // Best effort: the event may already be dead if the thread exited.
+        let _ = inner.sampler.as_counter_mut().disable();
+        inner.consume(slot.tid, self.ring_bytes, sink);
+        if let Some(tr) = inner.tracker.take() {
+            tr.stop(&mut |cpu, events, _| {
+                sink(MonitorEvent {
+                    cpu,
+                    events,
+                    cause,
+                    tid: Some(slot.tid),
+                    time_ns: None,
+                })
+            });
+        }
+        // SAFETY: the sampler still owns the descriptor while we hold the lock.
+        let fd = unsafe { BorrowedFd::borrow_raw(inner.sampler.as_raw_fd()) };
+        let _ = epoll.delete(fd);
+    }
+
+    /// Consumes every ring not being drained by another thread, then retires the threads whose
+    /// events report that they exited.
+    pub(crate) fn drain(
+        &self,
+        epoll: &Epoll,
+        sink: &mut dyn FnMut(MonitorEvent),
+    ) -> Result<DrainOutcome> {
+        let mut outcome = DrainOutcome::default();
+        for slot in self.threads_read().iter() {
+            // Another drainer has this ring: it will hand those events out.
+            if let Ok(mut inner) = slot.inner.try_lock() {
+                let c = inner.consume(slot.tid, self.ring_bytes, sink);
+                outcome.lost += c.lost;
+                outcome.overflows += u64::from(c.overflowed);
+            }
+        }
+        // An exited thread's event polls as EPOLLHUP, level-triggered, until removed.
+        let mut ready = [EpollEvent::empty(); 8];
+        let n = match epoll.wait(&mut ready, EpollTimeout::ZERO) {
+            Ok(n) => n,
+            Err(Errno::EINTR) => 0,
+            Err(e) => return Err(Error::os("epoll_wait", e)),
+        };
+        for ev in &ready[..n] {
+            if ev.events().contains(EpollFlags::EPOLLHUP) {
+                let tid = ev.data() as i32;
+                let slot = {
+                    let mut threads = self.threads_write();
+                    threads
+                        .iter()
+                        .position(|s| s.tid == tid)
+                        .map(|i| threads.swap_remove(i))
+                };
+                if let Some(slot) = slot {
+                    self.retire(&slot, epoll, Cause::Exit, sink);
+                    outcome.exited.push(tid);
+                }
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paranoid_3_says_how_to_fix_it() {
+        let u = classify_open_error(libc::EACCES, Some(3));
+        assert_eq!(u.backend, BackendKind::Perf);
+        assert_eq!(u.reason, "perf_event_paranoid is 3");
+        assert!(
+            u.fix
+                .unwrap()
+                .contains("sysctl kernel.perf_event_paranoid=2")
+        );
+    }
+
+    #[test]
+    fn denied_at_low_paranoid_is_seccomp() {
+        let u = classify_open_error(libc::EPERM, Some(2));
+        assert!(u.reason.contains("seccomp"), "{u}");
+        assert!(u.fix.unwrap().contains("seccomp"));
+    }
+
+    #[test]
+    fn missing_support_is_explained() {
+        assert!(
+            classify_open_error(libc::ENOSYS, None)
+                .fix
+                .unwrap()
+                .contains("CONFIG_PERF_EVENTS")
+        );
+        assert!(
+            classify_open_error(libc::EINVAL, Some(2))
+                .fix
+                .unwrap()
+                .contains("4.3")
+        );
+    }
+
+    #[test]
+    fn sample_id_trailer_parses() {
+        let mut body = Vec::new();
+        body.extend_from_slice(&7u32.to_ne_bytes()); // pid
+        body.extend_from_slice(&9u32.to_ne_bytes()); // tid
+        body.extend_from_slice(&123_456u64.to_ne_bytes()); // time
+        body.extend_from_slice(&3u32.to_ne_bytes()); // cpu
+        body.extend_from_slice(&0u32.to_ne_bytes()); // reserved
+        assert_eq!(
+            parse_sample_id(&body),
+            Some(SampleId {
+                tid: 9,
+                time_ns: 123_456,
+                cpu: 3
+            })
+        );
+        assert_eq!(parse_sample_id(&body[..10]), None);
+        let mut lost = Vec::new();
+        lost.extend_from_slice(&1u64.to_ne_bytes());
+        lost.extend_from_slice(&42u64.to_ne_bytes());
+        lost.extend_from_slice(&body);
+        assert_eq!(parse_lost(&lost), Some(42));
+    }
+
+    #[test]
+    fn proc_stat_parses_even_with_odd_names() {
+        let line = "123 (a) b (c)) R 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 \
+                    24 25 26 27 28 29 30 31 32 33 34 35 5 0 0";
+        assert_eq!(parse_proc_stat(line), Some(ThreadState::Ready(5)));
+        let sleeping = line.replace(") R ", ") S ");
+        assert_eq!(parse_proc_stat(&sleeping), Some(ThreadState::Blocked));
+        assert_eq!(parse_proc_stat("garbage"), None);
+    }
+
+    #[test]
+    fn own_thread_state_is_running() {
+        let cpu = cpu::current_cpu().unwrap();
+        match proc_thread_state(cpu::current_tid()) {
+            ThreadState::Ready(c) => assert!(c < cpu::possible_cpus().unwrap(), "{c} vs {cpu}"),
+            ThreadState::Blocked => panic!("the reading thread must be running"),
+        }
+    }
+}

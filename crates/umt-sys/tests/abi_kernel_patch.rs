@@ -1,0 +1,189 @@
+//! One source of truth for the ABI: the values in `umt_sys::abi` must equal those the kernel
+//! patch series in `kernel-patch/` adds to `include/uapi/linux/umt.h` and to the x86_64
+//! syscall table.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use umt_sys::abi;
+
+/// Lines a patch series adds to the file `path`, in order.
+fn added_lines(series: &str, path: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_file = false;
+    for line in series.lines() {
+        if let Some(target) = line.strip_prefix("+++ ") {
+            in_file = target.trim() == format!("b/{path}");
+        } else if line.starts_with("diff --git ") {
+            in_file = false;
+        } else if in_file && let Some(added) = line.strip_prefix('+') {
+            out.push(added.to_owned());
+        }
+    }
+    out
+}
+
+/// Evaluates the simple constant expressions a uapi header uses: integers in any base with
+/// U/L suffixes, parentheses, and `<<`.
+fn eval(expr: &str) -> Option<u64> {
+    let e = expr.trim();
+    if let Some(inner) = e.strip_prefix('(').and_then(|e| e.strip_suffix(')')) {
+        return eval(inner);
+    }
+    if let Some((a, b)) = e.split_once("<<") {
+        return eval(a)?.checked_shl(u32::try_from(eval(b)?).ok()?);
+    }
+    let digits = e.trim_end_matches(['u', 'U', 'l', 'L']);
+    match digits
+        .strip_prefix("0x")
+        .or_else(|| digits.strip_prefix("0X"))
+    {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => digits.parse().ok(),
+    }
+}
+
+/// `#define NAME VALUE` lines, values evaluated.
+fn defines(lines: &[String]) -> BTreeMap<String, u64> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("#define")?;
+            let (name, value) = rest.trim().split_once(char::is_whitespace)?;
+            let value = value.split("/*").next()?;
+            Some((name.to_owned(), eval(value)?))
+        })
+        .collect()
+}
+
+/// `NR abi name entry` lines of a syscall table, as name -> number.
+fn syscalls(lines: &[String]) -> BTreeMap<String, i64> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((f.get(2)?.to_string(), f.first()?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn rust_side() -> BTreeMap<&'static str, u64> {
+    BTreeMap::from([
+        ("UMT_FD_CLOEXEC", u64::from(abi::UMT_FD_CLOEXEC)),
+        ("UMT_FD_NONBLOCK", u64::from(abi::UMT_FD_NONBLOCK)),
+        ("UMT_DISABLE", u64::from(abi::UMT_DISABLE)),
+        ("UMT_THREAD_MONITOR", u64::from(abi::UMT_THREAD_MONITOR)),
+        ("UMT_THREAD_UNMONITOR", u64::from(abi::UMT_THREAD_UNMONITOR)),
+        (
+            "UMT_EVENT_UNBLOCK_SHIFT",
+            u64::from(abi::UMT_EVENT_UNBLOCK_SHIFT),
+        ),
+        ("UMT_EVENT_COUNT_MASK", abi::UMT_EVENT_COUNT_MASK),
+        ("UMT_ABI_VERSION", u64::from(abi::UMT_ABI_VERSION)),
+    ])
+}
+
+/// Checks a patch series against `umt_sys::abi`; returns the mismatches.
+fn mismatches(series: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    let header = defines(&added_lines(series, "include/uapi/linux/umt.h"));
+    for (name, value) in rust_side() {
+        match header.get(name) {
+            Some(&v) if v == value => {}
+            Some(&v) => errors.push(format!("{name}: header {v:#x}, umt-sys {value:#x}")),
+            None => errors.push(format!("{name}: missing from include/uapi/linux/umt.h")),
+        }
+    }
+    let table = syscalls(&added_lines(
+        series,
+        "arch/x86/entry/syscalls/syscall_64.tbl",
+    ));
+    for (name, nr) in [
+        ("umt_enable", abi::SYS_UMT_ENABLE),
+        ("umt_thread_ctrl", abi::SYS_UMT_THREAD_CTRL),
+    ] {
+        if table.get(name) != Some(&nr) {
+            errors.push(format!(
+                "{name}: syscall table says {:?}, umt-sys says {nr}",
+                table.get(name)
+            ));
+        }
+    }
+    let sysfs = added_lines(series, "kernel/sched/umt.c").join("\n");
+    let attr = abi::UMT_SYSFS_ABI_VERSION
+        .rsplit('/')
+        .next()
+        .unwrap_or_default();
+    if !sysfs.is_empty() && !sysfs.contains(attr) {
+        errors.push(format!("kernel/sched/umt.c does not publish {attr}"));
+    }
+    errors
+}
+
+#[test]
+fn abi_matches_kernel_patch() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../kernel-patch");
+    let mut patches: Vec<_> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "patch"))
+                .collect()
+        })
+        .unwrap_or_default();
+    patches.sort();
+    if patches.is_empty() {
+        eprintln!(
+            "no patch series in {} yet: nothing to compare",
+            dir.display()
+        );
+        return;
+    }
+    let series: String = patches
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    let errors = mismatches(&series);
+    assert!(
+        errors.is_empty(),
+        "umt-sys and kernel-patch disagree:\n{}",
+        errors.join("\n")
+    );
+}
+
+const SAMPLE: &str = "\
+diff --git a/arch/x86/entry/syscalls/syscall_64.tbl b/arch/x86/entry/syscalls/syscall_64.tbl
+--- a/arch/x86/entry/syscalls/syscall_64.tbl
++++ b/arch/x86/entry/syscalls/syscall_64.tbl
+@@ -1,1 +1,3 @@
+ 462\tcommon\tmseal\t\t\tsys_mseal
++463\tcommon\tumt_enable\t\tsys_umt_enable
++464\tcommon\tumt_thread_ctrl\t\tsys_umt_thread_ctrl
+diff --git a/include/uapi/linux/umt.h b/include/uapi/linux/umt.h
+--- /dev/null
++++ b/include/uapi/linux/umt.h
+@@ -0,0 +1,12 @@
++#define UMT_FD_CLOEXEC\t\t0x1
++#define UMT_FD_NONBLOCK\t\t0x2
++#define UMT_DISABLE\t\t(1U << 31)
++#define UMT_THREAD_MONITOR\t1
++#define UMT_THREAD_UNMONITOR\t2 /* stop */
++#define UMT_EVENT_UNBLOCK_SHIFT\t32
++#define UMT_EVENT_COUNT_MASK\t0xffffffffULL
++#define UMT_ABI_VERSION\t\t1
+";
+
+#[test]
+fn the_checker_accepts_a_matching_series_and_rejects_a_drifted_one() {
+    assert_eq!(mismatches(SAMPLE), Vec::<String>::new());
+    let drifted = SAMPLE.replace("UMT_FD_NONBLOCK\t\t0x2", "UMT_FD_NONBLOCK\t\t0x4");
+    let drifted = drifted.replace("+464", "+465");
+    let errors = mismatches(&drifted);
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[0].starts_with("UMT_FD_NONBLOCK"));
+    assert!(errors[1].starts_with("umt_thread_ctrl"));
+    let missing = SAMPLE.replace("+#define UMT_ABI_VERSION\t\t1\n", "");
+    assert_eq!(
+        mismatches(&missing),
+        vec!["UMT_ABI_VERSION: missing from include/uapi/linux/umt.h".to_owned()]
+    );
+}

@@ -1,0 +1,80 @@
+//! Backend selection on this machine: the Kernel backend is refused cleanly on a stock kernel,
+//! Auto falls back and says why.
+
+use umt_sys::{BackendKind, Error, Monitor};
+
+fn kernel_has_umt() -> bool {
+    Monitor::probe(BackendKind::Kernel).is_ok()
+}
+
+#[test]
+fn kernel_backend_on_a_stock_kernel_is_not_available() {
+    if kernel_has_umt() {
+        eprintln!("skipped: this kernel has UMT");
+        return;
+    }
+    match Monitor::new(BackendKind::Kernel) {
+        Err(Error::Unavailable(u)) => {
+            assert_eq!(u.backend, BackendKind::Kernel);
+            assert!(u.fix.is_some(), "the error must say what to do: {u}");
+            let text = Error::Unavailable(u).to_string();
+            assert!(text.starts_with("kernel backend unavailable"), "{text}");
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[test]
+fn auto_explains_every_rejection() {
+    let monitor = Monitor::new(BackendKind::Auto).unwrap();
+    let sel = monitor.selection();
+    assert_eq!(sel.requested, BackendKind::Auto);
+    assert_ne!(sel.chosen, BackendKind::Auto);
+    let expected_rejections: &[BackendKind] = match sel.chosen {
+        BackendKind::Kernel => &[],
+        BackendKind::Perf => &[BackendKind::Kernel],
+        _ => &[BackendKind::Kernel, BackendKind::Perf],
+    };
+    let rejected: Vec<_> = sel.rejected.iter().map(|u| u.backend).collect();
+    assert_eq!(rejected, expected_rejections);
+    let shown = sel.to_string();
+    assert!(
+        shown.starts_with(&format!("backend: {}", sel.chosen)),
+        "{shown}"
+    );
+    // Each backend's probe agrees with the selection.
+    if !kernel_has_umt() {
+        assert_ne!(sel.chosen, BackendKind::Kernel);
+    }
+    assert_eq!(
+        sel.chosen == BackendKind::Perf,
+        !kernel_has_umt() && Monitor::probe(BackendKind::Perf).is_ok()
+    );
+}
+
+#[test]
+fn disabled_backend_registers_but_reports_nothing() {
+    let monitor = Monitor::new(BackendKind::Disabled).unwrap();
+    assert!(!monitor.is_active());
+    monitor.register_current_thread().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    assert!(monitor.drain().unwrap().is_empty());
+    assert!(monitor.ready_counts().iter().all(|&c| c == 0));
+    assert!(!monitor.wait(Some(std::time::Duration::ZERO)).unwrap());
+    monitor.unregister_current_thread().unwrap();
+}
+
+#[test]
+fn backend_names_parse() {
+    for (text, kind) in [
+        ("auto", BackendKind::Auto),
+        ("kernel", BackendKind::Kernel),
+        ("perf", BackendKind::Perf),
+        ("off", BackendKind::Disabled),
+        ("Disabled", BackendKind::Disabled),
+    ] {
+        assert_eq!(text.parse::<BackendKind>().unwrap(), kind);
+    }
+    let err = "fast".parse::<BackendKind>().unwrap_err();
+    assert!(err.to_string().contains("auto, kernel, perf or off"));
+}
