@@ -1,13 +1,134 @@
-//! # umt-rt: the umt task runtime (in progress)
+//! # umt-rt: a task runtime that never leaves a core idle because a worker blocked
 //!
-//! The M:N work-stealing runtime with pinned workers, a leader thread and per-core idle pools
-//! that keeps every core busy while tasks block in the kernel. It is built on
-//! [`umt_sys::Monitor`]; its API lands with the runtime issue.
+//! One worker thread per core, pinned, runs tasks from work-stealing deques, as in rayon. The
+//! difference: a **leader thread** watches, through [`umt_sys::Monitor`], how many workers of
+//! each core are ready. When a task blocks in the kernel (an `O_DIRECT` write, a read, a page
+//! fault) and its core has no ready worker left while tasks are queued, the leader wakes a
+//! spare worker bound to that core from the core's **idle pool** (creating one up to a cap).
+//! When the blocked worker returns, the core has two ready workers, and one of them
+//! **surrenders** at its next scheduling point (task start or end, spawn, yield, wait) and
+//! parks in the pool. Queued tasks stay stealable throughout. The protocol is in
+//! `src/README.md`, as numbered steps.
+//!
+//! With the monitor off ([`BackendKind::Disabled`]) it is a classic one-worker-per-core pool,
+//! the baseline the benchmarks compare against.
+//!
+//! ## Example: overlap blocking writes with computation
 //!
 //! ```
-//! // Until the runtime lands, the monitor it will use is already available:
-//! let monitor = umt_sys::Monitor::new(umt_sys::BackendKind::Auto)?;
-//! println!("{}", monitor.selection());
-//! # Ok::<(), umt_sys::Error>(())
+//! use std::io::Write;
+//! use umt_rt::{Access, Runtime};
+//!
+//! let rt = Runtime::new()?; // monitor: Auto (the UMT kernel, else perf events, else off)
+//! let dir = std::env::temp_dir();
+//! let mut results = vec![0u64; 8];
+//! rt.scope(|s| {
+//!     for (i, r) in results.iter_mut().enumerate() {
+//!         // Compute a block...
+//!         s.spawn_with([Access::write(i)], move |_| {
+//!             *r = (0..200_000u64).map(|x| x ^ i as u64).sum();
+//!         });
+//!     }
+//!     for i in 0..8 {
+//!         // ...and write a checkpoint of it as soon as it is ready. While this task blocks in
+//!         // the kernel, the leader gives its core to another worker that keeps computing.
+//!         let path = dir.join(format!("umt-doc-{}-{i}.bin", std::process::id()));
+//!         s.spawn_with([Access::read(i)], move |_| {
+//!             let mut f = std::fs::File::create(&path).expect("create");
+//!             f.write_all(&[i as u8; 1 << 16]).expect("write");
+//!             f.sync_all().expect("sync"); // blocks until the data is on disk
+//!             std::fs::remove_file(&path).expect("remove");
+//!         });
+//!     }
+//! });
+//! assert!(results.iter().all(|&r| r > 0));
+//! let stats = rt.stats();
+//! assert_eq!(stats.tasks_run, 16);
+//! println!("{:?}: {} surrenders, {} leader wake-ups", stats.backend, stats.surrenders, stats.leader_wakeups);
+//! # Ok::<(), umt_rt::BuildError>(())
 //! ```
 #![deny(missing_docs)]
+
+#[cfg(not(loom))]
+mod deps;
+#[cfg(not(loom))]
+mod job;
+#[cfg(not(loom))]
+mod join;
+#[cfg(not(loom))]
+mod latch;
+#[cfg(not(loom))]
+mod leader;
+#[cfg(not(loom))]
+mod parallel;
+mod pool;
+#[cfg(not(loom))]
+mod registry;
+#[cfg(not(loom))]
+mod runtime;
+#[cfg(not(loom))]
+mod scope;
+#[cfg(not(loom))]
+mod spawn;
+#[cfg(not(loom))]
+mod stats;
+mod sync;
+#[cfg(not(loom))]
+mod worker;
+
+#[cfg(not(loom))]
+pub use deps::{Access, Mode};
+#[cfg(not(loom))]
+pub use join::join;
+#[cfg(not(loom))]
+pub use runtime::{BuildError, Builder, Runtime};
+#[cfg(not(loom))]
+pub use scope::Scope;
+#[cfg(not(loom))]
+pub use spawn::JoinHandle;
+#[cfg(not(loom))]
+pub use stats::{CoreStats, Stats, WorkerStats};
+pub use umt_sys::{BackendKind, CpuId};
+
+/// What [`yield_now`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Yield {
+    /// Another task ran.
+    Executed,
+    /// No other task was available.
+    Idle,
+}
+
+/// A task scheduling point (the taskyield): checks for oversubscription, then runs one other
+/// pending task if there is one. Returns `None` outside a worker thread.
+#[cfg(not(loom))]
+pub fn yield_now() -> Option<Yield> {
+    let ctx = worker::WorkerCtx::current()?;
+    ctx.sched_point();
+    Some(match ctx.find_work() {
+        Some(job) => {
+            ctx.execute(job);
+            Yield::Executed
+        }
+        None => Yield::Idle,
+    })
+}
+
+/// Creates a scope on the runtime of the calling worker and waits for its tasks (a nested
+/// taskwait region). Outside a worker, each task runs on the calling thread as it is spawned.
+#[cfg(not(loom))]
+pub fn scope<'scope, F, R>(f: F) -> R
+where
+    F: FnOnce(&Scope<'scope>) -> R,
+{
+    match worker::WorkerCtx::current() {
+        Some(ctx) => scope::run_scope(Some(ctx.registry()), f),
+        None => scope::run_scope(None, f),
+    }
+}
+
+/// The CPU the calling worker is bound to, or `None` outside a worker.
+#[cfg(not(loom))]
+pub fn current_cpu() -> Option<CpuId> {
+    worker::WorkerCtx::current().map(|ctx| ctx.cpu())
+}

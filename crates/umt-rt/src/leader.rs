@@ -1,0 +1,62 @@
+//! The leader thread: watches the monitor and gives every core a running worker while work is
+//! queued (steps L1–L4 of `README.md`).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use crate::registry::Registry;
+
+pub(crate) fn leader_main(reg: Arc<Registry>) {
+    let cores = reg.cpus.len();
+    let mut last = Instant::now();
+    // State of each core since the previous iteration: (ready count, work was queued).
+    let mut prev: Vec<(i64, bool)> = vec![(1, false); cores];
+    let mut in_flight = vec![false; cores];
+    while !reg.terminate.load(Ordering::Acquire) {
+        // L1: wait for events or the scan period.
+        if let Err(e) = reg.monitor.wait(Some(reg.scan_period)) {
+            tracing::warn!("umt-rt: leader wait failed: {e}");
+            std::thread::sleep(reg.scan_period);
+        }
+        reg.counters
+            .leader_iterations
+            .fetch_add(1, Ordering::Relaxed);
+        // Read before draining: a worker clears its flag after its unblock is in the kernel's
+        // counts, so a cleared flag means the drain below sees that worker as ready.
+        for (f, w) in in_flight.iter_mut().zip(reg.wake_in_flight.iter()) {
+            *f = w.load(Ordering::Acquire);
+        }
+        // L2: drain the events into the per-core ready counts.
+        match reg.monitor.drain_with(|_| {}) {
+            Ok(n) => {
+                reg.counters
+                    .monitor_events
+                    .fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) => tracing::warn!("umt-rt: leader drain failed: {e}"),
+        }
+        let now = Instant::now();
+        let dt = now.duration_since(last).as_nanos() as u64;
+        last = now;
+        let pending = reg.has_work();
+        for core in 0..cores {
+            let ready = reg.monitor.ready(reg.cpus[core]);
+            // Time accounting: the state seen last time held for the whole interval.
+            let (was_ready, was_pending) = prev[core];
+            let t = &reg.core_time[core];
+            if was_ready <= 0 && was_pending {
+                t.idle_with_work_ns.fetch_add(dt, Ordering::Relaxed);
+            }
+            if was_ready > 1 {
+                t.oversubscribed_ns.fetch_add(dt, Ordering::Relaxed);
+            }
+            prev[core] = (ready, pending);
+            // L3: a core with no ready worker while work is queued (or a task of a surrendered
+            // worker waits) gets one.
+            if ready <= 0 && (pending || reg.pools.has_surrendered(core)) && !in_flight[core] {
+                reg.wake_or_create(core);
+            }
+        }
+    }
+}

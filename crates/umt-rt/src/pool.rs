@@ -1,0 +1,377 @@
+//! Per-core idle pools and the park / unpark / surrender handshake.
+//!
+//! Each core has a pool: how many of its workers are *active* (not parked), which of its workers
+//! are parked, and how many were created. Every change happens under the core's lock, so these
+//! three always agree. [`Pools::idle_cores`] counts cores with no active worker, for the cheap
+//! check a spawner makes after pushing work. The protocol is in `README.md`, and the loom model at
+//! the bottom of this file checks it.
+
+use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, Thread, lock, park};
+
+/// Wakes one parked thread exactly once per notification, whatever the interleaving.
+#[derive(Debug)]
+pub(crate) struct Notifier {
+    notified: AtomicBool,
+    thread: Thread,
+}
+
+impl Notifier {
+    pub(crate) fn new(thread: Thread) -> Self {
+        Notifier {
+            notified: AtomicBool::new(false),
+            thread,
+        }
+    }
+
+    /// Makes the next (or current) [`Notifier::wait`] of the owner return.
+    pub(crate) fn notify(&self) {
+        if !self.notified.swap(true, Ordering::AcqRel) {
+            self.thread.unpark();
+        }
+    }
+
+    /// Called by the owner thread: parks until notified, and consumes the notification.
+    pub(crate) fn wait(&self) {
+        while !self.notified.swap(false, Ordering::AcqRel) {
+            park();
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct PoolInner {
+    /// Workers of this core that are not parked in the pool.
+    active: usize,
+    /// Parked workers (indices into the runtime's worker slots), most recent last, each with
+    /// whether it surrendered in the middle of a task (and so still has work in progress).
+    parked: Vec<(usize, bool)>,
+    /// Workers created for this core.
+    created: usize,
+}
+
+/// The idle pools of all cores.
+#[derive(Debug)]
+pub(crate) struct Pools {
+    cores: Vec<Mutex<PoolInner>>,
+    /// Cores whose `active` is 0.
+    idle_cores: AtomicUsize,
+    /// Most workers per core.
+    cap: usize,
+}
+
+impl Pools {
+    /// Pools for `cores` cores with one active worker each (the initial workers).
+    pub(crate) fn new(cores: usize, cap: usize) -> Self {
+        Pools {
+            cores: (0..cores)
+                .map(|_| {
+                    Mutex::new(PoolInner {
+                        active: 1,
+                        parked: Vec::new(),
+                        created: 1,
+                    })
+                })
+                .collect(),
+            idle_cores: AtomicUsize::new(0),
+            cap,
+        }
+    }
+
+    /// Cores with no active worker. Read after a `SeqCst` fence by spawners.
+    pub(crate) fn idle_cores(&self) -> usize {
+        self.idle_cores.load(Ordering::SeqCst)
+    }
+
+    fn deactivate(&self, p: &mut PoolInner, worker: usize, surrendered: bool) {
+        p.active -= 1;
+        p.parked.push((worker, surrendered));
+        if p.active == 0 {
+            self.idle_cores.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn activate(&self, p: &mut PoolInner) {
+        if p.active == 0 {
+            self.idle_cores.fetch_sub(1, Ordering::SeqCst);
+        }
+        p.active += 1;
+    }
+
+    /// Step 1 of going to sleep: `worker` of `core` stops being active and enters the pool.
+    ///
+    /// If that leaves the core with no active worker while a worker that surrendered mid-task is
+    /// parked, that worker is taken out and returned: the caller must notify it. A task in
+    /// progress is work, and the core must not idle while it waits.
+    pub(crate) fn enter(&self, core: usize, worker: usize) -> Option<usize> {
+        let mut p = lock(&self.cores[core]);
+        self.deactivate(&mut p, worker, false);
+        if p.active == 0 {
+            let i = p.parked.iter().position(|&(_, surrendered)| surrendered)?;
+            let (w, _) = p.parked.swap_remove(i);
+            self.activate(&mut p);
+            return Some(w);
+        }
+        None
+    }
+
+    /// The worker leaves the pool by itself (it found work, its latch was set). Returns `false`
+    /// when a waker already took it out: that waker's notification is on its way.
+    pub(crate) fn leave(&self, core: usize, worker: usize) -> bool {
+        let mut p = lock(&self.cores[core]);
+        match p.parked.iter().position(|&(w, _)| w == worker) {
+            Some(i) => {
+                p.parked.swap_remove(i);
+                self.activate(&mut p);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Surrender: when `core` has more than one active worker, `worker` becomes parked and the
+    /// call returns `true`. A core never loses its last active worker this way.
+    pub(crate) fn try_surrender(&self, core: usize, worker: usize) -> bool {
+        let mut p = lock(&self.cores[core]);
+        if p.active > 1 {
+            self.deactivate(&mut p, worker, true);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Takes a parked worker of `core` out of the pool and counts it active, preferring one
+    /// that surrendered mid-task. The caller must notify it.
+    pub(crate) fn take(&self, core: usize) -> Option<usize> {
+        let mut p = lock(&self.cores[core]);
+        let i = p
+            .parked
+            .iter()
+            .rposition(|&(_, surrendered)| surrendered)
+            .or_else(|| p.parked.len().checked_sub(1))?;
+        let (w, _) = p.parked.swap_remove(i);
+        self.activate(&mut p);
+        Some(w)
+    }
+
+    /// Whether a worker of `core` surrendered mid-task and waits in the pool: pending work.
+    pub(crate) fn has_surrendered(&self, core: usize) -> bool {
+        lock(&self.cores[core]).parked.iter().any(|&(_, s)| s)
+    }
+
+    /// Takes a parked worker from some core that has no active worker (to run new work).
+    pub(crate) fn take_from_idle_core(&self) -> Option<usize> {
+        for core in 0..self.cores.len() {
+            let mut p = lock(&self.cores[core]);
+            if p.active == 0
+                && let Some((w, _)) = p.parked.pop()
+            {
+                self.activate(&mut p);
+                return Some(w);
+            }
+        }
+        None
+    }
+
+    /// Reserves a new worker for `core` if the cap allows; it counts active from now on.
+    /// Returns its index among the core's workers (0 is the initial worker).
+    pub(crate) fn reserve_new(&self, core: usize) -> Option<usize> {
+        let mut p = lock(&self.cores[core]);
+        if p.created >= self.cap {
+            return None;
+        }
+        p.created += 1;
+        self.activate(&mut p);
+        Some(p.created - 1)
+    }
+
+    /// Undoes [`Pools::reserve_new`] when the thread could not be started.
+    pub(crate) fn unreserve(&self, core: usize) {
+        let mut p = lock(&self.cores[core]);
+        p.created -= 1;
+        p.active -= 1;
+        if p.active == 0 {
+            self.idle_cores.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Active and created workers of `core`.
+    pub(crate) fn counts(&self, core: usize) -> (usize, usize) {
+        let p = lock(&self.cores[core]);
+        (p.active, p.created)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_core_never_idles_while_a_surrendered_worker_waits() {
+        let pools = Pools::new(1, 3);
+        pools.reserve_new(0);
+        assert!(pools.try_surrender(0, 1));
+        assert!(pools.has_surrendered(0));
+        // The last active worker runs out of work: it hands the core to the surrendered one.
+        assert_eq!(pools.enter(0, 0), Some(1));
+        assert_eq!(pools.counts(0), (1, 2));
+        assert!(!pools.has_surrendered(0));
+        assert_eq!(pools.idle_cores(), 0);
+    }
+
+    #[test]
+    fn the_leader_prefers_surrendered_workers() {
+        let pools = Pools::new(1, 3);
+        pools.reserve_new(0);
+        pools.reserve_new(0);
+        assert!(pools.try_surrender(0, 1));
+        assert_eq!(pools.enter(0, 2), None); // still one active (worker 0)
+        assert_eq!(pools.take(0), Some(1));
+        assert_eq!(pools.take(0), Some(2));
+        assert_eq!(pools.take(0), None);
+        assert_eq!(pools.counts(0), (3, 3));
+    }
+
+    #[test]
+    fn surrender_never_takes_the_last_active_worker() {
+        let pools = Pools::new(2, 2);
+        assert!(!pools.try_surrender(0, 0));
+        assert_eq!(pools.counts(0), (1, 1));
+        assert_eq!(pools.enter(1, 2), None);
+        assert_eq!(pools.idle_cores(), 1);
+        assert_eq!(pools.take_from_idle_core(), Some(2));
+        assert_eq!(pools.idle_cores(), 0);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    //! `RUSTFLAGS="--cfg loom" cargo test -p umt-rt --lib --release loom`
+    use super::*;
+    use loom::sync::Arc;
+    use loom::sync::atomic::fence;
+
+    /// Where a loom thread publishes its notifier (loom threads must not block outside loom).
+    type Mailbox = Arc<Mutex<Option<Arc<Notifier>>>>;
+
+    fn publish(mailbox: &Mailbox) -> Arc<Notifier> {
+        let me = Arc::new(Notifier::new(loom::thread::current()));
+        *lock(mailbox) = Some(me.clone());
+        me
+    }
+
+    fn receive(mailbox: &Mailbox) -> Arc<Notifier> {
+        loop {
+            if let Some(n) = lock(mailbox).clone() {
+                return n;
+            }
+            loom::thread::yield_now();
+        }
+    }
+
+    /// A worker that finds the (mock) queue empty goes to sleep while a spawner pushes a job:
+    /// whatever the interleaving, the job is run (a lost wake-up deadlocks, which loom reports).
+    #[test]
+    fn no_lost_wakeup_between_sleep_and_spawn() {
+        loom::model(|| {
+            let pools = Arc::new(Pools::new(1, 2));
+            let jobs = Arc::new(AtomicUsize::new(0));
+            let mailbox: Mailbox = Arc::new(Mutex::new(None));
+            let worker = {
+                let (pools, jobs, mailbox) = (pools.clone(), jobs.clone(), mailbox.clone());
+                loom::thread::spawn(move || {
+                    let me = publish(&mailbox);
+                    loop {
+                        if jobs.load(Ordering::SeqCst) > 0 {
+                            jobs.fetch_sub(1, Ordering::SeqCst);
+                            return;
+                        }
+                        assert_eq!(pools.enter(0, 0), None);
+                        fence(Ordering::SeqCst);
+                        if jobs.load(Ordering::SeqCst) > 0 && pools.leave(0, 0) {
+                            continue;
+                        }
+                        me.wait();
+                        pools.leave(0, 0);
+                    }
+                })
+            };
+            jobs.fetch_add(1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            if pools.idle_cores() > 0 && pools.take_from_idle_core().is_some() {
+                receive(&mailbox).notify();
+            }
+            worker.join().unwrap();
+            assert_eq!(pools.counts(0), (1, 1));
+            assert_eq!(pools.idle_cores(), 0);
+        });
+    }
+
+    /// Two workers of one core both see oversubscription: exactly one surrenders, and the
+    /// leader's wake brings it back.
+    #[test]
+    fn surrender_keeps_one_active_and_leader_wake_returns_it() {
+        loom::model(|| {
+            let pools = Arc::new(Pools::new(1, 2));
+            assert_eq!(pools.reserve_new(0), Some(1));
+            let notifiers: Vec<_> = (0..2).map(|_| Arc::new(AtomicBool::new(false))).collect();
+            let handles: Vec<_> = (0..2)
+                .map(|w| {
+                    let pools = pools.clone();
+                    loom::thread::spawn(move || pools.try_surrender(0, w))
+                })
+                .collect();
+            let surrendered: Vec<bool> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+            assert_eq!(surrendered.iter().filter(|&&s| s).count(), 1);
+            assert_eq!(pools.counts(0), (1, 2));
+            // The leader wakes the parked one.
+            let w = pools.take(0).unwrap();
+            assert!(surrendered[w]);
+            notifiers[w].store(true, Ordering::SeqCst);
+            assert_eq!(pools.counts(0), (2, 2));
+        });
+    }
+
+    /// A parked worker is woken by its latch while the leader takes it at the same time:
+    /// exactly one of them moves it out of the pool, and it ends active once.
+    #[test]
+    fn latch_wake_and_leader_take_race() {
+        loom::model(|| {
+            let pools = Arc::new(Pools::new(1, 2));
+            let latch = Arc::new(AtomicBool::new(false));
+            let mailbox: Mailbox = Arc::new(Mutex::new(None));
+            let worker = {
+                let (pools, latch, mailbox) = (pools.clone(), latch.clone(), mailbox.clone());
+                loom::thread::spawn(move || {
+                    let me = publish(&mailbox);
+                    assert_eq!(pools.enter(0, 0), None);
+                    fence(Ordering::SeqCst);
+                    while !latch.load(Ordering::SeqCst) {
+                        me.wait();
+                        pools.leave(0, 0);
+                        if !latch.load(Ordering::SeqCst) {
+                            assert_eq!(pools.enter(0, 0), None);
+                            fence(Ordering::SeqCst);
+                        }
+                    }
+                    // The latch is set: leave the pool if nobody took us out yet.
+                    pools.leave(0, 0);
+                })
+            };
+            let me = receive(&mailbox);
+            let leader = {
+                let (pools, me) = (pools.clone(), me.clone());
+                loom::thread::spawn(move || {
+                    if pools.take(0).is_some() {
+                        me.notify();
+                    }
+                })
+            };
+            latch.store(true, Ordering::SeqCst);
+            me.notify();
+            worker.join().unwrap();
+            leader.join().unwrap();
+            assert_eq!(pools.counts(0), (1, 1));
+        });
+    }
+}

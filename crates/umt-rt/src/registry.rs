@@ -1,0 +1,211 @@
+//! The state a runtime's threads share: queues, worker slots, pools, monitor and counters.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crossbeam_deque::{Injector, Stealer, Worker};
+use umt_sys::{CpuId, Monitor};
+
+use crate::job::Job;
+use crate::pool::{Notifier, Pools};
+use crate::sync::{AtomicBool, Mutex, fence, lock};
+
+/// One worker thread's place: its deque, its notifier, its counters. Slots of all possible
+/// workers (cores x cap) exist from the start; threads are created on demand.
+pub(crate) struct Slot {
+    /// Index of the core (in the runtime's core list) the worker is bound to.
+    pub(crate) core: usize,
+    /// `false` for the initial worker of its core.
+    pub(crate) spare: bool,
+    /// Other workers steal from here, also while this worker is parked.
+    pub(crate) stealer: Stealer<Job>,
+    /// The owning end, moved into the thread when it starts.
+    pub(crate) deque: Mutex<Option<Worker<Job>>>,
+    /// Set by the thread when it starts.
+    pub(crate) notifier: OnceLock<Notifier>,
+    /// The thread runs (its deque may hold work).
+    pub(crate) started: AtomicBool,
+    /// Tasks this worker ran.
+    pub(crate) tasks_run: AtomicU64,
+    /// Times this worker surrendered its core.
+    pub(crate) surrenders: AtomicU64,
+}
+
+/// Counters of the leader and the pools.
+#[derive(Default)]
+pub(crate) struct Counters {
+    /// Parked workers the leader woke because their core had no ready worker.
+    pub(crate) leader_wakeups: AtomicU64,
+    /// Spare workers created by the leader.
+    pub(crate) workers_created: AtomicU64,
+    /// Times the leader woke up (events or scan timer).
+    pub(crate) leader_iterations: AtomicU64,
+    /// Monitor events drained by the leader.
+    pub(crate) monitor_events: AtomicU64,
+}
+
+/// Per-core time accounting, kept by the leader.
+#[derive(Default)]
+pub(crate) struct CoreTime {
+    /// Nanoseconds with no ready worker while work was queued.
+    pub(crate) idle_with_work_ns: AtomicU64,
+    /// Nanoseconds with more than one ready worker.
+    pub(crate) oversubscribed_ns: AtomicU64,
+}
+
+/// Everything the runtime's threads share.
+pub(crate) struct Registry {
+    /// The CPU of each core, by core index.
+    pub(crate) cpus: Vec<CpuId>,
+    /// Most workers per core.
+    pub(crate) cap: usize,
+    /// Idle pools and active counts.
+    pub(crate) pools: Pools,
+    /// `cpus.len() * cap` slots; slot `core * cap + k` is the k-th worker of `core`.
+    pub(crate) slots: Box<[Slot]>,
+    /// Work pushed from outside the pool.
+    pub(crate) injector: Injector<Job>,
+    /// Block/unblock events and ready counts of the workers.
+    pub(crate) monitor: Monitor,
+    /// Set when the runtime is dropped.
+    pub(crate) terminate: AtomicBool,
+    /// Per core: the leader woke or created a worker that has not started running yet.
+    pub(crate) wake_in_flight: Box<[AtomicBool]>,
+    /// Leader counters.
+    pub(crate) counters: Counters,
+    /// Per-core time accounting.
+    pub(crate) core_time: Box<[CoreTime]>,
+    /// Leader period.
+    pub(crate) scan_period: Duration,
+    /// Names worker threads from (cpu, index among the core's workers).
+    pub(crate) thread_name: Box<dyn Fn(CpuId, usize) -> String + Send + Sync>,
+    /// Handles of every thread started, joined at shutdown.
+    pub(crate) threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("cpus", &self.cpus)
+            .field("cap", &self.cap)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registry {
+    pub(crate) fn new(
+        cpus: Vec<CpuId>,
+        cap: usize,
+        monitor: Monitor,
+        scan_period: Duration,
+        thread_name: Box<dyn Fn(CpuId, usize) -> String + Send + Sync>,
+    ) -> Registry {
+        let slots: Box<[Slot]> = (0..cpus.len() * cap)
+            .map(|i| {
+                let deque = Worker::new_lifo();
+                Slot {
+                    core: i / cap,
+                    spare: i % cap != 0,
+                    stealer: deque.stealer(),
+                    deque: Mutex::new(Some(deque)),
+                    notifier: OnceLock::new(),
+                    started: AtomicBool::new(false),
+                    tasks_run: AtomicU64::new(0),
+                    surrenders: AtomicU64::new(0),
+                }
+            })
+            .collect();
+        Registry {
+            pools: Pools::new(cpus.len(), cap),
+            wake_in_flight: cpus.iter().map(|_| AtomicBool::new(false)).collect(),
+            core_time: cpus.iter().map(|_| CoreTime::default()).collect(),
+            cpus,
+            cap,
+            slots,
+            injector: Injector::new(),
+            monitor,
+            terminate: AtomicBool::new(false),
+            counters: Counters::default(),
+            scan_period,
+            thread_name,
+            threads: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Wakes worker `index` if it waits on its notifier (or makes its next wait return).
+    pub(crate) fn notify(&self, index: usize) {
+        if let Some(n) = self.slots.get(index).and_then(|s| s.notifier.get()) {
+            n.notify();
+        }
+    }
+
+    /// After work was pushed: if some core has no active worker, wake one of its parked workers.
+    /// The fence pairs with the one a worker makes between entering the pool and re-checking
+    /// for work, so that one of the two always sees the other.
+    pub(crate) fn notify_work(&self) {
+        fence(std::sync::atomic::Ordering::SeqCst);
+        if self.pools.idle_cores() > 0
+            && let Some(w) = self.pools.take_from_idle_core()
+        {
+            self.notify(w);
+        }
+    }
+
+    /// Pushes a job from outside the pool.
+    pub(crate) fn inject(&self, job: Job) {
+        self.injector.push(job);
+        self.notify_work();
+    }
+
+    /// Whether any queue holds a job.
+    pub(crate) fn has_work(&self) -> bool {
+        !self.injector.is_empty()
+            || self
+                .slots
+                .iter()
+                .any(|s| s.started.load(Ordering::Acquire) && !s.stealer.is_empty())
+    }
+
+    /// Starts the thread of slot `index`.
+    pub(crate) fn start_worker(self: &Arc<Self>, index: usize) -> std::io::Result<()> {
+        let slot = &self.slots[index];
+        let cpu = self.cpus[slot.core];
+        let name = (self.thread_name)(cpu, index % self.cap);
+        let reg = self.clone();
+        let handle = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || crate::worker::worker_main(reg, index))?;
+        lock(&self.threads).push(handle);
+        Ok(())
+    }
+
+    /// Leader step 3: gives `core` a running worker: a parked one if it has any, else a new
+    /// one if the cap allows.
+    pub(crate) fn wake_or_create(self: &Arc<Self>, core: usize) {
+        if let Some(w) = self.pools.take(core) {
+            self.wake_in_flight[core].store(true, Ordering::Release);
+            self.counters.leader_wakeups.fetch_add(1, Ordering::Relaxed);
+            self.notify(w);
+        } else if let Some(k) = self.pools.reserve_new(core) {
+            self.wake_in_flight[core].store(true, Ordering::Release);
+            match self.start_worker(core * self.cap + k) {
+                Ok(()) => {
+                    self.counters
+                        .workers_created
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::warn!("umt-rt: could not start a spare worker: {e}");
+                    self.pools.unreserve(core);
+                    self.wake_in_flight[core].store(false, Ordering::Release);
+                }
+            }
+        }
+    }
+
+    /// Whether the runtime monitors its workers (the backend is not Disabled).
+    pub(crate) fn monitored(&self) -> bool {
+        self.monitor.is_active()
+    }
+}

@@ -1,0 +1,175 @@
+//! Scopes: spawn tasks that borrow from the enclosing stack, wait for all of them.
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::deps::{Access, DepNode, DepTable};
+use crate::job::Job;
+use crate::latch::{Latch, Waiter, wait_until};
+use crate::registry::Registry;
+use crate::worker::WorkerCtx;
+
+/// A scope in which tasks may borrow anything that outlives it. Created by
+/// [`Runtime::scope`](crate::Runtime::scope) or [`scope`](crate::scope); it returns once every
+/// task spawned in it has finished (the taskwait).
+pub struct Scope<'scope> {
+    state: Arc<ScopeState>,
+    /// Invariant in `'scope`, as `std::thread::Scope`.
+    _marker: PhantomData<&'scope mut &'scope ()>,
+}
+
+impl std::fmt::Debug for Scope<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scope")
+            .field("pending", &self.state.pending.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+struct ScopeState {
+    /// Tasks not yet finished, plus one for the scope's body.
+    pending: AtomicUsize,
+    /// Set when `pending` reaches zero.
+    latch: Latch,
+    /// The first panic of a task, re-raised by the scope.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// Dataflow dependencies between this scope's tasks.
+    deps: Mutex<DepTable>,
+    /// The runtime the tasks run on; `None` runs each task on the spawning thread, at once.
+    registry: Option<Arc<Registry>>,
+}
+
+impl ScopeState {
+    fn complete_one(&self) {
+        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.latch.set();
+        }
+    }
+
+    fn store_panic(&self, p: Box<dyn Any + Send>) {
+        let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            *slot = Some(p);
+        }
+    }
+
+    /// Queues a ready job: on the current worker's deque when it belongs to this runtime.
+    fn submit(&self, job: Job) {
+        let Some(registry) = &self.registry else {
+            return job.run();
+        };
+        match WorkerCtx::current() {
+            Some(ctx) if Arc::ptr_eq(ctx.registry(), registry) => ctx.push(job),
+            _ => registry.inject(job),
+        }
+    }
+}
+
+/// Runs `f` with a new scope on `registry` (or inline when `None`) and waits for its tasks.
+pub(crate) fn run_scope<'scope, F, R>(registry: Option<&Arc<Registry>>, f: F) -> R
+where
+    F: FnOnce(&Scope<'scope>) -> R,
+{
+    let state = Arc::new(ScopeState {
+        pending: AtomicUsize::new(1),
+        latch: Latch::new(Waiter::current()),
+        panic: Mutex::new(None),
+        deps: Mutex::new(DepTable::default()),
+        registry: registry.cloned(),
+    });
+    let scope = Scope {
+        state: state.clone(),
+        _marker: PhantomData,
+    };
+    let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
+    state.complete_one();
+    // Even if the body panicked: tasks may borrow from frames the panic would unwind.
+    wait_until(&state.latch);
+    let task_panic = state.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match result {
+        Err(p) => resume_unwind(p),
+        Ok(_) if task_panic.is_some() => resume_unwind(task_panic.unwrap_or_else(|| Box::new(()))),
+        Ok(r) => r,
+    }
+}
+
+impl<'scope> Scope<'scope> {
+    /// Spawns a task into the scope. It may borrow anything that outlives the scope, and spawn
+    /// more tasks through the `&Scope` it receives.
+    pub fn spawn<F>(&self, f: F)
+    where
+        F: FnOnce(&Scope<'scope>) + Send + 'scope,
+    {
+        let job = self.make_job(f, None);
+        self.state.submit(job);
+    }
+
+    /// Spawns a task that runs only after every earlier task of this scope that conflicts with
+    /// its `accesses` has finished (read after write, write after read, write after write).
+    ///
+    /// ```
+    /// use std::sync::Mutex;
+    /// use umt_rt::{Access, Runtime};
+    ///
+    /// let rt = Runtime::builder().monitor(umt_rt::BackendKind::Disabled).build().unwrap();
+    /// let log = Mutex::new(Vec::new());
+    /// rt.scope(|s| {
+    ///     s.spawn_with([Access::write("x")], |_| log.lock().unwrap().push("produce"));
+    ///     s.spawn_with([Access::read("x")], |_| log.lock().unwrap().push("consume"));
+    /// });
+    /// assert_eq!(log.into_inner().unwrap(), ["produce", "consume"]);
+    /// ```
+    pub fn spawn_with<F, I>(&self, accesses: I, f: F)
+    where
+        F: FnOnce(&Scope<'scope>) + Send + 'scope,
+        I: IntoIterator<Item = Access>,
+    {
+        let accesses: Vec<Access> = accesses.into_iter().collect();
+        let node = DepNode::new();
+        let job = self.make_job(f, Some(node.clone()));
+        node.set_job(job);
+        self.state
+            .deps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .register(&node, &accesses);
+        if let Some(job) = node.release() {
+            self.state.submit(job);
+        }
+    }
+
+    fn make_job<F>(&self, f: F, node: Option<Arc<DepNode>>) -> Job
+    where
+        F: FnOnce(&Scope<'scope>) + Send + 'scope,
+    {
+        self.state.pending.fetch_add(1, Ordering::AcqRel);
+        let state = self.state.clone();
+        let task = move || {
+            let scope = Scope {
+                state: state.clone(),
+                _marker: PhantomData,
+            };
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(&scope))) {
+                state.store_panic(p);
+            }
+            if let Some(node) = node {
+                // Successors are released even after a panic: the scope re-raises it once all
+                // have run.
+                for job in node.finish() {
+                    state.submit(job);
+                }
+            }
+            // Last: once the count reaches zero the scope may return and free what `f` borrowed.
+            state.complete_one();
+        };
+        // SAFETY: `pending` counts this job from now until `complete_one` above, its last
+        // action; `run_scope` does not return (or unwind) before `pending` is zero, so every
+        // borrow of lifetime 'scope outlives the job. A job that is never run (impossible: the
+        // runtime runs every queued job before shutting down) would keep the scope waiting,
+        // never free its borrows early.
+        unsafe { Job::new_scoped(task, 0) }
+    }
+}

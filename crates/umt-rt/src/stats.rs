@@ -1,0 +1,58 @@
+//! What a runtime did: [`Runtime::stats`](crate::Runtime::stats).
+
+use std::time::Duration;
+
+use umt_sys::{BackendKind, CpuId};
+
+/// A snapshot of a runtime's counters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stats {
+    /// The monitor backend in use.
+    pub backend: BackendKind,
+    /// Tasks run by all workers.
+    pub tasks_run: u64,
+    /// Block and unblock events the leader drained from the monitor.
+    pub monitor_events: u64,
+    /// Times the leader woke (on events or its scan timer).
+    pub leader_iterations: u64,
+    /// Parked workers the leader woke because their core had no ready worker.
+    pub leader_wakeups: u64,
+    /// Times a worker surrendered its core because the core had more than one ready worker.
+    pub surrenders: u64,
+    /// Spare workers created by the leader (beyond the initial one per core).
+    pub workers_created: u64,
+    /// Per core.
+    pub cores: Vec<CoreStats>,
+    /// Per worker thread started.
+    pub workers: Vec<WorkerStats>,
+}
+
+/// Counters of one core.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CoreStats {
+    /// The CPU.
+    pub cpu: CpuId,
+    /// Worker threads created for it.
+    pub workers: usize,
+    /// Workers not parked in its idle pool.
+    pub active_workers: usize,
+    /// Tasks run by its workers.
+    pub tasks_run: u64,
+    /// Time with no ready worker while work was queued (the waste UMT removes).
+    pub idle_with_work: Duration,
+    /// Time with more than one ready worker (the price UMT pays).
+    pub oversubscribed: Duration,
+}
+
+/// Counters of one worker thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// The CPU it is bound to.
+    pub cpu: CpuId,
+    /// `false` for the initial worker of its core, `true` for spares the leader created.
+    pub spare: bool,
+    /// Tasks it ran.
+    pub tasks_run: u64,
+    /// Times it surrendered its core.
+    pub surrenders: u64,
+}

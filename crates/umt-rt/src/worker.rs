@@ -1,0 +1,235 @@
+//! Worker threads: the run loop, finding work, waiting, sleeping, surrendering.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crossbeam_deque::{Steal, Worker};
+use umt_sys::CpuId;
+
+use crate::job::Job;
+use crate::latch::Probe;
+use crate::registry::{Registry, Slot};
+use crate::sync::{fence, lock};
+
+thread_local! {
+    static CURRENT: RefCell<Option<Rc<WorkerCtx>>> = const { RefCell::new(None) };
+}
+
+/// The run state a worker thread owns: its deque and where it belongs.
+pub(crate) struct WorkerCtx {
+    reg: Arc<Registry>,
+    /// Slot index.
+    index: usize,
+    /// Core index.
+    core: usize,
+    /// CPU of the core.
+    cpu: CpuId,
+    /// This worker's end of its deque.
+    deque: Worker<Job>,
+    /// Whether scheduling points check for oversubscription.
+    monitored: bool,
+    /// State of the victim-selection generator (xorshift).
+    rng: std::cell::Cell<u64>,
+}
+
+/// Entry point of a worker thread.
+pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
+    let slot = &reg.slots[index];
+    let _ = slot
+        .notifier
+        .set(crate::pool::Notifier::new(std::thread::current()));
+    let cpu = reg.cpus[slot.core];
+    if let Err(e) = umt_sys::cpu::pin_current_thread(cpu) {
+        tracing::warn!("umt-rt: worker {index} runs unpinned: {e}");
+    }
+    let monitored = reg.monitored() && {
+        match reg.monitor.register_current_thread() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("umt-rt: worker {index} is not monitored: {e}");
+                false
+            }
+        }
+    };
+    let Some(deque) = lock(&slot.deque).take() else {
+        return;
+    };
+    slot.started.store(true, Ordering::Release);
+    reg.wake_in_flight[slot.core].store(false, Ordering::Release);
+    let ctx = Rc::new(WorkerCtx {
+        core: slot.core,
+        cpu,
+        deque,
+        monitored,
+        rng: std::cell::Cell::new(0x9e37_79b9_7f4a_7c15 ^ (index as u64 + 1)),
+        index,
+        reg: reg.clone(),
+    });
+    CURRENT.with(|c| *c.borrow_mut() = Some(ctx.clone()));
+    ctx.main_loop();
+    CURRENT.with(|c| *c.borrow_mut() = None);
+    if monitored {
+        let _ = reg.monitor.unregister_current_thread();
+    }
+}
+
+impl WorkerCtx {
+    /// The worker context of the calling thread, if it is a worker.
+    pub(crate) fn current() -> Option<Rc<WorkerCtx>> {
+        CURRENT.with(|c| c.borrow().clone())
+    }
+
+    pub(crate) fn registry(&self) -> &Arc<Registry> {
+        &self.reg
+    }
+
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
+    pub(crate) fn cpu(&self) -> CpuId {
+        self.cpu
+    }
+
+    fn slot(&self) -> &Slot {
+        &self.reg.slots[self.index]
+    }
+
+    fn main_loop(&self) {
+        loop {
+            if let Some(job) = self.find_work() {
+                self.execute(job);
+                continue;
+            }
+            if self.reg.terminate.load(Ordering::Acquire) {
+                return;
+            }
+            self.sleep(None);
+        }
+    }
+
+    /// Pushes a job on this worker's deque (a scheduling point).
+    pub(crate) fn push(&self, job: Job) {
+        self.deque.push(job);
+        self.reg.notify_work();
+        self.sched_point();
+    }
+
+    /// Pops the newest job of the own deque.
+    pub(crate) fn pop_local(&self) -> Option<Job> {
+        self.deque.pop()
+    }
+
+    /// Own deque, then the injector, then other workers' deques.
+    pub(crate) fn find_work(&self) -> Option<Job> {
+        if let Some(job) = self.deque.pop() {
+            return Some(job);
+        }
+        loop {
+            match self.reg.injector.steal_batch_and_pop(&self.deque) {
+                Steal::Success(job) => return Some(job),
+                Steal::Retry => continue,
+                Steal::Empty => break,
+            }
+        }
+        self.steal()
+    }
+
+    fn steal(&self) -> Option<Job> {
+        let slots = &self.reg.slots;
+        let n = slots.len();
+        // xorshift64: a random first victim spreads thieves over the deques.
+        let mut x = self.rng.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.set(x);
+        let start = (x % n as u64) as usize;
+        loop {
+            let mut retry = false;
+            for i in (0..n).map(|k| (start + k) % n) {
+                if i == self.index || !slots[i].started.load(Ordering::Acquire) {
+                    continue;
+                }
+                match slots[i].stealer.steal() {
+                    Steal::Success(job) => return Some(job),
+                    Steal::Retry => retry = true,
+                    Steal::Empty => {}
+                }
+            }
+            if !retry {
+                return None;
+            }
+        }
+    }
+
+    /// Runs one job between two scheduling points (task start, task end).
+    pub(crate) fn execute(&self, job: Job) {
+        self.sched_point();
+        job.run();
+        self.slot().tasks_run.fetch_add(1, Ordering::Relaxed);
+        self.sched_point();
+    }
+
+    /// Runs other jobs until `probe` is true, sleeping when there are none.
+    pub(crate) fn wait_until(&self, probe: &dyn Probe) {
+        self.sched_point();
+        while !probe.probe() {
+            if let Some(job) = self.find_work() {
+                self.execute(job);
+            } else {
+                self.sleep(Some(probe));
+            }
+        }
+    }
+
+    /// Parks in the core's idle pool until woken: by new work when the core has no active
+    /// worker, by the leader, by `probe`'s completion, or at shutdown (see `README.md`, steps
+    /// S1–S4).
+    fn sleep(&self, probe: Option<&dyn Probe>) {
+        let pools = &self.reg.pools;
+        // S1: stop being active, become findable by wakers. If the core would idle while a
+        // worker that surrendered mid-task waits, hand the core to it.
+        if let Some(w) = pools.enter(self.core, self.index) {
+            self.reg.notify(w);
+        }
+        // S2: pairs with the fence in `Registry::notify_work`.
+        fence(Ordering::SeqCst);
+        // S3: re-check everything that could have happened before we were findable.
+        let wake_now = probe.is_some_and(|p| p.probe())
+            || self.reg.has_work()
+            || (probe.is_none() && self.reg.terminate.load(Ordering::Acquire));
+        if wake_now && pools.leave(self.core, self.index) {
+            return;
+        }
+        // S4: park. Either nobody woke us yet, or a waker took us out of the pool and its
+        // notification is on its way: consume it either way.
+        self.notifier().wait();
+        // Woken by a latch or at shutdown while still in the pool: leave it ourselves.
+        pools.leave(self.core, self.index);
+        self.reg.wake_in_flight[self.core].store(false, Ordering::Release);
+    }
+
+    fn notifier(&self) -> &crate::pool::Notifier {
+        self.slot()
+            .notifier
+            .get()
+            .expect("the notifier is set before the worker runs")
+    }
+
+    /// A scheduling point: if the core has more than one ready worker, this one returns to the
+    /// core's idle pool until the leader (or new work for an idle core) wakes it.
+    pub(crate) fn sched_point(&self) {
+        if !self.monitored || self.reg.monitor.ready(self.cpu) <= 1 {
+            return;
+        }
+        if self.reg.pools.try_surrender(self.core, self.index) {
+            self.slot().surrenders.fetch_add(1, Ordering::Relaxed);
+            self.notifier().wait();
+            self.reg.pools.leave(self.core, self.index);
+            self.reg.wake_in_flight[self.core].store(false, Ordering::Release);
+        }
+    }
+}

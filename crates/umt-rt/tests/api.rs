@@ -1,0 +1,238 @@
+//! The task API: scopes, join, spawn, install, parallel_for, yield, panics, bad input.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use umt_rt::{BackendKind, BuildError, Runtime, Yield};
+
+fn runtimes() -> Vec<Runtime> {
+    [BackendKind::Disabled, BackendKind::Auto]
+        .into_iter()
+        .map(|b| Runtime::builder().monitor(b).build().unwrap())
+        .collect()
+}
+
+fn fib(n: u64) -> u64 {
+    if n < 2 {
+        return n;
+    }
+    let (a, b) = umt_rt::join(|| fib(n - 1), || fib(n - 2));
+    a + b
+}
+
+#[test]
+fn scope_tasks_borrow_and_nest() {
+    for rt in runtimes() {
+        let counter = AtomicUsize::new(0);
+        let mut out = vec![0usize; 100];
+        rt.scope(|s| {
+            for (i, o) in out.iter_mut().enumerate() {
+                let counter = &counter;
+                s.spawn(move |s| {
+                    *o = i * 2;
+                    s.spawn(move |_| {
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    });
+                });
+            }
+        });
+        assert_eq!(counter.load(Ordering::Relaxed), 100);
+        assert!(out.iter().enumerate().all(|(i, &o)| o == i * 2));
+    }
+}
+
+#[test]
+fn nested_scope_inside_a_task_waits_for_its_own_tasks() {
+    for rt in runtimes() {
+        let done = AtomicUsize::new(0);
+        rt.scope(|s| {
+            s.spawn(|_| {
+                umt_rt::scope(|inner| {
+                    for _ in 0..10 {
+                        inner.spawn(|_| {
+                            done.fetch_add(1, Ordering::Relaxed);
+                        });
+                    }
+                });
+                // The inner scope has waited for its ten tasks.
+                assert_eq!(done.load(Ordering::Relaxed), 10);
+            });
+        });
+    }
+}
+
+#[test]
+fn scope_outside_a_runtime_runs_inline() {
+    let mut v = Vec::new();
+    umt_rt::scope(|s| {
+        s.spawn(|_| v.push(1));
+    });
+    assert_eq!(v, [1]);
+    assert_eq!(umt_rt::join(|| 1, || 2), (1, 2));
+    assert_eq!(umt_rt::yield_now(), None);
+    assert_eq!(umt_rt::current_cpu(), None);
+}
+
+#[test]
+fn join_computes_recursively() {
+    for rt in runtimes() {
+        assert_eq!(rt.install(|| fib(22)), 17711);
+        assert_eq!(rt.join(|| fib(10), || fib(11)), (55, 89));
+    }
+}
+
+#[test]
+fn spawn_returns_through_the_handle_and_as_a_future() {
+    for rt in runtimes() {
+        let h = rt.spawn(|| 6 * 7);
+        assert_eq!(h.join(), 42);
+        let hs: Vec<_> = (0..50).map(|i| rt.spawn(move || i * i)).collect();
+        let sum: usize = hs.into_iter().map(|h| h.join()).sum();
+        assert_eq!(sum, (0..50).map(|i| i * i).sum());
+        let fut = rt.spawn(|| String::from("async"));
+        assert_eq!(futures_executor::block_on(fut), "async");
+        // Joining from inside a worker runs other tasks meanwhile.
+        let inner = rt.install(|| rt.spawn(|| fib(15)).join());
+        assert_eq!(inner, 610);
+    }
+}
+
+#[test]
+fn install_runs_on_a_worker_of_the_runtime() {
+    for rt in runtimes() {
+        let cpu = rt.install(umt_rt::current_cpu).unwrap();
+        assert!(rt.cpus().contains(&cpu));
+        assert_eq!(rt.install(|| rt.install(|| 5)), 5);
+        assert!(matches!(
+            rt.install(umt_rt::yield_now),
+            Some(Yield::Idle | Yield::Executed)
+        ));
+    }
+}
+
+#[test]
+fn parallel_for_visits_each_index_once() {
+    for rt in runtimes() {
+        let hits: Vec<AtomicUsize> = (0..10_000).map(|_| AtomicUsize::new(0)).collect();
+        rt.parallel_for(0..10_000, |i| {
+            hits[i].fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+        let seen = Mutex::new(Vec::new());
+        rt.parallel_for_chunked(5..17, 4, |i| seen.lock().unwrap().push(i));
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort_unstable();
+        assert_eq!(seen, (5..17).collect::<Vec<_>>());
+        rt.parallel_for(3..3, |_| unreachable!());
+    }
+}
+
+#[test]
+fn every_worker_waiting_does_not_deadlock() {
+    for rt in runtimes() {
+        // Deep nesting: every worker ends up waiting on a scope while tasks remain.
+        fn nest(depth: usize, count: &AtomicUsize) {
+            if depth == 0 {
+                count.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            umt_rt::scope(|s| {
+                for _ in 0..3 {
+                    s.spawn(|_| nest(depth - 1, count));
+                }
+            });
+        }
+        let count = AtomicUsize::new(0);
+        rt.install(|| nest(6, &count));
+        assert_eq!(count.load(Ordering::Relaxed), 3usize.pow(6));
+    }
+}
+
+#[test]
+fn panics_propagate_to_the_waiter_and_the_runtime_keeps_working() {
+    for rt in runtimes() {
+        let ran = AtomicUsize::new(0);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            rt.scope(|s| {
+                s.spawn(|_| panic!("task boom"));
+                for _ in 0..10 {
+                    s.spawn(|_| {
+                        ran.fetch_add(1, Ordering::Relaxed);
+                    });
+                }
+            })
+        }));
+        let msg = *r.unwrap_err().downcast::<&str>().unwrap();
+        assert_eq!(msg, "task boom");
+        assert_eq!(ran.load(Ordering::Relaxed), 10, "the other tasks still ran");
+
+        let r = catch_unwind(AssertUnwindSafe(|| rt.join(|| 1, || panic!("join boom"))));
+        assert!(r.is_err());
+        let h = rt.spawn(|| -> u32 { panic!("spawn boom") });
+        assert!(catch_unwind(AssertUnwindSafe(|| h.join())).is_err());
+        assert!(catch_unwind(AssertUnwindSafe(|| rt.install(|| panic!("install boom")))).is_err());
+        let body = catch_unwind(AssertUnwindSafe(|| rt.scope(|_| panic!("body boom"))));
+        assert!(body.is_err());
+
+        // Still usable.
+        assert_eq!(rt.install(|| fib(12)), 144);
+    }
+}
+
+#[test]
+fn bad_configurations_are_typed_errors() {
+    assert!(matches!(
+        Runtime::builder().cores(Vec::new()).build(),
+        Err(BuildError::NoCores)
+    ));
+    assert!(matches!(
+        Runtime::builder().cores([100_000]).build(),
+        Err(BuildError::CpuNotInMask { cpu: 100_000, .. })
+    ));
+    let cpu = umt_sys::cpu::process_cpus().unwrap()[0];
+    assert!(matches!(
+        Runtime::builder().cores([cpu, cpu]).build(),
+        Err(BuildError::DuplicateCpu(c)) if c == cpu
+    ));
+    assert!(matches!(
+        Runtime::builder().max_workers_per_core(0).build(),
+        Err(BuildError::ZeroWorkersPerCore)
+    ));
+    assert!(matches!(
+        Runtime::builder()
+            .scan_period(std::time::Duration::ZERO)
+            .build(),
+        Err(BuildError::ZeroScanPeriod)
+    ));
+    if umt_sys::Monitor::probe(BackendKind::Kernel).is_err() {
+        let err = Runtime::builder()
+            .monitor(BackendKind::Kernel)
+            .build()
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            BuildError::Monitor(umt_sys::Error::Unavailable(_))
+        ));
+        assert!(
+            err.to_string().contains("kernel backend unavailable"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn stats_count_tasks() {
+    for rt in runtimes() {
+        rt.scope(|s| {
+            for _ in 0..100 {
+                s.spawn(|_| {});
+            }
+        });
+        let st = rt.stats();
+        // 100 tasks plus the scope body, which install runs as a job.
+        assert_eq!(st.tasks_run, 101);
+        assert_eq!(st.cores.len(), rt.cpus().len());
+        assert_eq!(st.cores.iter().map(|c| c.tasks_run).sum::<u64>(), 101);
+    }
+}

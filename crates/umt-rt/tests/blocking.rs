@@ -1,0 +1,200 @@
+//! The point of the runtime: while a worker blocks in the kernel, its core runs other tasks
+//! (monitor on), and the extra worker surrenders once the blocked one is back. With the monitor
+//! off, the core waits.
+//!
+//! `UMT_TEST_BACKEND=kernel|perf` forces the backend of the monitored runs (default: auto).
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use umt_rt::{BackendKind, Runtime};
+
+const FILLERS: usize = 200;
+
+fn monitored_backend() -> BackendKind {
+    std::env::var("UMT_TEST_BACKEND")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(BackendKind::Auto)
+}
+
+fn thread_state(tid: i32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+    stat.rfind(')')
+        .and_then(|i| stat[i + 2..].chars().next())
+        .unwrap_or('?')
+}
+
+/// Computes in 100 us slices with a scheduling point between them, until `stop`.
+fn compute_until(stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_micros(100) {
+            std::hint::spin_loop();
+        }
+        umt_rt::yield_now();
+    }
+}
+
+/// On drop (also when an assertion fails): stops the computing tasks and closes the pipe, so
+/// the runtime's scope can finish and the failure is reported instead of hanging.
+struct Release<'a> {
+    stop: &'a AtomicBool,
+    tx: Option<std::io::PipeWriter>,
+}
+
+impl Release<'_> {
+    /// Lets the reader return (one byte down the pipe).
+    fn wake_reader(&mut self) {
+        if let Some(tx) = self.tx.as_mut() {
+            tx.write_all(b"x").unwrap();
+        }
+    }
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.tx = None;
+    }
+}
+
+/// Waits for `cond`, failing the test with `what` after a generous safety limit.
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+struct Scenario {
+    reader_tid: AtomicI32,
+    fillers_done: AtomicUsize,
+    stop: AtomicBool,
+}
+
+/// One core. A task queues `FILLERS` small tasks and one long spinner, then blocks reading a
+/// pipe. `during_block` runs on the test thread while the reader is blocked; then the pipe is
+/// written, `after_return` runs, and the spinner is stopped.
+fn run_scenario(
+    rt: &Runtime,
+    during_block: impl FnOnce(&Scenario),
+    after_return: impl FnOnce(&Scenario),
+) {
+    let sc = Scenario {
+        reader_tid: AtomicI32::new(0),
+        fillers_done: AtomicUsize::new(0),
+        stop: AtomicBool::new(false),
+    };
+    let (mut rx, tx) = std::io::pipe().unwrap();
+    std::thread::scope(|ts| {
+        let sc = &sc;
+        let rx = &mut rx;
+        let mut release = Release {
+            stop: &sc.stop,
+            tx: Some(tx),
+        };
+        let work = ts.spawn(move || {
+            rt.scope(|s| {
+                s.spawn(move |s| {
+                    for _ in 0..FILLERS {
+                        s.spawn(|_| {
+                            sc.fillers_done.fetch_add(1, Ordering::SeqCst);
+                        });
+                    }
+                    // Long-running, with scheduling points: keeps a second worker busy.
+                    s.spawn(|_| compute_until(&sc.stop));
+                    sc.reader_tid
+                        .store(umt_sys::cpu::current_tid(), Ordering::SeqCst);
+                    let mut b = [0u8; 1];
+                    // Err only when the test failed and closed the pipe.
+                    let _ = rx.read_exact(&mut b);
+                    // Back from the kernel with more to compute: two ready workers on one core.
+                    compute_until(&sc.stop);
+                });
+            });
+        });
+        wait_for("the reader blocks", || {
+            let tid = sc.reader_tid.load(Ordering::SeqCst);
+            tid != 0 && matches!(thread_state(tid), 'S' | 'D')
+        });
+        eprintln!("stage: reader blocked");
+        during_block(sc);
+        eprintln!("stage: checked during the block");
+        release.wake_reader();
+        after_return(sc);
+        eprintln!("stage: checked after the return");
+        drop(release);
+        work.join().unwrap();
+    });
+    assert_eq!(sc.fillers_done.load(Ordering::SeqCst), FILLERS);
+}
+
+fn one_core_runtime(backend: BackendKind) -> Runtime {
+    let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
+    Runtime::builder()
+        .cores([cpu])
+        .monitor(backend)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn monitor_on_reuses_the_blocked_core_then_surrenders() {
+    let rt = one_core_runtime(monitored_backend());
+    if rt.backend() == BackendKind::Disabled {
+        eprintln!("skipped: no monitor backend here ({})", rt.selection());
+        return;
+    }
+    run_scenario(
+        &rt,
+        |sc| {
+            // Nothing was written yet, so the reader is still blocked while all of these run.
+            wait_for("every filler ran during the block", || {
+                sc.fillers_done.load(Ordering::SeqCst) == FILLERS
+            });
+            assert!(matches!(
+                thread_state(sc.reader_tid.load(Ordering::SeqCst)),
+                'S' | 'D'
+            ));
+            let st = rt.stats();
+            let spare_tasks: u64 = st
+                .workers
+                .iter()
+                .filter(|w| w.spare)
+                .map(|w| w.tasks_run)
+                .sum();
+            assert!(spare_tasks >= FILLERS as u64, "{st:#?}");
+            assert!(st.workers.iter().all(|w| w.cpu == rt.cpus()[0]));
+            assert!(st.workers_created + st.leader_wakeups >= 1, "{st:#?}");
+        },
+        |_| {
+            // The reader is back: two ready workers on one core until one surrenders.
+            wait_for("a worker surrenders", || rt.stats().surrenders >= 1);
+        },
+    );
+    let st = rt.stats();
+    assert!(st.monitor_events > 0);
+    assert!(st.cores[0].workers >= 2);
+}
+
+#[test]
+fn monitor_off_leaves_the_core_waiting() {
+    let rt = one_core_runtime(BackendKind::Disabled);
+    run_scenario(
+        &rt,
+        |sc| {
+            // The only worker is blocked: nothing else can have run.
+            assert_eq!(sc.fillers_done.load(Ordering::SeqCst), 0);
+            sc.stop.store(true, Ordering::SeqCst);
+        },
+        |_| {},
+    );
+    let st = rt.stats();
+    assert_eq!(st.workers.len(), 1);
+    assert_eq!(st.workers_created, 0);
+    assert_eq!(st.surrenders, 0);
+    assert_eq!(st.leader_wakeups, 0);
+}

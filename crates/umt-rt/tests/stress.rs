@@ -1,0 +1,153 @@
+//! Stress: no task is lost or run twice, with blocking mixed in, monitor on and off.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use umt_rt::{BackendKind, Runtime, Scope};
+
+const TASKS: usize = 120_000;
+
+fn monitored_backend() -> BackendKind {
+    std::env::var("UMT_TEST_BACKEND")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(BackendKind::Auto)
+}
+
+#[repr(C, align(4096))]
+struct Page([u8; 4096]);
+
+/// A 64 KiB file opened for direct reads (buffered where the filesystem refuses O_DIRECT).
+fn data_file() -> (File, std::path::PathBuf) {
+    let path = std::env::temp_dir().join(format!(
+        "umt-stress-{}-{:?}.dat",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    File::create(&path)
+        .and_then(|mut f| f.write_all(&[5u8; 1 << 16]))
+        .unwrap();
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_o_direct())
+        .open(&path)
+        .or_else(|_| File::open(&path))
+        .unwrap();
+    (f, path)
+}
+
+fn libc_o_direct() -> i32 {
+    nix::fcntl::OFlag::O_DIRECT.bits()
+}
+
+struct Work<'a> {
+    runs: &'a [AtomicU8],
+    blocked: &'a AtomicUsize,
+    file: &'a File,
+}
+
+/// Task `i`: marks itself run; 1 in 97 sleeps, 1 in 89 reads 4 KiB with O_DIRECT, the rest
+/// compute; every 1000th spawns its share of the next tasks, so spawning is spread out too.
+fn task<'s>(s: &Scope<'s>, w: &'s Work<'s>, i: usize) {
+    w.runs[i].fetch_add(1, Ordering::Relaxed);
+    if i.is_multiple_of(97) {
+        std::thread::sleep(Duration::from_micros(50));
+        w.blocked.fetch_add(1, Ordering::Relaxed);
+    } else if i.is_multiple_of(89) {
+        let mut page = Page([0; 4096]);
+        let n = w
+            .file
+            .read_at(&mut page.0, ((i % 16) * 4096) as u64)
+            .unwrap();
+        assert_eq!(n, 4096);
+        assert!(page.0.iter().all(|&b| b == 5));
+        w.blocked.fetch_add(1, Ordering::Relaxed);
+    } else {
+        std::hint::black_box((0..50u64).fold(i as u64, |a, x| a.wrapping_mul(31) ^ x));
+    }
+    if i.is_multiple_of(1000) {
+        for j in (i + 1)..(i + 1000).min(w.runs.len()) {
+            s.spawn(move |s| task(s, w, j));
+        }
+    }
+}
+
+fn run_all(rt: &Runtime) {
+    let runs: Vec<AtomicU8> = (0..TASKS).map(|_| AtomicU8::new(0)).collect();
+    let blocked = AtomicUsize::new(0);
+    let (file, path) = data_file();
+    let w = Work {
+        runs: &runs,
+        blocked: &blocked,
+        file: &file,
+    };
+    let w = &w;
+    rt.scope(|s| {
+        for i in (0..TASKS).step_by(1000) {
+            s.spawn(move |s| task(s, w, i));
+        }
+    });
+    std::fs::remove_file(path).unwrap();
+    let bad: Vec<(usize, u8)> = runs
+        .iter()
+        .map(|r| r.load(Ordering::Relaxed))
+        .enumerate()
+        .filter(|&(_, n)| n != 1)
+        .take(10)
+        .collect();
+    assert!(bad.is_empty(), "tasks not run exactly once: {bad:?}");
+    let expected_blocking = (0..TASKS).filter(|i| i % 97 == 0 || i % 89 == 0).count();
+    assert_eq!(blocked.load(Ordering::Relaxed), expected_blocking);
+    // One job for the scope body plus one per task.
+    assert_eq!(rt.stats().tasks_run, TASKS as u64 + 1);
+}
+
+#[test]
+fn every_task_runs_exactly_once_monitor_off() {
+    run_all(
+        &Runtime::builder()
+            .monitor(BackendKind::Disabled)
+            .build()
+            .unwrap(),
+    );
+}
+
+#[test]
+fn every_task_runs_exactly_once_monitor_on() {
+    let rt = Runtime::builder()
+        .monitor(monitored_backend())
+        .build()
+        .unwrap();
+    run_all(&rt);
+    let st = rt.stats();
+    if rt.backend() != BackendKind::Disabled {
+        assert!(st.monitor_events > 0, "{st:?}");
+    }
+}
+
+#[test]
+fn detached_spawns_under_stress_all_complete() {
+    let rt = Runtime::builder()
+        .monitor(monitored_backend())
+        .build()
+        .unwrap();
+    let count = std::sync::Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..20_000)
+        .map(|i| {
+            let count = count.clone();
+            rt.spawn(move || {
+                if i % 500 == 0 {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                count.fetch_add(1, Ordering::Relaxed);
+                i
+            })
+        })
+        .collect();
+    let sum: usize = handles.into_iter().map(|h| h.join()).sum();
+    assert_eq!(sum, (0..20_000).sum());
+    assert_eq!(count.load(Ordering::Relaxed), 20_000);
+}
