@@ -2,7 +2,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
-use crate::job::Job;
+use crate::job::StackJob;
 use crate::latch::{Latch, Probe, Waiter};
 use crate::worker::WorkerCtx;
 
@@ -31,7 +31,9 @@ where
     RA: Send,
     RB: Send,
 {
-    let latch = Latch::new(Waiter::Worker(ctx.registry().clone(), ctx.index()));
+    // Only workers of this runtime run `b` (it sits in this worker's deque), so the latch can
+    // wake us through the setter's own registry.
+    let latch = Latch::new(Waiter::SameRuntime(ctx.index()));
     let mut result_b: Option<std::thread::Result<RB>> = None;
     let tag = &latch as *const Latch as usize;
     let job_b = {
@@ -41,10 +43,11 @@ where
             latch.set();
         }
     };
-    // SAFETY: this frame waits for `latch` below before returning or unwinding (a's panic is
-    // caught), and the job sets the latch as its last action.
-    let job_b = unsafe { Job::new_scoped(job_b, tag) };
-    ctx.push(job_b);
+    let job_b = StackJob::new(job_b);
+    // SAFETY: `job_b` stays in this frame, which waits for `latch` below before returning or
+    // unwinding (a's panic is caught); the closure sets the latch as its last action, and the
+    // job is run once, by whoever pops or steals it.
+    ctx.push(unsafe { job_b.as_job(tag) });
     let result_a = catch_unwind(AssertUnwindSafe(a));
     while !latch.probe() {
         match ctx.pop_local() {

@@ -16,6 +16,10 @@ pub(crate) trait Probe {
 pub(crate) enum Waiter {
     /// A worker of a runtime, which sleeps through its notifier.
     Worker(Arc<Registry>, usize),
+    /// A worker of the runtime whose workers set the latch (the `join` case: only workers of
+    /// the same runtime run the job). Woken through the setter's registry, so creating the
+    /// latch touches no shared reference count.
+    SameRuntime(usize),
     /// A thread outside any runtime, which sleeps in `thread::park`.
     Thread(Thread),
 }
@@ -32,6 +36,14 @@ impl Waiter {
     pub(crate) fn wake(&self) {
         match self {
             Waiter::Worker(reg, index) => reg.notify(*index),
+            Waiter::SameRuntime(index) => {
+                // The owner running its own job needs no wake-up.
+                if let Some(ctx) = crate::worker::WorkerCtx::current()
+                    && ctx.index() != *index
+                {
+                    ctx.registry().notify(*index);
+                }
+            }
             Waiter::Thread(t) => t.unpark(),
         }
     }

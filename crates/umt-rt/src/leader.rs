@@ -8,6 +8,14 @@ use std::time::Instant;
 use crate::registry::Registry;
 
 pub(crate) fn leader_main(reg: Arc<Registry>) {
+    // L0: run only where a CPU would otherwise idle. A core whose worker blocked has just gone
+    // idle, so the leader runs there at once; and its wake-ups never preempt a busy worker,
+    // whose switch records would wake it again (a feedback loop with the perf backend).
+    if reg.leader_policy == crate::runtime::LeaderPolicy::Idle
+        && let Err(e) = umt_sys::cpu::set_current_thread_idle_policy()
+    {
+        tracing::warn!("umt-rt: leader keeps the normal policy: {e}");
+    }
     let cores = reg.cpus.len();
     let mut last = Instant::now();
     // State of each core since the previous iteration: (ready count, work was queued).

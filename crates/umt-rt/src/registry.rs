@@ -78,6 +78,8 @@ pub(crate) struct Registry {
     pub(crate) core_time: Box<[CoreTime]>,
     /// Leader period.
     pub(crate) scan_period: Duration,
+    /// Scheduling policy of the leader thread.
+    pub(crate) leader_policy: crate::runtime::LeaderPolicy,
     /// Names worker threads from (cpu, index among the core's workers).
     pub(crate) thread_name: Box<dyn Fn(CpuId, usize) -> String + Send + Sync>,
     /// Handles of every thread started, joined at shutdown.
@@ -99,6 +101,7 @@ impl Registry {
         cap: usize,
         monitor: Monitor,
         scan_period: Duration,
+        leader_policy: crate::runtime::LeaderPolicy,
         thread_name: Box<dyn Fn(CpuId, usize) -> String + Send + Sync>,
     ) -> Registry {
         let slots: Box<[Slot]> = (0..cpus.len() * cap)
@@ -128,6 +131,7 @@ impl Registry {
             terminate: AtomicBool::new(false),
             counters: Counters::default(),
             scan_period,
+            leader_policy,
             thread_name,
             threads: Mutex::new(Vec::new()),
         }

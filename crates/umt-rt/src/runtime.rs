@@ -51,12 +51,28 @@ pub enum BuildError {
 
 type NameFn = Box<dyn Fn(CpuId, usize) -> String + Send + Sync>;
 
+/// How the leader thread is scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LeaderPolicy {
+    /// `SCHED_IDLE` (the default): the leader runs only on CPUs with nothing else to run, which
+    /// is exactly when a worker has blocked, and its wake-ups never preempt a worker. Its cost
+    /// on busy cores is nil. On a machine saturated by *other* processes it runs rarely, but
+    /// then no core is idle to refill.
+    #[default]
+    Idle,
+    /// The normal policy, as in the paper: the leader also runs its periodic scan on busy
+    /// cores, preempting a worker each time (and, with the perf backend, is woken again by the
+    /// switch records that preemption produces).
+    Normal,
+}
+
 /// Configures a [`Runtime`].
 pub struct Builder {
     cores: Option<Vec<CpuId>>,
     monitor: BackendKind,
     max_workers_per_core: usize,
     scan_period: Duration,
+    leader_policy: LeaderPolicy,
     ring_pages: usize,
     thread_name: NameFn,
 }
@@ -79,6 +95,7 @@ impl Default for Builder {
             monitor: BackendKind::Auto,
             max_workers_per_core: 4,
             scan_period: Duration::from_millis(1),
+            leader_policy: LeaderPolicy::Idle,
             ring_pages: umt_sys::DEFAULT_RING_PAGES,
             thread_name: Box::new(|cpu, k| format!("umt-worker-{cpu}.{k}")),
         }
@@ -108,6 +125,12 @@ impl Builder {
     /// How often the leader scans the cores when no event wakes it (default 1 ms).
     pub fn scan_period(mut self, period: Duration) -> Self {
         self.scan_period = period;
+        self
+    }
+
+    /// How the leader thread is scheduled (default [`LeaderPolicy::Idle`]).
+    pub fn leader_policy(mut self, policy: LeaderPolicy) -> Self {
+        self.leader_policy = policy;
         self
     }
 
@@ -156,6 +179,7 @@ impl Builder {
             self.max_workers_per_core,
             monitor,
             self.scan_period,
+            self.leader_policy,
             self.thread_name,
         ));
         let rt = Runtime { reg };

@@ -9,7 +9,7 @@ use umt_sys::{BackendKind, CpuId};
 pub struct Stats {
     /// The monitor backend in use.
     pub backend: BackendKind,
-    /// Tasks run by all workers.
+    /// Tasks started by all workers (once a scope or join returns, all of its tasks are counted).
     pub tasks_run: u64,
     /// Block and unblock events the leader drained from the monitor.
     pub monitor_events: u64,

@@ -99,7 +99,7 @@ impl WorkerCtx {
 
     fn main_loop(&self) {
         loop {
-            if let Some(job) = self.find_work() {
+            if let Some(job) = self.find_work_or_spin(None) {
                 self.execute(job);
                 continue;
             }
@@ -108,6 +108,30 @@ impl WorkerCtx {
             }
             self.sleep(None);
         }
+    }
+
+    /// Looks for work for a short while before giving up: work often appears within
+    /// microseconds (the other side of a `join`), and parking and waking cost a futex call and,
+    /// when monitored, two events. Spins first, then yields the CPU, then gives up.
+    fn find_work_or_spin(&self, probe: Option<&dyn Probe>) -> Option<Job> {
+        const SPIN_ROUNDS: u32 = 16;
+        const YIELD_ROUNDS: u32 = 16;
+        for round in 0..SPIN_ROUNDS + YIELD_ROUNDS {
+            if let Some(job) = self.find_work() {
+                return Some(job);
+            }
+            if probe.is_some_and(|p| p.probe()) || self.reg.terminate.load(Ordering::Relaxed) {
+                return None;
+            }
+            if round < SPIN_ROUNDS {
+                for _ in 0..(1u32 << round.min(6)) {
+                    std::hint::spin_loop();
+                }
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        None
     }
 
     /// Pushes a job on this worker's deque (a scheduling point).
@@ -165,11 +189,12 @@ impl WorkerCtx {
         }
     }
 
-    /// Runs one job between two scheduling points (task start, task end).
+    /// Runs one job between two scheduling points (task start, task end). Counted when it
+    /// starts: its last action may release a waiter, who must find it counted.
     pub(crate) fn execute(&self, job: Job) {
         self.sched_point();
-        job.run();
         self.slot().tasks_run.fetch_add(1, Ordering::Relaxed);
+        job.run();
         self.sched_point();
     }
 
@@ -177,9 +202,9 @@ impl WorkerCtx {
     pub(crate) fn wait_until(&self, probe: &dyn Probe) {
         self.sched_point();
         while !probe.probe() {
-            if let Some(job) = self.find_work() {
+            if let Some(job) = self.find_work_or_spin(Some(probe)) {
                 self.execute(job);
-            } else {
+            } else if !probe.probe() {
                 self.sleep(Some(probe));
             }
         }

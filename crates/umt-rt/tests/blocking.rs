@@ -3,6 +3,11 @@
 //! off, the core waits.
 //!
 //! `UMT_TEST_BACKEND=kernel|perf` forces the backend of the monitored runs (default: auto).
+//!
+//! Assumes no other process keeps the CPUs busy: the default leader runs at `SCHED_IDLE`, so
+//! it refills a blocked core only when that core would otherwise be idle. When another
+//! program's thread takes the core instead, there is nothing to refill (and the test waits
+//! for the leader's rare turn).
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};

@@ -75,10 +75,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             let now = monotonic_ns();
             monitor.drain_with(|ev| {
-                if ev.tid == worker_tid && ev.cause == Cause::Switch && ev.events.blocked == 1 {
-                    if let Some(t) = ev.time_ns {
-                        lat.push(now.saturating_sub(t));
-                    }
+                if ev.tid == worker_tid
+                    && ev.cause == Cause::Switch
+                    && ev.events.blocked == 1
+                    && let Some(t) = ev.time_ns
+                {
+                    lat.push(now.saturating_sub(t));
                 }
             })?;
         }

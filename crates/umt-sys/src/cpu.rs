@@ -108,6 +108,25 @@ pub fn pin_current_thread_to(cpus: &[CpuId]) -> Result<()> {
     }
 }
 
+/// Moves the calling thread to the `SCHED_IDLE` policy: it then runs only on CPUs that have
+/// nothing else to run, and never preempts a normal thread when it wakes. Unprivileged.
+///
+/// umt-rt's leader uses it so that its wake-ups cannot preempt a worker (which, with the perf
+/// backend, would produce switch records that wake the leader again).
+pub fn set_current_thread_idle_policy() -> Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param that outlives the call; pid 0 is the caller.
+    let ret = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(Error::os(
+            "sched_setscheduler(SCHED_IDLE)",
+            std::io::Error::last_os_error(),
+        ))
+    }
+}
+
 /// The kernel thread id of the calling thread.
 pub fn current_tid() -> i32 {
     nix::unistd::gettid().as_raw()
@@ -152,6 +171,19 @@ mod tests {
             pin_current_thread(1 << 20),
             Err(Error::CpuNotInMask { cpu, .. }) if cpu == 1 << 20
         ));
+    }
+
+    #[test]
+    fn idle_policy_applies_to_the_calling_thread_only() {
+        std::thread::spawn(|| {
+            set_current_thread_idle_policy().unwrap();
+            // SAFETY: querying the caller's policy has no preconditions.
+            assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_IDLE);
+        })
+        .join()
+        .unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_OTHER);
     }
 
     #[test]

@@ -36,6 +36,12 @@ fn wait_until_blocked(tid: i32) {
     }
 }
 
+/// The first and last CPU of the affinity mask, when there are two or more.
+fn two_cpus() -> Option<(CpuId, CpuId)> {
+    let cpus = cpu::process_cpus().unwrap();
+    (cpus.len() >= 2).then(|| (cpus[0], cpus[cpus.len() - 1]))
+}
+
 fn last_cpu() -> CpuId {
     *cpu::process_cpus().unwrap().last().unwrap()
 }
@@ -160,12 +166,10 @@ fn preempted_cpu_bound_threads_yield_no_block() {
 
 #[test]
 fn affinity_change_moves_the_thread_to_its_new_core() {
-    let cpus = cpu::process_cpus().unwrap();
-    if cpus.len() < 2 {
+    let Some((a, b)) = two_cpus() else {
         eprintln!("skipped: needs two CPUs in the affinity mask");
         return;
-    }
-    let (a, b) = (cpus[0], cpus[cpus.len() - 1]);
+    };
     let monitor = perf_monitor();
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -194,12 +198,10 @@ fn affinity_change_moves_the_thread_to_its_new_core() {
 
 #[test]
 fn a_runnable_thread_moved_by_another_is_compensated() {
-    let cpus = cpu::process_cpus().unwrap();
-    if cpus.len() < 2 {
+    let Some((a, b)) = two_cpus() else {
         eprintln!("skipped: needs two CPUs in the affinity mask");
         return;
-    }
-    let (a, b) = (cpus[0], cpus[cpus.len() - 1]);
+    };
     let monitor = perf_monitor();
     let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
