@@ -43,7 +43,7 @@
 //! });
 //! assert!(results.iter().all(|&r| r > 0));
 //! let stats = rt.stats();
-//! assert_eq!(stats.tasks_run, 16);
+//! assert_eq!(stats.tasks_run, 16 + 1); // the 16 tasks and the scope's body
 //! println!("{:?}: {} surrenders, {} leader wake-ups", stats.backend, stats.surrenders, stats.leader_wakeups);
 //! # Ok::<(), umt_rt::BuildError>(())
 //! ```
