@@ -160,14 +160,15 @@ impl Pools {
     }
 
     /// Takes a parked worker from some core that has no active worker (to run new work).
-    pub(crate) fn take_from_idle_core(&self) -> Option<usize> {
+    /// Returns the core and the worker.
+    pub(crate) fn take_from_idle_core(&self) -> Option<(usize, usize)> {
         for core in 0..self.cores.len() {
             let mut p = lock(&self.cores[core]);
             if p.active == 0
                 && let Some((w, _)) = p.parked.pop()
             {
                 self.activate(&mut p);
-                return Some(w);
+                return Some((core, w));
             }
         }
         None
@@ -239,7 +240,7 @@ mod tests {
         assert_eq!(pools.counts(0), (1, 1));
         assert_eq!(pools.enter(1, 2), None);
         assert_eq!(pools.idle_cores(), 1);
-        assert_eq!(pools.take_from_idle_core(), Some(2));
+        assert_eq!(pools.take_from_idle_core(), Some((1, 2)));
         assert_eq!(pools.idle_cores(), 0);
     }
 }

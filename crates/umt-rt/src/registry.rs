@@ -144,15 +144,34 @@ impl Registry {
         }
     }
 
+    /// Wakes `worker`, just taken out of `core`'s pool. Until it runs, the core's wake is in
+    /// flight, so the leader does not wake another worker for the same core (its ready count
+    /// lags until the woken worker is on the CPU).
+    pub(crate) fn wake_taken(&self, core: usize, worker: usize) {
+        self.wake_in_flight[core].store(true, Ordering::Release);
+        self.notify(worker);
+    }
+
     /// After work was pushed: if some core has no active worker, wake one of its parked workers.
     /// The fence pairs with the one a worker makes between entering the pool and re-checking
     /// for work, so that one of the two always sees the other.
     pub(crate) fn notify_work(&self) {
         fence(std::sync::atomic::Ordering::SeqCst);
         if self.pools.idle_cores() > 0
-            && let Some(w) = self.pools.take_from_idle_core()
+            && let Some((core, w)) = self.pools.take_from_idle_core()
         {
-            self.notify(w);
+            self.wake_taken(core, w);
+        }
+    }
+
+    /// After a worker pushed onto its *own* deque: the same check without the fence. A
+    /// wake-up missed in the race with a worker going to sleep costs parallelism only, never
+    /// progress: the pusher is active and will pop the job itself (see `README.md`).
+    pub(crate) fn notify_work_local(&self) {
+        if self.pools.idle_cores() > 0
+            && let Some((core, w)) = self.pools.take_from_idle_core()
+        {
+            self.wake_taken(core, w);
         }
     }
 
@@ -188,9 +207,8 @@ impl Registry {
     /// one if the cap allows.
     pub(crate) fn wake_or_create(self: &Arc<Self>, core: usize) {
         if let Some(w) = self.pools.take(core) {
-            self.wake_in_flight[core].store(true, Ordering::Release);
             self.counters.leader_wakeups.fetch_add(1, Ordering::Relaxed);
-            self.notify(w);
+            self.wake_taken(core, w);
         } else if let Some(k) = self.pools.reserve_new(core) {
             self.wake_in_flight[core].store(true, Ordering::Release);
             match self.start_worker(core * self.cap + k) {

@@ -16,15 +16,24 @@ use crate::worker::WorkerCtx;
 /// [`Runtime::scope`](crate::Runtime::scope) or [`scope`](crate::scope); it returns once every
 /// task spawned in it has finished (the taskwait).
 pub struct Scope<'scope> {
-    state: Arc<ScopeState>,
+    /// Points into `run_scope`'s frame, which outlives every task of the scope (it waits for
+    /// `pending` to reach zero): the same guarantee that lets tasks borrow for `'scope`. A
+    /// pointer rather than an `Arc` spares every task a shared reference-count round trip.
+    state: *const ScopeState,
     /// Invariant in `'scope`, as `std::thread::Scope`.
     _marker: PhantomData<&'scope mut &'scope ()>,
 }
 
+// SAFETY: a `Scope` only gives shared access to `ScopeState`, which is `Sync` (atomics, mutexes,
+// and `Send + Sync` handles), and the pointee outlives every `Scope` (see the field).
+unsafe impl Send for Scope<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for Scope<'_> {}
+
 impl std::fmt::Debug for Scope<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scope")
-            .field("pending", &self.state.pending.load(Ordering::Relaxed))
+            .field("pending", &self.state().pending.load(Ordering::Relaxed))
             .finish()
     }
 }
@@ -73,15 +82,15 @@ pub(crate) fn run_scope<'scope, F, R>(registry: Option<&Arc<Registry>>, f: F) ->
 where
     F: FnOnce(&Scope<'scope>) -> R,
 {
-    let state = Arc::new(ScopeState {
+    let state = ScopeState {
         pending: AtomicUsize::new(1),
         latch: Latch::new(Waiter::current()),
         panic: Mutex::new(None),
         deps: Mutex::new(DepTable::default()),
         registry: registry.cloned(),
-    });
+    };
     let scope = Scope {
-        state: state.clone(),
+        state: &state,
         _marker: PhantomData,
     };
     let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
@@ -97,6 +106,12 @@ where
 }
 
 impl<'scope> Scope<'scope> {
+    fn state(&self) -> &ScopeState {
+        // SAFETY: the state lives in `run_scope`'s frame until every task has finished, and
+        // every `Scope` is used only by the scope's body or its tasks (see the field).
+        unsafe { &*self.state }
+    }
+
     /// Spawns a task into the scope. It may borrow anything that outlives the scope, and spawn
     /// more tasks through the `&Scope` it receives.
     pub fn spawn<F>(&self, f: F)
@@ -104,7 +119,7 @@ impl<'scope> Scope<'scope> {
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
         let job = self.make_job(f, None);
-        self.state.submit(job);
+        self.state().submit(job);
     }
 
     /// Spawns a task that runs only after every earlier task of this scope that conflicts with
@@ -131,13 +146,13 @@ impl<'scope> Scope<'scope> {
         let node = DepNode::new();
         let job = self.make_job(f, Some(node.clone()));
         node.set_job(job);
-        self.state
+        self.state()
             .deps
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .register(&node, &accesses);
         if let Some(job) = node.release() {
-            self.state.submit(job);
+            self.state().submit(job);
         }
     }
 
@@ -145,16 +160,16 @@ impl<'scope> Scope<'scope> {
     where
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
-        self.state.pending.fetch_add(1, Ordering::AcqRel);
-        let state = self.state.clone();
+        self.state().pending.fetch_add(1, Ordering::AcqRel);
+        let scope = Scope {
+            state: self.state,
+            _marker: PhantomData,
+        };
         let task = move || {
-            let scope = Scope {
-                state: state.clone(),
-                _marker: PhantomData,
-            };
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(&scope))) {
-                state.store_panic(p);
+                scope.state().store_panic(p);
             }
+            let state = scope.state();
             if let Some(node) = node {
                 // Successors are released even after a panic: the scope re-raises it once all
                 // have run.
@@ -166,7 +181,8 @@ impl<'scope> Scope<'scope> {
             state.complete_one();
         };
         // SAFETY: `pending` counts this job from now until `complete_one` above, its last
-        // action; `run_scope` does not return (or unwind) before `pending` is zero, so every
+        // action (`complete_one` touches the state only before the latch store that lets the
+        // scope return); `run_scope` does not return (or unwind) before `pending` is zero, so every
         // borrow of lifetime 'scope outlives the job. A job that is never run (impossible: the
         // runtime runs every queued job before shutting down) would keep the scope waiting,
         // never free its borrows early.

@@ -137,7 +137,7 @@ impl WorkerCtx {
     /// Pushes a job on this worker's deque (a scheduling point).
     pub(crate) fn push(&self, job: Job) {
         self.deque.push(job);
-        self.reg.notify_work();
+        self.reg.notify_work_local();
         self.sched_point();
     }
 
@@ -193,7 +193,9 @@ impl WorkerCtx {
     /// starts: its last action may release a waiter, who must find it counted.
     pub(crate) fn execute(&self, job: Job) {
         self.sched_point();
-        self.slot().tasks_run.fetch_add(1, Ordering::Relaxed);
+        // Only this worker writes its counter: a plain increment, no locked instruction.
+        let run = &self.slot().tasks_run;
+        run.store(run.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         job.run();
         self.sched_point();
     }
@@ -218,7 +220,7 @@ impl WorkerCtx {
         // S1: stop being active, become findable by wakers. If the core would idle while a
         // worker that surrendered mid-task waits, hand the core to it.
         if let Some(w) = pools.enter(self.core, self.index) {
-            self.reg.notify(w);
+            self.reg.wake_taken(self.core, w);
         }
         // S2: pairs with the fence in `Registry::notify_work`.
         fence(Ordering::SeqCst);

@@ -1,0 +1,212 @@
+//! The runtime targets as ratios measured in one run, runtimes alternating (A B C A B C ...)
+//! so that machine drift hits all alike:
+//!
+//! ```text
+//! cargo run --release -p umt-benches --example ratios -- [repeats]
+//! ```
+//!
+//! - spawn-and-run of empty tasks in a scope, and a tree of joins: umt-rt against rayon;
+//! - a compute-only workload: monitor on against off (the monitor must cost nothing);
+//! - a blocking mix: monitor on against off and rayon.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use umt_benches::burn;
+use umt_rt::{BackendKind, Runtime};
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+fn tree_umt(depth: u32) -> u64 {
+    if depth == 0 {
+        return black_box(1);
+    }
+    let (a, b) = umt_rt::join(|| tree_umt(depth - 1), || tree_umt(depth - 1));
+    a + b
+}
+
+fn tree_rayon(depth: u32) -> u64 {
+    if depth == 0 {
+        return black_box(1);
+    }
+    let (a, b) = rayon::join(|| tree_rayon(depth - 1), || tree_rayon(depth - 1));
+    a + b
+}
+
+/// Runs each contender once per round, in turn, `rounds` times; each run warms up once, then
+/// repeats the workload `inner` times. Returns the median time of one workload per contender.
+fn alternate(
+    rounds: usize,
+    inner: usize,
+    contenders: &mut [(&str, &mut dyn FnMut())],
+) -> Vec<Duration> {
+    let mut times = vec![Vec::new(); contenders.len()];
+    for _ in 0..rounds {
+        for (i, (_, f)) in contenders.iter_mut().enumerate() {
+            // Untimed: let the previous contender's threads finish spinning and park, so each
+            // one runs on a quiet machine (on 2 cores their spinning would be measured).
+            std::thread::sleep(Duration::from_millis(20));
+            f();
+            let t = Instant::now();
+            for _ in 0..inner {
+                f();
+            }
+            times[i].push(t.elapsed() / inner as u32);
+        }
+    }
+    times.into_iter().map(median).collect()
+}
+
+fn report(title: &str, names: &[&str], med: &[Duration], base: usize) {
+    println!("{title}");
+    for (n, m) in names.iter().zip(med) {
+        println!(
+            "  {n:<14} {:>10.1} us   {:.3}x {}",
+            m.as_secs_f64() * 1e6,
+            m.as_secs_f64() / med[base].as_secs_f64(),
+            names[base]
+        );
+    }
+}
+
+fn main() {
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(30);
+    let off = Runtime::builder()
+        .monitor(BackendKind::Disabled)
+        .build()
+        .expect("runtime");
+    let on = Runtime::builder()
+        .monitor(BackendKind::Auto)
+        .build()
+        .expect("runtime");
+    let on_name = format!("umt-{}", on.backend());
+    let cores = on.cpus().len();
+    let ry = rayon::ThreadPoolBuilder::new()
+        .num_threads(cores)
+        .build()
+        .expect("rayon");
+    println!(
+        "{cores} cores, monitor {}, {rounds} alternating rounds\n",
+        on.selection()
+    );
+
+    let spawn_umt = |rt: &Runtime| {
+        rt.scope(|s| {
+            for i in 0..1000u64 {
+                s.spawn(move |_| {
+                    black_box(i);
+                });
+            }
+        })
+    };
+    let names = ["umt-disabled", on_name.as_str(), "rayon"];
+    let med = alternate(
+        rounds,
+        20,
+        &mut [
+            (names[0], &mut || spawn_umt(&off)),
+            (names[1], &mut || spawn_umt(&on)),
+            (names[2], &mut || {
+                ry.scope(|s| {
+                    for i in 0..1000u64 {
+                        s.spawn(move |_| {
+                            black_box(i);
+                        });
+                    }
+                })
+            }),
+        ],
+    );
+    report(
+        "spawn-and-run, 1000 empty tasks in a scope (target: umt within 1.5x of rayon)",
+        &names,
+        &med,
+        2,
+    );
+
+    let med = alternate(
+        rounds,
+        20,
+        &mut [
+            (names[0], &mut || {
+                off.install(|| tree_umt(12));
+            }),
+            (names[1], &mut || {
+                on.install(|| tree_umt(12));
+            }),
+            (names[2], &mut || {
+                ry.install(|| tree_rayon(12));
+            }),
+        ],
+    );
+    report(
+        "join, a tree of 4096 leaves (target: umt within 1.5x of rayon)",
+        &names,
+        &med,
+        2,
+    );
+
+    let compute = |rt: &Runtime| {
+        rt.scope(|s| {
+            for _ in 0..256 {
+                s.spawn(|_| {
+                    black_box(burn(20_000));
+                });
+            }
+        })
+    };
+    let med = alternate(
+        rounds,
+        3,
+        &mut [
+            (names[0], &mut || compute(&off)),
+            (names[1], &mut || compute(&on)),
+        ],
+    );
+    report(
+        "compute only, 256 tasks of ~50 us (target: monitor on within 1% of off)",
+        &names[..2],
+        &med,
+        0,
+    );
+
+    let mix = |i: usize| {
+        if i % 2 == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        } else {
+            black_box(burn(400_000));
+        }
+    };
+    let med = alternate(
+        rounds.min(15),
+        1,
+        &mut [
+            (names[0], &mut || {
+                off.scope(|s| (0..64).for_each(|i| s.spawn(move |_| mix(i))))
+            }),
+            (names[1], &mut || {
+                on.scope(|s| (0..64).for_each(|i| s.spawn(move |_| mix(i))))
+            }),
+            (names[2], &mut || {
+                ry.scope(|s| (0..64).for_each(|i| s.spawn(move |_| mix(i))))
+            }),
+        ],
+    );
+    report(
+        "blocking mix, 32 x 1 ms sleeps + 32 x ~1 ms compute",
+        &names,
+        &med,
+        0,
+    );
+    let st = on.stats();
+    println!(
+        "\n{on_name} stats: {} leader wake-ups, {} workers created, {} surrenders, {} monitor events",
+        st.leader_wakeups, st.workers_created, st.surrenders, st.monitor_events
+    );
+}
