@@ -177,7 +177,7 @@ fn main() {
     );
 
     let mix = |i: usize| {
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             std::thread::sleep(Duration::from_millis(1));
         } else {
             black_box(burn(400_000));
