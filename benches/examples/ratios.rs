@@ -60,6 +60,19 @@ fn alternate(
     times.into_iter().map(median).collect()
 }
 
+/// What the monitored runtime did since `before`.
+fn activity(rt: &Runtime, before: &umt_rt::Stats) -> String {
+    let now = rt.stats();
+    format!(
+        "    ({}: {} leader wake-ups, {} spares created, {} surrenders, {} monitor events)",
+        now.backend,
+        now.leader_wakeups - before.leader_wakeups,
+        now.workers_created - before.workers_created,
+        now.surrenders - before.surrenders,
+        now.monitor_events - before.monitor_events
+    )
+}
+
 fn report(title: &str, names: &[&str], med: &[Duration], base: usize) {
     println!("{title}");
     for (n, m) in names.iter().zip(med) {
@@ -83,6 +96,10 @@ fn main() {
         .expect("runtime");
     let on = Runtime::builder()
         .monitor(BackendKind::Auto)
+        .build()
+        .expect("runtime");
+    let off2 = Runtime::builder()
+        .monitor(BackendKind::Disabled)
         .build()
         .expect("runtime");
     let on_name = format!("umt-{}", on.backend());
@@ -161,20 +178,23 @@ fn main() {
             }
         })
     };
+    let before = on.stats();
     let med = alternate(
         rounds,
         3,
         &mut [
             (names[0], &mut || compute(&off)),
             (names[1], &mut || compute(&on)),
+            ("control-off", &mut || compute(&off2)),
         ],
     );
     report(
         "compute only, 256 tasks of ~50 us (target: monitor on within 1% of off)",
-        &names[..2],
+        &[names[0], names[1], "control-off"],
         &med,
         0,
     );
+    println!("{}", activity(&on, &before));
 
     let mix = |i: usize| {
         if i.is_multiple_of(2) {
@@ -183,6 +203,7 @@ fn main() {
             black_box(burn(400_000));
         }
     };
+    let before = on.stats();
     let med = alternate(
         rounds.min(15),
         1,
@@ -204,9 +225,5 @@ fn main() {
         &med,
         0,
     );
-    let st = on.stats();
-    println!(
-        "\n{on_name} stats: {} leader wake-ups, {} workers created, {} surrenders, {} monitor events",
-        st.leader_wakeups, st.workers_created, st.surrenders, st.monitor_events
-    );
+    println!("{}", activity(&on, &before));
 }

@@ -21,9 +21,14 @@ pub(crate) fn leader_main(reg: Arc<Registry>) {
     // State of each core since the previous iteration: (ready count, work was queued).
     let mut prev: Vec<(i64, bool)> = vec![(1, false); cores];
     let mut in_flight = vec![false; cores];
+    // The periodic scan only corrects counts that missed an event. While scans find nothing,
+    // the timeout doubles (up to 64 periods) so a busy, non-blocking program is not
+    // interrupted every period; any event or action resets it. Events wake the leader anyway.
+    let mut timeout = reg.scan_period;
+    let max_timeout = reg.scan_period * 64;
     while !reg.terminate.load(Ordering::Acquire) {
-        // L1: wait for events or the scan period.
-        if let Err(e) = reg.monitor.wait(Some(reg.scan_period)) {
+        // L1: wait for events or the scan timeout.
+        if let Err(e) = reg.monitor.wait(Some(timeout)) {
             tracing::warn!("umt-rt: leader wait failed: {e}");
             std::thread::sleep(reg.scan_period);
         }
@@ -36,8 +41,10 @@ pub(crate) fn leader_main(reg: Arc<Registry>) {
             *f = w.load(Ordering::Acquire);
         }
         // L2: drain the events into the per-core ready counts.
+        let mut quiet = true;
         match reg.monitor.drain_with(|_| {}) {
             Ok(n) => {
+                quiet = n == 0;
                 reg.counters
                     .monitor_events
                     .fetch_add(n as u64, Ordering::Relaxed);
@@ -64,7 +71,13 @@ pub(crate) fn leader_main(reg: Arc<Registry>) {
             // worker waits) gets one.
             if ready <= 0 && (pending || reg.pools.has_surrendered(core)) && !in_flight[core] {
                 reg.wake_or_create(core);
+                quiet = false;
             }
         }
+        timeout = if quiet {
+            (timeout * 2).min(max_timeout)
+        } else {
+            reg.scan_period
+        };
     }
 }

@@ -30,6 +30,9 @@ struct Args {
     /// Pin the leader to this CPU (default: not pinned, like the runtime's leader).
     #[arg(long)]
     leader_cpu: Option<usize>,
+    /// Run the leader at SCHED_IDLE, as umt-rt's leader does by default.
+    #[arg(long)]
+    idle_leader: bool,
 }
 
 fn monotonic_ns() -> u64 {
@@ -50,6 +53,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let worker_cpu = *cpus.last().ok_or("no CPU in the affinity mask")?;
     if let Some(c) = args.leader_cpu {
         cpu::pin_current_thread(c)?;
+    }
+    if args.idle_leader {
+        cpu::set_current_thread_idle_policy()?;
     }
     let done = AtomicBool::new(false);
     let mut lat = Vec::with_capacity(args.iterations);
