@@ -54,7 +54,10 @@ pub(crate) fn leader_main(reg: Arc<Registry>) {
         let now = Instant::now();
         let dt = now.duration_since(last).as_nanos() as u64;
         last = now;
-        let pending = reg.has_work();
+        // Whether work is queued: read lazily, only for a core with no ready worker, since
+        // it reads every worker's deque and would bounce their cache lines mid-burst.
+        let mut pending: Option<bool> = None;
+        let mut pending = || *pending.get_or_insert_with(|| reg.has_work());
         for core in 0..cores {
             let ready = reg.monitor.ready(reg.cpus[core]);
             // Time accounting: the state seen last time held for the whole interval.
@@ -66,10 +69,11 @@ pub(crate) fn leader_main(reg: Arc<Registry>) {
             if was_ready > 1 {
                 t.oversubscribed_ns.fetch_add(dt, Ordering::Relaxed);
             }
-            prev[core] = (ready, pending);
+            let starved = ready <= 0 && (pending() || reg.pools.has_surrendered(core));
+            prev[core] = (ready, ready <= 0 && pending());
             // L3: a core with no ready worker while work is queued (or a task of a surrendered
             // worker waits) gets one.
-            if ready <= 0 && (pending || reg.pools.has_surrendered(core)) && !in_flight[core] {
+            if starved && !in_flight[core] {
                 reg.wake_or_create(core);
                 quiet = false;
             }
