@@ -4,7 +4,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use umt_benches::burn;
+use umt_benches::{burn, tree_rayon, tree_umt};
 use umt_rt::{BackendKind, Runtime};
 
 fn cores() -> usize {
@@ -57,22 +57,6 @@ fn spawn(c: &mut Criterion) {
         })
     });
     g.finish();
-}
-
-fn tree_umt(depth: u32) -> u64 {
-    if depth == 0 {
-        return black_box(1);
-    }
-    let (a, b) = umt_rt::join(|| tree_umt(depth - 1), || tree_umt(depth - 1));
-    a + b
-}
-
-fn tree_rayon(depth: u32) -> u64 {
-    if depth == 0 {
-        return black_box(1);
-    }
-    let (a, b) = rayon::join(|| tree_rayon(depth - 1), || tree_rayon(depth - 1));
-    a + b
 }
 
 fn join(c: &mut Criterion) {

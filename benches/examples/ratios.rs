@@ -12,28 +12,12 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use umt_benches::burn;
+use umt_benches::{burn, tree_rayon, tree_umt};
 use umt_rt::{BackendKind, Runtime};
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort_unstable();
     v[v.len() / 2]
-}
-
-fn tree_umt(depth: u32) -> u64 {
-    if depth == 0 {
-        return black_box(1);
-    }
-    let (a, b) = umt_rt::join(|| tree_umt(depth - 1), || tree_umt(depth - 1));
-    a + b
-}
-
-fn tree_rayon(depth: u32) -> u64 {
-    if depth == 0 {
-        return black_box(1);
-    }
-    let (a, b) = rayon::join(|| tree_rayon(depth - 1), || tree_rayon(depth - 1));
-    a + b
 }
 
 /// Runs each contender once per round, in turn, `rounds` times; each run warms up once, then

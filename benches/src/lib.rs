@@ -20,3 +20,21 @@ pub fn burn(n: u64) -> u64 {
     }
     acc
 }
+
+/// A binary tree of `umt_rt::join`s with `2^depth` leaves; returns the number of leaves.
+pub fn tree_umt(depth: u32) -> u64 {
+    if depth == 0 {
+        return std::hint::black_box(1);
+    }
+    let (a, b) = umt_rt::join(|| tree_umt(depth - 1), || tree_umt(depth - 1));
+    a + b
+}
+
+/// The same tree with `rayon::join`.
+pub fn tree_rayon(depth: u32) -> u64 {
+    if depth == 0 {
+        return std::hint::black_box(1);
+    }
+    let (a, b) = rayon::join(|| tree_rayon(depth - 1), || tree_rayon(depth - 1));
+    a + b
+}

@@ -17,12 +17,8 @@ use umt_rt::{BackendKind, Runtime};
 
 const FILLERS: usize = 200;
 
-fn monitored_backend() -> BackendKind {
-    std::env::var("UMT_TEST_BACKEND")
-        .ok()
-        .and_then(|b| b.parse().ok())
-        .unwrap_or(BackendKind::Auto)
-}
+mod common;
+use common::monitored_backend;
 
 fn thread_state(tid: i32) -> char {
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();

@@ -10,12 +10,8 @@ use umt_rt::{BackendKind, Runtime, Scope};
 
 const TASKS: usize = 120_000;
 
-fn monitored_backend() -> BackendKind {
-    std::env::var("UMT_TEST_BACKEND")
-        .ok()
-        .and_then(|b| b.parse().ok())
-        .unwrap_or(BackendKind::Auto)
-}
+mod common;
+use common::monitored_backend;
 
 #[repr(C, align(4096))]
 struct Page([u8; 4096]);
