@@ -1,0 +1,421 @@
+//! Heat diffusion (paper IV-E): 2D Gauss-Seidel, in-place 5-point update on an `n x n` grid
+//! split into `b x b` blocks, with periodic checkpoints of the whole grid.
+//!
+//! One task per block per iteration reads its four neighbour blocks and writes its own. Spawned
+//! in the order a sequential blocked sweep visits them, the dataflow dependencies give exactly
+//! the sequential result: a wavefront inside each iteration, and consecutive iterations
+//! pipelining behind it. Every `iof` iterations, one task per block (reading the block) writes
+//! it into that checkpoint's file.
+//!
+//! The top edge is held at 1.0 (the heat source), the other edges at 0.0.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use umt_rt::{Access, Runtime};
+
+use crate::io::{BenchError, DIRECT_ALIGN, IoMode, create_file, write_f64s};
+
+/// Temperature of the top edge.
+pub const TOP: f64 = 1.0;
+
+/// The parameters of one heat run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeatParams {
+    /// Cells per side (a multiple of `block`).
+    pub n: usize,
+    /// Cells per block side.
+    pub block: usize,
+    /// Gauss-Seidel iterations.
+    pub iters: usize,
+    /// A checkpoint after every `iof` iterations (`None`: no checkpoints).
+    pub iof: Option<usize>,
+    /// Directory for checkpoint files.
+    pub dir: PathBuf,
+    /// How checkpoints are written.
+    pub io: IoMode,
+}
+
+impl HeatParams {
+    /// Checks the parameters; the error says which one is wrong and why.
+    pub fn validate(&self) -> Result<(), BenchError> {
+        let bad = |m: String| Err(BenchError::InvalidParam(m));
+        if self.block == 0 || self.n == 0 {
+            return bad(format!(
+                "size {} and block {} must be positive",
+                self.n, self.block
+            ));
+        }
+        if !self.n.is_multiple_of(self.block) {
+            return bad(format!(
+                "block {} does not divide the grid size {}: pick a divisor",
+                self.block, self.n
+            ));
+        }
+        if self.iof == Some(0) {
+            return bad("iof must be at least 1 (or no checkpoints)".into());
+        }
+        if self.io == IoMode::Direct && !(self.block * self.block * 8).is_multiple_of(DIRECT_ALIGN)
+        {
+            return bad(format!(
+                "a {0}x{0} block is {1} bytes, not a multiple of {DIRECT_ALIGN} as O_DIRECT \
+                 needs: use a block size that is a multiple of 32",
+                self.block,
+                self.block * self.block * 8
+            ));
+        }
+        Ok(())
+    }
+
+    /// Blocks per side.
+    pub fn blocks(&self) -> usize {
+        self.n / self.block
+    }
+
+    /// Iterations after which a checkpoint is written (1-based iteration counts).
+    pub fn checkpoint_iters(&self) -> Vec<usize> {
+        match self.iof {
+            Some(iof) => (1..=self.iters).filter(|i| i.is_multiple_of(iof)).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// The checkpoint file written after iteration `iter`.
+    pub fn checkpoint_path(&self, iter: usize) -> PathBuf {
+        self.dir
+            .join(format!("umt-heat-{}-{iter}.ckpt", std::process::id()))
+    }
+
+    /// Bytes one checkpoint writes.
+    pub fn checkpoint_bytes(&self) -> u64 {
+        (self.n * self.n * 8) as u64
+    }
+}
+
+/// The edges of a block's neighbours that its update reads.
+struct Halo {
+    up: Vec<f64>,
+    down: Vec<f64>,
+    left: Vec<f64>,
+    right: Vec<f64>,
+}
+
+/// Updates one block in place (row-major), given its neighbours' facing edges: the up and left
+/// ones already hold this iteration's values, the down and right ones the previous iteration's,
+/// exactly as in a sequential sweep.
+fn update_block(cells: &mut [f64], b: usize, h: &Halo) {
+    for i in 0..b {
+        for j in 0..b {
+            let up = if i == 0 {
+                h.up[j]
+            } else {
+                cells[(i - 1) * b + j]
+            };
+            let down = if i + 1 == b {
+                h.down[j]
+            } else {
+                cells[(i + 1) * b + j]
+            };
+            let left = if j == 0 {
+                h.left[i]
+            } else {
+                cells[i * b + j - 1]
+            };
+            let right = if j + 1 == b {
+                h.right[i]
+            } else {
+                cells[i * b + j + 1]
+            };
+            cells[i * b + j] = 0.25 * (up + down + left + right);
+        }
+    }
+}
+
+/// The grid as blocks, each behind its own lock. The dependencies already order every access,
+/// so the locks never wait; they make the sharing safe without `unsafe`.
+#[derive(Debug)]
+pub struct Grid {
+    nb: usize,
+    b: usize,
+    blocks: Vec<RwLock<Vec<f64>>>,
+}
+
+impl Grid {
+    /// A grid at 0.0 everywhere (the edges are implicit).
+    pub fn new(p: &HeatParams) -> Grid {
+        let (nb, b) = (p.blocks(), p.block);
+        Grid {
+            nb,
+            b,
+            blocks: (0..nb * nb)
+                .map(|_| RwLock::new(vec![0.0; b * b]))
+                .collect(),
+        }
+    }
+
+    fn read(&self, bi: usize, bj: usize) -> std::sync::RwLockReadGuard<'_, Vec<f64>> {
+        self.blocks[bi * self.nb + bj]
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gathers the halo of block `(bi, bj)` from its neighbours (or the fixed edges).
+    fn halo(&self, bi: usize, bj: usize) -> Halo {
+        let (b, nb) = (self.b, self.nb);
+        let row = |bi: usize, bj: usize, i: usize| self.read(bi, bj)[i * b..(i + 1) * b].to_vec();
+        let col = |bi: usize, bj: usize, j: usize| {
+            let blk = self.read(bi, bj);
+            (0..b).map(|i| blk[i * b + j]).collect()
+        };
+        Halo {
+            up: if bi == 0 {
+                vec![TOP; b]
+            } else {
+                row(bi - 1, bj, b - 1)
+            },
+            down: if bi + 1 == nb {
+                vec![0.0; b]
+            } else {
+                row(bi + 1, bj, 0)
+            },
+            left: if bj == 0 {
+                vec![0.0; b]
+            } else {
+                col(bi, bj - 1, b - 1)
+            },
+            right: if bj + 1 == nb {
+                vec![0.0; b]
+            } else {
+                col(bi, bj + 1, 0)
+            },
+        }
+    }
+
+    /// One Gauss-Seidel update of block `(bi, bj)`.
+    pub fn update(&self, bi: usize, bj: usize) {
+        let halo = self.halo(bi, bj);
+        let mut cells = self.blocks[bi * self.nb + bj]
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        update_block(&mut cells, self.b, &halo);
+    }
+
+    /// The whole grid, row-major.
+    pub fn to_matrix(&self) -> Vec<f64> {
+        let (b, nb) = (self.b, self.nb);
+        let n = b * nb;
+        let mut m = vec![0.0; n * n];
+        for bi in 0..nb {
+            for bj in 0..nb {
+                let blk = self.read(bi, bj);
+                for i in 0..b {
+                    let at = (bi * b + i) * n + bj * b;
+                    m[at..at + b].copy_from_slice(&blk[i * b..(i + 1) * b]);
+                }
+            }
+        }
+        m
+    }
+
+    /// Writes block `(bi, bj)` at its place in a checkpoint file (block-major layout).
+    fn write_block(
+        &self,
+        bi: usize,
+        bj: usize,
+        file: &File,
+        path: &Path,
+    ) -> Result<(), BenchError> {
+        let blk = self.read(bi, bj);
+        let offset = ((bi * self.nb + bj) * self.b * self.b * 8) as u64;
+        write_f64s(file, path, offset, &blk)
+    }
+}
+
+/// The grid after `iters` iterations of a sequential blocked sweep: the reference.
+pub fn sequential(p: &HeatParams, iters: usize) -> Vec<f64> {
+    let grid = Grid::new(p);
+    for _ in 0..iters {
+        for bi in 0..p.blocks() {
+            for bj in 0..p.blocks() {
+                grid.update(bi, bj);
+            }
+        }
+    }
+    grid.to_matrix()
+}
+
+/// Converts a block-major checkpoint (as written) to a row-major matrix.
+pub fn checkpoint_to_matrix(p: &HeatParams, block_major: &[f64]) -> Vec<f64> {
+    let (b, nb, n) = (p.block, p.blocks(), p.n);
+    let mut m = vec![0.0; n * n];
+    for blk in 0..nb * nb {
+        let (bi, bj) = (blk / nb, blk % nb);
+        for i in 0..b {
+            let src = blk * b * b + i * b;
+            let dst = (bi * b + i) * n + bj * b;
+            m[dst..dst + b].copy_from_slice(&block_major[src..src + b]);
+        }
+    }
+    m
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct HeatRun {
+    /// Wall time of the whole run (computation and checkpoints).
+    pub elapsed: Duration,
+    /// The final grid, row-major.
+    pub matrix: Vec<f64>,
+    /// Checkpoint files written, with their iteration.
+    pub checkpoints: Vec<(usize, PathBuf)>,
+    /// Bytes written to checkpoints.
+    pub bytes_written: u64,
+}
+
+impl HeatRun {
+    /// Cells updated per second (the figure of merit).
+    pub fn cells_per_second(&self, p: &HeatParams) -> f64 {
+        (p.n * p.n * p.iters) as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// Runs heat diffusion on `rt`: one task per block per iteration, checkpoint writes as tasks.
+pub fn run(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
+    p.validate()?;
+    let grid = Grid::new(p);
+    let nb = p.blocks();
+    let ckpt_iters = p.checkpoint_iters();
+    let files: Vec<(usize, PathBuf, File)> = ckpt_iters
+        .iter()
+        .map(|&it| {
+            let path = p.checkpoint_path(it);
+            create_file(&path, p.io).map(|f| (it, path, f))
+        })
+        .collect::<Result<_, _>>()?;
+    let errors = std::sync::Mutex::new(Vec::new());
+    let start = Instant::now();
+    rt.scope(|s| {
+        let (grid, errors) = (&grid, &errors);
+        let mut next_ckpt = files.iter().peekable();
+        for it in 1..=p.iters {
+            for bi in 0..nb {
+                for bj in 0..nb {
+                    let mut deps = vec![Access::write((bi, bj))];
+                    if bi > 0 {
+                        deps.push(Access::read((bi - 1, bj)));
+                    }
+                    if bi + 1 < nb {
+                        deps.push(Access::read((bi + 1, bj)));
+                    }
+                    if bj > 0 {
+                        deps.push(Access::read((bi, bj - 1)));
+                    }
+                    if bj + 1 < nb {
+                        deps.push(Access::read((bi, bj + 1)));
+                    }
+                    s.spawn_with(deps, move |_| grid.update(bi, bj));
+                }
+            }
+            if let Some((_, path, file)) = next_ckpt.next_if(|(ci, _, _)| *ci == it) {
+                for bi in 0..nb {
+                    for bj in 0..nb {
+                        s.spawn_with([Access::read((bi, bj))], move |_| {
+                            if let Err(e) = grid.write_block(bi, bj, file, path) {
+                                errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
+                            }
+                        });
+                    }
+                }
+            }
+        }
+    });
+    let elapsed = start.elapsed();
+    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()).pop() {
+        return Err(e);
+    }
+    Ok(HeatRun {
+        elapsed,
+        matrix: grid.to_matrix(),
+        bytes_written: p.checkpoint_bytes() * files.len() as u64,
+        checkpoints: files.into_iter().map(|(it, path, _)| (it, path)).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(n: usize, block: usize, iters: usize, iof: Option<usize>) -> HeatParams {
+        let dir = std::env::temp_dir();
+        let io = if crate::io::probe_direct(&dir).is_ok() {
+            IoMode::Direct
+        } else {
+            IoMode::Buffered
+        };
+        HeatParams {
+            n,
+            block,
+            iters,
+            iof,
+            dir,
+            io,
+        }
+    }
+
+    #[test]
+    fn bad_parameters_are_explained() {
+        let p = params(100, 32, 1, None);
+        assert!(
+            p.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("does not divide")
+        );
+        let p = params(64, 32, 1, Some(0));
+        assert!(p.validate().unwrap_err().to_string().contains("iof"));
+        let mut p = params(60, 20, 1, None);
+        p.io = IoMode::Direct;
+        assert!(
+            p.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("multiple of 32")
+        );
+    }
+
+    #[test]
+    fn heat_flows_from_the_top_edge() {
+        let p = params(64, 32, 5, None);
+        let m = sequential(&p, 5);
+        assert!(m[0] > m[63 * 64], "top row warmer than bottom row");
+        assert!(m.iter().all(|&x| (0.0..=TOP).contains(&x)));
+    }
+
+    #[test]
+    fn parallel_run_is_bit_identical_and_checkpoints_read_back() {
+        let rt = Runtime::new().unwrap();
+        let p = params(128, 32, 6, Some(2));
+        let out = run(&rt, &p).unwrap();
+        let reference = sequential(&p, p.iters);
+        assert!(
+            out.matrix
+                .iter()
+                .zip(&reference)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        );
+        assert_eq!(out.checkpoints.len(), 3);
+        for (it, path) in &out.checkpoints {
+            let raw = crate::io::read_f64s(path, 0, p.n * p.n).unwrap();
+            let m = checkpoint_to_matrix(&p, &raw);
+            let want = sequential(&p, *it);
+            assert!(
+                m.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "checkpoint of iteration {it} differs from the grid at that iteration"
+            );
+            std::fs::remove_file(path).unwrap();
+        }
+        assert_eq!(out.bytes_written, 3 * 128 * 128 * 8);
+    }
+}
