@@ -157,11 +157,7 @@ impl Registry {
     /// for work, so that one of the two always sees the other.
     pub(crate) fn notify_work(&self) {
         fence(std::sync::atomic::Ordering::SeqCst);
-        if self.pools.idle_cores() > 0
-            && let Some((core, w)) = self.pools.take_from_idle_core()
-        {
-            self.wake_taken(core, w);
-        }
+        self.notify_work_local();
     }
 
     /// After a worker pushed onto its *own* deque: the same check without the fence. A

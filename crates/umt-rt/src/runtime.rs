@@ -122,7 +122,8 @@ impl Builder {
         self
     }
 
-    /// How often the leader scans the cores when no event wakes it (default 1 ms).
+    /// How often the leader scans the cores when no event wakes it (default 1 ms; epoll counts
+    /// whole milliseconds, so shorter periods round up to 1 ms).
     pub fn scan_period(mut self, period: Duration) -> Self {
         self.scan_period = period;
         self

@@ -98,10 +98,10 @@ where
     // Even if the body panicked: tasks may borrow from frames the panic would unwind.
     wait_until(&state.latch);
     let task_panic = state.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
-    match result {
-        Err(p) => resume_unwind(p),
-        Ok(_) if task_panic.is_some() => resume_unwind(task_panic.unwrap_or_else(|| Box::new(()))),
-        Ok(r) => r,
+    // The body's own panic first, then the first task's.
+    match (result, task_panic) {
+        (Err(p), _) | (Ok(_), Some(p)) => resume_unwind(p),
+        (Ok(r), None) => r,
     }
 }
 

@@ -233,9 +233,15 @@ impl WorkerCtx {
         }
         // S4: park. Either nobody woke us yet, or a waker took us out of the pool and its
         // notification is on its way: consume it either way.
+        self.park_in_pool();
+    }
+
+    /// Waits for a notification while in the pool, then is active again: leaves the pool if
+    /// woken by a latch or at shutdown (a waker would have taken it out), and ends the core's
+    /// wake in flight now that a worker runs there.
+    fn park_in_pool(&self) {
         self.notifier().wait();
-        // Woken by a latch or at shutdown while still in the pool: leave it ourselves.
-        pools.leave(self.core, self.index);
+        self.reg.pools.leave(self.core, self.index);
         self.reg.wake_in_flight[self.core].store(false, Ordering::Release);
     }
 
@@ -254,9 +260,7 @@ impl WorkerCtx {
         }
         if self.reg.pools.try_surrender(self.core, self.index) {
             self.slot().surrenders.fetch_add(1, Ordering::Relaxed);
-            self.notifier().wait();
-            self.reg.pools.leave(self.core, self.index);
-            self.reg.wake_in_flight[self.core].store(false, Ordering::Release);
+            self.park_in_pool();
         }
     }
 }

@@ -65,6 +65,20 @@ fn disabled_backend_registers_but_reports_nothing() {
 }
 
 #[test]
+fn a_sub_millisecond_wait_still_waits() {
+    // epoll counts milliseconds; 100 us must not become a zero timeout (a busy loop for the
+    // leader with a short scan period). A lower bound: load can only make it longer.
+    let monitor = Monitor::new(BackendKind::Disabled).unwrap();
+    let start = std::time::Instant::now();
+    assert!(
+        !monitor
+            .wait(Some(std::time::Duration::from_micros(100)))
+            .unwrap()
+    );
+    assert!(start.elapsed() >= std::time::Duration::from_micros(100));
+}
+
+#[test]
 fn backend_names_parse() {
     for (text, kind) in [
         ("auto", BackendKind::Auto),

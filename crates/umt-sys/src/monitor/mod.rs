@@ -402,14 +402,14 @@ impl Monitor {
 
     /// Waits until events may be pending or `timeout` passes (`None`: forever). Returns `true`
     /// when woken by the kernel, `false` on timeout or signal. Drain afterwards.
+    ///
+    /// epoll counts whole milliseconds: the timeout is rounded up, so a sub-millisecond one
+    /// waits a millisecond instead of returning at once.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
         let timeout = match timeout {
             None => EpollTimeout::NONE,
-            Some(d) => {
-                EpollTimeout::try_from(d).unwrap_or(EpollTimeout::try_from(i32::MAX).map_err(
-                    |_| Error::os("epoll timeout", std::io::Error::other("out of range")),
-                )?)
-            }
+            Some(d) => EpollTimeout::try_from(d.as_nanos().div_ceil(1_000_000))
+                .unwrap_or(EpollTimeout::MAX),
         };
         let mut events = [EpollEvent::empty(); 1];
         match self.epoll.wait(&mut events, timeout) {
