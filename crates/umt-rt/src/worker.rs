@@ -254,8 +254,14 @@ impl WorkerCtx {
 
     /// A scheduling point: if the core has more than one ready worker, this one returns to the
     /// core's idle pool until the leader (or new work for an idle core) wakes it.
+    ///
+    /// Not once the runtime is shutting down: the leader is gone and nobody would wake a
+    /// surrendered worker again (`Drop`'s notification may already have been consumed).
     pub(crate) fn sched_point(&self) {
-        if !self.monitored || self.reg.monitor.ready(self.cpu) <= 1 {
+        if !self.monitored
+            || self.reg.monitor.ready(self.cpu) <= 1
+            || self.reg.terminate.load(Ordering::Acquire)
+        {
             return;
         }
         if self.reg.pools.try_surrender(self.core, self.index) {
