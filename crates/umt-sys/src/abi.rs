@@ -22,7 +22,10 @@
 //! 3. `umt_thread_ctrl(UMT_THREAD_MONITOR, 0)` makes the calling thread monitored and counts it
 //!    as one *unblock* on the CPU it runs on, so the user-space ready count of that CPU includes
 //!    it from then on. `UMT_THREAD_UNMONITOR` counts one *block* there and stops monitoring.
-//!    Both give `EINVAL` before `umt_enable`.
+//!    Both give `EINVAL` before `umt_enable`, for an unknown operation or non-zero flags, and
+//!    `EALREADY` when the thread already is (or is not) monitored.
+//! 4. New threads and processes start unmonitored; a thread stops being monitored (one block)
+//!    when it exits; `exec` tears the process's state down.
 //!
 //! # The event word
 //!
