@@ -209,6 +209,16 @@ impl MonitorBuilder {
                     break;
                 }
                 Err(Error::Unavailable(u)) if self.backend == BackendKind::Auto => rejected.push(u),
+                // Another Monitor of this process holds the kernel's one UMT state.
+                Err(Error::KernelBusy) if self.backend == BackendKind::Auto => rejected.push(
+                    Unavailable::new(
+                        BackendKind::Kernel,
+                        "UMT is already enabled in this process by another Monitor".to_string(),
+                    )
+                    .with_fix(
+                        "share one Monitor (one runtime) per process to get the Kernel backend",
+                    ),
+                ),
                 Err(e) => return Err(e),
             }
         }

@@ -1,0 +1,119 @@
+//! The Kernel backend against a kernel with the UMT patch (`cargo xtask vm test` runs these
+//! inside the patched guest with `UMT_TEST_BACKEND=kernel`, which makes them mandatory). On a
+//! stock kernel they skip.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use umt_sys::{BackendKind, CpuId, Error, Monitor, cpu};
+
+/// The Kernel monitor, or `None` (skip) when this kernel has no UMT and it was not forced.
+fn kernel_monitor() -> Option<Monitor> {
+    let forced = std::env::var("UMT_TEST_BACKEND").is_ok_and(|b| b == "kernel");
+    match Monitor::new(BackendKind::Kernel) {
+        Ok(m) => Some(m),
+        Err(e) if forced => panic!("UMT_TEST_BACKEND=kernel but: {e}"),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+/// Drains until `done` holds; `false` after 20 s.
+fn wait_for(m: &Monitor, done: impl Fn(&Monitor) -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        m.drain().unwrap();
+        if done(m) {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        m.wait(Some(Duration::from_millis(10))).unwrap();
+    }
+}
+
+fn last_cpu() -> CpuId {
+    *cpu::process_cpus().unwrap().last().unwrap()
+}
+
+// One test function: UMT is enabled once per process, so the steps share one Monitor at a
+// time and must not run in parallel.
+#[test]
+fn kernel_backend_end_to_end() {
+    let Some(monitor) = kernel_monitor() else {
+        return;
+    };
+    assert_eq!(monitor.backend(), BackendKind::Kernel);
+    let target = last_cpu();
+
+    // 1. A blocked reader is seen while it sleeps, and counted ready again afterwards.
+    let (mut rx, mut tx) = std::io::pipe().unwrap();
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            cpu::pin_current_thread(target).unwrap();
+            monitor.register_current_thread().unwrap();
+            let mut b = [0u8; 1];
+            rx.read_exact(&mut b).unwrap();
+            monitor.unregister_current_thread().unwrap();
+        });
+        // The reader's monitor-unblock and its block may come in one read of the eventfd,
+        // so wait for the block itself, with the core's count back at 0.
+        let seen = wait_for(&monitor, |m| m.stats().blocks >= 1 && m.ready(target) == 0);
+        tx.write_all(b"x").unwrap();
+        reader.join().unwrap();
+        assert!(
+            seen,
+            "the reader's block never showed: {:?}",
+            monitor.stats()
+        );
+    });
+    monitor.drain().unwrap();
+    assert!(
+        monitor.ready_counts().iter().all(|&r| r == 0),
+        "{:?}",
+        monitor.ready_counts()
+    );
+    let stats = monitor.stats();
+    assert!(
+        stats.blocks >= 2 && stats.blocks == stats.unblocks,
+        "{stats:?}"
+    );
+
+    // 2. Registration errors come from user space, before the kernel is asked.
+    monitor.register_current_thread().unwrap();
+    assert!(matches!(
+        monitor.register_current_thread(),
+        Err(Error::AlreadyRegistered { .. })
+    ));
+    monitor.unregister_current_thread().unwrap();
+    assert!(matches!(
+        monitor.unregister_current_thread(),
+        Err(Error::NotRegistered { .. })
+    ));
+
+    // 3. Busy threads that never block leave the count alone.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            cpu::pin_current_thread(target).unwrap();
+            monitor.register_current_thread().unwrap();
+            let start = Instant::now();
+            let mut x = 0u64;
+            while start.elapsed() < Duration::from_millis(50) {
+                x = x.wrapping_mul(31).wrapping_add(1);
+                std::hint::black_box(x);
+            }
+            monitor.drain().unwrap();
+            assert_eq!(monitor.ready(target), 1);
+            monitor.unregister_current_thread().unwrap();
+        });
+    });
+
+    // 4. Dropping the monitor tears the kernel state down, so a new one can be made.
+    drop(monitor);
+    let again = Monitor::new(BackendKind::Kernel).expect("UMT can be enabled again after drop");
+    again.register_current_thread().unwrap();
+    again.unregister_current_thread().unwrap();
+}
