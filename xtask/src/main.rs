@@ -1,12 +1,128 @@
-//! `cargo xtask`: project automation. The kernel build and QEMU commands (`kernel build`,
-//! `vm run`, `vm test`, `vm bench`) land with the kernel-patch issue.
+//! `cargo xtask`: build the UMT kernel, boot it in QEMU, run the workspace inside.
+//!
+//! ```text
+//! cargo xtask kernel build [--source PATH] [--debug]   # patched bzImage, cached by input hash
+//! cargo xtask vm run [--kernel PATH] [--cpus N] [--mem M] -- CMD...
+//! cargo xtask vm test [--debug]                          # selftests + workspace tests in the guest
+//! cargo xtask vm bench                                   # ping-pong and backends, in the guest
+//! ```
+//!
+//! Everything it builds lives under `target/xtask/`: the extracted and patched kernel trees,
+//! the build directories, the initramfs staging area and the guest logs. Nothing is written
+//! elsewhere, except that a missing `linux-source-6.12` package is installed with apt.
 
-fn main() -> std::process::ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    eprintln!(
-        "cargo xtask {}: no commands yet; `kernel build` and `vm run|test|bench` are being built \
-         (see kernel-patch/README.md)",
-        args.join(" ")
-    );
-    std::process::ExitCode::from(2)
+mod guest;
+mod kernel;
+mod util;
+mod vm;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "UMT kernel and VM automation")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build the patched Linux 6.12 kernel.
+    #[command(subcommand)]
+    Kernel(KernelCmd),
+    /// Boot the kernel in QEMU and run things inside.
+    #[command(subcommand)]
+    Vm(VmCmd),
+}
+
+#[derive(Subcommand)]
+enum KernelCmd {
+    /// Apply kernel-patch/ to linux-source-6.12 (or --source) and build a small bzImage.
+    Build(BuildArgs),
+}
+
+#[derive(Args, Clone, Default)]
+pub(crate) struct BuildArgs {
+    /// A Linux 6.12 tree to build instead of Debian's linux-source-6.12 (patched in place
+    /// unless the series is already applied).
+    #[arg(long)]
+    pub(crate) source: Option<PathBuf>,
+    /// Also enable PROVE_LOCKING, DEBUG_ATOMIC_SLEEP and KASAN.
+    #[arg(long)]
+    pub(crate) debug: bool,
+    /// Build without the UMT series (the reference kernel of `vm bench`).
+    #[arg(long, hide = true)]
+    pub(crate) unpatched: bool,
+}
+
+#[derive(Args, Clone)]
+pub(crate) struct VmArgs {
+    /// Kernel image to boot (default: build the patched kernel, see `kernel build`).
+    #[arg(long)]
+    pub(crate) kernel: Option<PathBuf>,
+    /// Virtual CPUs.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) cpus: u32,
+    /// Guest memory in MiB.
+    #[arg(long, default_value_t = 4096)]
+    pub(crate) mem: u32,
+    /// Accelerator: auto (KVM if a probe boot works, else TCG), kvm or tcg.
+    #[arg(long, default_value = "auto")]
+    pub(crate) accel: vm::Accel,
+    /// Give up on the guest after this many seconds.
+    #[arg(long, default_value_t = 2400)]
+    pub(crate) timeout: u64,
+    /// Use (and build) the debug kernel.
+    #[arg(long)]
+    pub(crate) debug: bool,
+}
+
+#[derive(Subcommand)]
+enum VmCmd {
+    /// Boot the guest and run CMD in it (in /work, with the workspace binaries on PATH);
+    /// exits with CMD's status.
+    Run {
+        #[command(flatten)]
+        vm: VmArgs,
+        /// The command line to run in the guest.
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// Run the kernel selftests and the umt-sys/umt-rt tests on the Kernel backend in the
+    /// guest, and fail on any lockdep, KASAN, BUG or WARN report.
+    Test {
+        #[command(flatten)]
+        vm: VmArgs,
+    },
+    /// Context-switch cost on the patched vs the unpatched kernel, and the backends compared.
+    Bench {
+        #[command(flatten)]
+        vm: VmArgs,
+        /// Alternating repeats of each kernel.
+        #[arg(long, default_value_t = 5)]
+        repeat: u32,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Kernel(KernelCmd::Build(args)) => kernel::build(&args).map(|k| {
+            println!("{}", k.bzimage.display());
+            0
+        }),
+        Command::Vm(VmCmd::Run { vm, cmd }) => vm::run_command(&vm, &cmd),
+        Command::Vm(VmCmd::Test { vm }) => guest::test(&vm),
+        Command::Vm(VmCmd::Bench { vm, repeat }) => guest::bench(&vm, repeat),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
 }
