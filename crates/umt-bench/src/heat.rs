@@ -343,6 +343,48 @@ pub fn run(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
     })
 }
 
+/// Writes the checkpoints of `p` without computing (the I/O-only run of the overlap bound):
+/// the same write tasks, files and I/O mode as [`run`], of the initial grid.
+pub fn io_only(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
+    p.validate()?;
+    let grid = Grid::new(p);
+    let nb = p.blocks();
+    let files: Vec<(usize, PathBuf, File)> = p
+        .checkpoint_iters()
+        .iter()
+        .map(|&it| {
+            let path = p.checkpoint_path(it);
+            create_file(&path, p.io).map(|f| (it, path, f))
+        })
+        .collect::<Result<_, _>>()?;
+    let errors = std::sync::Mutex::new(Vec::new());
+    let start = Instant::now();
+    rt.scope(|s| {
+        let (grid, errors) = (&grid, &errors);
+        for (_, path, file) in &files {
+            for bi in 0..nb {
+                for bj in 0..nb {
+                    s.spawn(move |_| {
+                        if let Err(e) = grid.write_block(bi, bj, file, path) {
+                            errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
+                        }
+                    });
+                }
+            }
+        }
+    });
+    let elapsed = start.elapsed();
+    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()).pop() {
+        return Err(e);
+    }
+    Ok(HeatRun {
+        elapsed,
+        matrix: grid.to_matrix(),
+        bytes_written: p.checkpoint_bytes() * files.len() as u64,
+        checkpoints: files.into_iter().map(|(it, path, _)| (it, path)).collect(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,6 +34,12 @@ pub enum BenchError {
         /// What open(2) said.
         source: std::io::Error,
     },
+    /// A runtime could not be built (its monitor backend is unavailable, for example).
+    #[error("cannot start the runtime {0}")]
+    Runtime(String),
+    /// Data read back differs from what was written.
+    #[error("verification failed: {0}")]
+    Corrupt(String),
     /// A file operation failed.
     #[error("{what} {path}: {source}")]
     Io {
@@ -126,6 +132,27 @@ pub fn write_f64s(file: &File, path: &Path, offset: u64, values: &[f64]) -> Resu
             path: path.to_path_buf(),
             source,
         })
+}
+
+/// Reads `out.len()` values at byte `offset` of `file` through an aligned buffer (the
+/// counterpart of [`write_f64s`], usable on direct files).
+pub fn read_f64s_into(
+    file: &File,
+    path: &Path,
+    offset: u64,
+    out: &mut [f64],
+) -> Result<(), BenchError> {
+    let mut buf = AlignedBuf::new(out.len() * 8);
+    file.read_exact_at(buf.as_mut_slice(), offset)
+        .map_err(|source| BenchError::Io {
+            what: "reading",
+            path: path.to_path_buf(),
+            source,
+        })?;
+    for (v, chunk) in out.iter_mut().zip(buf.as_slice().chunks_exact(8)) {
+        *v = f64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8]));
+    }
+    Ok(())
 }
 
 /// Reads `count` values at byte `offset` (buffered: for verification).

@@ -1,10 +1,15 @@
-//! # umt-bench: the paper's applications on every runtime (in progress)
+//! # umt-bench: the paper's applications on every runtime
 //!
 //! The two applications of the UMT paper in native Rust, written once against [`umt_rt`] and
-//! verified against sequential references:
+//! verified against sequential references, and the harness that times them side by side:
 //!
 //! - [`heat`]: 2D Gauss-Seidel heat diffusion with periodic `O_DIRECT` checkpoints (IV-E);
-//! - FWI mock-up (IV-D), the runners for other runtimes and the `compare` CLI come next.
+//! - [`fwi`]: the FWI mock-up, 3D velocity/stress propagation whose forward phase writes
+//!   snapshots and whose backward phase reads them back (IV-D);
+//! - [`runner`]: the runtimes compared (`baseline`, `umt-perf`, `umt-kernel`) and one timed run;
+//! - [`report`]: medians, speedups, percent of the overlap bound, the table and the JSON.
+//!
+//! The `umt-bench` binary is the command line: `umt-bench heat|fwi|compare [...]`.
 //!
 //! ```
 //! use umt_bench::heat::{self, HeatParams};
@@ -19,5 +24,8 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod fwi;
 pub mod heat;
 pub mod io;
+pub mod report;
+pub mod runner;

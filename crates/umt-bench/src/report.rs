@@ -1,0 +1,222 @@
+//! Turning samples into the comparison table and its JSON form.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::runner::Sample;
+
+/// The comparison of one workload on several runtimes (the `--json` document).
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// `heat` or `fwi`.
+    pub workload: String,
+    /// The workload's parameters.
+    pub params: serde_json::Value,
+    /// Unit of the figure of merit.
+    pub fom_unit: String,
+    /// Median wall time of the computation alone.
+    pub compute_seconds: f64,
+    /// Median wall time of the I/O alone.
+    pub io_seconds: f64,
+    /// The overlap bound: the larger of the two (perfect overlap can do no better).
+    pub bound_seconds: f64,
+    /// One entry per runtime, in the order they ran.
+    pub runs: Vec<RunReport>,
+}
+
+/// One runtime's line of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    /// Runner name.
+    pub runtime: String,
+    /// Median wall time.
+    pub median_seconds: f64,
+    /// Every repeat's wall time.
+    pub seconds: Vec<f64>,
+    /// Figure of merit at the median time.
+    pub fom: f64,
+    /// `baseline` median over this median (`null` without a baseline run).
+    pub speedup_vs_baseline: Option<f64>,
+    /// Bound over this median, in percent (100 = perfect overlap).
+    pub percent_of_bound: f64,
+    /// Median CPU utilisation, 0..=1.
+    pub cpu_utilisation: f64,
+    /// I/O throughput at the median time.
+    pub io_mib_per_s: f64,
+    /// Median share of core time with more than one ready worker, in percent.
+    pub oversubscription_percent: f64,
+}
+
+/// Median of `v` (the upper middle for an even count); NaN when empty.
+pub fn median(v: &[f64]) -> f64 {
+    let mut s: Vec<f64> = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+impl RunReport {
+    /// Summarises the samples of one runtime. `work` is the amount of work of one run in the
+    /// figure of merit's unit times seconds (cells updated, for example).
+    pub fn new(runtime: &str, samples: &[Sample], work: f64, bound_seconds: f64) -> RunReport {
+        let seconds: Vec<f64> = samples.iter().map(|s| s.seconds).collect();
+        let med = median(&seconds);
+        let io_bytes = samples.first().map_or(0, |s| s.io_bytes) as f64;
+        RunReport {
+            runtime: runtime.to_string(),
+            median_seconds: med,
+            seconds,
+            fom: work / med,
+            speedup_vs_baseline: None,
+            percent_of_bound: 100.0 * bound_seconds / med,
+            cpu_utilisation: median(
+                &samples
+                    .iter()
+                    .map(|s| s.cpu_utilisation)
+                    .collect::<Vec<_>>(),
+            ),
+            io_mib_per_s: io_bytes / (1024.0 * 1024.0) / med,
+            oversubscription_percent: median(
+                &samples
+                    .iter()
+                    .map(|s| s.oversubscription_percent)
+                    .collect::<Vec<_>>(),
+            ),
+        }
+    }
+}
+
+impl Report {
+    /// Fills in the speedups against the `baseline` run, if there is one.
+    pub fn with_speedups(mut self) -> Report {
+        let base = self
+            .runs
+            .iter()
+            .find(|r| r.runtime == "baseline")
+            .map(|r| r.median_seconds);
+        for r in &mut self.runs {
+            r.speedup_vs_baseline = base.map(|b| b / r.median_seconds);
+        }
+        self
+    }
+
+    /// The fastest runtime by median time.
+    pub fn fastest(&self) -> Option<&RunReport> {
+        self.runs
+            .iter()
+            .min_by(|a, b| a.median_seconds.total_cmp(&b.median_seconds))
+    }
+
+    /// The human-readable table.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{}: bound {:.3} s (compute only {:.3} s, I/O only {:.3} s)",
+            self.workload, self.bound_seconds, self.compute_seconds, self.io_seconds
+        );
+        let _ = writeln!(
+            out,
+            "{:<12} {:>9} {:>12} {:>8} {:>9} {:>6} {:>9} {:>8}",
+            "runtime",
+            "median s",
+            &self.fom_unit,
+            "speedup",
+            "% bound",
+            "CPU",
+            "I/O MiB/s",
+            "oversub"
+        );
+        for r in &self.runs {
+            let speedup = r
+                .speedup_vs_baseline
+                .map_or("-".to_string(), |s| format!("{s:.2}x"));
+            let _ = writeln!(
+                out,
+                "{:<12} {:>9.3} {:>12.4e} {:>8} {:>8.1}% {:>5.0}% {:>9.0} {:>7.1}%",
+                r.runtime,
+                r.median_seconds,
+                r.fom,
+                speedup,
+                r.percent_of_bound,
+                100.0 * r.cpu_utilisation,
+                r.io_mib_per_s,
+                r.oversubscription_percent
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(seconds: f64) -> Sample {
+        Sample {
+            seconds,
+            cpu_utilisation: 0.5,
+            io_bytes: 1 << 20,
+            oversubscription_percent: 1.0,
+        }
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 3.0);
+        assert!(median(&[]).is_nan());
+    }
+
+    #[test]
+    fn report_fields_follow_the_samples() {
+        let base = RunReport::new(
+            "baseline",
+            &[sample(2.0), sample(2.2), sample(1.8)],
+            100.0,
+            1.0,
+        );
+        let umt = RunReport::new(
+            "umt-perf",
+            &[sample(1.0), sample(1.1), sample(1.2)],
+            100.0,
+            1.0,
+        );
+        let r = Report {
+            workload: "heat".into(),
+            params: serde_json::json!({"n": 8}),
+            fom_unit: "cells/s".into(),
+            compute_seconds: 1.0,
+            io_seconds: 0.5,
+            bound_seconds: 1.0,
+            runs: vec![base, umt],
+        }
+        .with_speedups();
+        assert_eq!(r.runs[0].median_seconds, 2.0);
+        assert_eq!(r.runs[0].speedup_vs_baseline, Some(1.0));
+        assert_eq!(r.runs[1].speedup_vs_baseline, Some(2.0 / 1.1));
+        assert!((r.runs[1].percent_of_bound - 100.0 / 1.1).abs() < 1e-9);
+        assert_eq!(r.runs[1].fom, 100.0 / 1.1);
+        assert!((r.runs[0].io_mib_per_s - 0.5).abs() < 1e-12);
+        assert_eq!(r.fastest().unwrap().runtime, "umt-perf");
+        let json = serde_json::to_value(&r).unwrap();
+        for key in ["workload", "params", "bound_seconds", "runs"] {
+            assert!(json.get(key).is_some(), "{key}");
+        }
+        let run = &json["runs"][1];
+        for key in [
+            "runtime",
+            "median_seconds",
+            "seconds",
+            "fom",
+            "speedup_vs_baseline",
+            "percent_of_bound",
+            "cpu_utilisation",
+            "io_mib_per_s",
+            "oversubscription_percent",
+        ] {
+            assert!(run.get(key).is_some(), "{key}");
+        }
+        assert!(r.table().contains("umt-perf"));
+    }
+}

@@ -1,0 +1,156 @@
+//! The runtimes a workload runs on, and one timed run of a workload on one of them.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use nix::sys::resource::{UsageWho, getrusage};
+use umt_rt::{BackendKind, Runtime};
+use umt_sys::Monitor;
+
+use crate::io::BenchError;
+
+/// A runtime to compare. The same kernels and I/O code run on each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Runner {
+    /// umt-rt with the monitor off: one worker per core, blocking I/O idles the core.
+    Baseline,
+    /// umt-rt with the perf backend (context-switch records, any Linux).
+    UmtPerf,
+    /// umt-rt with the UMT kernel extension (the patched kernel of `kernel-patch/`).
+    UmtKernel,
+}
+
+impl Runner {
+    /// Every runner, in table order.
+    pub const ALL: [Runner; 3] = [Runner::Baseline, Runner::UmtPerf, Runner::UmtKernel];
+
+    /// Its name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Runner::Baseline => "baseline",
+            Runner::UmtPerf => "umt-perf",
+            Runner::UmtKernel => "umt-kernel",
+        }
+    }
+
+    fn backend(self) -> BackendKind {
+        match self {
+            Runner::Baseline => BackendKind::Disabled,
+            Runner::UmtPerf => BackendKind::Perf,
+            Runner::UmtKernel => BackendKind::Kernel,
+        }
+    }
+
+    /// `Err(reason and fix)` when this machine cannot run it.
+    pub fn available(self) -> Result<(), String> {
+        Monitor::probe(self.backend()).map_err(|u| u.to_string())
+    }
+
+    /// A fresh runtime for one run.
+    pub fn runtime(self) -> Result<Runtime, BenchError> {
+        Runtime::builder()
+            .monitor(self.backend())
+            .build()
+            .map_err(|e| BenchError::Runtime(format!("{}: {e}", self.name())))
+    }
+}
+
+impl fmt::Display for Runner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Runner {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Runner::ALL
+            .into_iter()
+            .find(|r| r.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Runner::ALL.iter().map(|r| r.name()).collect();
+                format!("unknown runtime {s:?} (one of {})", names.join(", "))
+            })
+    }
+}
+
+/// What one timed run measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// Wall time.
+    pub seconds: f64,
+    /// Process CPU time (user + system) over wall time times cores, in 0..=1 (more when
+    /// threads outside the cores ran).
+    pub cpu_utilisation: f64,
+    /// Bytes written or read by the workload's I/O.
+    pub io_bytes: u64,
+    /// Time cores had more than one ready worker, over wall time times cores, in percent.
+    pub oversubscription_percent: f64,
+}
+
+/// CPU time of the whole process so far.
+fn cpu_time() -> Duration {
+    match getrusage(UsageWho::RUSAGE_SELF) {
+        Ok(u) => {
+            let tv = |t: nix::sys::time::TimeVal| {
+                Duration::new(t.tv_sec().max(0) as u64, (t.tv_usec().max(0) as u32) * 1000)
+            };
+            tv(u.user_time()) + tv(u.system_time())
+        }
+        Err(_) => Duration::ZERO,
+    }
+}
+
+/// Runs `work` on a fresh runtime of `runner` and measures it. `work` returns the wall time
+/// of the part to measure and the bytes of I/O it did.
+pub fn measure(
+    runner: Runner,
+    work: impl FnOnce(&Runtime) -> Result<(Duration, u64), BenchError>,
+) -> Result<Sample, BenchError> {
+    let rt = runner.runtime()?;
+    let cores = rt.cpus().len().max(1) as f64;
+    let cpu_before = cpu_time();
+    let (elapsed, io_bytes) = work(&rt)?;
+    let cpu = cpu_time().saturating_sub(cpu_before);
+    let stats = rt.stats();
+    drop(rt);
+    let seconds = elapsed.as_secs_f64().max(1e-9);
+    let oversubscribed: Duration = stats.cores.iter().map(|c| c.oversubscribed).sum();
+    Ok(Sample {
+        seconds,
+        cpu_utilisation: cpu.as_secs_f64() / (seconds * cores),
+        io_bytes,
+        oversubscription_percent: 100.0 * oversubscribed.as_secs_f64() / (seconds * cores),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for r in Runner::ALL {
+            assert_eq!(r.name().parse::<Runner>(), Ok(r));
+        }
+        let err = "rayon-3x".parse::<Runner>().unwrap_err();
+        assert!(err.contains("baseline, umt-perf, umt-kernel"), "{err}");
+    }
+
+    #[test]
+    fn baseline_is_always_available_and_measures() {
+        assert!(Runner::Baseline.available().is_ok());
+        let s = measure(Runner::Baseline, |rt| {
+            let start = std::time::Instant::now();
+            rt.parallel_for(0..1000, |i| {
+                std::hint::black_box(i * 2);
+            });
+            Ok((start.elapsed(), 42))
+        })
+        .unwrap();
+        assert_eq!(s.io_bytes, 42);
+        assert!(s.seconds > 0.0 && s.cpu_utilisation >= 0.0);
+        assert_eq!(s.oversubscription_percent, 0.0);
+    }
+}

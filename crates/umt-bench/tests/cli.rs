@@ -1,0 +1,71 @@
+//! The `umt-bench` command line: bad input is explained, a small comparison produces the
+//! table and the JSON document.
+
+use std::process::Command;
+
+fn umt_bench(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_umt-bench"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn unusable_input_is_explained_not_panicked() {
+    let (code, _, err) = umt_bench(&["heat", "--size", "100", "--block", "32", "--buffered"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("does not divide"), "{err}");
+    let (code, _, err) = umt_bench(&["heat", "--iof", "0", "--buffered"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("iof"), "{err}");
+    let (code, _, err) = umt_bench(&["fwi", "--nz", "3", "--nx", "5"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("multiple of"), "{err}");
+    let (code, _, err) = umt_bench(&["heat", "--dir", "/nonexistent/umt", "--buffered"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("/nonexistent/umt"), "{err}");
+    let (code, _, err) = umt_bench(&["heat", "--runtimes", "rayon-3x"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("unknown runtime"), "{err}");
+}
+
+#[test]
+fn small_comparison_writes_table_and_json() {
+    let dir = std::env::temp_dir();
+    let json = dir.join(format!("umt-bench-cli-{}.json", std::process::id()));
+    let (code, out, err) = umt_bench(&[
+        "fwi",
+        "--nz",
+        "16",
+        "--nx",
+        "32",
+        "--ny",
+        "8",
+        "--steps",
+        "4",
+        "--repeat",
+        "2",
+        "--runtimes",
+        "baseline",
+        "--buffered",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("baseline"), "{out}");
+    assert!(out.contains("kcells/s"), "{out}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    assert_eq!(doc["workload"], "fwi");
+    assert!(doc["bound_seconds"].as_f64().unwrap() > 0.0);
+    let run = &doc["runs"][0];
+    assert_eq!(run["runtime"], "baseline");
+    assert_eq!(run["seconds"].as_array().unwrap().len(), 2);
+    assert_eq!(run["speedup_vs_baseline"], 1.0);
+}
