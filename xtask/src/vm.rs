@@ -102,7 +102,9 @@ poweroff -f
 /// Busybox's shell runs its own applets before searching PATH (so `watch` would be busybox's):
 /// shell functions come first, so each workspace binary gets one.
 const PREAMBLE: &str = r#"for f in /work/bin/*; do
-	[ -x "$f" ] && eval "${f##*/}() { $f \"\$@\"; }"
+	n=${f##*/}
+	case "$n" in *[!A-Za-z0-9_]*) continue ;; esac
+	[ -x "$f" ] && eval "$n() { $f \"\$@\"; }"
 done
 "#;
 
