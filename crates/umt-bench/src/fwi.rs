@@ -100,12 +100,12 @@ pub fn checksum(values: &[f64]) -> u64 {
 /// One volume as Y-slices behind locks (the dependencies order all accesses; the locks make
 /// the sharing safe without `unsafe` and never wait).
 #[derive(Debug)]
-struct Volume {
+pub(crate) struct Volume {
     slices: Vec<RwLock<Vec<f64>>>,
 }
 
 impl Volume {
-    fn new(p: &FwiParams) -> Volume {
+    pub(crate) fn new(p: &FwiParams) -> Volume {
         Volume {
             slices: (0..p.ny)
                 .map(|_| RwLock::new(vec![0.0; p.slice_cells()]))
@@ -113,15 +113,15 @@ impl Volume {
         }
     }
 
-    fn read(&self, y: usize) -> std::sync::RwLockReadGuard<'_, Vec<f64>> {
+    pub(crate) fn read(&self, y: usize) -> std::sync::RwLockReadGuard<'_, Vec<f64>> {
         self.slices[y].read().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write(&self, y: usize) -> std::sync::RwLockWriteGuard<'_, Vec<f64>> {
+    pub(crate) fn write(&self, y: usize) -> std::sync::RwLockWriteGuard<'_, Vec<f64>> {
         self.slices[y].write().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn to_vec(&self) -> Vec<f64> {
+    pub(crate) fn to_vec(&self) -> Vec<f64> {
         (0..self.slices.len())
             .flat_map(|y| self.read(y).clone())
             .collect()
@@ -152,7 +152,7 @@ fn stencil(out: &mut [f64], src: &Volume, y: usize, p: &FwiParams) {
     }
 }
 
-fn update(dst: &Volume, src: &Volume, y: usize, p: &FwiParams) {
+pub(crate) fn update(dst: &Volume, src: &Volume, y: usize, p: &FwiParams) {
     let mut out = dst.read(y).clone();
     stencil(&mut out, src, y, p);
     *dst.write(y) = out;
@@ -172,16 +172,16 @@ const IMG: u8 = 4;
 /// A snapshot slice on disk: written before it is read back.
 const SNAP: u8 = 5;
 
-struct State {
-    v: Volume,
-    s: Volume,
-    av: Volume,
-    as_: Volume,
-    image: Volume,
+pub(crate) struct State {
+    pub(crate) v: Volume,
+    pub(crate) s: Volume,
+    pub(crate) av: Volume,
+    pub(crate) as_: Volume,
+    pub(crate) image: Volume,
 }
 
 impl State {
-    fn new(p: &FwiParams) -> State {
+    pub(crate) fn new(p: &FwiParams) -> State {
         let st = State {
             v: Volume::new(p),
             s: Volume::new(p),
@@ -220,7 +220,7 @@ impl FwiRun {
     }
 }
 
-static RUN_ID: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static RUN_ID: AtomicUsize = AtomicUsize::new(0);
 
 /// Which parts of the workload to run: everything, or the compute or the I/O alone (the two
 /// runs of the overlap bound).

@@ -82,10 +82,13 @@ impl HeatParams {
         }
     }
 
-    /// The checkpoint file written after iteration `iter`.
-    pub fn checkpoint_path(&self, iter: usize) -> PathBuf {
+    /// A fresh path for the checkpoint of iteration `iter`: unique per call, so that runs in
+    /// parallel (tests, several runtimes) never share a file.
+    pub fn new_checkpoint_path(&self, iter: usize) -> PathBuf {
+        static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.dir
-            .join(format!("umt-heat-{}-{iter}.ckpt", std::process::id()))
+            .join(format!("umt-heat-{}-{seq}-{iter}.ckpt", std::process::id()))
     }
 
     /// Bytes one checkpoint writes.
@@ -219,6 +222,13 @@ impl Grid {
         m
     }
 
+    /// A copy of block `(bi, bj)` and its byte offset in a checkpoint file (block-major), for
+    /// the ports that write checkpoints asynchronously.
+    pub(crate) fn block_copy(&self, bi: usize, bj: usize) -> (Vec<f64>, u64) {
+        let offset = ((bi * self.nb + bj) * self.b * self.b * 8) as u64;
+        (self.read(bi, bj).clone(), offset)
+    }
+
     /// Writes block `(bi, bj)` at its place in a checkpoint file (block-major layout).
     fn write_block(
         &self,
@@ -290,7 +300,7 @@ pub fn run(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
     let files: Vec<(usize, PathBuf, File)> = ckpt_iters
         .iter()
         .map(|&it| {
-            let path = p.checkpoint_path(it);
+            let path = p.new_checkpoint_path(it);
             create_file(&path, p.io).map(|f| (it, path, f))
         })
         .collect::<Result<_, _>>()?;
@@ -353,7 +363,7 @@ pub fn io_only(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
         .checkpoint_iters()
         .iter()
         .map(|&it| {
-            let path = p.checkpoint_path(it);
+            let path = p.new_checkpoint_path(it);
             create_file(&path, p.io).map(|f| (it, path, f))
         })
         .collect::<Result<_, _>>()?;

@@ -27,5 +27,7 @@
 pub mod fwi;
 pub mod heat;
 pub mod io;
+pub mod port_rayon;
+pub mod port_tokio;
 pub mod report;
 pub mod runner;

@@ -21,7 +21,8 @@ use umt_bench::fwi::{self, FwiParams, Part};
 use umt_bench::heat::{self, HeatParams};
 use umt_bench::io::{BenchError, IoMode, probe_direct};
 use umt_bench::report::{Report, RunReport, median};
-use umt_bench::runner::{Runner, Sample, measure};
+use umt_bench::runner::{Engine, Runner, Sample, measure};
+use umt_bench::{port_rayon, port_tokio};
 
 #[derive(Parser)]
 #[command(
@@ -161,7 +162,7 @@ fn compare(
     work: f64,
     params: serde_json::Value,
     common: &Common,
-    once: impl Fn(Kind, &umt_rt::Runtime) -> Result<(Duration, u64), BenchError>,
+    once: impl Fn(Kind, &Engine) -> Result<(Duration, u64), BenchError>,
 ) -> Result<Report, BenchError> {
     let runners = runners(common)?;
     let mut kinds: Vec<Kind> = runners.iter().map(|&r| Kind::Runtime(r)).collect();
@@ -227,21 +228,31 @@ fn run_heat(a: &HeatArgs) -> Result<Report, BenchError> {
         "checkpoint_bytes": p.checkpoint_bytes() * p.checkpoint_iters().len() as u64,
     });
     let work = (p.n * p.n * p.iters) as f64;
-    compare("heat", "cells/s", work, params, &a.common, |kind, rt| {
-        let out = match kind {
-            Kind::Runtime(_) => heat::run(rt, &p)?,
-            Kind::ComputeOnly => heat::run(
-                rt,
-                &HeatParams {
-                    iof: None,
-                    ..p.clone()
-                },
-            )?,
-            Kind::IoOnly => heat::io_only(rt, &p)?,
-        };
-        remove_checkpoints(&out);
-        Ok((out.elapsed, out.bytes_written))
-    })
+    compare(
+        "heat",
+        "cells/s",
+        work,
+        params,
+        &a.common,
+        |kind, engine| {
+            let out = match (kind, engine) {
+                (Kind::Runtime(_), Engine::Umt(rt)) => heat::run(rt, &p)?,
+                (Kind::Runtime(_), Engine::Rayon(pool)) => port_rayon::heat(pool, &p)?,
+                (Kind::Runtime(_), Engine::Tokio(rt)) => port_tokio::heat(rt, &p)?,
+                (Kind::ComputeOnly, Engine::Umt(rt)) => heat::run(
+                    rt,
+                    &HeatParams {
+                        iof: None,
+                        ..p.clone()
+                    },
+                )?,
+                (Kind::IoOnly, Engine::Umt(rt)) => heat::io_only(rt, &p)?,
+                _ => return Err(BenchError::Runtime("bound runs use umt-rt".into())),
+            };
+            remove_checkpoints(&out);
+            Ok((out.elapsed, out.bytes_written))
+        },
+    )
 }
 
 fn run_fwi(a: &FwiArgs) -> Result<Report, BenchError> {
@@ -261,15 +272,26 @@ fn run_fwi(a: &FwiArgs) -> Result<Report, BenchError> {
         "io": format!("{:?}", p.io), "dir": p.dir, "snapshot_bytes": p.snapshot_bytes(),
     });
     let work = p.cell_updates() / 1000.0;
-    compare("fwi", "kcells/s", work, params, &a.common, |kind, rt| {
-        let part = match kind {
-            Kind::Runtime(_) => Part::All,
-            Kind::ComputeOnly => Part::ComputeOnly,
-            Kind::IoOnly => Part::IoOnly,
-        };
-        let out = fwi::run(rt, &p, part)?;
-        Ok((out.elapsed, out.io_bytes))
-    })
+    compare(
+        "fwi",
+        "kcells/s",
+        work,
+        params,
+        &a.common,
+        |kind, engine| {
+            let part = match kind {
+                Kind::Runtime(_) => Part::All,
+                Kind::ComputeOnly => Part::ComputeOnly,
+                Kind::IoOnly => Part::IoOnly,
+            };
+            let out = match engine {
+                Engine::Umt(rt) => fwi::run(rt, &p, part)?,
+                Engine::Rayon(pool) => port_rayon::fwi(pool, &p)?,
+                Engine::Tokio(rt) => port_tokio::fwi(rt, &p)?,
+            };
+            Ok((out.elapsed, out.io_bytes))
+        },
+    )
 }
 
 fn emit(reports: &[Report], json: Option<&PathBuf>) -> Result<(), BenchError> {

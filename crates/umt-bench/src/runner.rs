@@ -19,11 +19,35 @@ pub enum Runner {
     UmtPerf,
     /// umt-rt with the UMT kernel extension (the patched kernel of `kernel-patch/`).
     UmtKernel,
+    /// rayon, one thread per core.
+    Rayon,
+    /// rayon with twice as many threads as cores (the usual cure for blocking I/O).
+    Rayon2x,
+    /// tokio's multi-thread runtime for the computation, `spawn_blocking` for the I/O.
+    Tokio,
+}
+
+/// A built runtime of some kind, ready for one run.
+#[derive(Debug)]
+pub enum Engine {
+    /// umt-rt (baseline, umt-perf, umt-kernel).
+    Umt(Runtime),
+    /// A rayon pool.
+    Rayon(rayon::ThreadPool),
+    /// A tokio runtime.
+    Tokio(tokio::runtime::Runtime),
 }
 
 impl Runner {
     /// Every runner, in table order.
-    pub const ALL: [Runner; 3] = [Runner::Baseline, Runner::UmtPerf, Runner::UmtKernel];
+    pub const ALL: [Runner; 6] = [
+        Runner::Baseline,
+        Runner::UmtPerf,
+        Runner::UmtKernel,
+        Runner::Rayon,
+        Runner::Rayon2x,
+        Runner::Tokio,
+    ];
 
     /// Its name on the command line and in reports.
     pub fn name(self) -> &'static str {
@@ -31,28 +55,45 @@ impl Runner {
             Runner::Baseline => "baseline",
             Runner::UmtPerf => "umt-perf",
             Runner::UmtKernel => "umt-kernel",
+            Runner::Rayon => "rayon",
+            Runner::Rayon2x => "rayon-2x",
+            Runner::Tokio => "tokio",
         }
     }
 
-    fn backend(self) -> BackendKind {
+    fn backend(self) -> Option<BackendKind> {
         match self {
-            Runner::Baseline => BackendKind::Disabled,
-            Runner::UmtPerf => BackendKind::Perf,
-            Runner::UmtKernel => BackendKind::Kernel,
+            Runner::Baseline => Some(BackendKind::Disabled),
+            Runner::UmtPerf => Some(BackendKind::Perf),
+            Runner::UmtKernel => Some(BackendKind::Kernel),
+            _ => None,
         }
     }
 
     /// `Err(reason and fix)` when this machine cannot run it.
     pub fn available(self) -> Result<(), String> {
-        Monitor::probe(self.backend()).map_err(|u| u.to_string())
+        match self.backend() {
+            Some(b) => Monitor::probe(b).map_err(|u| u.to_string()),
+            None => Ok(()),
+        }
     }
 
-    /// A fresh runtime for one run.
-    pub fn runtime(self) -> Result<Runtime, BenchError> {
-        Runtime::builder()
-            .monitor(self.backend())
-            .build()
-            .map_err(|e| BenchError::Runtime(format!("{}: {e}", self.name())))
+    /// A fresh runtime for one run, with one worker per core of this process.
+    pub fn engine(self) -> Result<Engine, BenchError> {
+        let cores = umt_sys::cpu::process_cpus()
+            .map(|c| c.len())
+            .unwrap_or(1)
+            .max(1);
+        match self {
+            Runner::Rayon => crate::port_rayon::pool(cores).map(Engine::Rayon),
+            Runner::Rayon2x => crate::port_rayon::pool(2 * cores).map(Engine::Rayon),
+            Runner::Tokio => crate::port_tokio::runtime(cores).map(Engine::Tokio),
+            _ => Runtime::builder()
+                .monitor(self.backend().unwrap_or(BackendKind::Disabled))
+                .build()
+                .map(Engine::Umt)
+                .map_err(|e| BenchError::Runtime(format!("{}: {e}", self.name()))),
+        }
     }
 }
 
@@ -106,17 +147,22 @@ fn cpu_time() -> Duration {
 /// of the part to measure and the bytes of I/O it did.
 pub fn measure(
     runner: Runner,
-    work: impl FnOnce(&Runtime) -> Result<(Duration, u64), BenchError>,
+    work: impl FnOnce(&Engine) -> Result<(Duration, u64), BenchError>,
 ) -> Result<Sample, BenchError> {
-    let rt = runner.runtime()?;
-    let cores = rt.cpus().len().max(1) as f64;
+    let engine = runner.engine()?;
+    let cores = umt_sys::cpu::process_cpus()
+        .map(|c| c.len())
+        .unwrap_or(1)
+        .max(1) as f64;
     let cpu_before = cpu_time();
-    let (elapsed, io_bytes) = work(&rt)?;
+    let (elapsed, io_bytes) = work(&engine)?;
     let cpu = cpu_time().saturating_sub(cpu_before);
-    let stats = rt.stats();
-    drop(rt);
+    let oversubscribed: Duration = match &engine {
+        Engine::Umt(rt) => rt.stats().cores.iter().map(|c| c.oversubscribed).sum(),
+        _ => Duration::ZERO,
+    };
+    drop(engine);
     let seconds = elapsed.as_secs_f64().max(1e-9);
-    let oversubscribed: Duration = stats.cores.iter().map(|c| c.oversubscribed).sum();
     Ok(Sample {
         seconds,
         cpu_utilisation: cpu.as_secs_f64() / (seconds * cores),
@@ -135,13 +181,19 @@ mod tests {
             assert_eq!(r.name().parse::<Runner>(), Ok(r));
         }
         let err = "rayon-3x".parse::<Runner>().unwrap_err();
-        assert!(err.contains("baseline, umt-perf, umt-kernel"), "{err}");
+        assert!(
+            err.contains("baseline, umt-perf, umt-kernel, rayon"),
+            "{err}"
+        );
     }
 
     #[test]
     fn baseline_is_always_available_and_measures() {
         assert!(Runner::Baseline.available().is_ok());
-        let s = measure(Runner::Baseline, |rt| {
+        let s = measure(Runner::Baseline, |e| {
+            let Engine::Umt(rt) = e else {
+                panic!("baseline is umt-rt")
+            };
             let start = std::time::Instant::now();
             rt.parallel_for(0..1000, |i| {
                 std::hint::black_box(i * 2);
