@@ -6,7 +6,9 @@
 //! - [`heat`]: 2D Gauss-Seidel heat diffusion with periodic `O_DIRECT` checkpoints (IV-E);
 //! - [`fwi`]: the FWI mock-up, 3D velocity/stress propagation whose forward phase writes
 //!   snapshots and whose backward phase reads them back (IV-D);
-//! - [`runner`]: the runtimes compared (`baseline`, `umt-perf`, `umt-kernel`) and one timed run;
+//! - [`runner`]: the runtimes compared (`baseline`, `umt-perf`, `umt-kernel`, `rayon`,
+//!   `rayon-2x`, `tokio`, `io-uring`; the ports are [`port_rayon`], [`port_tokio`],
+//!   [`port_uring`]) and one timed run;
 //! - [`report`]: medians, speedups, percent of the overlap bound, the table and the JSON.
 //!
 //! The `umt-bench` binary is the command line: `umt-bench heat|fwi|compare [...]`.
@@ -29,5 +31,6 @@ pub mod heat;
 pub mod io;
 pub mod port_rayon;
 pub mod port_tokio;
+pub mod port_uring;
 pub mod report;
 pub mod runner;

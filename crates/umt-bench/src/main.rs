@@ -22,7 +22,7 @@ use umt_bench::heat::{self, HeatParams};
 use umt_bench::io::{BenchError, IoMode, probe_direct};
 use umt_bench::report::{Report, RunReport, median};
 use umt_bench::runner::{Engine, Runner, Sample, measure};
-use umt_bench::{port_rayon, port_tokio};
+use umt_bench::{port_rayon, port_tokio, port_uring};
 
 #[derive(Parser)]
 #[command(
@@ -239,6 +239,7 @@ fn run_heat(a: &HeatArgs) -> Result<Report, BenchError> {
                 (Kind::Runtime(_), Engine::Umt(rt)) => heat::run(rt, &p)?,
                 (Kind::Runtime(_), Engine::Rayon(pool)) => port_rayon::heat(pool, &p)?,
                 (Kind::Runtime(_), Engine::Tokio(rt)) => port_tokio::heat(rt, &p)?,
+                (Kind::Runtime(_), Engine::Uring(rt)) => port_uring::heat(rt, &p)?,
                 (Kind::ComputeOnly, Engine::Umt(rt)) => heat::run(
                     rt,
                     &HeatParams {
@@ -288,6 +289,7 @@ fn run_fwi(a: &FwiArgs) -> Result<Report, BenchError> {
                 Engine::Umt(rt) => fwi::run(rt, &p, part)?,
                 Engine::Rayon(pool) => port_rayon::fwi(pool, &p)?,
                 Engine::Tokio(rt) => port_tokio::fwi(rt, &p)?,
+                Engine::Uring(rt) => port_uring::fwi(rt, &p)?,
             };
             Ok((out.elapsed, out.io_bytes))
         },

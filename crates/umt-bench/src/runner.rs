@@ -25,6 +25,8 @@ pub enum Runner {
     Rayon2x,
     /// tokio's multi-thread runtime for the computation, `spawn_blocking` for the I/O.
     Tokio,
+    /// The baseline runtime for the computation, the I/O submitted through io_uring.
+    IoUring,
 }
 
 /// A built runtime of some kind, ready for one run.
@@ -36,17 +38,20 @@ pub enum Engine {
     Rayon(rayon::ThreadPool),
     /// A tokio runtime.
     Tokio(tokio::runtime::Runtime),
+    /// The baseline umt-rt runtime, for the io-uring runner.
+    Uring(Runtime),
 }
 
 impl Runner {
     /// Every runner, in table order.
-    pub const ALL: [Runner; 6] = [
+    pub const ALL: [Runner; 7] = [
         Runner::Baseline,
         Runner::UmtPerf,
         Runner::UmtKernel,
         Runner::Rayon,
         Runner::Rayon2x,
         Runner::Tokio,
+        Runner::IoUring,
     ];
 
     /// Its name on the command line and in reports.
@@ -58,6 +63,7 @@ impl Runner {
             Runner::Rayon => "rayon",
             Runner::Rayon2x => "rayon-2x",
             Runner::Tokio => "tokio",
+            Runner::IoUring => "io-uring",
         }
     }
 
@@ -72,9 +78,12 @@ impl Runner {
 
     /// `Err(reason and fix)` when this machine cannot run it.
     pub fn available(self) -> Result<(), String> {
-        match self.backend() {
-            Some(b) => Monitor::probe(b).map_err(|u| u.to_string()),
-            None => Ok(()),
+        match (self, self.backend()) {
+            (_, Some(b)) => Monitor::probe(b).map_err(|u| u.to_string()),
+            (Runner::IoUring, _) => crate::port_uring::Uring::new()
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            _ => Ok(()),
         }
     }
 
@@ -88,6 +97,11 @@ impl Runner {
             Runner::Rayon => crate::port_rayon::pool(cores).map(Engine::Rayon),
             Runner::Rayon2x => crate::port_rayon::pool(2 * cores).map(Engine::Rayon),
             Runner::Tokio => crate::port_tokio::runtime(cores).map(Engine::Tokio),
+            Runner::IoUring => Runtime::builder()
+                .monitor(BackendKind::Disabled)
+                .build()
+                .map(Engine::Uring)
+                .map_err(|e| BenchError::Runtime(format!("{}: {e}", self.name()))),
             _ => Runtime::builder()
                 .monitor(self.backend().unwrap_or(BackendKind::Disabled))
                 .build()
@@ -158,7 +172,9 @@ pub fn measure(
     let (elapsed, io_bytes) = work(&engine)?;
     let cpu = cpu_time().saturating_sub(cpu_before);
     let oversubscribed: Duration = match &engine {
-        Engine::Umt(rt) => rt.stats().cores.iter().map(|c| c.oversubscribed).sum(),
+        Engine::Umt(rt) | Engine::Uring(rt) => {
+            rt.stats().cores.iter().map(|c| c.oversubscribed).sum()
+        }
         _ => Duration::ZERO,
     };
     drop(engine);

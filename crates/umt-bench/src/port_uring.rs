@@ -1,0 +1,508 @@
+//! The `io-uring` runner: computation on the baseline umt-rt runtime (monitor off), I/O
+//! submitted asynchronously through one io_uring instead of blocking a worker.
+//!
+//! Checkpoint and snapshot writes copy the data into an aligned buffer and submit it; the
+//! task returns at once. Snapshot reads are prefetched: the reads of a backward snapshot step
+//! are submitted before that step's computation, and the imaging task of each slice waits for
+//! its own read only then. A run ends when every submitted operation has completed.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use io_uring::{IoUring, opcode, types};
+use umt_rt::{Access, Runtime};
+
+use crate::fwi::{self, FwiParams, FwiRun, State, checksum};
+use crate::heat::{Grid, HeatParams, HeatRun};
+use crate::io::{AlignedBuf, BenchError, create_file};
+
+/// Submission queue depth.
+const ENTRIES: u32 = 256;
+
+struct Inner {
+    ring: IoUring,
+    /// Buffers of operations in flight, by user data; they must live until completion.
+    inflight: HashMap<u64, (AlignedBuf, PathBuf, &'static str)>,
+    /// Completed reads not yet claimed.
+    done: HashMap<u64, AlignedBuf>,
+    next: u64,
+    errors: Vec<BenchError>,
+}
+
+/// One io_uring shared by the tasks of a run.
+pub struct Uring {
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for Uring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Uring")
+    }
+}
+
+fn io_error(what: &'static str, path: &Path, source: std::io::Error) -> BenchError {
+    BenchError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl Inner {
+    /// Moves completions out of the queue: writes are retired, reads kept for their owner.
+    fn reap(&mut self) {
+        let completed: Vec<(u64, i32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        for (id, res) in completed {
+            let Some((buf, path, what)) = self.inflight.remove(&id) else {
+                continue;
+            };
+            let want = buf.as_slice().len();
+            if res < 0 {
+                let e = std::io::Error::from_raw_os_error(-res);
+                self.errors.push(io_error(what, &path, e));
+            } else if res as usize != want {
+                let e = std::io::Error::other(format!("short {what}: {res} of {want} bytes"));
+                self.errors.push(io_error(what, &path, e));
+            } else if what == "reading" {
+                self.done.insert(id, buf);
+            }
+        }
+    }
+
+    fn push(
+        &mut self,
+        entry: io_uring::squeue::Entry,
+        buf: AlignedBuf,
+        path: &Path,
+        what: &'static str,
+    ) -> Result<u64, BenchError> {
+        let id = self.next;
+        self.next += 1;
+        let entry = entry.user_data(id);
+        loop {
+            // SAFETY: the entry points into `buf`'s heap storage, which moves into `inflight`
+            // below and stays there, unmoved and alive, until `reap` sees its completion.
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                break;
+            }
+            // Queue full: hand it to the kernel and retire what finished.
+            self.ring
+                .submit_and_wait(1)
+                .map_err(|e| io_error(what, path, e))?;
+            self.reap();
+        }
+        self.inflight.insert(id, (buf, path.to_path_buf(), what));
+        self.ring.submit().map_err(|e| io_error(what, path, e))?;
+        self.reap();
+        Ok(id)
+    }
+}
+
+impl Uring {
+    /// A ring, or the reason there is none (io_uring disabled by sysctl or seccomp, say).
+    pub fn new() -> Result<Uring, BenchError> {
+        let ring = IoUring::new(ENTRIES).map_err(|e| {
+            BenchError::Runtime(format!(
+                "io-uring: {e} (is io_uring disabled, kernel.io_uring_disabled?)"
+            ))
+        })?;
+        Ok(Uring {
+            inner: Mutex::new(Inner {
+                ring,
+                inflight: HashMap::new(),
+                done: HashMap::new(),
+                next: 0,
+                errors: Vec::new(),
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Submits a write of `values` at `offset`; returns without waiting.
+    pub fn write(
+        &self,
+        file: &File,
+        path: &Path,
+        offset: u64,
+        values: &[f64],
+    ) -> Result<(), BenchError> {
+        let mut buf = AlignedBuf::new(values.len() * 8);
+        for (chunk, v) in buf.as_mut_slice().chunks_exact_mut(8).zip(values) {
+            chunk.copy_from_slice(&v.to_ne_bytes());
+        }
+        let bytes = buf.as_slice();
+        let entry = opcode::Write::new(
+            types::Fd(file.as_raw_fd()),
+            bytes.as_ptr(),
+            bytes.len() as u32,
+        )
+        .offset(offset)
+        .build();
+        self.lock().push(entry, buf, path, "writing").map(|_| ())
+    }
+
+    /// Submits a read of `count` values at `offset`; claim it with [`Uring::wait_read`].
+    pub fn read(
+        &self,
+        file: &File,
+        path: &Path,
+        offset: u64,
+        count: usize,
+    ) -> Result<u64, BenchError> {
+        let mut buf = AlignedBuf::new(count * 8);
+        let bytes = buf.as_mut_slice();
+        let entry = opcode::Read::new(
+            types::Fd(file.as_raw_fd()),
+            bytes.as_mut_ptr(),
+            bytes.len() as u32,
+        )
+        .offset(offset)
+        .build();
+        self.lock().push(entry, buf, path, "reading")
+    }
+
+    /// Waits for read `id` and returns its values.
+    pub fn wait_read(&self, id: u64, out: &mut [f64]) -> Result<(), BenchError> {
+        let mut inner = self.lock();
+        loop {
+            inner.reap();
+            if let Some(buf) = inner.done.remove(&id) {
+                for (v, chunk) in out.iter_mut().zip(buf.as_slice().chunks_exact(8)) {
+                    *v = f64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8]));
+                }
+                return Ok(());
+            }
+            if !inner.inflight.contains_key(&id) {
+                return Err(inner.errors.pop().unwrap_or_else(|| {
+                    BenchError::Runtime(format!("io-uring: read {id} vanished"))
+                }));
+            }
+            inner
+                .ring
+                .submit_and_wait(1)
+                .map_err(|e| BenchError::Runtime(format!("io-uring: {e}")))?;
+        }
+    }
+
+    /// Waits until nothing is in flight; returns the first error of any operation.
+    pub fn wait_all(&self) -> Result<(), BenchError> {
+        let mut inner = self.lock();
+        loop {
+            inner.reap();
+            if inner.inflight.is_empty() {
+                break;
+            }
+            inner
+                .ring
+                .submit_and_wait(1)
+                .map_err(|e| BenchError::Runtime(format!("io-uring: {e}")))?;
+        }
+        match inner.errors.pop() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Heat diffusion on `rt` (the baseline runtime) with checkpoint writes through io_uring.
+pub fn heat(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
+    p.validate()?;
+    let uring = Uring::new()?;
+    let grid = Grid::new(p);
+    let nb = p.blocks();
+    let files = p
+        .checkpoint_iters()
+        .into_iter()
+        .map(|it| {
+            let path = p.new_checkpoint_path(it);
+            create_file(&path, p.io).map(|f| (it, path, f))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let errors = Mutex::new(Vec::new());
+    let start = Instant::now();
+    rt.scope(|s| {
+        let (grid, errors, uring) = (&grid, &errors, &uring);
+        for it in 1..=p.iters {
+            for bi in 0..nb {
+                for bj in 0..nb {
+                    let mut deps = vec![Access::write((bi, bj))];
+                    if bi > 0 {
+                        deps.push(Access::read((bi - 1, bj)));
+                    }
+                    if bi + 1 < nb {
+                        deps.push(Access::read((bi + 1, bj)));
+                    }
+                    if bj > 0 {
+                        deps.push(Access::read((bi, bj - 1)));
+                    }
+                    if bj + 1 < nb {
+                        deps.push(Access::read((bi, bj + 1)));
+                    }
+                    s.spawn_with(deps, move |_| grid.update(bi, bj));
+                }
+            }
+            if let Some((_, path, file)) = files.iter().find(|(ci, _, _)| *ci == it) {
+                for bi in 0..nb {
+                    for bj in 0..nb {
+                        s.spawn_with([Access::read((bi, bj))], move |_| {
+                            let (data, offset) = grid.block_copy(bi, bj);
+                            if let Err(e) = uring.write(file, path, offset, &data) {
+                                errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
+                            }
+                        });
+                    }
+                }
+            }
+        }
+    });
+    let waited = uring.wait_all();
+    let elapsed = start.elapsed();
+    waited?;
+    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()).pop() {
+        return Err(e);
+    }
+    Ok(HeatRun {
+        elapsed,
+        matrix: grid.to_matrix(),
+        bytes_written: p.checkpoint_bytes() * files.len() as u64,
+        checkpoints: files.into_iter().map(|(it, path, _)| (it, path)).collect(),
+    })
+}
+
+const V: u8 = 0;
+const S: u8 = 1;
+const AV: u8 = 2;
+const AS: u8 = 3;
+const IMG: u8 = 4;
+const PREFETCH: u8 = 5;
+
+fn around(y: usize, ny: usize) -> std::ops::Range<usize> {
+    y.saturating_sub(fwi::RADIUS)..(y + fwi::RADIUS + 1).min(ny)
+}
+
+/// The FWI mock-up on `rt` (the baseline runtime) with snapshot I/O through io_uring.
+pub fn fwi(rt: &Runtime, p: &FwiParams) -> Result<FwiRun, BenchError> {
+    p.validate()?;
+    let uring = Uring::new()?;
+    let st = State::new(p);
+    let path = p.dir.join(format!(
+        "umt-fwi-{}-{}.snap",
+        std::process::id(),
+        fwi::RUN_ID.fetch_add(1, Ordering::Relaxed)
+    ));
+    let file = create_file(&path, p.io)?;
+    let snaps = p.snapshot_steps();
+    let ny = p.ny;
+    let cells = p.slice_cells();
+    let slice_bytes = (cells * 8) as u64;
+    let sums = Mutex::new(vec![0u64; snaps.len() * ny]);
+    let reads: Mutex<HashMap<(usize, usize), u64>> = Mutex::new(HashMap::new());
+    let errors = Mutex::new(Vec::new());
+    let verified = AtomicUsize::new(0);
+    let fail = |e: BenchError| errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
+    let start = Instant::now();
+    // Forward: writes go out as they are submitted.
+    rt.scope(|sc| {
+        let (st, sums, fail, uring, file, path) = (&st, &sums, &fail, &uring, &file, &path);
+        for t in 1..=p.steps {
+            for y in 0..ny {
+                let deps = std::iter::once(Access::write((V, y)))
+                    .chain(around(y, ny).map(|n| Access::read((S, n))));
+                sc.spawn_with(deps, move |_| fwi::update(&st.v, &st.s, y, p));
+            }
+            for y in 0..ny {
+                let deps = std::iter::once(Access::write((S, y)))
+                    .chain(around(y, ny).map(|n| Access::read((V, n))));
+                sc.spawn_with(deps, move |_| fwi::update(&st.s, &st.v, y, p));
+            }
+            if let Some(k) = snaps.iter().position(|&x| x == t) {
+                for y in 0..ny {
+                    sc.spawn_with([Access::read((V, y))], move |_| {
+                        let data = st.v.read(y).clone();
+                        let at = (k * ny + y) as u64 * slice_bytes;
+                        match uring.write(file, path, at, &data) {
+                            Ok(()) => {
+                                sums.lock().unwrap_or_else(|e| e.into_inner())[k * ny + y] =
+                                    checksum(&data)
+                            }
+                            Err(e) => fail(e),
+                        }
+                    });
+                }
+            }
+        }
+    });
+    // The snapshots must be on disk before they are read back.
+    let flushed = uring.wait_all();
+    rt.scope(|sc| {
+        let (st, sums, fail, uring, file, path, reads, verified) =
+            (&st, &sums, &fail, &uring, &file, &path, &reads, &verified);
+        for t in (1..=p.steps).rev() {
+            let snap = snaps.iter().position(|&x| x == t);
+            if let Some(k) = snap {
+                // Prefetch this step's snapshot while its adjoint step computes.
+                sc.spawn_with([Access::write((PREFETCH, k))], move |_| {
+                    for y in 0..ny {
+                        let at = (k * ny + y) as u64 * slice_bytes;
+                        match uring.read(file, path, at, cells) {
+                            Ok(id) => {
+                                reads
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .insert((k, y), id);
+                            }
+                            Err(e) => fail(e),
+                        }
+                    }
+                });
+            }
+            for y in 0..ny {
+                let deps = std::iter::once(Access::write((AV, y)))
+                    .chain(around(y, ny).map(|n| Access::read((AS, n))));
+                sc.spawn_with(deps, move |_| fwi::update(&st.av, &st.as_, y, p));
+            }
+            for y in 0..ny {
+                let deps = std::iter::once(Access::write((AS, y)))
+                    .chain(around(y, ny).map(|n| Access::read((AV, n))));
+                sc.spawn_with(deps, move |_| fwi::update(&st.as_, &st.av, y, p));
+            }
+            if let Some(k) = snap {
+                for y in 0..ny {
+                    let deps = [
+                        Access::read((AV, y)),
+                        Access::write((IMG, y)),
+                        Access::read((PREFETCH, k)),
+                    ];
+                    sc.spawn_with(deps, move |_| {
+                        let Some(id) = reads
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .remove(&(k, y))
+                        else {
+                            return; // its submission failed and was reported
+                        };
+                        let mut data = vec![0.0; cells];
+                        if let Err(e) = uring.wait_read(id, &mut data) {
+                            return fail(e);
+                        }
+                        let want = sums.lock().unwrap_or_else(|e| e.into_inner())[k * ny + y];
+                        if checksum(&data) != want {
+                            return fail(BenchError::Corrupt(format!(
+                                "snapshot of step {t}, slice {y}: checksum mismatch"
+                            )));
+                        }
+                        verified.fetch_add(1, Ordering::Relaxed);
+                        let av = st.av.read(y);
+                        let mut img = st.image.write(y);
+                        for ((i, s), a) in img.iter_mut().zip(&data).zip(av.iter()) {
+                            *i += s * a;
+                        }
+                    });
+                }
+            }
+        }
+    });
+    let waited = uring.wait_all();
+    let elapsed = start.elapsed();
+    let _ = std::fs::remove_file(&path);
+    flushed?;
+    waited?;
+    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()).pop() {
+        return Err(e);
+    }
+    Ok(FwiRun {
+        elapsed,
+        velocity: st.v.to_vec(),
+        stress: st.s.to_vec(),
+        image: st.image.to_vec(),
+        snapshots_verified: verified.into_inner(),
+        io_bytes: 2 * p.snapshot_bytes(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::IoMode;
+
+    fn same(a: &[f64], b: &[f64]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
+    fn dir_and_mode() -> (PathBuf, IoMode) {
+        let dir = std::env::temp_dir();
+        let io = if crate::io::probe_direct(&dir).is_ok() {
+            IoMode::Direct
+        } else {
+            IoMode::Buffered
+        };
+        (dir, io)
+    }
+
+    #[test]
+    fn uring_heat_is_bit_identical_and_checkpoints_read_back() {
+        let Ok(_) = Uring::new() else {
+            eprintln!("skipped: no io_uring here");
+            return;
+        };
+        let (dir, io) = dir_and_mode();
+        let p = HeatParams {
+            n: 128,
+            block: 32,
+            iters: 5,
+            iof: Some(2),
+            dir,
+            io,
+        };
+        let rt = Runtime::builder()
+            .monitor(umt_rt::BackendKind::Disabled)
+            .build()
+            .unwrap();
+        let out = heat(&rt, &p).unwrap();
+        assert!(same(&out.matrix, &crate::heat::sequential(&p, 5)));
+        for (it, path) in &out.checkpoints {
+            let raw = crate::io::read_f64s(path, 0, p.n * p.n).unwrap();
+            let m = crate::heat::checkpoint_to_matrix(&p, &raw);
+            assert!(same(&m, &crate::heat::sequential(&p, *it)));
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+
+    #[test]
+    fn uring_fwi_is_bit_identical() {
+        let Ok(_) = Uring::new() else {
+            eprintln!("skipped: no io_uring here");
+            return;
+        };
+        let (dir, io) = dir_and_mode();
+        let p = FwiParams {
+            nz: 16,
+            nx: 32,
+            ny: 10,
+            steps: 5,
+            iof: 2,
+            dir,
+            io,
+        };
+        let rt = Runtime::builder()
+            .monitor(umt_rt::BackendKind::Disabled)
+            .build()
+            .unwrap();
+        let out = fwi(&rt, &p).unwrap();
+        let (v, s, img) = crate::fwi::sequential(&p);
+        assert!(same(&out.velocity, &v) && same(&out.stress, &s) && same(&out.image, &img));
+        assert_eq!(out.snapshots_verified, 2 * p.ny);
+    }
+}
