@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::time::Duration;
 
 use umt_bench::fwi::{self, FwiParams, Part};
@@ -173,6 +173,10 @@ fn compare(
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
+    // No bar without a real terminal (the guest's serial console has no TERM).
+    if std::env::var("TERM").map_or(true, |t| t.is_empty() || t == "dumb") {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
     bar.set_prefix(workload.to_string());
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); kinds.len()];
     for _ in 0..repeat {
