@@ -21,8 +21,7 @@ use umt_bench::fwi::{self, FwiParams, Part};
 use umt_bench::heat::{self, HeatParams};
 use umt_bench::io::{BenchError, IoMode, probe_direct};
 use umt_bench::report::{Report, RunReport, median};
-use umt_bench::runner::{Engine, Runner, Sample, measure};
-use umt_bench::{port_rayon, port_tokio, port_uring};
+use umt_bench::runner::{self, Engine, Runner, Sample, measure};
 
 #[derive(Parser)]
 #[command(
@@ -240,10 +239,7 @@ fn run_heat(a: &HeatArgs) -> Result<Report, BenchError> {
         &a.common,
         |kind, engine| {
             let out = match (kind, engine) {
-                (Kind::Runtime(_), Engine::Umt(rt)) => heat::run(rt, &p)?,
-                (Kind::Runtime(_), Engine::Rayon(pool)) => port_rayon::heat(pool, &p)?,
-                (Kind::Runtime(_), Engine::Tokio(rt)) => port_tokio::heat(rt, &p)?,
-                (Kind::Runtime(_), Engine::Uring(rt)) => port_uring::heat(rt, &p)?,
+                (Kind::Runtime(_), e) => runner::run_heat(e, &p)?,
                 (Kind::ComputeOnly, Engine::Umt(rt)) => heat::run(
                     rt,
                     &HeatParams {
@@ -289,11 +285,10 @@ fn run_fwi(a: &FwiArgs) -> Result<Report, BenchError> {
                 Kind::ComputeOnly => Part::ComputeOnly,
                 Kind::IoOnly => Part::IoOnly,
             };
-            let out = match engine {
-                Engine::Umt(rt) => fwi::run(rt, &p, part)?,
-                Engine::Rayon(pool) => port_rayon::fwi(pool, &p)?,
-                Engine::Tokio(rt) => port_tokio::fwi(rt, &p)?,
-                Engine::Uring(rt) => port_uring::fwi(rt, &p)?,
+            let out = match (part, engine) {
+                (Part::All, e) => runner::run_fwi(e, &p)?,
+                (part, Engine::Umt(rt)) => fwi::run(rt, &p, part)?,
+                _ => return Err(BenchError::Runtime("bound runs use umt-rt".into())),
             };
             Ok((out.elapsed, out.io_bytes))
         },

@@ -130,6 +130,32 @@ impl FromStr for Runner {
     }
 }
 
+/// Heat diffusion with checkpoints on `engine` (the full workload of a runtime's run).
+pub fn run_heat(
+    engine: &Engine,
+    p: &crate::heat::HeatParams,
+) -> Result<crate::heat::HeatRun, BenchError> {
+    match engine {
+        Engine::Umt(rt) => crate::heat::run(rt, p),
+        Engine::Rayon(pool) => crate::port_rayon::heat(pool, p),
+        Engine::Tokio(rt) => crate::port_tokio::heat(rt, p),
+        Engine::Uring(rt) => crate::port_uring::heat(rt, p),
+    }
+}
+
+/// The FWI mock-up on `engine` (the full workload of a runtime's run).
+pub fn run_fwi(
+    engine: &Engine,
+    p: &crate::fwi::FwiParams,
+) -> Result<crate::fwi::FwiRun, BenchError> {
+    match engine {
+        Engine::Umt(rt) => crate::fwi::run(rt, p, crate::fwi::Part::All),
+        Engine::Rayon(pool) => crate::port_rayon::fwi(pool, p),
+        Engine::Tokio(rt) => crate::port_tokio::fwi(rt, p),
+        Engine::Uring(rt) => crate::port_uring::fwi(rt, p),
+    }
+}
+
 /// What one timed run measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sample {
