@@ -4,8 +4,8 @@
 //! Volumes are `nz x nx x ny`, stored as `ny` contiguous Y-slices of `nz * nx` cells. Each
 //! time step runs one velocity task per slice (reading the stress slices within radius 4, the
 //! stencil of FWI codes, and writing its velocity slice), then one stress task per slice (the
-//! same on the velocity). Every `iof` steps, one task per slice writes the velocity slice into
-//! the snapshot file (`O_DIRECT`). The backward phase walks time in reverse on adjoint volumes
+//! same on the velocity). Every `iof` steps, one task per slice copies the velocity slice out
+//! and another writes the copy into the snapshot file (`O_DIRECT`). The backward phase walks time in reverse on adjoint volumes
 //! and, at each snapshot step, reads the snapshot slice back and adds its product with the
 //! adjoint velocity into the image.
 //!
@@ -171,6 +171,8 @@ const AS: u8 = 3;
 const IMG: u8 = 4;
 /// A snapshot slice on disk: written before it is read back.
 const SNAP: u8 = 5;
+/// A velocity slice's staging copy, between the copy and the write.
+const STAGE: u8 = 6;
 
 pub(crate) struct State {
     pub(crate) v: Volume,
@@ -254,9 +256,11 @@ pub fn run(rt: &Runtime, p: &FwiParams, part: Part) -> Result<FwiRun, BenchError
     let compute = part != Part::IoOnly;
     let ny = p.ny;
     let slice_bytes = (p.slice_cells() * 8) as u64;
+    let staging: Vec<Mutex<Option<Vec<f64>>>> = (0..ny).map(|_| Mutex::new(None)).collect();
     let start = Instant::now();
     rt.scope(|sc| {
         let (st, sums, verified, errors, path) = (&st, &sums, &verified, &errors, &path);
+        let staging = &staging;
         let fail = move |e: BenchError| errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
         // Forward.
         for t in 1..=p.steps {
@@ -274,9 +278,22 @@ pub fn run(rt: &Runtime, p: &FwiParams, part: Part) -> Result<FwiRun, BenchError
             }
             if let (Some(file), Some(k)) = (&file, snaps.iter().position(|&s| s == t)) {
                 for y in 0..ny {
-                    let deps = [Access::read((V, y)), Access::write((SNAP, k * ny + y))];
+                    // Copy the slice out (holds the velocity briefly), then write the copy
+                    // (holds only the copy): the next step need not wait for the disk.
+                    let slot = &staging[y];
+                    sc.spawn_with(
+                        [Access::read((V, y)), Access::write((STAGE, y))],
+                        move |_| {
+                            *slot.lock().unwrap_or_else(|e| e.into_inner()) =
+                                Some(st.v.read(y).clone());
+                        },
+                    );
+                    let deps = [Access::read((STAGE, y)), Access::write((SNAP, k * ny + y))];
                     sc.spawn_with(deps, move |_| {
-                        let slice = st.v.read(y);
+                        let Some(slice) = slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+                        else {
+                            return;
+                        };
                         let at = (k * ny + y) as u64 * slice_bytes;
                         match write_f64s(file, path, at, &slice) {
                             Ok(()) => {
