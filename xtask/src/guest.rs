@@ -168,7 +168,7 @@ pub(crate) fn bench(vm_args: &VmArgs, repeat: u32) -> Result<i32> {
     }
     let (m_on, m_off) = (median(&mut on), median(&mut off));
     println!(
-        "ping-pong round trip, unmonitored threads on one CPU (median of {} runs each):",
+        "ping-pong round trip, two unmonitored processes on one CPU (median of {} runs each):",
         on.len()
     );
     println!("  stock   kernel: {m_off:8.0} ns");

@@ -82,7 +82,7 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 mount -t tmpfs tmpfs /tmp
-export PATH=/work/bin:/bin:/sbin:/usr/bin:/usr/sbin HOME=/root TMPDIR=/tmp
+export PATH=/work/bin:/bin:/sbin:/usr/bin:/usr/sbin HOME=/root TMPDIR=/tmp TERM=dumb
 case " $(cat /proc/cmdline) " in
 *" umt.probe "*) echo UMT-XTASK-PROBE-OK; poweroff -f ;;
 esac

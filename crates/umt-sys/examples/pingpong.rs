@@ -1,13 +1,15 @@
-//! Context-switch cost of a process that does not use UMT: two threads pinned to one CPU
-//! bounce a byte through two pipes. `cargo xtask vm bench` runs it on the patched and on the
-//! stock kernel to show that UMT costs unmonitored processes nothing measurable.
+//! Context-switch cost for processes that do not use UMT: this process and a child it starts,
+//! both pinned to one CPU, bounce a byte through two pipes (the child's stdin and stdout).
+//! `cargo xtask vm bench` runs it on the patched and on the stock kernel to show that UMT
+//! costs other processes nothing measurable.
 //!
 //! ```text
 //! cargo run --release -p umt-sys --example pingpong -- --round-trips 20000
-//! pingpong: 4321.0 ns per round trip (20000 round trips on CPU 1)
+//! pingpong: 4321.0 ns per round trip (20000 round trips between 2 processes on CPU 1)
 //! ```
 
 use std::io::{Read, Write};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use clap::Parser;
@@ -18,40 +20,60 @@ struct Args {
     /// Round trips to time (after 1000 of warm-up).
     #[arg(long, default_value_t = 20000)]
     round_trips: u32,
+    /// Run as the echoing child on this CPU (used internally).
+    #[arg(long, hide = true)]
+    echo_on: Option<usize>,
+}
+
+const WARMUP: u32 = 1000;
+
+fn echo(cpu: usize, total: u64) -> Result<(), Box<dyn std::error::Error>> {
+    cpu::pin_current_thread(cpu)?;
+    let (mut input, mut output) = (std::io::stdin().lock(), std::io::stdout().lock());
+    let mut byte = [0u8; 1];
+    for _ in 0..total {
+        input.read_exact(&mut byte)?;
+        output.write_all(&byte)?;
+        output.flush()?;
+    }
+    Ok(())
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
+    let total = u64::from(WARMUP + args.round_trips);
+    if let Some(cpu) = args.echo_on {
+        return echo(cpu, total);
+    }
     let target = *cpu::process_cpus()?
         .last()
         .ok_or("no CPU in the affinity mask")?;
-    let (mut a_rx, mut a_tx) = std::io::pipe()?;
-    let (mut b_rx, mut b_tx) = std::io::pipe()?;
-    let warmup = 1000;
-    let total = warmup + args.round_trips;
-    let echo = std::thread::spawn(move || -> std::io::Result<()> {
-        cpu::pin_current_thread(target).map_err(std::io::Error::other)?;
-        let mut byte = [0u8; 1];
-        for _ in 0..total {
-            a_rx.read_exact(&mut byte)?;
-            b_tx.write_all(&byte)?;
-        }
-        Ok(())
-    });
     cpu::pin_current_thread(target)?;
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(["--round-trips", &args.round_trips.to_string()])
+        .args(["--echo-on", &target.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let (mut to_child, mut from_child) = (
+        child.stdin.take().ok_or("no child stdin")?,
+        child.stdout.take().ok_or("no child stdout")?,
+    );
     let mut byte = [7u8; 1];
     let mut start = Instant::now();
     for i in 0..total {
-        if i == warmup {
+        if i == u64::from(WARMUP) {
             start = Instant::now();
         }
-        a_tx.write_all(&byte)?;
-        b_rx.read_exact(&mut byte)?;
+        to_child.write_all(&byte)?;
+        from_child.read_exact(&mut byte)?;
     }
     let elapsed = start.elapsed();
-    echo.join().map_err(|_| "echo thread panicked")??;
+    if !child.wait()?.success() {
+        return Err("the echoing child failed".into());
+    }
     println!(
-        "pingpong: {:.1} ns per round trip ({} round trips on CPU {target})",
+        "pingpong: {:.1} ns per round trip ({} round trips between 2 processes on CPU {target})",
         elapsed.as_nanos() as f64 / f64::from(args.round_trips),
         args.round_trips
     );
