@@ -277,10 +277,9 @@ pub fn run(rt: &Runtime, p: &FwiParams, part: Part) -> Result<FwiRun, BenchError
                 }
             }
             if let (Some(file), Some(k)) = (&file, snaps.iter().position(|&s| s == t)) {
-                for y in 0..ny {
+                for (y, slot) in staging.iter().enumerate() {
                     // Copy the slice out (holds the velocity briefly), then write the copy
                     // (holds only the copy): the next step need not wait for the disk.
-                    let slot = &staging[y];
                     sc.spawn_with(
                         [Access::read((V, y)), Access::write((STAGE, y))],
                         move |_| {
