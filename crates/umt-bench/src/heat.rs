@@ -22,6 +22,9 @@ use crate::io::{BenchError, DIRECT_ALIGN, IoMode, create_file, write_f64s};
 /// Dependency tag of a block's checkpoint staging copy.
 const STAGE: u8 = 1;
 
+/// A block's copy and its offset in the checkpoint file, between the copy and the write.
+type Staged = std::sync::Mutex<Option<(Vec<f64>, u64)>>;
+
 /// Temperature of the top edge.
 pub const TOP: f64 = 1.0;
 
@@ -309,8 +312,7 @@ pub fn run(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
         })
         .collect::<Result<_, _>>()?;
     let errors = std::sync::Mutex::new(Vec::new());
-    let staging: Vec<std::sync::Mutex<Option<(Vec<f64>, u64)>>> =
-        (0..nb * nb).map(|_| std::sync::Mutex::new(None)).collect();
+    let staging: Vec<Staged> = (0..nb * nb).map(|_| std::sync::Mutex::new(None)).collect();
     let start = Instant::now();
     rt.scope(|s| {
         let (grid, errors, staging) = (&grid, &errors, &staging);
