@@ -69,6 +69,14 @@ impl FwiParams {
         Ok(())
     }
 
+    /// A fresh path for a run's snapshot file: unique per call, so that runs in parallel never
+    /// share one.
+    pub fn new_snapshot_path(&self) -> PathBuf {
+        let seq = RUN_ID.fetch_add(1, Ordering::Relaxed);
+        self.dir
+            .join(format!("umt-fwi-{}-{seq}.snap", std::process::id()))
+    }
+
     /// Cells of one Y-slice.
     pub fn slice_cells(&self) -> usize {
         self.nz * self.nx
@@ -163,6 +171,28 @@ fn neighbours(y: usize, ny: usize) -> std::ops::Range<usize> {
     y.saturating_sub(RADIUS)..(y + RADIUS + 1).min(ny)
 }
 
+/// Checks a snapshot slice read back against the checksum it was written with.
+pub(crate) fn verify(snap: &[f64], want: u64, step: usize, y: usize) -> Result<(), BenchError> {
+    let got = checksum(snap);
+    if got == want {
+        Ok(())
+    } else {
+        Err(BenchError::Corrupt(format!(
+            "snapshot of step {step}, slice {y} read back with checksum {got:#x}, written with \
+             {want:#x}"
+        )))
+    }
+}
+
+/// The imaging condition: adds the snapshot slice times the adjoint velocity into the image.
+pub(crate) fn image(st: &State, y: usize, snap: &[f64]) {
+    let av = st.av.read(y);
+    let mut img = st.image.write(y);
+    for ((i, s), a) in img.iter_mut().zip(snap).zip(av.iter()) {
+        *i += s * a;
+    }
+}
+
 /// Dependency keys: (volume, slice).
 const V: u8 = 0;
 const S: u8 = 1;
@@ -222,7 +252,31 @@ impl FwiRun {
     }
 }
 
-pub(crate) static RUN_ID: AtomicUsize = AtomicUsize::new(0);
+/// Ends a run: removes the snapshot file, returns the first error any task reported, else
+/// what the run produced.
+pub(crate) fn finish(
+    elapsed: Duration,
+    st: &State,
+    path: &std::path::Path,
+    verified: usize,
+    io_bytes: u64,
+    errors: Mutex<Vec<BenchError>>,
+) -> Result<FwiRun, BenchError> {
+    let _ = std::fs::remove_file(path);
+    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()).pop() {
+        return Err(e);
+    }
+    Ok(FwiRun {
+        elapsed,
+        velocity: st.v.to_vec(),
+        stress: st.s.to_vec(),
+        image: st.image.to_vec(),
+        snapshots_verified: verified,
+        io_bytes,
+    })
+}
+
+static RUN_ID: AtomicUsize = AtomicUsize::new(0);
 
 /// Which parts of the workload to run: everything, or the compute or the I/O alone (the two
 /// runs of the overlap bound).
@@ -240,11 +294,7 @@ pub enum Part {
 pub fn run(rt: &Runtime, p: &FwiParams, part: Part) -> Result<FwiRun, BenchError> {
     p.validate()?;
     let st = State::new(p);
-    let path = p.dir.join(format!(
-        "umt-fwi-{}-{}.snap",
-        std::process::id(),
-        RUN_ID.fetch_add(1, Ordering::Relaxed)
-    ));
+    let path = p.new_snapshot_path();
     let file = match part {
         Part::ComputeOnly => None,
         _ => Some(create_file(&path, p.io)?),
@@ -334,20 +384,12 @@ pub fn run(rt: &Runtime, p: &FwiParams, part: Part) -> Result<FwiRun, BenchError
                             return fail(e);
                         }
                         let want = sums.lock().unwrap_or_else(|e| e.into_inner())[k * ny + y];
-                        if checksum(&snap) != want {
-                            return fail(BenchError::Corrupt(format!(
-                                "snapshot of step {t}, slice {y} read back with checksum {:#x}, \
-                                 written with {want:#x}",
-                                checksum(&snap)
-                            )));
+                        if let Err(e) = verify(&snap, want, t, y) {
+                            return fail(e);
                         }
                         verified.fetch_add(1, Ordering::Relaxed);
                         if compute {
-                            let av = st.av.read(y);
-                            let mut img = st.image.write(y);
-                            for ((i, s), a) in img.iter_mut().zip(&snap).zip(av.iter()) {
-                                *i += s * a;
-                            }
+                            image(st, y, &snap);
                         }
                     });
                 }
@@ -355,22 +397,12 @@ pub fn run(rt: &Runtime, p: &FwiParams, part: Part) -> Result<FwiRun, BenchError
         }
     });
     let elapsed = start.elapsed();
-    let _ = std::fs::remove_file(&path);
-    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()).pop() {
-        return Err(e);
-    }
-    Ok(FwiRun {
-        elapsed,
-        velocity: st.v.to_vec(),
-        stress: st.s.to_vec(),
-        image: st.image.to_vec(),
-        snapshots_verified: verified.into_inner(),
-        io_bytes: if file.is_some() {
-            2 * p.snapshot_bytes()
-        } else {
-            0
-        },
-    })
+    let io_bytes = if file.is_some() {
+        2 * p.snapshot_bytes()
+    } else {
+        0
+    };
+    finish(elapsed, &st, &path, verified.into_inner(), io_bytes, errors)
 }
 
 /// The sequential reference: the same updates in program order, snapshots kept in memory.
@@ -414,6 +446,7 @@ pub fn sequential(p: &FwiParams) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::same;
 
     fn params(steps: usize, iof: usize) -> FwiParams {
         let dir = std::env::temp_dir();
@@ -431,10 +464,6 @@ mod tests {
             dir,
             io,
         }
-    }
-
-    fn same(a: &[f64], b: &[f64]) -> bool {
-        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
     }
 
     #[test]

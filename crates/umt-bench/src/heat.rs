@@ -278,6 +278,57 @@ pub fn checkpoint_to_matrix(p: &HeatParams, block_major: &[f64]) -> Vec<f64> {
     m
 }
 
+/// The accesses of block `(bi, bj)`'s update: itself written, its four neighbours read.
+pub(crate) fn block_deps(bi: usize, bj: usize, nb: usize) -> Vec<Access> {
+    let mut deps = vec![Access::write((bi, bj))];
+    if bi > 0 {
+        deps.push(Access::read((bi - 1, bj)));
+    }
+    if bi + 1 < nb {
+        deps.push(Access::read((bi + 1, bj)));
+    }
+    if bj > 0 {
+        deps.push(Access::read((bi, bj - 1)));
+    }
+    if bj + 1 < nb {
+        deps.push(Access::read((bi, bj + 1)));
+    }
+    deps
+}
+
+/// A checkpoint file, created for writing: (iteration, path, file).
+pub(crate) type Checkpoint = (usize, PathBuf, File);
+
+/// Creates the checkpoint files of a run.
+pub(crate) fn create_checkpoints(p: &HeatParams) -> Result<Vec<Checkpoint>, BenchError> {
+    p.checkpoint_iters()
+        .into_iter()
+        .map(|it| {
+            let path = p.new_checkpoint_path(it);
+            create_file(&path, p.io).map(|f| (it, path, f))
+        })
+        .collect()
+}
+
+/// Ends a run: the first error any task reported, else what the run produced.
+pub(crate) fn finish(
+    elapsed: Duration,
+    grid: &Grid,
+    p: &HeatParams,
+    files: Vec<Checkpoint>,
+    errors: std::sync::Mutex<Vec<BenchError>>,
+) -> Result<HeatRun, BenchError> {
+    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()).pop() {
+        return Err(e);
+    }
+    Ok(HeatRun {
+        elapsed,
+        matrix: grid.to_matrix(),
+        bytes_written: p.checkpoint_bytes() * files.len() as u64,
+        checkpoints: files.into_iter().map(|(it, path, _)| (it, path)).collect(),
+    })
+}
+
 /// What a run produced.
 #[derive(Debug)]
 pub struct HeatRun {
@@ -303,14 +354,7 @@ pub fn run(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
     p.validate()?;
     let grid = Grid::new(p);
     let nb = p.blocks();
-    let ckpt_iters = p.checkpoint_iters();
-    let files: Vec<(usize, PathBuf, File)> = ckpt_iters
-        .iter()
-        .map(|&it| {
-            let path = p.new_checkpoint_path(it);
-            create_file(&path, p.io).map(|f| (it, path, f))
-        })
-        .collect::<Result<_, _>>()?;
+    let files = crate::heat::create_checkpoints(p)?;
     let errors = std::sync::Mutex::new(Vec::new());
     let staging: Vec<Staged> = (0..nb * nb).map(|_| std::sync::Mutex::new(None)).collect();
     let start = Instant::now();
@@ -320,20 +364,7 @@ pub fn run(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
         for it in 1..=p.iters {
             for bi in 0..nb {
                 for bj in 0..nb {
-                    let mut deps = vec![Access::write((bi, bj))];
-                    if bi > 0 {
-                        deps.push(Access::read((bi - 1, bj)));
-                    }
-                    if bi + 1 < nb {
-                        deps.push(Access::read((bi + 1, bj)));
-                    }
-                    if bj > 0 {
-                        deps.push(Access::read((bi, bj - 1)));
-                    }
-                    if bj + 1 < nb {
-                        deps.push(Access::read((bi, bj + 1)));
-                    }
-                    s.spawn_with(deps, move |_| grid.update(bi, bj));
+                    s.spawn_with(block_deps(bi, bj, nb), move |_| grid.update(bi, bj));
                 }
             }
             if let Some((_, path, file)) = next_ckpt.next_if(|(ci, _, _)| *ci == it) {
@@ -362,15 +393,7 @@ pub fn run(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
         }
     });
     let elapsed = start.elapsed();
-    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()).pop() {
-        return Err(e);
-    }
-    Ok(HeatRun {
-        elapsed,
-        matrix: grid.to_matrix(),
-        bytes_written: p.checkpoint_bytes() * files.len() as u64,
-        checkpoints: files.into_iter().map(|(it, path, _)| (it, path)).collect(),
-    })
+    finish(elapsed, &grid, p, files, errors)
 }
 
 /// Writes the checkpoints of `p` without computing (the I/O-only run of the overlap bound):
@@ -379,14 +402,7 @@ pub fn io_only(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
     p.validate()?;
     let grid = Grid::new(p);
     let nb = p.blocks();
-    let files: Vec<(usize, PathBuf, File)> = p
-        .checkpoint_iters()
-        .iter()
-        .map(|&it| {
-            let path = p.new_checkpoint_path(it);
-            create_file(&path, p.io).map(|f| (it, path, f))
-        })
-        .collect::<Result<_, _>>()?;
+    let files = create_checkpoints(p)?;
     let errors = std::sync::Mutex::new(Vec::new());
     let start = Instant::now();
     rt.scope(|s| {
@@ -404,15 +420,7 @@ pub fn io_only(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
         }
     });
     let elapsed = start.elapsed();
-    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()).pop() {
-        return Err(e);
-    }
-    Ok(HeatRun {
-        elapsed,
-        matrix: grid.to_matrix(),
-        bytes_written: p.checkpoint_bytes() * files.len() as u64,
-        checkpoints: files.into_iter().map(|(it, path, _)| (it, path)).collect(),
-    })
+    finish(elapsed, &grid, p, files, errors)
 }
 
 #[cfg(test)]

@@ -34,3 +34,70 @@ pub mod port_tokio;
 pub mod port_uring;
 pub mod report;
 pub mod runner;
+
+/// Helpers of the unit tests.
+#[cfg(test)]
+pub(crate) mod testutil {
+    use crate::fwi::{FwiParams, FwiRun};
+    use crate::heat::{HeatParams, HeatRun};
+    use crate::io::{BenchError, IoMode, probe_direct};
+
+    /// Bit-for-bit equality of two result arrays.
+    pub(crate) fn same(a: &[f64], b: &[f64]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
+    /// The temp dir, with O_DIRECT when it takes it.
+    pub(crate) fn dir_and_mode() -> (std::path::PathBuf, IoMode) {
+        let dir = std::env::temp_dir();
+        let io = if probe_direct(&dir).is_ok() {
+            IoMode::Direct
+        } else {
+            IoMode::Buffered
+        };
+        (dir, io)
+    }
+
+    /// A port's heat run is bit-identical to the sequential sweep, and so is every checkpoint.
+    pub(crate) fn check_heat_port(run: impl Fn(&HeatParams) -> Result<HeatRun, BenchError>) {
+        let (dir, io) = dir_and_mode();
+        let p = HeatParams {
+            n: 128,
+            block: 32,
+            iters: 5,
+            iof: Some(2),
+            dir,
+            io,
+        };
+        let out = run(&p).unwrap();
+        assert!(same(&out.matrix, &crate::heat::sequential(&p, 5)));
+        assert_eq!(out.checkpoints.len(), 2);
+        for (it, path) in &out.checkpoints {
+            let raw = crate::io::read_f64s(path, 0, p.n * p.n).unwrap();
+            let m = crate::heat::checkpoint_to_matrix(&p, &raw);
+            assert!(
+                same(&m, &crate::heat::sequential(&p, *it)),
+                "checkpoint {it}"
+            );
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+
+    /// A port's FWI run matches the sequential one and verified every snapshot.
+    pub(crate) fn check_fwi_port(run: impl Fn(&FwiParams) -> Result<FwiRun, BenchError>) {
+        let (dir, io) = dir_and_mode();
+        let p = FwiParams {
+            nz: 16,
+            nx: 32,
+            ny: 10,
+            steps: 5,
+            iof: 2,
+            dir,
+            io,
+        };
+        let out = run(&p).unwrap();
+        let (v, s, img) = crate::fwi::sequential(&p);
+        assert!(same(&out.velocity, &v) && same(&out.stress, &s) && same(&out.image, &img));
+        assert_eq!(out.snapshots_verified, 2 * p.ny);
+    }
+}

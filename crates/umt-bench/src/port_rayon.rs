@@ -23,26 +23,12 @@ pub fn pool(threads: usize) -> Result<rayon::ThreadPool, BenchError> {
         .map_err(|e| BenchError::Runtime(format!("rayon: {e}")))
 }
 
-fn first_error(errors: Mutex<Vec<BenchError>>) -> Result<(), BenchError> {
-    match errors.into_inner().unwrap_or_else(|e| e.into_inner()).pop() {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
-}
-
 /// Heat diffusion with checkpoints on `pool`.
 pub fn heat(pool: &rayon::ThreadPool, p: &HeatParams) -> Result<HeatRun, BenchError> {
     p.validate()?;
     let grid = Grid::new(p);
     let nb = p.blocks();
-    let files = p
-        .checkpoint_iters()
-        .into_iter()
-        .map(|it| {
-            let path = p.new_checkpoint_path(it);
-            create_file(&path, p.io).map(|f| (it, path, f))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let files = crate::heat::create_checkpoints(p)?;
     let errors = Mutex::new(Vec::new());
     let start = Instant::now();
     pool.install(|| {
@@ -73,13 +59,7 @@ pub fn heat(pool: &rayon::ThreadPool, p: &HeatParams) -> Result<HeatRun, BenchEr
         })
     });
     let elapsed = start.elapsed();
-    first_error(errors)?;
-    Ok(HeatRun {
-        elapsed,
-        matrix: grid.to_matrix(),
-        bytes_written: p.checkpoint_bytes() * files.len() as u64,
-        checkpoints: files.into_iter().map(|(it, path, _)| (it, path)).collect(),
-    })
+    crate::heat::finish(elapsed, &grid, p, files, errors)
 }
 
 /// The FWI mock-up on `pool`: snapshots written by spawned tasks during the forward phase (the
@@ -87,11 +67,7 @@ pub fn heat(pool: &rayon::ThreadPool, p: &HeatParams) -> Result<HeatRun, BenchEr
 pub fn fwi(pool: &rayon::ThreadPool, p: &FwiParams) -> Result<FwiRun, BenchError> {
     p.validate()?;
     let st = State::new(p);
-    let path = p.dir.join(format!(
-        "umt-fwi-{}-{}.snap",
-        std::process::id(),
-        fwi::RUN_ID.fetch_add(1, Ordering::Relaxed)
-    ));
+    let path = p.new_snapshot_path();
     let file = create_file(&path, p.io)?;
     let snaps = p.snapshot_steps();
     let ny = p.ny;
@@ -143,77 +119,38 @@ pub fn fwi(pool: &rayon::ThreadPool, p: &FwiParams) -> Result<FwiRun, BenchError
                         return fail(e);
                     }
                     let want = sums.lock().unwrap_or_else(|e| e.into_inner())[k * ny + y];
-                    if checksum(&snap) != want {
-                        return fail(BenchError::Corrupt(format!(
-                            "snapshot of step {t}, slice {y}: checksum mismatch"
-                        )));
+                    if let Err(e) = fwi::verify(&snap, want, t, y) {
+                        return fail(e);
                     }
                     verified.fetch_add(1, Ordering::Relaxed);
-                    let av = st.av.read(y);
-                    let mut img = st.image.write(y);
-                    for ((i, s), a) in img.iter_mut().zip(&snap).zip(av.iter()) {
-                        *i += s * a;
-                    }
+                    fwi::image(&st, y, &snap);
                 });
             }
         }
     });
     let elapsed = start.elapsed();
-    let _ = std::fs::remove_file(&path);
-    first_error(errors)?;
-    Ok(FwiRun {
+    fwi::finish(
         elapsed,
-        velocity: st.v.to_vec(),
-        stress: st.s.to_vec(),
-        image: st.image.to_vec(),
-        snapshots_verified: verified.into_inner(),
-        io_bytes: 2 * p.snapshot_bytes(),
-    })
+        &st,
+        &path,
+        verified.into_inner(),
+        2 * p.snapshot_bytes(),
+        errors,
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::io::IoMode;
-
-    fn same(a: &[f64], b: &[f64]) -> bool {
-        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
-    }
+    use crate::testutil::{check_fwi_port, check_heat_port};
 
     #[test]
     fn rayon_heat_is_bit_identical() {
-        let p = HeatParams {
-            n: 128,
-            block: 32,
-            iters: 5,
-            iof: Some(2),
-            dir: std::env::temp_dir(),
-            io: IoMode::Buffered,
-        };
-        let out = heat(&pool(3).unwrap(), &p).unwrap();
-        assert!(same(&out.matrix, &crate::heat::sequential(&p, 5)));
-        for (it, path) in &out.checkpoints {
-            let raw = crate::io::read_f64s(path, 0, p.n * p.n).unwrap();
-            let m = crate::heat::checkpoint_to_matrix(&p, &raw);
-            assert!(same(&m, &crate::heat::sequential(&p, *it)));
-            std::fs::remove_file(path).unwrap();
-        }
+        check_heat_port(|p| heat(&pool(3)?, p));
     }
 
     #[test]
     fn rayon_fwi_is_bit_identical() {
-        let p = FwiParams {
-            nz: 16,
-            nx: 32,
-            ny: 10,
-            steps: 5,
-            iof: 2,
-            dir: std::env::temp_dir(),
-            io: IoMode::Buffered,
-        };
-        let out = fwi(&pool(3).unwrap(), &p).unwrap();
-        let (v, s, img) = crate::fwi::sequential(&p);
-        assert!(same(&out.velocity, &v) && same(&out.stress, &s) && same(&out.image, &img));
-        assert_eq!(out.snapshots_verified, 2 * p.ny);
+        check_fwi_port(|p| fwi(&pool(3)?, p));
     }
 }

@@ -48,15 +48,7 @@ pub fn heat(rt: &tokio::runtime::Runtime, p: &HeatParams) -> Result<HeatRun, Ben
     p.validate()?;
     let grid = Arc::new(Grid::new(p));
     let nb = p.blocks();
-    let files = Arc::new(
-        p.checkpoint_iters()
-            .into_iter()
-            .map(|it| {
-                let path = p.new_checkpoint_path(it);
-                create_file(&path, p.io).map(|f| (it, path, f))
-            })
-            .collect::<Result<Vec<_>, _>>()?,
-    );
+    let files = Arc::new(crate::heat::create_checkpoints(p)?);
     let errors: Errors = Arc::default();
     let start = Instant::now();
     rt.block_on(async {
@@ -104,11 +96,7 @@ pub fn fwi(rt: &tokio::runtime::Runtime, p: &FwiParams) -> Result<FwiRun, BenchE
     p.validate()?;
     let st = Arc::new(State::new(p));
     let pa = Arc::new(p.clone());
-    let path: Arc<PathBuf> = Arc::new(p.dir.join(format!(
-        "umt-fwi-{}-{}.snap",
-        std::process::id(),
-        fwi::RUN_ID.fetch_add(1, Ordering::Relaxed)
-    )));
+    let path: Arc<PathBuf> = Arc::new(p.new_snapshot_path());
     let file = Arc::new(create_file(&path, p.io)?);
     let snaps = p.snapshot_steps();
     let ny = p.ny;
@@ -176,20 +164,11 @@ pub fn fwi(rt: &tokio::runtime::Runtime, p: &FwiParams) -> Result<FwiRun, BenchE
                             return push(&errors, e);
                         }
                         let want = sums.lock().unwrap_or_else(|e| e.into_inner())[k * ny + y];
-                        if checksum(&snap) != want {
-                            return push(
-                                &errors,
-                                BenchError::Corrupt(format!(
-                                    "snapshot of step {t}, slice {y}: checksum mismatch"
-                                )),
-                            );
+                        if let Err(e) = fwi::verify(&snap, want, t, y) {
+                            return push(&errors, e);
                         }
                         verified.fetch_add(1, Ordering::Relaxed);
-                        let av = st.av.read(y);
-                        let mut img = st.image.write(y);
-                        for ((i, s), a) in img.iter_mut().zip(&snap).zip(av.iter()) {
-                            *i += s * a;
-                        }
+                        fwi::image(&st, y, &snap);
                     });
                 }
                 // The next adjoint step overwrites the adjoint velocity the imaging reads.
@@ -213,46 +192,15 @@ pub fn fwi(rt: &tokio::runtime::Runtime, p: &FwiParams) -> Result<FwiRun, BenchE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::io::IoMode;
-
-    fn same(a: &[f64], b: &[f64]) -> bool {
-        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
-    }
+    use crate::testutil::{check_fwi_port, check_heat_port};
 
     #[test]
     fn tokio_heat_is_bit_identical() {
-        let p = HeatParams {
-            n: 128,
-            block: 32,
-            iters: 5,
-            iof: Some(2),
-            dir: std::env::temp_dir(),
-            io: IoMode::Buffered,
-        };
-        let out = heat(&runtime(2).unwrap(), &p).unwrap();
-        assert!(same(&out.matrix, &crate::heat::sequential(&p, 5)));
-        for (it, path) in &out.checkpoints {
-            let raw = crate::io::read_f64s(path, 0, p.n * p.n).unwrap();
-            let m = crate::heat::checkpoint_to_matrix(&p, &raw);
-            assert!(same(&m, &crate::heat::sequential(&p, *it)));
-            std::fs::remove_file(path).unwrap();
-        }
+        check_heat_port(|p| heat(&runtime(2)?, p));
     }
 
     #[test]
     fn tokio_fwi_is_bit_identical() {
-        let p = FwiParams {
-            nz: 16,
-            nx: 32,
-            ny: 10,
-            steps: 5,
-            iof: 2,
-            dir: std::env::temp_dir(),
-            io: IoMode::Buffered,
-        };
-        let out = fwi(&runtime(2).unwrap(), &p).unwrap();
-        let (v, s, img) = crate::fwi::sequential(&p);
-        assert!(same(&out.velocity, &v) && same(&out.stress, &s) && same(&out.image, &img));
-        assert_eq!(out.snapshots_verified, 2 * p.ny);
+        check_fwi_port(|p| fwi(&runtime(2)?, p));
     }
 }

@@ -222,14 +222,7 @@ pub fn heat(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
     let uring = Uring::new()?;
     let grid = Grid::new(p);
     let nb = p.blocks();
-    let files = p
-        .checkpoint_iters()
-        .into_iter()
-        .map(|it| {
-            let path = p.new_checkpoint_path(it);
-            create_file(&path, p.io).map(|f| (it, path, f))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let files = crate::heat::create_checkpoints(p)?;
     let errors = Mutex::new(Vec::new());
     let start = Instant::now();
     rt.scope(|s| {
@@ -237,20 +230,9 @@ pub fn heat(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
         for it in 1..=p.iters {
             for bi in 0..nb {
                 for bj in 0..nb {
-                    let mut deps = vec![Access::write((bi, bj))];
-                    if bi > 0 {
-                        deps.push(Access::read((bi - 1, bj)));
-                    }
-                    if bi + 1 < nb {
-                        deps.push(Access::read((bi + 1, bj)));
-                    }
-                    if bj > 0 {
-                        deps.push(Access::read((bi, bj - 1)));
-                    }
-                    if bj + 1 < nb {
-                        deps.push(Access::read((bi, bj + 1)));
-                    }
-                    s.spawn_with(deps, move |_| grid.update(bi, bj));
+                    s.spawn_with(crate::heat::block_deps(bi, bj, nb), move |_| {
+                        grid.update(bi, bj)
+                    });
                 }
             }
             if let Some((_, path, file)) = files.iter().find(|(ci, _, _)| *ci == it) {
@@ -270,15 +252,7 @@ pub fn heat(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
     let waited = uring.wait_all();
     let elapsed = start.elapsed();
     waited?;
-    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()).pop() {
-        return Err(e);
-    }
-    Ok(HeatRun {
-        elapsed,
-        matrix: grid.to_matrix(),
-        bytes_written: p.checkpoint_bytes() * files.len() as u64,
-        checkpoints: files.into_iter().map(|(it, path, _)| (it, path)).collect(),
-    })
+    crate::heat::finish(elapsed, &grid, p, files, errors)
 }
 
 const V: u8 = 0;
@@ -297,11 +271,7 @@ pub fn fwi(rt: &Runtime, p: &FwiParams) -> Result<FwiRun, BenchError> {
     p.validate()?;
     let uring = Uring::new()?;
     let st = State::new(p);
-    let path = p.dir.join(format!(
-        "umt-fwi-{}-{}.snap",
-        std::process::id(),
-        fwi::RUN_ID.fetch_add(1, Ordering::Relaxed)
-    ));
+    let path = p.new_snapshot_path();
     let file = create_file(&path, p.io)?;
     let snaps = p.snapshot_steps();
     let ny = p.ny;
@@ -398,17 +368,11 @@ pub fn fwi(rt: &Runtime, p: &FwiParams) -> Result<FwiRun, BenchError> {
                             return fail(e);
                         }
                         let want = sums.lock().unwrap_or_else(|e| e.into_inner())[k * ny + y];
-                        if checksum(&data) != want {
-                            return fail(BenchError::Corrupt(format!(
-                                "snapshot of step {t}, slice {y}: checksum mismatch"
-                            )));
+                        if let Err(e) = fwi::verify(&data, want, t, y) {
+                            return fail(e);
                         }
                         verified.fetch_add(1, Ordering::Relaxed);
-                        let av = st.av.read(y);
-                        let mut img = st.image.write(y);
-                        for ((i, s), a) in img.iter_mut().zip(&data).zip(av.iter()) {
-                            *i += s * a;
-                        }
+                        fwi::image(st, y, &data);
                     });
                 }
             }
@@ -416,93 +380,46 @@ pub fn fwi(rt: &Runtime, p: &FwiParams) -> Result<FwiRun, BenchError> {
     });
     let waited = uring.wait_all();
     let elapsed = start.elapsed();
-    let _ = std::fs::remove_file(&path);
+    let run = fwi::finish(
+        elapsed,
+        &st,
+        &path,
+        verified.into_inner(),
+        2 * p.snapshot_bytes(),
+        errors,
+    );
     flushed?;
     waited?;
-    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()).pop() {
-        return Err(e);
-    }
-    Ok(FwiRun {
-        elapsed,
-        velocity: st.v.to_vec(),
-        stress: st.s.to_vec(),
-        image: st.image.to_vec(),
-        snapshots_verified: verified.into_inner(),
-        io_bytes: 2 * p.snapshot_bytes(),
-    })
+    run
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::io::IoMode;
+    use crate::testutil::{check_fwi_port, check_heat_port};
 
-    fn same(a: &[f64], b: &[f64]) -> bool {
-        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
-    }
-
-    fn dir_and_mode() -> (PathBuf, IoMode) {
-        let dir = std::env::temp_dir();
-        let io = if crate::io::probe_direct(&dir).is_ok() {
-            IoMode::Direct
-        } else {
-            IoMode::Buffered
-        };
-        (dir, io)
+    fn baseline() -> Runtime {
+        Runtime::builder()
+            .monitor(umt_rt::BackendKind::Disabled)
+            .build()
+            .unwrap()
     }
 
     #[test]
     fn uring_heat_is_bit_identical_and_checkpoints_read_back() {
-        let Ok(_) = Uring::new() else {
-            eprintln!("skipped: no io_uring here");
+        if let Err(e) = Uring::new() {
+            eprintln!("skipped: {e}");
             return;
-        };
-        let (dir, io) = dir_and_mode();
-        let p = HeatParams {
-            n: 128,
-            block: 32,
-            iters: 5,
-            iof: Some(2),
-            dir,
-            io,
-        };
-        let rt = Runtime::builder()
-            .monitor(umt_rt::BackendKind::Disabled)
-            .build()
-            .unwrap();
-        let out = heat(&rt, &p).unwrap();
-        assert!(same(&out.matrix, &crate::heat::sequential(&p, 5)));
-        for (it, path) in &out.checkpoints {
-            let raw = crate::io::read_f64s(path, 0, p.n * p.n).unwrap();
-            let m = crate::heat::checkpoint_to_matrix(&p, &raw);
-            assert!(same(&m, &crate::heat::sequential(&p, *it)));
-            std::fs::remove_file(path).unwrap();
         }
+        check_heat_port(|p| heat(&baseline(), p));
     }
 
     #[test]
     fn uring_fwi_is_bit_identical() {
-        let Ok(_) = Uring::new() else {
-            eprintln!("skipped: no io_uring here");
+        if let Err(e) = Uring::new() {
+            eprintln!("skipped: {e}");
             return;
-        };
-        let (dir, io) = dir_and_mode();
-        let p = FwiParams {
-            nz: 16,
-            nx: 32,
-            ny: 10,
-            steps: 5,
-            iof: 2,
-            dir,
-            io,
-        };
-        let rt = Runtime::builder()
-            .monitor(umt_rt::BackendKind::Disabled)
-            .build()
-            .unwrap();
-        let out = fwi(&rt, &p).unwrap();
-        let (v, s, img) = crate::fwi::sequential(&p);
-        assert!(same(&out.velocity, &v) && same(&out.stress, &s) && same(&out.image, &img));
-        assert_eq!(out.snapshots_verified, 2 * p.ny);
+        }
+        check_fwi_port(|p| fwi(&baseline(), p));
     }
 }
