@@ -248,7 +248,12 @@ pub(crate) fn build(args: &BuildArgs) -> Result<Kernel> {
     );
     let started = std::time::Instant::now();
     run_logged(&mut make(&["tinyconfig"]), &log)?;
-    let mut fragment = String::from(CONFIG);
+    // The stock kernel has no CONFIG_UMT to ask for.
+    let mut fragment: String = CONFIG
+        .lines()
+        .filter(|l| patched || !l.starts_with("CONFIG_UMT"))
+        .map(|l| format!("{l}\n"))
+        .collect();
     if args.debug {
         fragment.push_str(DEBUG_CONFIG);
     }
@@ -260,9 +265,7 @@ pub(crate) fn build(args: &BuildArgs) -> Result<Kernel> {
     let config = fs::read_to_string(&config_path)?;
     let lost: Vec<&str> = fragment_settings(&fragment)
         .into_iter()
-        .filter(|want| {
-            !(config.lines().any(|l| l == *want) || (!patched && want.starts_with("CONFIG_UMT")))
-        })
+        .filter(|want| !config.lines().any(|l| l == *want))
         .collect();
     if !lost.is_empty() {
         bail!(

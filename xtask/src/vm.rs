@@ -348,12 +348,24 @@ fn stream_new(path: &Path, from: u64, sink: &mut impl Write) -> Result<u64> {
 
 const APPEND: &str = "console=ttyS0 panic=-1 oops=panic rdinit=/init";
 
+/// The accelerator `auto` settled on in this run of xtask (`vm bench` boots many times).
+static PROBED: std::sync::OnceLock<Accel> = std::sync::OnceLock::new();
+
 fn choose_accel(requested: Accel, kernel: &Path) -> Result<Accel> {
     match requested {
         Accel::Tcg => return Ok(Accel::Tcg),
         Accel::Kvm => return Ok(Accel::Kvm),
         Accel::Auto => {}
     }
+    if let Some(a) = PROBED.get() {
+        return Ok(*a);
+    }
+    let a = probe_accel(kernel)?;
+    Ok(*PROBED.get_or_init(|| a))
+}
+
+/// KVM if `/dev/kvm` opens and a probe boot under KVM reaches `/init` in time, else TCG.
+fn probe_accel(kernel: &Path) -> Result<Accel> {
     if fs::OpenOptions::new()
         .read(true)
         .write(true)

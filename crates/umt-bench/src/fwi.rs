@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use umt_rt::{Access, Runtime};
+use umt_rt::{Access, Runtime, Scope};
 
 use crate::io::{BenchError, DIRECT_ALIGN, IoMode, create_file, read_f64s_into, write_f64s};
 
@@ -194,15 +194,33 @@ pub(crate) fn image(st: &State, y: usize, snap: &[f64]) {
 }
 
 /// Dependency keys: (volume, slice).
-const V: u8 = 0;
-const S: u8 = 1;
-const AV: u8 = 2;
-const AS: u8 = 3;
-const IMG: u8 = 4;
+pub(crate) const V: u8 = 0;
+pub(crate) const S: u8 = 1;
+pub(crate) const AV: u8 = 2;
+pub(crate) const AS: u8 = 3;
+pub(crate) const IMG: u8 = 4;
 /// A snapshot slice on disk: written before it is read back.
 const SNAP: u8 = 5;
 /// A velocity slice's staging copy, between the copy and the write.
 const STAGE: u8 = 6;
+
+/// Spawns one time step of a staggered pair: one task per slice updating `vel` from the
+/// `str_` slices around it (keys `vel_key`, `str_key`), then one per slice updating `str_` from
+/// `vel`. The dependencies order it after the previous step and before the next.
+pub(crate) fn spawn_step<'s>(
+    sc: &Scope<'s>,
+    (vel_key, vel): (u8, &'s Volume),
+    (str_key, str_): (u8, &'s Volume),
+    p: &'s FwiParams,
+) {
+    for (key, dst, src_key, src) in [(vel_key, vel, str_key, str_), (str_key, str_, vel_key, vel)] {
+        for y in 0..p.ny {
+            let deps = std::iter::once(Access::write((key, y)))
+                .chain(neighbours(y, p.ny).map(move |n| Access::read((src_key, n))));
+            sc.spawn_with(deps, move |_| update(dst, src, y, p));
+        }
+    }
+}
 
 pub(crate) struct State {
     pub(crate) v: Volume,
@@ -315,16 +333,7 @@ pub fn run(rt: &Runtime, p: &FwiParams, part: Part) -> Result<FwiRun, BenchError
         // Forward.
         for t in 1..=p.steps {
             if compute {
-                for y in 0..ny {
-                    let deps = std::iter::once(Access::write((V, y)))
-                        .chain(neighbours(y, ny).map(|n| Access::read((S, n))));
-                    sc.spawn_with(deps, move |_| update(&st.v, &st.s, y, p));
-                }
-                for y in 0..ny {
-                    let deps = std::iter::once(Access::write((S, y)))
-                        .chain(neighbours(y, ny).map(|n| Access::read((V, n))));
-                    sc.spawn_with(deps, move |_| update(&st.s, &st.v, y, p));
-                }
+                spawn_step(sc, (V, &st.v), (S, &st.s), p);
             }
             if let (Some(file), Some(k)) = (&file, snaps.iter().position(|&s| s == t)) {
                 for (y, slot) in staging.iter().enumerate() {
@@ -358,16 +367,7 @@ pub fn run(rt: &Runtime, p: &FwiParams, part: Part) -> Result<FwiRun, BenchError
         // Backward: reverse time on the adjoint volumes, reading the snapshots back.
         for t in (1..=p.steps).rev() {
             if compute {
-                for y in 0..ny {
-                    let deps = std::iter::once(Access::write((AV, y)))
-                        .chain(neighbours(y, ny).map(|n| Access::read((AS, n))));
-                    sc.spawn_with(deps, move |_| update(&st.av, &st.as_, y, p));
-                }
-                for y in 0..ny {
-                    let deps = std::iter::once(Access::write((AS, y)))
-                        .chain(neighbours(y, ny).map(|n| Access::read((AV, n))));
-                    sc.spawn_with(deps, move |_| update(&st.as_, &st.av, y, p));
-                }
+                spawn_step(sc, (AV, &st.av), (AS, &st.as_), p);
             }
             if let (Some(file), Some(k)) = (&file, snaps.iter().position(|&s| s == t)) {
                 for y in 0..ny {

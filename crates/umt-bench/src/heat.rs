@@ -351,6 +351,21 @@ impl HeatRun {
 
 /// Runs heat diffusion on `rt`: one task per block per iteration, checkpoint writes as tasks.
 pub fn run(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
+    run_with(rt, p, &write_f64s, || Ok(()))
+}
+
+/// A checkpoint writer: `(file, path, byte offset, values)`.
+pub(crate) type WriteFn<'a> =
+    dyn Fn(&File, &Path, u64, &[f64]) -> Result<(), BenchError> + Sync + 'a;
+
+/// [`run`] with another way to write a staged block (`write`), and `drain`, called after the
+/// last task and timed, to wait for writes still in flight.
+pub(crate) fn run_with(
+    rt: &Runtime,
+    p: &HeatParams,
+    write: &WriteFn<'_>,
+    drain: impl FnOnce() -> Result<(), BenchError>,
+) -> Result<HeatRun, BenchError> {
     p.validate()?;
     let grid = Grid::new(p);
     let nb = p.blocks();
@@ -382,7 +397,7 @@ pub fn run(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
                         s.spawn_with([Access::read(key)], move |_| {
                             let staged = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
                             if let Some((data, offset)) = staged
-                                && let Err(e) = write_f64s(file, path, offset, &data)
+                                && let Err(e) = write(file, path, offset, &data)
                             {
                                 errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
                             }
@@ -392,12 +407,15 @@ pub fn run(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
             }
         }
     });
+    let drained = drain();
     let elapsed = start.elapsed();
+    drained?;
     finish(elapsed, &grid, p, files, errors)
 }
 
 /// Writes the checkpoints of `p` without computing (the I/O-only run of the overlap bound):
-/// the same write tasks, files and I/O mode as [`run`], of the initial grid.
+/// the same files, I/O mode and write calls as [`run`], of the initial grid, with no staging
+/// copy (nothing would wait for it).
 pub fn io_only(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
     p.validate()?;
     let grid = Grid::new(p);

@@ -78,6 +78,22 @@ impl AlignedBuf {
         &self.storage[self.start..self.start + self.len]
     }
 
+    /// A buffer holding `values` in native byte order.
+    pub fn from_f64s(values: &[f64]) -> Self {
+        let mut buf = AlignedBuf::new(values.len() * 8);
+        for (chunk, v) in buf.as_mut_slice().chunks_exact_mut(8).zip(values) {
+            chunk.copy_from_slice(&v.to_ne_bytes());
+        }
+        buf
+    }
+
+    /// Decodes the buffer into `out` (as many values as both hold).
+    pub fn copy_to_f64s(&self, out: &mut [f64]) {
+        for (v, chunk) in out.iter_mut().zip(self.as_slice().chunks_exact(8)) {
+            *v = f64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8]));
+        }
+    }
+
     /// The aligned bytes, writable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.storage[self.start..self.start + self.len]
@@ -122,10 +138,7 @@ pub fn probe_direct(dir: &Path) -> Result<(), BenchError> {
 /// Writes `values` at byte `offset` of `file` through an aligned buffer. `offset` and the byte
 /// length must be multiples of [`DIRECT_ALIGN`] for direct files.
 pub fn write_f64s(file: &File, path: &Path, offset: u64, values: &[f64]) -> Result<(), BenchError> {
-    let mut buf = AlignedBuf::new(values.len() * 8);
-    for (chunk, v) in buf.as_mut_slice().chunks_exact_mut(8).zip(values) {
-        chunk.copy_from_slice(&v.to_ne_bytes());
-    }
+    let buf = AlignedBuf::from_f64s(values);
     file.write_all_at(buf.as_slice(), offset)
         .map_err(|source| BenchError::Io {
             what: "writing",
@@ -149,9 +162,7 @@ pub fn read_f64s_into(
             path: path.to_path_buf(),
             source,
         })?;
-    for (v, chunk) in out.iter_mut().zip(buf.as_slice().chunks_exact(8)) {
-        *v = f64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8]));
-    }
+    buf.copy_to_f64s(out);
     Ok(())
 }
 

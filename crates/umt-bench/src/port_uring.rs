@@ -17,8 +17,8 @@ use std::time::Instant;
 use io_uring::{IoUring, opcode, types};
 use umt_rt::{Access, Runtime};
 
-use crate::fwi::{self, FwiParams, FwiRun, State, checksum};
-use crate::heat::{Grid, HeatParams, HeatRun};
+use crate::fwi::{self, AS, AV, FwiParams, FwiRun, IMG, S, State, V, checksum};
+use crate::heat::{HeatParams, HeatRun};
 use crate::io::{AlignedBuf, BenchError, create_file};
 
 /// Submission queue depth.
@@ -138,10 +138,7 @@ impl Uring {
         offset: u64,
         values: &[f64],
     ) -> Result<(), BenchError> {
-        let mut buf = AlignedBuf::new(values.len() * 8);
-        for (chunk, v) in buf.as_mut_slice().chunks_exact_mut(8).zip(values) {
-            chunk.copy_from_slice(&v.to_ne_bytes());
-        }
+        let buf = AlignedBuf::from_f64s(values);
         let bytes = buf.as_slice();
         let entry = opcode::Write::new(
             types::Fd(file.as_raw_fd()),
@@ -173,15 +170,14 @@ impl Uring {
         self.lock().push(entry, buf, path, "reading")
     }
 
-    /// Waits for read `id` and returns its values.
+    /// Waits for read `id` and returns its values. It waits holding the ring's lock, so other
+    /// tasks' submissions wait too: reads are prefetched so that this rarely waits at all.
     pub fn wait_read(&self, id: u64, out: &mut [f64]) -> Result<(), BenchError> {
         let mut inner = self.lock();
         loop {
             inner.reap();
             if let Some(buf) = inner.done.remove(&id) {
-                for (v, chunk) in out.iter_mut().zip(buf.as_slice().chunks_exact(8)) {
-                    *v = f64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8]));
-                }
+                buf.copy_to_f64s(out);
                 return Ok(());
             }
             if !inner.inflight.contains_key(&id) {
@@ -216,55 +212,20 @@ impl Uring {
     }
 }
 
-/// Heat diffusion on `rt` (the baseline runtime) with checkpoint writes through io_uring.
+/// Heat diffusion on `rt` (the baseline runtime) with checkpoint writes through io_uring: the
+/// same tasks as [`crate::heat::run`], whose write tasks only submit.
 pub fn heat(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
-    p.validate()?;
     let uring = Uring::new()?;
-    let grid = Grid::new(p);
-    let nb = p.blocks();
-    let files = crate::heat::create_checkpoints(p)?;
-    let errors = Mutex::new(Vec::new());
-    let start = Instant::now();
-    rt.scope(|s| {
-        let (grid, errors, uring) = (&grid, &errors, &uring);
-        for it in 1..=p.iters {
-            for bi in 0..nb {
-                for bj in 0..nb {
-                    s.spawn_with(crate::heat::block_deps(bi, bj, nb), move |_| {
-                        grid.update(bi, bj)
-                    });
-                }
-            }
-            if let Some((_, path, file)) = files.iter().find(|(ci, _, _)| *ci == it) {
-                for bi in 0..nb {
-                    for bj in 0..nb {
-                        s.spawn_with([Access::read((bi, bj))], move |_| {
-                            let (data, offset) = grid.block_copy(bi, bj);
-                            if let Err(e) = uring.write(file, path, offset, &data) {
-                                errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
-                            }
-                        });
-                    }
-                }
-            }
-        }
-    });
-    let waited = uring.wait_all();
-    let elapsed = start.elapsed();
-    waited?;
-    crate::heat::finish(elapsed, &grid, p, files, errors)
+    crate::heat::run_with(
+        rt,
+        p,
+        &|file, path, offset, data| uring.write(file, path, offset, data),
+        || uring.wait_all(),
+    )
 }
 
-const V: u8 = 0;
-const S: u8 = 1;
-const AV: u8 = 2;
-const AS: u8 = 3;
-const IMG: u8 = 4;
+/// Dependency key of a snapshot step's prefetch (the others are `fwi`'s).
 const PREFETCH: u8 = 5;
-
-fn around(y: usize, ny: usize) -> std::ops::Range<usize> {
-    y.saturating_sub(fwi::RADIUS)..(y + fwi::RADIUS + 1).min(ny)
-}
 
 /// The FWI mock-up on `rt` (the baseline runtime) with snapshot I/O through io_uring.
 pub fn fwi(rt: &Runtime, p: &FwiParams) -> Result<FwiRun, BenchError> {
@@ -287,16 +248,7 @@ pub fn fwi(rt: &Runtime, p: &FwiParams) -> Result<FwiRun, BenchError> {
     rt.scope(|sc| {
         let (st, sums, fail, uring, file, path) = (&st, &sums, &fail, &uring, &file, &path);
         for t in 1..=p.steps {
-            for y in 0..ny {
-                let deps = std::iter::once(Access::write((V, y)))
-                    .chain(around(y, ny).map(|n| Access::read((S, n))));
-                sc.spawn_with(deps, move |_| fwi::update(&st.v, &st.s, y, p));
-            }
-            for y in 0..ny {
-                let deps = std::iter::once(Access::write((S, y)))
-                    .chain(around(y, ny).map(|n| Access::read((V, n))));
-                sc.spawn_with(deps, move |_| fwi::update(&st.s, &st.v, y, p));
-            }
+            fwi::spawn_step(sc, (V, &st.v), (S, &st.s), p);
             if let Some(k) = snaps.iter().position(|&x| x == t) {
                 for y in 0..ny {
                     sc.spawn_with([Access::read((V, y))], move |_| {
@@ -338,16 +290,7 @@ pub fn fwi(rt: &Runtime, p: &FwiParams) -> Result<FwiRun, BenchError> {
                     }
                 });
             }
-            for y in 0..ny {
-                let deps = std::iter::once(Access::write((AV, y)))
-                    .chain(around(y, ny).map(|n| Access::read((AS, n))));
-                sc.spawn_with(deps, move |_| fwi::update(&st.av, &st.as_, y, p));
-            }
-            for y in 0..ny {
-                let deps = std::iter::once(Access::write((AS, y)))
-                    .chain(around(y, ny).map(|n| Access::read((AV, n))));
-                sc.spawn_with(deps, move |_| fwi::update(&st.as_, &st.av, y, p));
-            }
+            fwi::spawn_step(sc, (AV, &st.av), (AS, &st.as_), p);
             if let Some(k) = snap {
                 for y in 0..ny {
                     let deps = [

@@ -89,26 +89,29 @@ impl Runner {
 
     /// A fresh runtime for one run, with one worker per core of this process.
     pub fn engine(self) -> Result<Engine, BenchError> {
-        let cores = umt_sys::cpu::process_cpus()
-            .map(|c| c.len())
-            .unwrap_or(1)
-            .max(1);
+        let cores = cores();
+        let umt = || {
+            Runtime::builder()
+                .monitor(self.backend().unwrap_or(BackendKind::Disabled))
+                .build()
+                .map_err(|e| BenchError::Runtime(format!("{}: {e}", self.name())))
+        };
         match self {
             Runner::Rayon => crate::port_rayon::pool(cores).map(Engine::Rayon),
             Runner::Rayon2x => crate::port_rayon::pool(2 * cores).map(Engine::Rayon),
             Runner::Tokio => crate::port_tokio::runtime(cores).map(Engine::Tokio),
-            Runner::IoUring => Runtime::builder()
-                .monitor(BackendKind::Disabled)
-                .build()
-                .map(Engine::Uring)
-                .map_err(|e| BenchError::Runtime(format!("{}: {e}", self.name()))),
-            _ => Runtime::builder()
-                .monitor(self.backend().unwrap_or(BackendKind::Disabled))
-                .build()
-                .map(Engine::Umt)
-                .map_err(|e| BenchError::Runtime(format!("{}: {e}", self.name()))),
+            Runner::IoUring => umt().map(Engine::Uring),
+            Runner::Baseline | Runner::UmtPerf | Runner::UmtKernel => umt().map(Engine::Umt),
         }
     }
+}
+
+/// CPUs of this process's affinity mask (at least 1).
+fn cores() -> usize {
+    umt_sys::cpu::process_cpus()
+        .map(|c| c.len())
+        .unwrap_or(1)
+        .max(1)
 }
 
 impl fmt::Display for Runner {
@@ -190,10 +193,7 @@ pub fn measure(
     work: impl FnOnce(&Engine) -> Result<(Duration, u64), BenchError>,
 ) -> Result<Sample, BenchError> {
     let engine = runner.engine()?;
-    let cores = umt_sys::cpu::process_cpus()
-        .map(|c| c.len())
-        .unwrap_or(1)
-        .max(1) as f64;
+    let cores = cores() as f64;
     let cpu_before = cpu_time();
     let (elapsed, io_bytes) = work(&engine)?;
     let cpu = cpu_time().saturating_sub(cpu_before);
