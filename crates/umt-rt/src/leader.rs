@@ -6,8 +6,9 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::registry::Registry;
+use crate::starter::StartRequests;
 
-pub(crate) fn leader_main(reg: Arc<Registry>) {
+pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests) {
     // L0: run only where a CPU would otherwise idle. A core whose worker blocked has just gone
     // idle, so the leader runs there at once; and its wake-ups never preempt a busy worker,
     // whose switch records would wake it again (a feedback loop with the perf backend).
@@ -74,7 +75,7 @@ pub(crate) fn leader_main(reg: Arc<Registry>) {
             // L3: a core with no ready worker while work is queued (or a task of a surrendered
             // worker waits) gets one.
             if starved && !in_flight[core] {
-                reg.wake_or_create(core);
+                reg.wake_or_create(core, &starter);
                 quiet = false;
             }
         }

@@ -71,6 +71,8 @@ mod scope;
 #[cfg(not(loom))]
 mod spawn;
 #[cfg(not(loom))]
+mod starter;
+#[cfg(not(loom))]
 mod stats;
 mod sync;
 #[cfg(not(loom))]

@@ -9,6 +9,7 @@ use umt_sys::{CpuId, Monitor};
 
 use crate::job::Job;
 use crate::pool::{Notifier, Pools};
+use crate::starter::StartRequests;
 use crate::sync::{AtomicBool, Mutex, fence, lock};
 
 /// One worker thread's place: its deque, its notifier, its counters. Slots of all possible
@@ -200,24 +201,17 @@ impl Registry {
     }
 
     /// Leader step 3: gives `core` a running worker: a parked one if it has any, else a new
-    /// one if the cap allows.
-    pub(crate) fn wake_or_create(self: &Arc<Self>, core: usize) {
+    /// one if the cap allows, started by the starter thread (see `starter.rs` for why the
+    /// leader never starts threads itself).
+    pub(crate) fn wake_or_create(&self, core: usize, starter: &StartRequests) {
         if let Some(w) = self.pools.take(core) {
             self.counters.leader_wakeups.fetch_add(1, Ordering::Relaxed);
             self.wake_taken(core, w);
         } else if let Some(k) = self.pools.reserve_new(core) {
             self.wake_in_flight[core].store(true, Ordering::Release);
-            match self.start_worker(core * self.cap + k) {
-                Ok(()) => {
-                    self.counters
-                        .workers_created
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) => {
-                    tracing::warn!("umt-rt: could not start a spare worker: {e}");
-                    self.pools.unreserve(core);
-                    self.wake_in_flight[core].store(false, Ordering::Release);
-                }
+            if !starter.request(core * self.cap + k) {
+                self.pools.unreserve(core);
+                self.wake_in_flight[core].store(false, Ordering::Release);
             }
         }
     }

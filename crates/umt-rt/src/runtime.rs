@@ -188,10 +188,12 @@ impl Builder {
             rt.reg.start_worker(core * rt.reg.cap)?;
         }
         if rt.reg.monitored() {
+            // Started from this thread, so spare workers get the builder's scheduling policy.
+            let starter = crate::starter::start(&rt.reg)?;
             let reg = rt.reg.clone();
             let leader = std::thread::Builder::new()
                 .name("umt-leader".into())
-                .spawn(move || crate::leader::leader_main(reg))?;
+                .spawn(move || crate::leader::leader_main(reg, starter))?;
             lock(&rt.reg.threads).push(leader);
         }
         Ok(rt)

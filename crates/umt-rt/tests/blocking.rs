@@ -27,6 +27,13 @@ fn thread_state(tid: i32) -> char {
         .unwrap_or('?')
 }
 
+/// The scheduling policy of the calling thread (field 41 of its `stat`).
+fn thread_policy() -> u32 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    fields[38].parse().unwrap()
+}
+
 /// Computes in 100 us slices with a scheduling point between them, until `stop`.
 fn compute_until(stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
@@ -73,6 +80,9 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 struct Scenario {
     reader_tid: AtomicI32,
     fillers_done: AtomicUsize,
+    /// Fillers that ran on a thread whose scheduling policy differs from the initial
+    /// worker's (spares must not inherit the `SCHED_IDLE` leader's).
+    fillers_other_policy: AtomicUsize,
     stop: AtomicBool,
 }
 
@@ -87,6 +97,7 @@ fn run_scenario(
     let sc = Scenario {
         reader_tid: AtomicI32::new(0),
         fillers_done: AtomicUsize::new(0),
+        fillers_other_policy: AtomicUsize::new(0),
         stop: AtomicBool::new(false),
     };
     let (mut rx, tx) = std::io::pipe().unwrap();
@@ -100,8 +111,12 @@ fn run_scenario(
         let work = ts.spawn(move || {
             rt.scope(|s| {
                 s.spawn(move |s| {
+                    let policy = thread_policy();
                     for _ in 0..FILLERS {
-                        s.spawn(|_| {
+                        s.spawn(move |_| {
+                            if thread_policy() != policy {
+                                sc.fillers_other_policy.fetch_add(1, Ordering::SeqCst);
+                            }
                             sc.fillers_done.fetch_add(1, Ordering::SeqCst);
                         });
                     }
@@ -168,6 +183,8 @@ fn monitor_on_reuses_the_blocked_core_then_surrenders() {
                 .map(|w| w.tasks_run)
                 .sum();
             assert!(spare_tasks >= FILLERS as u64, "{st:#?}");
+            // Spares run with the initial worker's policy, not the idle leader's.
+            assert_eq!(sc.fillers_other_policy.load(Ordering::SeqCst), 0);
             assert!(st.workers.iter().all(|w| w.cpu == rt.cpus()[0]));
             assert!(st.workers_created + st.leader_wakeups >= 1, "{st:#?}");
         },

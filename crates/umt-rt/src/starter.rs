@@ -1,0 +1,58 @@
+//! The starter thread: starts spare workers when the leader asks for them.
+//!
+//! A thread inherits its creator's scheduling policy, and the leader runs under `SCHED_IDLE`
+//! ([`crate::LeaderPolicy::Idle`]), which an unprivileged thread can never leave again (the
+//! kernel treats it as nice 20 and `RLIMIT_NICE` is 0 by default). Spare workers started by
+//! the leader itself would therefore run at idle priority for good: while other processes
+//! load the machine they barely get a CPU, and every worker waiting for a lock one of them
+//! holds (an inode lock in a write, a dependency) waits with it. That stalled the heat
+//! benchmark 20–60x under two `yes` hogs. So the leader only reserves the worker and sends its
+//! slot here; this thread, started by the builder with the builder's policy, creates it.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, Sender, channel};
+
+use crate::registry::Registry;
+
+/// The leader's end: requests to start the worker of a slot.
+pub(crate) struct StartRequests(Sender<usize>);
+
+impl StartRequests {
+    /// Asks for the worker of slot `index` (already reserved in its core's pool) to be started.
+    /// Returns `false` when the starter is gone (the runtime is shutting down).
+    pub(crate) fn request(&self, index: usize) -> bool {
+        self.0.send(index).is_ok()
+    }
+}
+
+/// Starts the starter thread. It exits once the returned sender is dropped (by the leader,
+/// when it exits) and every request sent before has been served.
+pub(crate) fn start(reg: &Arc<Registry>) -> std::io::Result<StartRequests> {
+    let (tx, rx) = channel();
+    let reg = reg.clone();
+    let handle = std::thread::Builder::new()
+        .name("umt-starter".into())
+        .spawn({
+            let reg = reg.clone();
+            move || serve(&reg, rx)
+        })?;
+    crate::sync::lock(&reg.threads).push(handle);
+    Ok(StartRequests(tx))
+}
+
+fn serve(reg: &Arc<Registry>, requests: Receiver<usize>) {
+    for index in requests {
+        let core = reg.slots[index].core;
+        match reg.start_worker(index) {
+            Ok(()) => {
+                reg.counters.workers_created.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::warn!("umt-rt: could not start a spare worker: {e}");
+                reg.pools.unreserve(core);
+                reg.wake_in_flight[core].store(false, Ordering::Release);
+            }
+        }
+    }
+}
