@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use umt_rt::{Access, Runtime, Scope};
 
-use crate::io::{BenchError, DIRECT_ALIGN, IoMode, create_file, read_f64s_into, write_f64s};
+use crate::io::{
+    AlignedBuf, BenchError, DIRECT_ALIGN, IoMode, create_file, read_f64s_into, write_buf,
+};
 
 /// Stencil radius in Y.
 pub const RADIUS: usize = 4;
@@ -103,6 +105,30 @@ pub fn checksum(values: &[f64]) -> u64 {
     values.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
         (h ^ v.to_bits()).wrapping_mul(0x0000_0100_0000_01b3)
     })
+}
+
+/// [`checksum`] of the values a staged buffer holds (native byte order).
+pub(crate) fn checksum_bytes(bytes: &[u8]) -> u64 {
+    bytes
+        .chunks_exact(8)
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, c| {
+            (h ^ u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
+                .wrapping_mul(0x0000_0100_0000_01b3)
+        })
+}
+
+/// Writes a staged snapshot slice with `write`, then records its checksum as snapshot slice
+/// `index` (for the read-back check).
+pub(crate) fn write_snapshot(
+    sums: &Mutex<Vec<u64>>,
+    index: usize,
+    buf: AlignedBuf,
+    write: impl FnOnce(AlignedBuf) -> Result<(), BenchError>,
+) -> Result<(), BenchError> {
+    let sum = checksum_bytes(buf.as_slice());
+    write(buf)?;
+    sums.lock().unwrap_or_else(|e| e.into_inner())[index] = sum;
+    Ok(())
 }
 
 /// One volume as Y-slices behind locks (the dependencies order all accesses; the locks make
@@ -324,7 +350,7 @@ pub fn run(rt: &Runtime, p: &FwiParams, part: Part) -> Result<FwiRun, BenchError
     let compute = part != Part::IoOnly;
     let ny = p.ny;
     let slice_bytes = (p.slice_cells() * 8) as u64;
-    let staging: Vec<Mutex<Option<Vec<f64>>>> = (0..ny).map(|_| Mutex::new(None)).collect();
+    let staging: Vec<Mutex<Option<AlignedBuf>>> = (0..ny).map(|_| Mutex::new(None)).collect();
     let start = Instant::now();
     rt.scope(|sc| {
         let (st, sums, verified, errors, path) = (&st, &sums, &verified, &errors, &path);
@@ -343,22 +369,20 @@ pub fn run(rt: &Runtime, p: &FwiParams, part: Part) -> Result<FwiRun, BenchError
                         [Access::read((V, y)), Access::write((STAGE, y))],
                         move |_| {
                             *slot.lock().unwrap_or_else(|e| e.into_inner()) =
-                                Some(st.v.read(y).clone());
+                                Some(AlignedBuf::from_f64s(&st.v.read(y)));
                         },
                     );
                     let deps = [Access::read((STAGE, y)), Access::write((SNAP, k * ny + y))];
                     sc.spawn_with(deps, move |_| {
-                        let Some(slice) = slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+                        let Some(buf) = slot.lock().unwrap_or_else(|e| e.into_inner()).take()
                         else {
                             return;
                         };
                         let at = (k * ny + y) as u64 * slice_bytes;
-                        match write_f64s(file, path, at, &slice) {
-                            Ok(()) => {
-                                sums.lock().unwrap_or_else(|e| e.into_inner())[k * ny + y] =
-                                    checksum(&slice)
-                            }
-                            Err(e) => fail(e),
+                        if let Err(e) =
+                            write_snapshot(sums, k * ny + y, buf, |b| write_buf(file, path, at, b))
+                        {
+                            fail(e);
                         }
                     });
                 }
@@ -517,5 +541,7 @@ mod tests {
         let mut b = a;
         b[1] = f64::from_bits(b[1].to_bits() ^ 1);
         assert_ne!(checksum(&a), checksum(&b));
+        let buf = AlignedBuf::from_f64s(&a);
+        assert_eq!(checksum_bytes(buf.as_slice()), checksum(&a));
     }
 }

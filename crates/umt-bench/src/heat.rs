@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 
 use umt_rt::{Access, Runtime};
 
-use crate::io::{BenchError, DIRECT_ALIGN, IoMode, create_file, write_f64s};
+use crate::io::{AlignedBuf, BenchError, DIRECT_ALIGN, IoMode, create_file, write_buf, write_f64s};
 
 /// Dependency tag of a block's checkpoint staging copy.
 const STAGE: u8 = 1;
 
 /// A block's copy and its offset in the checkpoint file, between the copy and the write.
-type Staged = std::sync::Mutex<Option<(Vec<f64>, u64)>>;
+type Staged = std::sync::Mutex<Option<(AlignedBuf, u64)>>;
 
 /// Temperature of the top edge.
 pub const TOP: f64 = 1.0;
@@ -231,9 +231,9 @@ impl Grid {
 
     /// A copy of block `(bi, bj)` and its byte offset in a checkpoint file (block-major), for
     /// the ports that write checkpoints asynchronously.
-    pub(crate) fn block_copy(&self, bi: usize, bj: usize) -> (Vec<f64>, u64) {
+    pub(crate) fn block_copy(&self, bi: usize, bj: usize) -> (AlignedBuf, u64) {
         let offset = ((bi * self.nb + bj) * self.b * self.b * 8) as u64;
-        (self.read(bi, bj).clone(), offset)
+        (AlignedBuf::from_f64s(&self.read(bi, bj)), offset)
     }
 
     /// Writes block `(bi, bj)` at its place in a checkpoint file (block-major layout).
@@ -351,12 +351,12 @@ impl HeatRun {
 
 /// Runs heat diffusion on `rt`: one task per block per iteration, checkpoint writes as tasks.
 pub fn run(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
-    run_with(rt, p, &write_f64s, || Ok(()))
+    run_with(rt, p, &write_buf, || Ok(()))
 }
 
-/// A checkpoint writer: `(file, path, byte offset, values)`.
+/// A checkpoint writer: `(file, path, byte offset, staged block)`.
 pub(crate) type WriteFn<'a> =
-    dyn Fn(&File, &Path, u64, &[f64]) -> Result<(), BenchError> + Sync + 'a;
+    dyn Fn(&File, &Path, u64, AlignedBuf) -> Result<(), BenchError> + Sync + 'a;
 
 /// [`run`] with another way to write a staged block (`write`), and `drain`, called after the
 /// last task and timed, to wait for writes still in flight.
@@ -397,7 +397,7 @@ pub(crate) fn run_with(
                         s.spawn_with([Access::read(key)], move |_| {
                             let staged = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
                             if let Some((data, offset)) = staged
-                                && let Err(e) = write(file, path, offset, &data)
+                                && let Err(e) = write(file, path, offset, data)
                             {
                                 errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
                             }

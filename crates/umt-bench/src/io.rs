@@ -54,6 +54,11 @@ pub enum BenchError {
 
 /// A buffer of `len` bytes whose start is aligned to [`DIRECT_ALIGN`], built without `unsafe`
 /// by over-allocating and slicing at the first aligned address.
+///
+/// Dropped buffers go back to a process-wide pool and the next buffer of the same size reuses
+/// their memory: checkpoints write the same sizes over and over, and fresh memory costs a
+/// page fault per page and, when it is unmapped again, a TLB shootdown on every CPU running
+/// the process. Every runner shares this code, so all pay the same for their I/O.
 #[derive(Debug)]
 pub struct AlignedBuf {
     storage: Vec<u8>,
@@ -61,10 +66,26 @@ pub struct AlignedBuf {
     len: usize,
 }
 
+/// Storage of dropped buffers and its total size in bytes.
+static RECYCLED: std::sync::Mutex<(Vec<Vec<u8>>, usize)> = std::sync::Mutex::new((Vec::new(), 0));
+
+/// Most bytes the pool keeps (more are freed).
+const RECYCLE_LIMIT: usize = 1 << 30;
+
 impl AlignedBuf {
-    /// A zeroed buffer.
+    /// A buffer of `len` bytes with unspecified contents (zeroes when fresh, old data when
+    /// reused): every user overwrites it whole.
     pub fn new(len: usize) -> Self {
-        let storage = vec![0u8; len + DIRECT_ALIGN];
+        let size = len + DIRECT_ALIGN;
+        let reused = {
+            let mut pool = RECYCLED.lock().unwrap_or_else(|e| e.into_inner());
+            let found = pool.0.iter().position(|s| s.len() == size);
+            found.map(|i| {
+                pool.1 -= size;
+                pool.0.swap_remove(i)
+            })
+        };
+        let storage = reused.unwrap_or_else(|| vec![0u8; size]);
         let start = storage.as_ptr().align_offset(DIRECT_ALIGN);
         AlignedBuf {
             storage,
@@ -97,6 +118,17 @@ impl AlignedBuf {
     /// The aligned bytes, writable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.storage[self.start..self.start + self.len]
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        let storage = std::mem::take(&mut self.storage);
+        let mut pool = RECYCLED.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.1 + storage.len() <= RECYCLE_LIMIT {
+            pool.1 += storage.len();
+            pool.0.push(storage);
+        }
     }
 }
 
@@ -138,7 +170,12 @@ pub fn probe_direct(dir: &Path) -> Result<(), BenchError> {
 /// Writes `values` at byte `offset` of `file` through an aligned buffer. `offset` and the byte
 /// length must be multiples of [`DIRECT_ALIGN`] for direct files.
 pub fn write_f64s(file: &File, path: &Path, offset: u64, values: &[f64]) -> Result<(), BenchError> {
-    let buf = AlignedBuf::from_f64s(values);
+    write_buf(file, path, offset, AlignedBuf::from_f64s(values))
+}
+
+/// Writes a staged buffer at byte `offset` of `file` (see [`write_f64s`]); the buffer is
+/// recycled afterwards.
+pub fn write_buf(file: &File, path: &Path, offset: u64, buf: AlignedBuf) -> Result<(), BenchError> {
     file.write_all_at(buf.as_slice(), offset)
         .map_err(|source| BenchError::Io {
             what: "writing",

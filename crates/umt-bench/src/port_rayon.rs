@@ -10,9 +10,9 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use crate::fwi::{self, FwiParams, FwiRun, State, checksum};
+use crate::fwi::{self, FwiParams, FwiRun, State};
 use crate::heat::{Grid, HeatParams, HeatRun};
-use crate::io::{BenchError, create_file, read_f64s_into, write_f64s};
+use crate::io::{AlignedBuf, BenchError, create_file, read_f64s_into, write_buf};
 
 /// A pool of `threads` threads.
 pub fn pool(threads: usize) -> Result<rayon::ThreadPool, BenchError> {
@@ -48,7 +48,7 @@ pub fn heat(pool: &rayon::ThreadPool, p: &HeatParams) -> Result<HeatRun, BenchEr
                         for bj in 0..nb {
                             let (data, offset) = grid.block_copy(bi, bj);
                             s.spawn(move |_| {
-                                if let Err(e) = write_f64s(file, path, offset, &data) {
+                                if let Err(e) = write_buf(file, path, offset, data) {
                                     errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
                                 }
                             });
@@ -89,15 +89,12 @@ pub fn fwi(pool: &rayon::ThreadPool, p: &FwiParams) -> Result<FwiRun, BenchError
                     .for_each(|y| fwi::update(&st.s, &st.v, y, p));
                 if let Some(k) = snaps.iter().position(|&x| x == t) {
                     for y in 0..ny {
-                        let data = st.v.read(y).clone();
+                        let buf = AlignedBuf::from_f64s(&st.v.read(y));
                         s.spawn(move |_| {
                             let at = (k * ny + y) as u64 * slice_bytes;
-                            match write_f64s(file, path, at, &data) {
-                                Ok(()) => {
-                                    sums.lock().unwrap_or_else(|e| e.into_inner())[k * ny + y] =
-                                        checksum(&data)
-                                }
-                                Err(e) => fail(e),
+                            let write = |b| write_buf(file, path, at, b);
+                            if let Err(e) = fwi::write_snapshot(sums, k * ny + y, buf, write) {
+                                fail(e);
                             }
                         });
                     }

@@ -10,9 +10,9 @@ use std::time::Instant;
 
 use tokio::task::JoinSet;
 
-use crate::fwi::{self, FwiParams, FwiRun, State, checksum};
+use crate::fwi::{self, FwiParams, FwiRun, State};
 use crate::heat::{Grid, HeatParams, HeatRun};
-use crate::io::{BenchError, create_file, read_f64s_into, write_f64s};
+use crate::io::{AlignedBuf, BenchError, create_file, read_f64s_into, write_buf};
 
 /// A multi-thread runtime with `workers` workers.
 pub fn runtime(workers: usize) -> Result<tokio::runtime::Runtime, BenchError> {
@@ -69,7 +69,7 @@ pub fn heat(rt: &tokio::runtime::Runtime, p: &HeatParams) -> Result<HeatRun, Ben
                         let (files, errors) = (files.clone(), errors.clone());
                         io.spawn_blocking(move || {
                             let (_, path, file) = &files[k];
-                            if let Err(e) = write_f64s(file, path, offset, &data) {
+                            if let Err(e) = write_buf(file, path, offset, data) {
                                 push(&errors, e);
                             }
                         });
@@ -124,17 +124,14 @@ pub fn fwi(rt: &tokio::runtime::Runtime, p: &FwiParams) -> Result<FwiRun, BenchE
             phase(ny, &errors, move |y| fwi::update(&s1.s, &s1.v, y, &p1)).await;
             if let Some(k) = snaps.iter().position(|&x| x == t) {
                 for y in 0..ny {
-                    let data = st.v.read(y).clone();
+                    let buf = AlignedBuf::from_f64s(&st.v.read(y));
                     let (file, path, sums, errors) =
                         (file.clone(), path.clone(), sums.clone(), errors.clone());
                     io.spawn_blocking(move || {
                         let at = (k * ny + y) as u64 * slice_bytes;
-                        match write_f64s(&file, &path, at, &data) {
-                            Ok(()) => {
-                                sums.lock().unwrap_or_else(|e| e.into_inner())[k * ny + y] =
-                                    checksum(&data)
-                            }
-                            Err(e) => push(&errors, e),
+                        let write = |b| write_buf(&file, &path, at, b);
+                        if let Err(e) = fwi::write_snapshot(&sums, k * ny + y, buf, write) {
+                            push(&errors, e);
                         }
                     });
                 }

@@ -17,7 +17,7 @@ use std::time::Instant;
 use io_uring::{IoUring, opcode, types};
 use umt_rt::{Access, Runtime};
 
-use crate::fwi::{self, AS, AV, FwiParams, FwiRun, IMG, S, State, V, checksum};
+use crate::fwi::{self, AS, AV, FwiParams, FwiRun, IMG, S, State, V};
 use crate::heat::{HeatParams, HeatRun};
 use crate::io::{AlignedBuf, BenchError, create_file};
 
@@ -130,15 +130,15 @@ impl Uring {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Submits a write of `values` at `offset`; returns without waiting.
+    /// Submits a write of `buf` at `offset`; returns without waiting (the ring keeps `buf`
+    /// until the write completes).
     pub fn write(
         &self,
         file: &File,
         path: &Path,
         offset: u64,
-        values: &[f64],
+        buf: AlignedBuf,
     ) -> Result<(), BenchError> {
-        let buf = AlignedBuf::from_f64s(values);
         let bytes = buf.as_slice();
         let entry = opcode::Write::new(
             types::Fd(file.as_raw_fd()),
@@ -252,14 +252,11 @@ pub fn fwi(rt: &Runtime, p: &FwiParams) -> Result<FwiRun, BenchError> {
             if let Some(k) = snaps.iter().position(|&x| x == t) {
                 for y in 0..ny {
                     sc.spawn_with([Access::read((V, y))], move |_| {
-                        let data = st.v.read(y).clone();
+                        let buf = AlignedBuf::from_f64s(&st.v.read(y));
                         let at = (k * ny + y) as u64 * slice_bytes;
-                        match uring.write(file, path, at, &data) {
-                            Ok(()) => {
-                                sums.lock().unwrap_or_else(|e| e.into_inner())[k * ny + y] =
-                                    checksum(&data)
-                            }
-                            Err(e) => fail(e),
+                        let write = |b| uring.write(file, path, at, b);
+                        if let Err(e) = fwi::write_snapshot(sums, k * ny + y, buf, write) {
+                            fail(e);
                         }
                     });
                 }
