@@ -142,7 +142,7 @@ impl Volume {
     pub(crate) fn new(p: &FwiParams) -> Volume {
         Volume {
             slices: (0..p.ny)
-                .map(|_| RwLock::new(vec![0.0; p.slice_cells()]))
+                .map(|_| RwLock::new(crate::io::prefaulted_zeros(p.slice_cells())))
                 .collect(),
         }
     }

@@ -160,7 +160,7 @@ impl Grid {
             nb,
             b,
             blocks: (0..nb * nb)
-                .map(|_| RwLock::new(vec![0.0; b * b]))
+                .map(|_| RwLock::new(crate::io::prefaulted_zeros(b * b)))
                 .collect(),
         }
     }
