@@ -165,9 +165,20 @@ impl Volume {
 /// `out[y] += DT * (d/dy of src + d/dx of src[y])`, the radius-4 stencil in Y and a
 /// second-order one inside the slice. Slices beyond the volume count as zero.
 fn stencil(out: &mut [f64], src: &Volume, y: usize, p: &FwiParams) {
-    let ny = p.ny;
-    let nx = p.nx;
-    let mut dy = vec![0.0; p.slice_cells()];
+    DY_SCRATCH.with_borrow_mut(|dy| stencil_with(out, src, y, p, dy));
+}
+
+thread_local! {
+    /// The Y-derivative of the slice being updated, reused by every update on this thread: a
+    /// fresh `vec![0.0; n]` per update would map zero pages and take a write fault (with a TLB
+    /// flush on every CPU of the process) on each of its pages.
+    static DY_SCRATCH: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn stencil_with(out: &mut [f64], src: &Volume, y: usize, p: &FwiParams, dy: &mut Vec<f64>) {
+    let (ny, nx) = (p.ny, p.nx);
+    dy.clear();
+    dy.resize(p.slice_cells(), 0.0);
     for (k, c) in C.iter().enumerate() {
         let ahead = (y + k + 1 < ny).then(|| src.read(y + k + 1));
         let behind = (y > k).then(|| src.read(y - k - 1));
@@ -186,10 +197,9 @@ fn stencil(out: &mut [f64], src: &Volume, y: usize, p: &FwiParams) {
     }
 }
 
+/// Updates slice `y` of `dst` in place from `src` (two different volumes).
 pub(crate) fn update(dst: &Volume, src: &Volume, y: usize, p: &FwiParams) {
-    let mut out = dst.read(y).clone();
-    stencil(&mut out, src, y, p);
-    *dst.write(y) = out;
+    stencil(&mut dst.write(y), src, y, p);
 }
 
 /// The Y-slices a slice's update reads.
