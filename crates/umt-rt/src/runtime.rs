@@ -57,7 +57,9 @@ pub enum LeaderPolicy {
     /// `SCHED_IDLE` (the default): the leader runs only on CPUs with nothing else to run, which
     /// is exactly when a worker has blocked, and its wake-ups never preempt a worker. Its cost
     /// on busy cores is nil. On a machine saturated by *other* processes it runs rarely, but
-    /// then no core is idle to refill.
+    /// then no core is idle to refill. Only the leader has this policy: spare workers are
+    /// started by a helper thread with the builder's policy (an unprivileged thread could not
+    /// leave `SCHED_IDLE` again), so they compete with other processes like the initial ones.
     #[default]
     Idle,
     /// The normal policy, as in the paper: the leader also runs its periodic scan on busy
