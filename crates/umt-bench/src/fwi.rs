@@ -102,19 +102,22 @@ impl FwiParams {
 
 /// FNV-1a over the bits of the values: the checksum of a snapshot slice.
 pub fn checksum(values: &[f64]) -> u64 {
-    values.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
-        (h ^ v.to_bits()).wrapping_mul(0x0000_0100_0000_01b3)
+    fnv1a(values.iter().map(|v| v.to_bits()))
+}
+
+fn fnv1a(words: impl Iterator<Item = u64>) -> u64 {
+    words.fold(0xcbf2_9ce4_8422_2325u64, |h, w| {
+        (h ^ w).wrapping_mul(0x0000_0100_0000_01b3)
     })
 }
 
 /// [`checksum`] of the values a staged buffer holds (native byte order).
 pub(crate) fn checksum_bytes(bytes: &[u8]) -> u64 {
-    bytes
-        .chunks_exact(8)
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, c| {
-            (h ^ u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
-                .wrapping_mul(0x0000_0100_0000_01b3)
-        })
+    fnv1a(
+        bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8]))),
+    )
 }
 
 /// Writes a staged snapshot slice with `write`, then records its checksum as snapshot slice

@@ -187,7 +187,7 @@ impl Pools {
     }
 
     /// Undoes [`Pools::reserve_new`] when the thread could not be started.
-    #[cfg_attr(loom, allow(dead_code))] // its caller (the leader) is not part of the loom build
+    #[cfg_attr(loom, allow(dead_code))] // its callers (leader, starter) are not in the loom build
     pub(crate) fn unreserve(&self, core: usize) {
         let mut p = lock(&self.cores[core]);
         p.created -= 1;

@@ -210,10 +210,15 @@ impl Registry {
         } else if let Some(k) = self.pools.reserve_new(core) {
             self.wake_in_flight[core].store(true, Ordering::Release);
             if !starter.request(core * self.cap + k) {
-                self.pools.unreserve(core);
-                self.wake_in_flight[core].store(false, Ordering::Release);
+                self.cancel_reserved(core);
             }
         }
+    }
+
+    /// Undoes a reservation of [`Registry::wake_or_create`] whose thread will not start.
+    pub(crate) fn cancel_reserved(&self, core: usize) {
+        self.pools.unreserve(core);
+        self.wake_in_flight[core].store(false, Ordering::Release);
     }
 
     /// Whether the runtime monitors its workers (the backend is not Disabled).

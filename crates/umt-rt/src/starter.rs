@@ -30,7 +30,6 @@ impl StartRequests {
 /// when it exits) and every request sent before has been served.
 pub(crate) fn start(reg: &Arc<Registry>) -> std::io::Result<StartRequests> {
     let (tx, rx) = channel();
-    let reg = reg.clone();
     let handle = std::thread::Builder::new()
         .name("umt-starter".into())
         .spawn({
@@ -50,8 +49,7 @@ fn serve(reg: &Arc<Registry>, requests: Receiver<usize>) {
             }
             Err(e) => {
                 tracing::warn!("umt-rt: could not start a spare worker: {e}");
-                reg.pools.unreserve(core);
-                reg.wake_in_flight[core].store(false, Ordering::Release);
+                reg.cancel_reserved(core);
             }
         }
     }
