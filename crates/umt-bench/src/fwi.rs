@@ -354,7 +354,7 @@ pub fn run(rt: &Runtime, p: &FwiParams, part: Part) -> Result<FwiRun, BenchError
     let path = p.new_snapshot_path();
     let file = match part {
         Part::ComputeOnly => None,
-        _ => Some(create_file(&path, p.io)?),
+        _ => Some(create_file(&path, p.io, p.snapshot_bytes())?),
     };
     let snaps = p.snapshot_steps();
     let sums: Mutex<Vec<u64>> = Mutex::new(vec![0; snaps.len() * p.ny]);

@@ -305,7 +305,7 @@ pub(crate) fn create_checkpoints(p: &HeatParams) -> Result<Vec<Checkpoint>, Benc
         .into_iter()
         .map(|it| {
             let path = p.new_checkpoint_path(it);
-            create_file(&path, p.io).map(|f| (it, path, f))
+            create_file(&path, p.io, p.checkpoint_bytes()).map(|f| (it, path, f))
         })
         .collect()
 }

@@ -68,7 +68,7 @@ pub fn fwi(pool: &rayon::ThreadPool, p: &FwiParams) -> Result<FwiRun, BenchError
     p.validate()?;
     let st = State::new(p);
     let path = p.new_snapshot_path();
-    let file = create_file(&path, p.io)?;
+    let file = create_file(&path, p.io, p.snapshot_bytes())?;
     let snaps = p.snapshot_steps();
     let ny = p.ny;
     let slice_bytes = (p.slice_cells() * 8) as u64;

@@ -97,7 +97,7 @@ pub fn fwi(rt: &tokio::runtime::Runtime, p: &FwiParams) -> Result<FwiRun, BenchE
     let st = Arc::new(State::new(p));
     let pa = Arc::new(p.clone());
     let path: Arc<PathBuf> = Arc::new(p.new_snapshot_path());
-    let file = Arc::new(create_file(&path, p.io)?);
+    let file = Arc::new(create_file(&path, p.io, p.snapshot_bytes())?);
     let snaps = p.snapshot_steps();
     let ny = p.ny;
     let slice_bytes = (p.slice_cells() * 8) as u64;

@@ -233,7 +233,7 @@ pub fn fwi(rt: &Runtime, p: &FwiParams) -> Result<FwiRun, BenchError> {
     let uring = Uring::new()?;
     let st = State::new(p);
     let path = p.new_snapshot_path();
-    let file = create_file(&path, p.io)?;
+    let file = create_file(&path, p.io, p.snapshot_bytes())?;
     let snaps = p.snapshot_steps();
     let ny = p.ny;
     let cells = p.slice_cells();
