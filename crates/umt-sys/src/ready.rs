@@ -62,6 +62,7 @@ impl ReadyCounts {
     }
 
     /// The ready count of `cpu` (0 for a CPU beyond the table).
+    #[inline]
     pub fn get(&self, cpu: CpuId) -> i64 {
         self.counts
             .get(cpu)

@@ -431,6 +431,7 @@ impl Monitor {
 
     /// The ready count of `cpu`: monitored threads running or runnable there, as of the last
     /// drain.
+    #[inline]
     pub fn ready(&self, cpu: CpuId) -> i64 {
         self.counts.get(cpu)
     }
