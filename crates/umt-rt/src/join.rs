@@ -53,7 +53,9 @@ where
         match ctx.pop_local() {
             // Nobody stole `b`: run it here.
             Some(job) if job.tag() == tag => job.run(),
-            Some(job) => ctx.execute(job),
+            Some(job) => {
+                ctx.execute(job);
+            }
             None => ctx.wait_until(&latch),
         }
     }

@@ -22,6 +22,7 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests) {
     // State of each core since the previous iteration: (ready count, work was queued).
     let mut prev: Vec<(i64, bool)> = vec![(1, false); cores];
     let mut in_flight = vec![false; cores];
+    let mut seen = vec![0u64; cores];
     // The periodic scan only corrects counts that missed an event. While scans find nothing,
     // the timeout doubles (up to 64 periods) so a busy, non-blocking program is not
     // interrupted every period; any event or action resets it. Events wake the leader anyway.
@@ -36,10 +37,12 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests) {
         reg.counters
             .leader_iterations
             .fetch_add(1, Ordering::Relaxed);
-        // Read before draining: a worker clears its flag after its unblock is in the kernel's
-        // counts, so a cleared flag means the drain below sees that worker as ready.
-        for (f, w) in in_flight.iter_mut().zip(reg.wake_in_flight.iter()) {
-            *f = w.load(Ordering::Acquire);
+        // Read before draining: a woken worker ends its wake in flight only once it runs, when
+        // its unblock is in the kernel's counts, so a core with no wake in flight here has
+        // every woken worker in the drain below. A wake that starts after this read changes
+        // the core's activation count, which `wake_or_create` checks under the core's lock.
+        for core in 0..cores {
+            (seen[core], in_flight[core]) = reg.pools.leader_view(core);
         }
         // L2: drain the events into the per-core ready counts.
         let mut quiet = true;
@@ -75,7 +78,9 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests) {
             // L3: a core with no ready worker while work is queued (or a task of a surrendered
             // worker waits) gets one.
             if starved && !in_flight[core] {
-                reg.wake_or_create(core, &starter);
+                // If a worker of the core started since `seen` (`Fill::Changed`), the drain may
+                // not show it yet: nothing is done, and the next iteration looks again.
+                reg.wake_or_create(core, seen[core], &starter);
                 quiet = false;
             }
         }

@@ -97,7 +97,8 @@ pub use umt_sys::{BackendKind, CpuId};
 pub enum Yield {
     /// Another task ran.
     Executed,
-    /// No other task was available.
+    /// No other task ran: none was available, or this worker surrendered its oversubscribed
+    /// core before starting one (the task stays queued for others).
     Idle,
 }
 
@@ -107,12 +108,9 @@ pub enum Yield {
 pub fn yield_now() -> Option<Yield> {
     let ctx = worker::WorkerCtx::current()?;
     ctx.sched_point();
-    Some(match ctx.find_work() {
-        Some(job) => {
-            ctx.execute(job);
-            Yield::Executed
-        }
-        None => Yield::Idle,
+    Some(match ctx.find_work().map(|job| ctx.execute(job)) {
+        Some(true) => Yield::Executed,
+        _ => Yield::Idle,
     })
 }
 

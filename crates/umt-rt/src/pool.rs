@@ -47,6 +47,26 @@ struct PoolInner {
     parked: Vec<(usize, bool)>,
     /// Workers created for this core.
     created: usize,
+    /// Times a worker of this core became active (woken, left the pool, or reserved); the
+    /// leader compares it to tell whether a worker started running since it looked.
+    activations: u64,
+    /// Workers a waker took out of the pool (or reserved) that have not run yet: their unblock
+    /// is not in the monitor's counts, so the leader must not fill their place again.
+    waking: usize,
+}
+
+/// What [`Pools::fill`] did for a core with no ready worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fill {
+    /// A worker of the core became active since the leader looked: its drain may not show it
+    /// running yet, so the leader does nothing now and looks again.
+    Changed,
+    /// Took this parked worker out of the pool; the caller must notify it.
+    Woke(usize),
+    /// Reserved a new worker, this index among the core's workers; the caller starts it.
+    Reserved(usize),
+    /// Every worker of the core is active (blocked) and the cap allows no more.
+    Full,
 }
 
 /// The idle pools of all cores.
@@ -69,6 +89,8 @@ impl Pools {
                         active: 1,
                         parked: Vec::new(),
                         created: 1,
+                        activations: 0,
+                        waking: 0,
                     })
                 })
                 .collect(),
@@ -95,6 +117,48 @@ impl Pools {
             self.idle_cores.fetch_sub(1, Ordering::SeqCst);
         }
         p.active += 1;
+        p.activations = p.activations.wrapping_add(1);
+    }
+
+    /// What the leader reads before draining (step L2): how many times a worker of `core`
+    /// became active so far, and whether a woken worker has yet to run. See [`Pools::fill`].
+    pub(crate) fn leader_view(&self, core: usize) -> (u64, bool) {
+        let p = lock(&self.cores[core]);
+        (p.activations, p.waking > 0)
+    }
+
+    /// Leader step 3 for a core it saw with no ready worker: unless a worker of the core became
+    /// active since `seen` (read from [`Pools::activations`] before the drain), takes a parked
+    /// worker out (preferring one that surrendered mid-task), else reserves a new one if the
+    /// cap allows. One lock, so no waker can slip between the check and the take.
+    pub(crate) fn fill(&self, core: usize, seen: u64) -> Fill {
+        let mut p = lock(&self.cores[core]);
+        if p.activations != seen {
+            return Fill::Changed;
+        }
+        if let Some(w) = Self::take_parked(&mut p) {
+            self.activate(&mut p);
+            p.waking += 1;
+            return Fill::Woke(w);
+        }
+        if p.created >= self.cap {
+            return Fill::Full;
+        }
+        p.created += 1;
+        self.activate(&mut p);
+        p.waking += 1;
+        Fill::Reserved(p.created - 1)
+    }
+
+    /// Removes the parked worker the leader should wake: the latest that surrendered mid-task,
+    /// else the latest parked.
+    fn take_parked(p: &mut PoolInner) -> Option<usize> {
+        let i = p
+            .parked
+            .iter()
+            .rposition(|&(_, surrendered)| surrendered)
+            .or_else(|| p.parked.len().checked_sub(1))?;
+        Some(p.parked.swap_remove(i).0)
     }
 
     /// Step 1 of going to sleep: `worker` of `core` stops being active and enters the pool.
@@ -109,9 +173,17 @@ impl Pools {
             let i = p.parked.iter().position(|&(_, surrendered)| surrendered)?;
             let (w, _) = p.parked.swap_remove(i);
             self.activate(&mut p);
+            p.waking += 1;
             return Some(w);
         }
         None
+    }
+
+    /// A worker a waker took out of the pool runs now: the monitor counts it from here on.
+    /// Called once per take, after the worker consumed the waker's notification.
+    pub(crate) fn woken(&self, core: usize) {
+        let mut p = lock(&self.cores[core]);
+        p.waking = p.waking.saturating_sub(1);
     }
 
     /// The worker leaves the pool by itself (it found work, its latch was set). Returns `false`
@@ -140,17 +212,14 @@ impl Pools {
         }
     }
 
-    /// Takes a parked worker of `core` out of the pool and counts it active, preferring one
-    /// that surrendered mid-task. The caller must notify it.
+    /// [`Pools::fill`] without the check, for tests: takes a parked worker of `core` out of
+    /// the pool and counts it active, preferring one that surrendered mid-task.
+    #[cfg(test)]
     pub(crate) fn take(&self, core: usize) -> Option<usize> {
         let mut p = lock(&self.cores[core]);
-        let i = p
-            .parked
-            .iter()
-            .rposition(|&(_, surrendered)| surrendered)
-            .or_else(|| p.parked.len().checked_sub(1))?;
-        let (w, _) = p.parked.swap_remove(i);
+        let w = Self::take_parked(&mut p)?;
         self.activate(&mut p);
+        p.waking += 1;
         Some(w)
     }
 
@@ -168,14 +237,16 @@ impl Pools {
                 && let Some((w, _)) = p.parked.pop()
             {
                 self.activate(&mut p);
+                p.waking += 1;
                 return Some((core, w));
             }
         }
         None
     }
 
-    /// Reserves a new worker for `core` if the cap allows; it counts active from now on.
-    /// Returns its index among the core's workers (0 is the initial worker).
+    /// [`Pools::fill`]'s reservation alone, for tests: reserves a new worker for `core` if the
+    /// cap allows; it counts active from now on. Returns its index among the core's workers.
+    #[cfg(test)]
     pub(crate) fn reserve_new(&self, core: usize) -> Option<usize> {
         let mut p = lock(&self.cores[core]);
         if p.created >= self.cap {
@@ -183,15 +254,17 @@ impl Pools {
         }
         p.created += 1;
         self.activate(&mut p);
+        p.waking += 1;
         Some(p.created - 1)
     }
 
-    /// Undoes [`Pools::reserve_new`] when the thread could not be started.
+    /// Undoes a reservation of [`Pools::fill`] when the thread could not be started.
     #[cfg_attr(loom, allow(dead_code))] // its callers (leader, starter) are not in the loom build
     pub(crate) fn unreserve(&self, core: usize) {
         let mut p = lock(&self.cores[core]);
         p.created -= 1;
         p.active -= 1;
+        p.waking = p.waking.saturating_sub(1);
         if p.active == 0 {
             self.idle_cores.fetch_add(1, Ordering::SeqCst);
         }
@@ -232,6 +305,41 @@ mod tests {
         assert_eq!(pools.take(0), Some(2));
         assert_eq!(pools.take(0), None);
         assert_eq!(pools.counts(0), (3, 3));
+    }
+
+    #[test]
+    fn the_leader_does_not_fill_a_core_whose_worker_a_spawner_just_woke() {
+        let pools = Pools::new(1, 4);
+        assert_eq!(pools.enter(0, 0), None);
+        // The leader looks: the core's only worker is parked, nothing is in flight.
+        let (seen, in_flight) = pools.leader_view(0);
+        assert!(!in_flight);
+        // A spawner wakes that worker before the leader acts on its (now stale) drain.
+        assert_eq!(pools.take_from_idle_core(), Some((0, 0)));
+        assert_eq!(pools.fill(0, seen), Fill::Changed);
+        assert_eq!(pools.counts(0), (1, 1), "no spare reserved");
+        // Until the woken worker runs, the wake is in flight for the next look.
+        let (seen, in_flight) = pools.leader_view(0);
+        assert!(in_flight);
+        pools.woken(0);
+        assert_eq!(pools.leader_view(0), (seen, false));
+        // With nothing changed since its look, the leader fills: a new worker, then the cap.
+        assert_eq!(pools.fill(0, seen), Fill::Reserved(1));
+        let (seen, in_flight) = pools.leader_view(0);
+        assert!(in_flight);
+        pools.unreserve(0);
+        assert_eq!(pools.leader_view(0), (seen, false));
+        assert_eq!(pools.counts(0), (1, 1));
+    }
+
+    #[test]
+    fn fill_wakes_parked_workers_before_creating_and_stops_at_the_cap() {
+        let pools = Pools::new(1, 2);
+        assert_eq!(pools.fill(0, pools.leader_view(0).0), Fill::Reserved(1));
+        assert!(pools.try_surrender(0, 1));
+        assert_eq!(pools.fill(0, pools.leader_view(0).0), Fill::Woke(1));
+        assert_eq!(pools.fill(0, pools.leader_view(0).0), Fill::Full);
+        assert_eq!(pools.counts(0), (2, 2));
     }
 
     #[test]
@@ -330,6 +438,40 @@ mod loom_tests {
             let w = pools.take(0).unwrap();
             assert!(surrendered[w]);
             assert_eq!(pools.counts(0), (2, 2));
+        });
+    }
+
+    /// A spawner wakes a core's parked worker while the leader, which saw the core with no
+    /// ready worker, fills it: exactly one of them wakes the worker, and the leader never
+    /// creates a spare for a hole the spawner already filled.
+    #[test]
+    fn spawner_wake_and_leader_fill_race() {
+        loom::model(|| {
+            let pools = Arc::new(Pools::new(1, 2));
+            assert_eq!(pools.enter(0, 0), None);
+            let leader = {
+                let pools = pools.clone();
+                loom::thread::spawn(move || {
+                    let (seen, in_flight) = pools.leader_view(0);
+                    if in_flight {
+                        return None;
+                    }
+                    Some(pools.fill(0, seen))
+                })
+            };
+            let spawner = {
+                let pools = pools.clone();
+                loom::thread::spawn(move || {
+                    fence(Ordering::SeqCst);
+                    pools.idle_cores() > 0 && pools.take_from_idle_core().is_some()
+                })
+            };
+            let filled = leader.join().unwrap();
+            let spawner_woke = spawner.join().unwrap();
+            let leader_woke = filled == Some(Fill::Woke(0));
+            assert!(spawner_woke != leader_woke, "{filled:?} {spawner_woke}");
+            assert_ne!(filled, Some(Fill::Reserved(1)));
+            assert_eq!(pools.counts(0), (1, 1));
         });
     }
 

@@ -5,10 +5,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crossbeam_deque::{Injector, Stealer, Worker};
+use crossbeam_utils::CachePadded;
 use umt_sys::{CpuId, Monitor};
 
 use crate::job::Job;
-use crate::pool::{Notifier, Pools};
+use crate::pool::{Fill, Notifier, Pools};
 use crate::starter::StartRequests;
 use crate::sync::{AtomicBool, Mutex, fence, lock};
 
@@ -64,15 +65,13 @@ pub(crate) struct Registry {
     /// Idle pools and active counts.
     pub(crate) pools: Pools,
     /// `cpus.len() * cap` slots; slot `core * cap + k` is the k-th worker of `core`.
-    pub(crate) slots: Box<[Slot]>,
+    pub(crate) slots: Box<[CachePadded<Slot>]>,
     /// Work pushed from outside the pool.
     pub(crate) injector: Injector<Job>,
     /// Block/unblock events and ready counts of the workers.
     pub(crate) monitor: Monitor,
     /// Set when the runtime is dropped.
     pub(crate) terminate: AtomicBool,
-    /// Per core: the leader woke or created a worker that has not started running yet.
-    pub(crate) wake_in_flight: Box<[AtomicBool]>,
     /// Leader counters.
     pub(crate) counters: Counters,
     /// Per-core time accounting.
@@ -105,10 +104,10 @@ impl Registry {
         leader_policy: crate::runtime::LeaderPolicy,
         thread_name: Box<dyn Fn(CpuId, usize) -> String + Send + Sync>,
     ) -> Registry {
-        let slots: Box<[Slot]> = (0..cpus.len() * cap)
+        let slots: Box<[CachePadded<Slot>]> = (0..cpus.len() * cap)
             .map(|i| {
                 let deque = Worker::new_lifo();
-                Slot {
+                CachePadded::new(Slot {
                     core: i / cap,
                     spare: i % cap != 0,
                     stealer: deque.stealer(),
@@ -117,12 +116,11 @@ impl Registry {
                     started: AtomicBool::new(false),
                     tasks_run: AtomicU64::new(0),
                     surrenders: AtomicU64::new(0),
-                }
+                })
             })
             .collect();
         Registry {
             pools: Pools::new(cpus.len(), cap),
-            wake_in_flight: cpus.iter().map(|_| AtomicBool::new(false)).collect(),
             core_time: cpus.iter().map(|_| CoreTime::default()).collect(),
             cpus,
             cap,
@@ -145,14 +143,6 @@ impl Registry {
         }
     }
 
-    /// Wakes `worker`, just taken out of `core`'s pool. Until it runs, the core's wake is in
-    /// flight, so the leader does not wake another worker for the same core (its ready count
-    /// lags until the woken worker is on the CPU).
-    pub(crate) fn wake_taken(&self, core: usize, worker: usize) {
-        self.wake_in_flight[core].store(true, Ordering::Release);
-        self.notify(worker);
-    }
-
     /// After work was pushed: if some core has no active worker, wake one of its parked workers.
     /// The fence pairs with the one a worker makes between entering the pool and re-checking
     /// for work, so that one of the two always sees the other.
@@ -166,9 +156,9 @@ impl Registry {
     /// progress: the pusher is active and will pop the job itself (see `README.md`).
     pub(crate) fn notify_work_local(&self) {
         if self.pools.idle_cores() > 0
-            && let Some((core, w)) = self.pools.take_from_idle_core()
+            && let Some((_, w)) = self.pools.take_from_idle_core()
         {
-            self.wake_taken(core, w);
+            self.notify(w);
         }
     }
 
@@ -202,23 +192,28 @@ impl Registry {
 
     /// Leader step 3: gives `core` a running worker: a parked one if it has any, else a new
     /// one if the cap allows, started by the starter thread (see `starter.rs` for why the
-    /// leader never starts threads itself).
-    pub(crate) fn wake_or_create(&self, core: usize, starter: &StartRequests) {
-        if let Some(w) = self.pools.take(core) {
-            self.counters.leader_wakeups.fetch_add(1, Ordering::Relaxed);
-            self.wake_taken(core, w);
-        } else if let Some(k) = self.pools.reserve_new(core) {
-            self.wake_in_flight[core].store(true, Ordering::Release);
-            if !starter.request(core * self.cap + k) {
-                self.cancel_reserved(core);
+    /// leader never starts threads itself). Does nothing if a worker of the core became active
+    /// since `seen` (see [`Pools::fill`]). Returns what it did.
+    pub(crate) fn wake_or_create(&self, core: usize, seen: u64, starter: &StartRequests) -> Fill {
+        let fill = self.pools.fill(core, seen);
+        match fill {
+            Fill::Woke(w) => {
+                self.counters.leader_wakeups.fetch_add(1, Ordering::Relaxed);
+                self.notify(w);
             }
+            Fill::Reserved(k) => {
+                if !starter.request(core * self.cap + k) {
+                    self.cancel_reserved(core);
+                }
+            }
+            Fill::Changed | Fill::Full => {}
         }
+        fill
     }
 
     /// Undoes a reservation of [`Registry::wake_or_create`] whose thread will not start.
     pub(crate) fn cancel_reserved(&self, core: usize) {
         self.pools.unreserve(core);
-        self.wake_in_flight[core].store(false, Ordering::Release);
     }
 
     /// Whether the runtime monitors its workers (the backend is not Disabled).

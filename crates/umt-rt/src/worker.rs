@@ -57,7 +57,10 @@ pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
         return;
     };
     slot.started.store(true, Ordering::Release);
-    reg.wake_in_flight[slot.core].store(false, Ordering::Release);
+    // A spare runs for the first time: its reservation was a wake in flight (see `Pools`).
+    if slot.spare {
+        reg.pools.woken(slot.core);
+    }
     let ctx = Rc::new(WorkerCtx {
         core: slot.core,
         cpu,
@@ -190,14 +193,32 @@ impl WorkerCtx {
     }
 
     /// Runs one job between two scheduling points (task start, task end). Counted when it
-    /// starts: its last action may release a waiter, who must find it counted.
-    pub(crate) fn execute(&self, job: Job) {
-        self.sched_point();
+    /// starts: its last action may release a waiter, who must find it counted. Returns `false`
+    /// when the worker surrendered at the start instead: the job is back on its deque.
+    pub(crate) fn execute(&self, job: Job) -> bool {
+        // Task start. A worker that surrenders here first puts the job back on its deque,
+        // where others can steal it: a task must not wait, unseen, in a parked worker's hands
+        // while its core runs something long.
+        let job = if self.oversubscribed() {
+            self.deque.push(job);
+            if self.surrender() {
+                return false;
+            }
+            // The core's last active worker may not surrender: run a job after all (this one,
+            // unless a thief took it meanwhile).
+            match self.deque.pop() {
+                Some(job) => job,
+                None => return false,
+            }
+        } else {
+            job
+        };
         // Only this worker writes its counter: a plain increment, no locked instruction.
         let run = &self.slot().tasks_run;
         run.store(run.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         job.run();
         self.sched_point();
+        true
     }
 
     /// Runs other jobs until `probe` is true, sleeping when there are none.
@@ -220,7 +241,7 @@ impl WorkerCtx {
         // S1: stop being active, become findable by wakers. If the core would idle while a
         // worker that surrendered mid-task waits, hand the core to it.
         if let Some(w) = pools.enter(self.core, self.index) {
-            self.reg.wake_taken(self.core, w);
+            self.reg.notify(w);
         }
         // S2: pairs with the fence in `Registry::notify_work`.
         fence(Ordering::SeqCst);
@@ -237,12 +258,13 @@ impl WorkerCtx {
     }
 
     /// Waits for a notification while in the pool, then is active again: leaves the pool if
-    /// woken by a latch or at shutdown (a waker would have taken it out), and ends the core's
-    /// wake in flight now that a worker runs there.
+    /// woken by a latch or at shutdown; if a waker took it out instead, ends that wake in
+    /// flight, now that this worker runs and the monitor has seen it unblock.
     fn park_in_pool(&self) {
         self.notifier().wait();
-        self.reg.pools.leave(self.core, self.index);
-        self.reg.wake_in_flight[self.core].store(false, Ordering::Release);
+        if !self.reg.pools.leave(self.core, self.index) {
+            self.reg.pools.woken(self.core);
+        }
     }
 
     fn notifier(&self) -> &crate::pool::Notifier {
@@ -258,15 +280,27 @@ impl WorkerCtx {
     /// Not once the runtime is shutting down: the leader is gone and nobody would wake a
     /// surrendered worker again (`Drop`'s notification may already have been consumed).
     pub(crate) fn sched_point(&self) {
-        if !self.monitored
-            || self.reg.monitor.ready(self.cpu) <= 1
-            || self.reg.terminate.load(Ordering::Acquire)
-        {
-            return;
+        if self.oversubscribed() {
+            self.surrender();
         }
-        if self.reg.pools.try_surrender(self.core, self.index) {
-            self.slot().surrenders.fetch_add(1, Ordering::Relaxed);
-            self.park_in_pool();
+    }
+
+    /// Whether this worker should leave its core: monitored, its core has more than one ready
+    /// worker, and the runtime is not shutting down.
+    fn oversubscribed(&self) -> bool {
+        self.monitored
+            && self.reg.monitor.ready(self.cpu) > 1
+            && !self.reg.terminate.load(Ordering::Acquire)
+    }
+
+    /// Parks as surrendered unless this is the core's last active worker. Returns whether it
+    /// did (it runs again when this returns).
+    fn surrender(&self) -> bool {
+        if !self.reg.pools.try_surrender(self.core, self.index) {
+            return false;
         }
+        self.slot().surrenders.fetch_add(1, Ordering::Relaxed);
+        self.park_in_pool();
+        true
     }
 }

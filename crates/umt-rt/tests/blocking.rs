@@ -69,17 +69,52 @@ impl Drop for Release<'_> {
 }
 
 /// Waits for `cond`, failing the test with `what` after a generous safety limit.
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+fn wait_for(what: &str, cond: impl FnMut() -> bool) {
+    wait_for_or(what, cond, String::new);
+}
+
+/// [`wait_for`], with `explain` (the runtime's stats, say) in the failure message.
+fn wait_for_or(what: &str, mut cond: impl FnMut() -> bool, explain: impl Fn() -> String) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        if Instant::now() >= deadline {
+            panic!(
+                "timed out waiting until {what}\n{}\n{}",
+                explain(),
+                threads()
+            );
+        }
         std::thread::sleep(Duration::from_micros(200));
     }
+}
+
+/// Name, state and CPU of every thread of this process.
+fn threads() -> String {
+    let mut out = String::new();
+    for t in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        let Some(i) = stat.rfind(')') else { continue };
+        let name = stat.find('(').map_or("", |j| &stat[j + 1..i]);
+        let fields: Vec<&str> = stat[i + 2..].split(' ').collect();
+        let wchan = std::fs::read_to_string(t.path().join("wchan")).unwrap_or_default();
+        out += &format!(
+            "{name}: state {} cpu {} wchan {wchan}\n",
+            fields.first().unwrap_or(&"?"),
+            fields.get(36).unwrap_or(&"?")
+        );
+    }
+    out
 }
 
 struct Scenario {
     reader_tid: AtomicI32,
     fillers_done: AtomicUsize,
+    /// Fillers that ran on the reader's thread (it must not run any: it is blocked).
+    fillers_on_reader: AtomicUsize,
     /// Fillers that ran on a thread whose scheduling policy differs from the initial
     /// worker's (spares must not inherit the `SCHED_IDLE` leader's).
     fillers_other_policy: AtomicUsize,
@@ -97,6 +132,7 @@ fn run_scenario(
     let sc = Scenario {
         reader_tid: AtomicI32::new(0),
         fillers_done: AtomicUsize::new(0),
+        fillers_on_reader: AtomicUsize::new(0),
         fillers_other_policy: AtomicUsize::new(0),
         stop: AtomicBool::new(false),
     };
@@ -112,18 +148,21 @@ fn run_scenario(
             rt.scope(|s| {
                 s.spawn(move |s| {
                     let policy = thread_policy();
+                    let reader = umt_sys::cpu::current_tid();
                     for _ in 0..FILLERS {
                         s.spawn(move |_| {
                             if thread_policy() != policy {
                                 sc.fillers_other_policy.fetch_add(1, Ordering::SeqCst);
+                            }
+                            if umt_sys::cpu::current_tid() == reader {
+                                sc.fillers_on_reader.fetch_add(1, Ordering::SeqCst);
                             }
                             sc.fillers_done.fetch_add(1, Ordering::SeqCst);
                         });
                     }
                     // Long-running, with scheduling points: keeps a second worker busy.
                     s.spawn(|_| compute_until(&sc.stop));
-                    sc.reader_tid
-                        .store(umt_sys::cpu::current_tid(), Ordering::SeqCst);
+                    sc.reader_tid.store(reader, Ordering::SeqCst);
                     let mut b = [0u8; 1];
                     // Err only when the test failed and closed the pipe.
                     let _ = rx.read_exact(&mut b);
@@ -168,21 +207,28 @@ fn monitor_on_reuses_the_blocked_core_then_surrenders() {
         &rt,
         |sc| {
             // Nothing was written yet, so the reader is still blocked while all of these run.
-            wait_for("every filler ran during the block", || {
-                sc.fillers_done.load(Ordering::SeqCst) == FILLERS
-            });
+            wait_for_or(
+                "every filler ran during the block",
+                || sc.fillers_done.load(Ordering::SeqCst) == FILLERS,
+                || {
+                    format!(
+                        "{} fillers done\n{:#?}",
+                        sc.fillers_done.load(Ordering::SeqCst),
+                        rt.stats()
+                    )
+                },
+            );
             assert!(matches!(
                 thread_state(sc.reader_tid.load(Ordering::SeqCst)),
                 'S' | 'D'
             ));
+            // Another worker of the same core ran them. Usually the spare the leader made
+            // when the reader blocked; but any brief block of the first worker earlier (a page
+            // fault, a contended kernel lock) may already have brought the spare in, and then
+            // the spare may be the one reading. So the test names the reader by thread.
+            assert_eq!(sc.fillers_on_reader.load(Ordering::SeqCst), 0);
             let st = rt.stats();
-            let spare_tasks: u64 = st
-                .workers
-                .iter()
-                .filter(|w| w.spare)
-                .map(|w| w.tasks_run)
-                .sum();
-            assert!(spare_tasks >= FILLERS as u64, "{st:#?}");
+            assert!(st.workers.len() >= 2, "{st:#?}");
             // Spares run with the initial worker's policy, not the idle leader's.
             assert_eq!(sc.fillers_other_policy.load(Ordering::SeqCst), 0);
             assert!(st.workers.iter().all(|w| w.cpu == rt.cpus()[0]));
@@ -190,7 +236,11 @@ fn monitor_on_reuses_the_blocked_core_then_surrenders() {
         },
         |_| {
             // The reader is back: two ready workers on one core until one surrenders.
-            wait_for("a worker surrenders", || rt.stats().surrenders >= 1);
+            wait_for_or(
+                "a worker surrenders",
+                || rt.stats().surrenders >= 1,
+                || format!("{:#?}", rt.stats()),
+            );
         },
     );
     let st = rt.stats();
