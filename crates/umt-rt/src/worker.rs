@@ -165,6 +165,8 @@ impl WorkerCtx {
     }
 
     fn steal(&self) -> Option<Job> {
+        /// Victim deques longer than this are stolen from in batches.
+        const BATCH_STEAL_MIN_LEN: usize = 32;
         let slots = &self.reg.slots;
         let n = slots.len();
         // xorshift64: a random first victim spreads thieves over the deques.
@@ -180,7 +182,16 @@ impl WorkerCtx {
                 if i == self.index || !slots[i].started.load(Ordering::Acquire) {
                     continue;
                 }
-                match slots[i].stealer.steal() {
+                let victim = &slots[i].stealer;
+                // A long deque holds many small independent tasks (a spawn loop): take up to
+                // half of them at once, which cuts the steals (and their cache-line traffic)
+                // per task. A short one is fork-join (each job is a large subtree): take one.
+                let stolen = if victim.len() > BATCH_STEAL_MIN_LEN {
+                    victim.steal_batch_and_pop(&self.deque)
+                } else {
+                    victim.steal()
+                };
+                match stolen {
                     Steal::Success(job) => return Some(job),
                     Steal::Retry => retry = true,
                     Steal::Empty => {}
