@@ -128,7 +128,7 @@ impl Pools {
     }
 
     /// Leader step 3 for a core it saw with no ready worker: unless a worker of the core became
-    /// active since `seen` (read from [`Pools::activations`] before the drain), takes a parked
+    /// active since `seen` (read from [`Pools::leader_view`] before the drain), takes a parked
     /// worker out (preferring one that surrendered mid-task), else reserves a new one if the
     /// cap allows. One lock, so no waker can slip between the check and the take.
     pub(crate) fn fill(&self, core: usize, seen: u64) -> Fill {
