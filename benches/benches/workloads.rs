@@ -10,16 +10,8 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use umt_bench::fwi::FwiParams;
 use umt_bench::heat::HeatParams;
-use umt_bench::io::{IoMode, probe_direct};
+use umt_bench::io::IoMode;
 use umt_bench::runner::{self, Runner};
-
-fn io_mode(dir: &std::path::Path) -> IoMode {
-    if probe_direct(dir).is_ok() {
-        IoMode::Direct
-    } else {
-        IoMode::Buffered
-    }
-}
 
 fn available() -> Vec<Runner> {
     Runner::ALL
@@ -35,7 +27,7 @@ fn heat(c: &mut Criterion) {
         block: 128,
         iters: 6,
         iof: Some(2),
-        io: io_mode(&dir),
+        io: IoMode::for_dir(&dir),
         dir,
     };
     let mut g = c.benchmark_group("heat");
@@ -63,7 +55,7 @@ fn fwi(c: &mut Criterion) {
         ny: 32,
         steps: 6,
         iof: 2,
-        io: io_mode(&dir),
+        io: IoMode::for_dir(&dir),
         dir,
     };
     let mut g = c.benchmark_group("fwi");

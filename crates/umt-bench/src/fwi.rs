@@ -5,9 +5,9 @@
 //! time step runs one velocity task per slice (reading the stress slices within radius 4, the
 //! stencil of FWI codes, and writing its velocity slice), then one stress task per slice (the
 //! same on the velocity). Every `iof` steps, one task per slice copies the velocity slice out
-//! and another writes the copy into the snapshot file (`O_DIRECT`). The backward phase walks time in reverse on adjoint volumes
-//! and, at each snapshot step, reads the snapshot slice back and adds its product with the
-//! adjoint velocity into the image.
+//! and another writes the copy into the snapshot file (`O_DIRECT`). The backward phase walks
+//! time in reverse on adjoint volumes and, at each snapshot step, reads the snapshot slice back
+//! and adds its product with the adjoint velocity into the image.
 //!
 //! Verified: every snapshot slice read back has the checksum it was written with, and the
 //! final volumes and the image are bit-identical to [`sequential`].
@@ -486,12 +486,7 @@ mod tests {
     use crate::testutil::same;
 
     fn params(steps: usize, iof: usize) -> FwiParams {
-        let dir = std::env::temp_dir();
-        let io = if crate::io::probe_direct(&dir).is_ok() {
-            IoMode::Direct
-        } else {
-            IoMode::Buffered
-        };
+        let (dir, io) = crate::testutil::dir_and_mode();
         FwiParams {
             nz: 16,
             nx: 32,

@@ -229,8 +229,8 @@ impl Grid {
         m
     }
 
-    /// A copy of block `(bi, bj)` and its byte offset in a checkpoint file (block-major), for
-    /// the ports that write checkpoints asynchronously.
+    /// A staged copy of block `(bi, bj)` and its byte offset in a checkpoint file
+    /// (block-major), for the write task that follows the copy.
     pub(crate) fn block_copy(&self, bi: usize, bj: usize) -> (AlignedBuf, u64) {
         let offset = ((bi * self.nb + bj) * self.b * self.b * 8) as u64;
         (AlignedBuf::from_f64s(&self.read(bi, bj)), offset)
@@ -369,7 +369,7 @@ pub(crate) fn run_with(
     p.validate()?;
     let grid = Grid::new(p);
     let nb = p.blocks();
-    let files = crate::heat::create_checkpoints(p)?;
+    let files = create_checkpoints(p)?;
     let errors = std::sync::Mutex::new(Vec::new());
     let staging: Vec<Staged> = (0..nb * nb).map(|_| std::sync::Mutex::new(None)).collect();
     let start = Instant::now();
@@ -446,12 +446,7 @@ mod tests {
     use super::*;
 
     fn params(n: usize, block: usize, iters: usize, iof: Option<usize>) -> HeatParams {
-        let dir = std::env::temp_dir();
-        let io = if crate::io::probe_direct(&dir).is_ok() {
-            IoMode::Direct
-        } else {
-            IoMode::Buffered
-        };
+        let (dir, io) = crate::testutil::dir_and_mode();
         HeatParams {
             n,
             block,

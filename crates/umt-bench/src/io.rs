@@ -16,6 +16,17 @@ pub enum IoMode {
     Buffered,
 }
 
+impl IoMode {
+    /// `Direct` when `dir` takes `O_DIRECT` files (see [`probe_direct`]), else `Buffered`.
+    pub fn for_dir(dir: &Path) -> IoMode {
+        if probe_direct(dir).is_ok() {
+            IoMode::Direct
+        } else {
+            IoMode::Buffered
+        }
+    }
+}
+
 /// Errors of the benchmark applications.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -288,11 +299,7 @@ mod tests {
     #[test]
     fn values_roundtrip_through_a_direct_file() {
         let dir = std::env::temp_dir();
-        let mode = if probe_direct(&dir).is_ok() {
-            IoMode::Direct
-        } else {
-            IoMode::Buffered
-        };
+        let mode = IoMode::for_dir(&dir);
         let path = dir.join(format!("umt-io-test-{}.bin", std::process::id()));
         let f = create_file(&path, mode, 0).unwrap();
         let vals: Vec<f64> = (0..1024).map(|i| i as f64 * 0.5).collect();

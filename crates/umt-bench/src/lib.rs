@@ -40,7 +40,7 @@ pub mod runner;
 pub(crate) mod testutil {
     use crate::fwi::{FwiParams, FwiRun};
     use crate::heat::{HeatParams, HeatRun};
-    use crate::io::{BenchError, IoMode, probe_direct};
+    use crate::io::{BenchError, IoMode};
 
     /// Bit-for-bit equality of two result arrays.
     pub(crate) fn same(a: &[f64], b: &[f64]) -> bool {
@@ -50,11 +50,7 @@ pub(crate) mod testutil {
     /// The temp dir, with O_DIRECT when it takes it.
     pub(crate) fn dir_and_mode() -> (std::path::PathBuf, IoMode) {
         let dir = std::env::temp_dir();
-        let io = if probe_direct(&dir).is_ok() {
-            IoMode::Direct
-        } else {
-            IoMode::Buffered
-        };
+        let io = IoMode::for_dir(&dir);
         (dir, io)
     }
 

@@ -21,8 +21,8 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests) {
     let mut last = Instant::now();
     // State of each core since the previous iteration: (ready count, work was queued).
     let mut prev: Vec<(i64, bool)> = vec![(1, false); cores];
-    let mut in_flight = vec![false; cores];
-    let mut seen = vec![0u64; cores];
+    // Per core, read before each drain: (activation count, a wake is in flight).
+    let mut views: Vec<(u64, bool)> = vec![(0, false); cores];
     // The periodic scan only corrects counts that missed an event. While scans find nothing,
     // the timeout doubles (up to 64 periods) so a busy, non-blocking program is not
     // interrupted every period; any event or action resets it. Events wake the leader anyway.
@@ -41,8 +41,8 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests) {
         // its unblock is in the kernel's counts, so a core with no wake in flight here has
         // every woken worker in the drain below. A wake that starts after this read changes
         // the core's activation count, which `wake_or_create` checks under the core's lock.
-        for core in 0..cores {
-            (seen[core], in_flight[core]) = reg.pools.leader_view(core);
+        for (core, view) in views.iter_mut().enumerate() {
+            *view = reg.pools.leader_view(core);
         }
         // L2: drain the events into the per-core ready counts.
         let mut quiet = true;
@@ -77,10 +77,11 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests) {
             prev[core] = (ready, ready <= 0 && pending());
             // L3: a core with no ready worker while work is queued (or a task of a surrendered
             // worker waits) gets one.
-            if starved && !in_flight[core] {
+            let (seen, in_flight) = views[core];
+            if starved && !in_flight {
                 // If a worker of the core started since `seen` (`Fill::Changed`), the drain may
                 // not show it yet: nothing is done, and the next iteration looks again.
-                reg.wake_or_create(core, seen[core], &starter);
+                reg.wake_or_create(core, seen, &starter);
                 quiet = false;
             }
         }

@@ -229,8 +229,8 @@ impl Pools {
     }
 
     /// Takes a parked worker from some core that has no active worker (to run new work).
-    /// Returns the core and the worker.
-    pub(crate) fn take_from_idle_core(&self) -> Option<(usize, usize)> {
+    /// The caller must notify it.
+    pub(crate) fn take_from_idle_core(&self) -> Option<usize> {
         for core in 0..self.cores.len() {
             let mut p = lock(&self.cores[core]);
             if p.active == 0
@@ -238,7 +238,7 @@ impl Pools {
             {
                 self.activate(&mut p);
                 p.waking += 1;
-                return Some((core, w));
+                return Some(w);
             }
         }
         None
@@ -315,7 +315,7 @@ mod tests {
         let (seen, in_flight) = pools.leader_view(0);
         assert!(!in_flight);
         // A spawner wakes that worker before the leader acts on its (now stale) drain.
-        assert_eq!(pools.take_from_idle_core(), Some((0, 0)));
+        assert_eq!(pools.take_from_idle_core(), Some(0));
         assert_eq!(pools.fill(0, seen), Fill::Changed);
         assert_eq!(pools.counts(0), (1, 1), "no spare reserved");
         // Until the woken worker runs, the wake is in flight for the next look.
@@ -349,7 +349,7 @@ mod tests {
         assert_eq!(pools.counts(0), (1, 1));
         assert_eq!(pools.enter(1, 2), None);
         assert_eq!(pools.idle_cores(), 1);
-        assert_eq!(pools.take_from_idle_core(), Some((1, 2)));
+        assert_eq!(pools.take_from_idle_core(), Some(2));
         assert_eq!(pools.idle_cores(), 0);
     }
 }

@@ -156,7 +156,7 @@ impl Registry {
     /// progress: the pusher is active and will pop the job itself (see `README.md`).
     pub(crate) fn notify_work_local(&self) {
         if self.pools.idle_cores() > 0
-            && let Some((_, w)) = self.pools.take_from_idle_core()
+            && let Some(w) = self.pools.take_from_idle_core()
         {
             self.notify(w);
         }
@@ -193,27 +193,20 @@ impl Registry {
     /// Leader step 3: gives `core` a running worker: a parked one if it has any, else a new
     /// one if the cap allows, started by the starter thread (see `starter.rs` for why the
     /// leader never starts threads itself). Does nothing if a worker of the core became active
-    /// since `seen` (see [`Pools::fill`]). Returns what it did.
-    pub(crate) fn wake_or_create(&self, core: usize, seen: u64, starter: &StartRequests) -> Fill {
-        let fill = self.pools.fill(core, seen);
-        match fill {
+    /// since `seen` (see [`Pools::fill`]).
+    pub(crate) fn wake_or_create(&self, core: usize, seen: u64, starter: &StartRequests) {
+        match self.pools.fill(core, seen) {
             Fill::Woke(w) => {
                 self.counters.leader_wakeups.fetch_add(1, Ordering::Relaxed);
                 self.notify(w);
             }
             Fill::Reserved(k) => {
                 if !starter.request(core * self.cap + k) {
-                    self.cancel_reserved(core);
+                    self.pools.unreserve(core);
                 }
             }
             Fill::Changed | Fill::Full => {}
         }
-        fill
-    }
-
-    /// Undoes a reservation of [`Registry::wake_or_create`] whose thread will not start.
-    pub(crate) fn cancel_reserved(&self, core: usize) {
-        self.pools.unreserve(core);
     }
 
     /// Whether the runtime monitors its workers (the backend is not Disabled).

@@ -49,7 +49,7 @@ fn serve(reg: &Arc<Registry>, requests: Receiver<usize>) {
             }
             Err(e) => {
                 tracing::warn!("umt-rt: could not start a spare worker: {e}");
-                reg.cancel_reserved(core);
+                reg.pools.unreserve(core);
             }
         }
     }

@@ -20,18 +20,34 @@ const FILLERS: usize = 200;
 mod common;
 use common::monitored_backend;
 
+/// A thread's `stat` file (`/proc/self/task/<tid>/stat`, or `/proc/thread-self/stat`): its
+/// name and the fields after it (field 3, the state, first). `None` if it cannot be read.
+fn stat(path: &std::path::Path) -> Option<(String, Vec<String>)> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+    let fields = stat
+        .get(close + 2..)?
+        .split(' ')
+        .map(String::from)
+        .collect();
+    Some((stat[open + 1..close].to_string(), fields))
+}
+
+/// Field `n` (1-based, as in proc(5)) of a thread's `stat`; `n` >= 3.
+fn stat_field(fields: &[String], n: usize) -> &str {
+    fields.get(n - 3).map_or("?", String::as_str)
+}
+
 fn thread_state(tid: i32) -> char {
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
-    stat.rfind(')')
-        .and_then(|i| stat[i + 2..].chars().next())
+    stat(format!("/proc/self/task/{tid}/stat").as_ref())
+        .and_then(|(_, f)| stat_field(&f, 3).chars().next())
         .unwrap_or('?')
 }
 
 /// The scheduling policy of the calling thread (field 41 of its `stat`).
 fn thread_policy() -> u32 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
-    fields[38].parse().unwrap()
+    let (_, fields) = stat("/proc/thread-self/stat".as_ref()).unwrap();
+    stat_field(&fields, 41).parse().unwrap()
 }
 
 /// Computes in 100 us slices with a scheduling point between them, until `stop`.
@@ -96,15 +112,14 @@ fn threads() -> String {
         .flatten()
         .flatten()
     {
-        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-        let Some(i) = stat.rfind(')') else { continue };
-        let name = stat.find('(').map_or("", |j| &stat[j + 1..i]);
-        let fields: Vec<&str> = stat[i + 2..].split(' ').collect();
+        let Some((name, fields)) = stat(&t.path().join("stat")) else {
+            continue;
+        };
         let wchan = std::fs::read_to_string(t.path().join("wchan")).unwrap_or_default();
         out += &format!(
             "{name}: state {} cpu {} wchan {wchan}\n",
-            fields.first().unwrap_or(&"?"),
-            fields.get(36).unwrap_or(&"?")
+            stat_field(&fields, 3),
+            stat_field(&fields, 39)
         );
     }
     out
