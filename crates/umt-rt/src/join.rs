@@ -3,8 +3,8 @@
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use crate::job::StackJob;
-use crate::latch::{Latch, Probe, Waiter};
-use crate::worker::WorkerCtx;
+use crate::latch::{JoinLatch, Probe};
+use crate::worker::{WorkerCtx, with_current};
 
 /// Runs `a` and `b`, potentially in parallel, and returns both results. `b` is offered to
 /// other workers while the caller runs `a`; if nobody took it, the caller runs it too. Outside
@@ -18,10 +18,10 @@ where
     RA: Send,
     RB: Send,
 {
-    match WorkerCtx::current() {
-        Some(ctx) => join_on_worker(&ctx, a, b),
+    with_current(|ctx| match ctx {
+        Some(ctx) => join_on_worker(ctx, a, b),
         None => (a(), b()),
-    }
+    })
 }
 
 fn join_on_worker<A, B, RA, RB>(ctx: &WorkerCtx, a: A, b: B) -> (RA, RB)
@@ -31,35 +31,28 @@ where
     RA: Send,
     RB: Send,
 {
-    // Only workers of this runtime run `b` (it sits in this worker's deque), so the latch can
-    // wake us through the setter's own registry.
-    let latch = Latch::new(Waiter::SameRuntime(ctx.index()));
-    let mut result_b: Option<std::thread::Result<RB>> = None;
-    let tag = &latch as *const Latch as usize;
-    let job_b = {
-        let (latch, result_b) = (&latch, &mut result_b);
-        move || {
-            *result_b = Some(catch_unwind(AssertUnwindSafe(b)));
-            latch.set();
-        }
-    };
-    let job_b = StackJob::new(job_b);
-    // SAFETY: `job_b` stays in this frame, which waits for `latch` below before returning or
-    // unwinding (a's panic is caught); the closure sets the latch as its last action, and the
-    // job is run once, by whoever pops or steals it.
-    ctx.push(unsafe { job_b.as_job(tag) });
+    let job_b = StackJob::new(b, JoinLatch::new(ctx.index()));
+    // SAFETY: `job_b` stays in this frame, which returns (or unwinds: a's panic is caught)
+    // only after the job was popped back here or its latch, set as the job's last action, was
+    // seen set; whoever pops or steals the job runs it once.
+    let job = unsafe { job_b.as_job() };
+    ctx.push(job);
     let result_a = catch_unwind(AssertUnwindSafe(a));
-    while !latch.probe() {
+    let mut result_b = None;
+    while result_b.is_none() && !job_b.latch().probe() {
         match ctx.pop_local() {
-            // Nobody stole `b`: run it here.
-            Some(job) if job.tag() == tag => job.run(),
+            // Nobody stole `b`: run it here, inline.
+            // SAFETY: the job is out of the deque, and dropped unrun.
+            Some(job) if job.is(&job_b) => result_b = unsafe { job_b.run_inline() },
             Some(job) => {
                 ctx.execute(job);
             }
-            None => ctx.wait_until(&latch),
+            None => ctx.wait_until(job_b.latch()),
         }
     }
-    let result_b = result_b.unwrap_or_else(|| Err(Box::new("join: b did not run")));
+    let result_b = result_b
+        .or_else(|| job_b.into_result())
+        .unwrap_or_else(|| Err(Box::new("join: b did not run")));
     match (result_a, result_b) {
         (Ok(ra), Ok(rb)) => (ra, rb),
         (Err(p), _) | (_, Err(p)) => resume_unwind(p),

@@ -106,11 +106,13 @@ pub enum Yield {
 /// pending task if there is one. Returns `None` outside a worker thread.
 #[cfg(not(loom))]
 pub fn yield_now() -> Option<Yield> {
-    let ctx = worker::WorkerCtx::current()?;
-    ctx.sched_point();
-    Some(match ctx.find_work().map(|job| ctx.execute(job)) {
-        Some(true) => Yield::Executed,
-        _ => Yield::Idle,
+    worker::with_current(|ctx| {
+        let ctx = ctx?;
+        ctx.sched_point();
+        Some(match ctx.find_work().map(|job| ctx.execute(job)) {
+            Some(true) => Yield::Executed,
+            _ => Yield::Idle,
+        })
     })
 }
 
@@ -121,14 +123,12 @@ pub fn scope<'scope, F, R>(f: F) -> R
 where
     F: FnOnce(&Scope<'scope>) -> R,
 {
-    match worker::WorkerCtx::current() {
-        Some(ctx) => scope::run_scope(Some(ctx.registry()), f),
-        None => scope::run_scope(None, f),
-    }
+    let registry = worker::with_current(|ctx| ctx.map(|ctx| ctx.registry().clone()));
+    scope::run_scope(registry.as_ref(), f)
 }
 
 /// The CPU the calling worker is bound to, or `None` outside a worker.
 #[cfg(not(loom))]
 pub fn current_cpu() -> Option<CpuId> {
-    worker::WorkerCtx::current().map(|ctx| ctx.cpu())
+    worker::with_current(|ctx| ctx.map(|ctx| ctx.cpu()))
 }

@@ -6,6 +6,8 @@
 //! check a spawner makes after pushing work. The protocol is in `README.md`, and the loom model at
 //! the bottom of this file checks it.
 
+use crossbeam_utils::CachePadded;
+
 use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, Thread, lock, park};
 
 /// Wakes one parked thread exactly once per notification, whatever the interleaving.
@@ -72,9 +74,10 @@ pub(crate) enum Fill {
 /// The idle pools of all cores.
 #[derive(Debug)]
 pub(crate) struct Pools {
-    cores: Vec<Mutex<PoolInner>>,
-    /// Cores whose `active` is 0.
-    idle_cores: AtomicUsize,
+    /// One lock per core, each on its own cache line.
+    cores: Vec<CachePadded<Mutex<PoolInner>>>,
+    /// Cores whose `active` is 0. Read on every push; padded away from the core locks.
+    idle_cores: CachePadded<AtomicUsize>,
     /// Most workers per core.
     cap: usize,
 }
@@ -85,16 +88,16 @@ impl Pools {
         Pools {
             cores: (0..cores)
                 .map(|_| {
-                    Mutex::new(PoolInner {
+                    CachePadded::new(Mutex::new(PoolInner {
                         active: 1,
                         parked: Vec::new(),
                         created: 1,
                         activations: 0,
                         waking: 0,
-                    })
+                    }))
                 })
                 .collect(),
-            idle_cores: AtomicUsize::new(0),
+            idle_cores: CachePadded::new(AtomicUsize::new(0)),
             cap,
         }
     }

@@ -72,10 +72,11 @@ pub(crate) struct Registry {
     pub(crate) monitor: Monitor,
     /// Set when the runtime is dropped.
     pub(crate) terminate: AtomicBool,
-    /// Leader counters.
-    pub(crate) counters: Counters,
+    /// Leader counters. Padded, as `core_time`: the leader writes them every iteration, and
+    /// they must not share a cache line with what workers read on every push.
+    pub(crate) counters: CachePadded<Counters>,
     /// Per-core time accounting.
-    pub(crate) core_time: Box<[CoreTime]>,
+    pub(crate) core_time: Box<[CachePadded<CoreTime>]>,
     /// Leader period.
     pub(crate) scan_period: Duration,
     /// Scheduling policy of the leader thread.
@@ -121,14 +122,14 @@ impl Registry {
             .collect();
         Registry {
             pools: Pools::new(cpus.len(), cap),
-            core_time: cpus.iter().map(|_| CoreTime::default()).collect(),
+            core_time: cpus.iter().map(|_| CachePadded::default()).collect(),
             cpus,
             cap,
             slots,
             injector: Injector::new(),
             monitor,
             terminate: AtomicBool::new(false),
-            counters: Counters::default(),
+            counters: CachePadded::default(),
             scan_period,
             leader_policy,
             thread_name,
@@ -154,6 +155,7 @@ impl Registry {
     /// After a worker pushed onto its *own* deque: the same check without the fence. A
     /// wake-up missed in the race with a worker going to sleep costs parallelism only, never
     /// progress: the pusher is active and will pop the job itself (see `README.md`).
+    #[inline]
     pub(crate) fn notify_work_local(&self) {
         if self.pools.idle_cores() > 0
             && let Some(w) = self.pools.take_from_idle_core()

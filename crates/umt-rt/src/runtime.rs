@@ -15,7 +15,7 @@ use crate::scope::{Scope, run_scope};
 use crate::spawn::{JoinHandle, JoinState};
 use crate::stats::{CoreStats, Stats, WorkerStats};
 use crate::sync::lock;
-use crate::worker::WorkerCtx;
+use crate::worker::with_current;
 
 /// Why a runtime could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -246,7 +246,7 @@ impl Runtime {
     }
 
     fn on_own_worker(&self) -> bool {
-        WorkerCtx::current().is_some_and(|ctx| Arc::ptr_eq(ctx.registry(), &self.reg))
+        with_current(|ctx| ctx.is_some_and(|ctx| Arc::ptr_eq(ctx.registry(), &self.reg)))
     }
 
     /// Runs `f` on a worker of this runtime and returns its result (directly when called from
@@ -269,7 +269,7 @@ impl Runtime {
             }
         };
         // SAFETY: we wait for the latch before returning; the job sets it as its last action.
-        let job = unsafe { Job::new_scoped(job, 0) };
+        let job = unsafe { Job::new_scoped(job) };
         self.reg.inject(job);
         wait_until(&latch);
         match result {
@@ -322,10 +322,10 @@ impl Runtime {
             let state = state.clone();
             Job::new(move || state.complete(catch_unwind(AssertUnwindSafe(f))))
         };
-        match WorkerCtx::current() {
+        with_current(|ctx| match ctx {
             Some(ctx) if Arc::ptr_eq(ctx.registry(), &self.reg) => ctx.push(job),
             _ => self.reg.inject(job),
-        }
+        });
         JoinHandle::new(state)
     }
 

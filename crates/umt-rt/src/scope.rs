@@ -10,7 +10,7 @@ use crate::deps::{Access, DepNode, DepTable};
 use crate::job::Job;
 use crate::latch::{Latch, Waiter, wait_until};
 use crate::registry::Registry;
-use crate::worker::WorkerCtx;
+use crate::worker::with_current;
 
 /// A scope in which tasks may borrow anything that outlives it. Created by
 /// [`Runtime::scope`](crate::Runtime::scope) or [`scope`](crate::scope); it returns once every
@@ -70,10 +70,10 @@ impl ScopeState {
         let Some(registry) = &self.registry else {
             return job.run();
         };
-        match WorkerCtx::current() {
+        with_current(|ctx| match ctx {
             Some(ctx) if Arc::ptr_eq(ctx.registry(), registry) => ctx.push(job),
             _ => registry.inject(job),
-        }
+        })
     }
 }
 
@@ -186,6 +186,6 @@ impl<'scope> Scope<'scope> {
         // borrow of lifetime 'scope outlives the job. A job that is never run (impossible: the
         // runtime runs every queued job before shutting down) would keep the scope waiting,
         // never free its borrows early.
-        unsafe { Job::new_scoped(task, 0) }
+        unsafe { Job::new_scoped(task) }
     }
 }

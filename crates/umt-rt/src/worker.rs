@@ -1,7 +1,6 @@
 //! Worker threads: the run loop, finding work, waiting, sleeping, surrendering.
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -14,7 +13,29 @@ use crate::registry::{Registry, Slot};
 use crate::sync::{fence, lock};
 
 thread_local! {
-    static CURRENT: RefCell<Option<Rc<WorkerCtx>>> = const { RefCell::new(None) };
+    /// The context of the worker running on this thread, null outside `WorkerCtx::main_loop`.
+    /// A raw pointer in a `Cell`: reading it is one load, with no reference count to touch on
+    /// every `join` and `spawn`.
+    static CURRENT: Cell<*const WorkerCtx> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Clears `CURRENT` when the worker's context goes away, also if its loop unwinds.
+struct CurrentGuard;
+
+impl Drop for CurrentGuard {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set(std::ptr::null()));
+    }
+}
+
+/// Calls `f` with the context of the worker the calling thread is, or `None` outside a worker.
+pub(crate) fn with_current<R>(f: impl FnOnce(Option<&WorkerCtx>) -> R) -> R {
+    let ptr = CURRENT.with(Cell::get);
+    // SAFETY: `ptr` is null or points to the context `worker_main` keeps on its stack, set
+    // just before `main_loop` and cleared by `CurrentGuard` before the context is dropped
+    // (also on unwind). Only this thread reads it, and any code that does runs inside
+    // `main_loop`, so the context outlives `f`; the reference cannot escape `f`.
+    f(unsafe { ptr.as_ref() })
 }
 
 /// The run state a worker thread owns: its deque and where it belongs.
@@ -61,7 +82,7 @@ pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
     if slot.spare {
         reg.pools.woken(slot.core);
     }
-    let ctx = Rc::new(WorkerCtx {
+    let ctx = WorkerCtx {
         core: slot.core,
         cpu,
         deque,
@@ -69,21 +90,18 @@ pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
         rng: std::cell::Cell::new(0x9e37_79b9_7f4a_7c15 ^ (index as u64 + 1)),
         index,
         reg: reg.clone(),
-    });
-    CURRENT.with(|c| *c.borrow_mut() = Some(ctx.clone()));
-    ctx.main_loop();
-    CURRENT.with(|c| *c.borrow_mut() = None);
+    };
+    {
+        CURRENT.with(|c| c.set(&ctx));
+        let _clear = CurrentGuard;
+        ctx.main_loop();
+    }
     if monitored {
         let _ = reg.monitor.unregister_current_thread();
     }
 }
 
 impl WorkerCtx {
-    /// The worker context of the calling thread, if it is a worker.
-    pub(crate) fn current() -> Option<Rc<WorkerCtx>> {
-        CURRENT.with(|c| c.borrow().clone())
-    }
-
     pub(crate) fn registry(&self) -> &Arc<Registry> {
         &self.reg
     }
@@ -137,7 +155,9 @@ impl WorkerCtx {
         None
     }
 
-    /// Pushes a job on this worker's deque (a scheduling point).
+    /// Pushes a job on this worker's deque (a scheduling point). Inlined: built in registers,
+    /// a job passed by reference costs a store-forwarding stall when it is copied into the deque.
+    #[inline]
     pub(crate) fn push(&self, job: Job) {
         self.deque.push(job);
         self.reg.notify_work_local();
@@ -145,6 +165,7 @@ impl WorkerCtx {
     }
 
     /// Pops the newest job of the own deque.
+    #[inline]
     pub(crate) fn pop_local(&self) -> Option<Job> {
         self.deque.pop()
     }
@@ -290,6 +311,7 @@ impl WorkerCtx {
     ///
     /// Not once the runtime is shutting down: the leader is gone and nobody would wake a
     /// surrendered worker again (`Drop`'s notification may already have been consumed).
+    #[inline]
     pub(crate) fn sched_point(&self) {
         if self.oversubscribed() {
             self.surrender();
@@ -298,6 +320,7 @@ impl WorkerCtx {
 
     /// Whether this worker should leave its core: monitored, its core has more than one ready
     /// worker, and the runtime is not shutting down.
+    #[inline]
     fn oversubscribed(&self) -> bool {
         self.monitored
             && self.reg.monitor.ready(self.cpu) > 1

@@ -180,6 +180,42 @@ fn panics_propagate_to_the_waiter_and_the_runtime_keeps_working() {
     }
 }
 
+/// `b` of a join runs as a job (not inline) while `a` panics: the panic waits for `b`. Then `b`
+/// panics while run inline: its own panic comes back.
+#[test]
+fn join_panics_wait_for_the_other_side() {
+    use std::sync::atomic::AtomicBool;
+    for rt in runtimes() {
+        let (started, done) = (AtomicBool::new(false), AtomicBool::new(false));
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            rt.join(
+                || {
+                    // Runs `b` here as a job if no other worker has stolen it.
+                    while !started.load(Ordering::Acquire) {
+                        umt_rt::yield_now();
+                    }
+                    panic!("a boom")
+                },
+                || {
+                    started.store(true, Ordering::Release);
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                    done.store(true, Ordering::Release);
+                },
+            )
+        }));
+        assert_eq!(*r.unwrap_err().downcast::<&str>().unwrap(), "a boom");
+        assert!(
+            done.load(Ordering::Acquire),
+            "b finished before a's panic returned"
+        );
+
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            rt.join(|| 1, || -> u32 { panic!("b boom") })
+        }));
+        assert_eq!(*r.unwrap_err().downcast::<&str>().unwrap(), "b boom");
+    }
+}
+
 #[test]
 fn bad_configurations_are_typed_errors() {
     assert!(matches!(
