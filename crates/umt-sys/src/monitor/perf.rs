@@ -8,6 +8,15 @@
 //! thread blocked; the next switch-in means it runs again. A per-thread [`Tracker`] turns that
 //! into per-core events and compensates migrations. A `PERF_RECORD_LOST` makes the drain re-read
 //! the thread's state from `/proc/self/task/<tid>/stat`, so counts are never silently wrong.
+//!
+//! Cost: the kernel writes a record at *every* switch of a monitored thread, preemptions and
+//! yields included, and each record that crosses the watermark queues an irq_work, a
+//! self-interrupt. On bare metal that is cheap; in a virtual machine without posted interrupts
+//! it is a VM exit, about 8 us per record in the Firecracker guest this was measured in (a
+//! `join` tree installed from outside 40,000 times: 3.1 IRQ-work interrupts per install, and
+//! the monitored runtime took as long as the unmonitored one once the wake-ups were batched
+//! away). Workers that switch rarely, as pinned HPC workers do, hardly pay it; the kernel
+//! backend, which signals only blocks and unblocks, never does.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
