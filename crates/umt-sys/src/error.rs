@@ -70,6 +70,15 @@ pub enum Error {
         allowed: Vec<usize>,
     },
 
+    /// A CPU id beyond the machine's possible CPUs was named.
+    #[error("CPU {cpu} does not exist: this machine's CPU ids are 0..{possible}")]
+    NoSuchCpu {
+        /// The CPU that was asked for.
+        cpu: usize,
+        /// Number of possible CPU ids.
+        possible: usize,
+    },
+
     /// The thread is registered with this monitor already.
     #[error("thread {tid} is already registered with this monitor: register each thread once")]
     AlreadyRegistered {

@@ -63,7 +63,12 @@ fn kernel_backend_end_to_end() {
         // so wait for the block itself, with the core's count back at 0.
         let seen = wait_for(&monitor, |m| m.stats().blocks >= 1 && m.ready(target) == 0);
         tx.write_all(b"x").unwrap();
+        // The reader's unblock is an event of its core: that core's wait set wakes.
+        let woke = monitor
+            .wait_cpu(target, Some(Duration::from_secs(10)))
+            .unwrap();
         reader.join().unwrap();
+        assert!(woke, "the wait set of CPU {target} missed the unblock");
         assert!(
             seen,
             "the reader's block never showed: {:?}",

@@ -74,23 +74,35 @@ fn nanosleep_is_one_block_and_one_unblock_on_its_core() {
     assert_eq!(monitor.ready_counts().iter().sum::<i64>(), 0);
 }
 
+/// Starts a thread pinned to `target` that registers with `monitor`, reads one byte from `rx`
+/// and unregisters. Returns once it is blocked in the read, with its tid.
+fn blocked_reader<'scope>(
+    s: &'scope std::thread::Scope<'scope, '_>,
+    monitor: &'scope Monitor,
+    target: CpuId,
+    mut rx: std::io::PipeReader,
+) -> (std::thread::ScopedJoinHandle<'scope, ()>, i32) {
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let reader = s.spawn(move || {
+        cpu::pin_current_thread(target).unwrap();
+        monitor.register_current_thread().unwrap();
+        tid_tx.send(cpu::current_tid()).unwrap();
+        let mut b = [0u8; 1];
+        rx.read_exact(&mut b).unwrap();
+        monitor.unregister_current_thread().unwrap();
+    });
+    let tid = tid_rx.recv().unwrap();
+    wait_until_blocked(tid);
+    (reader, tid)
+}
+
 #[test]
 fn pipe_read_is_one_block_and_one_unblock_and_wakes_the_poller() {
     let monitor = perf_monitor();
     let target = last_cpu();
-    let (mut rx, mut tx) = std::io::pipe().unwrap();
-    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let (rx, mut tx) = std::io::pipe().unwrap();
     std::thread::scope(|s| {
-        let reader = s.spawn(|| {
-            cpu::pin_current_thread(target).unwrap();
-            monitor.register_current_thread().unwrap();
-            tid_tx.send(cpu::current_tid()).unwrap();
-            let mut b = [0u8; 1];
-            rx.read_exact(&mut b).unwrap();
-            monitor.unregister_current_thread().unwrap();
-        });
-        let tid = tid_rx.recv().unwrap();
-        wait_until_blocked(tid);
+        let (reader, tid) = blocked_reader(s, &monitor, target, rx);
         // The block is already in the ring: the monitor's fd is readable and the drain sees it.
         assert!(monitor.wait(Some(Duration::from_secs(10))).unwrap());
         let blocked = monitor.drain().unwrap();
@@ -115,6 +127,42 @@ fn pipe_read_is_one_block_and_one_unblock_and_wakes_the_poller() {
             ]
         );
     });
+}
+
+/// `wait_cpu` wakes for a block of a thread registered on that CPU, and only there.
+#[test]
+fn a_block_wakes_the_wait_set_of_its_core_only() {
+    let Some((other, target)) = two_cpus() else {
+        eprintln!("skipped: needs two CPUs");
+        return;
+    };
+    let monitor = perf_monitor();
+    let (rx, mut tx) = std::io::pipe().unwrap();
+    // Created before the reader registers: the set must still get its ring.
+    assert!(!monitor.wait_cpu(other, Some(Duration::ZERO)).unwrap());
+    std::thread::scope(|s| {
+        let (reader, _) = blocked_reader(s, &monitor, target, rx);
+        assert!(
+            !monitor
+                .wait_cpu(other, Some(Duration::from_millis(20)))
+                .unwrap()
+        );
+        assert!(
+            monitor
+                .wait_cpu(target, Some(Duration::from_secs(10)))
+                .unwrap()
+        );
+        monitor.drain().unwrap();
+        assert_eq!(monitor.ready(target), 0, "the blocked reader is not ready");
+        tx.write_all(b"x").unwrap();
+        reader.join().unwrap();
+    });
+    match monitor.wait_cpu(usize::MAX, Some(Duration::ZERO)) {
+        Err(e @ Error::NoSuchCpu { .. }) => {
+            assert!(e.to_string().contains("CPU ids are 0.."), "{e}")
+        }
+        other => panic!("expected NoSuchCpu, got {other:?}"),
+    }
 }
 
 fn involuntary_switches() -> i64 {

@@ -107,6 +107,16 @@ impl KernelBackend {
         Ok(backend)
     }
 
+    /// Puts the eventfd of `cpu` in `set` as well (see `Monitor::wait_cpu`).
+    pub(crate) fn watch_cpu(&self, cpu: usize, set: &Epoll) -> Result<()> {
+        match self.fds.get(cpu) {
+            Some(fd) => set
+                .add(fd.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, cpu as u64))
+                .map_err(|e| Error::os("epoll_ctl(ADD)", e)),
+            None => Ok(()),
+        }
+    }
+
     pub(crate) fn register(&self) -> Result<()> {
         umt_thread_ctrl(UMT_THREAD_MONITOR).map_err(|e| match e {
             Errno::ENOSYS => not_available(e),

@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::str::FromStr;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -232,6 +232,8 @@ impl MonitorBuilder {
             },
             counts: ReadyCounts::new(possible),
             epoll,
+            cpu_sets: (0..possible).map(|_| OnceLock::new()).collect(),
+            cpu_sets_init: Mutex::new(()),
             registered: Mutex::new(HashSet::new()),
             pending: Mutex::new(Vec::new()),
             stats: StatCounters::default(),
@@ -272,6 +274,12 @@ pub struct Monitor {
     counts: ReadyCounts,
     /// The one pollable descriptor: holds the per-core eventfds or the per-thread perf rings.
     epoll: Epoll,
+    /// Per possible CPU, created on first use: the same descriptors as `epoll`, but only those
+    /// of that CPU (its eventfd, or the rings of threads registered while running there), for
+    /// [`Monitor::wait_cpu`].
+    cpu_sets: Box<[OnceLock<Epoll>]>,
+    /// Serialises the creation of `cpu_sets` entries.
+    cpu_sets_init: Mutex<()>,
     /// Thread ids registered now, to reject double registration with a typed error.
     registered: Mutex<HashSet<i32>>,
     /// Events consumed outside a drain (by register/unregister): already applied to `counts`,
@@ -333,7 +341,9 @@ impl Monitor {
         }
         let res = match &self.backend {
             Backend::Kernel(k) => k.register(),
-            Backend::Perf(p) => p.register(tid, &self.epoll, &mut |e| self.record_pending(e)),
+            Backend::Perf(p) => p.register(tid, &self.epoll, &|cpu| self.cpu_set(cpu), &mut |e| {
+                self.record_pending(e)
+            }),
             Backend::Disabled => Ok(()),
         };
         if res.is_err() {
@@ -416,17 +426,39 @@ impl Monitor {
     /// epoll counts whole milliseconds: the timeout is rounded up, so a sub-millisecond one
     /// waits a millisecond instead of returning at once.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
-        let timeout = match timeout {
-            None => EpollTimeout::NONE,
-            Some(d) => EpollTimeout::try_from(d.as_nanos().div_ceil(1_000_000))
-                .unwrap_or(EpollTimeout::MAX),
-        };
-        let mut events = [EpollEvent::empty(); 1];
-        match self.epoll.wait(&mut events, timeout) {
-            Ok(n) => Ok(n > 0),
-            Err(Errno::EINTR) => Ok(false),
-            Err(e) => Err(Error::os("epoll_wait", e)),
+        wait_on(&self.epoll, timeout)
+    }
+
+    /// [`Monitor::wait`], woken only by what concerns `cpu`: with the Kernel backend, its
+    /// eventfd; with PerfSwitch, the rings of the threads registered while running on `cpu`
+    /// (pinned workers: that core's workers). A thread that waits here pinned to `cpu` at
+    /// `SCHED_IDLE` runs exactly when that core has nothing else to run: when its workers have
+    /// blocked. Another waiter's drain may consume the readiness first (perf rings report it
+    /// once); that drain has then applied the events.
+    pub fn wait_cpu(&self, cpu: CpuId, timeout: Option<Duration>) -> Result<bool> {
+        wait_on(self.cpu_set(cpu)?, timeout)
+    }
+
+    /// The wait set of `cpu`, created (with the Kernel backend's eventfd of `cpu` in it) on
+    /// first use.
+    fn cpu_set(&self, cpu: CpuId) -> Result<&Epoll> {
+        let cell = self.cpu_sets.get(cpu).ok_or(Error::NoSuchCpu {
+            cpu,
+            possible: self.cpu_sets.len(),
+        })?;
+        if let Some(set) = cell.get() {
+            return Ok(set);
         }
+        let _creating = lock(&self.cpu_sets_init);
+        if let Some(set) = cell.get() {
+            return Ok(set);
+        }
+        let set = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
+            .map_err(|e| Error::os("epoll_create1", e))?;
+        if let Backend::Kernel(k) = &self.backend {
+            k.watch_cpu(cpu, &set)?;
+        }
+        Ok(cell.get_or_init(|| set))
     }
 
     /// The ready count of `cpu`: monitored threads running or runnable there, as of the last
@@ -485,6 +517,22 @@ impl Monitor {
             }
             Cause::Register | Cause::Unregister | Cause::Exit => {}
         }
+    }
+}
+
+/// Waits on `epoll` until a descriptor is ready (`true`) or `timeout` passes (`false`).
+fn wait_on(epoll: &Epoll, timeout: Option<Duration>) -> Result<bool> {
+    let timeout = match timeout {
+        None => EpollTimeout::NONE,
+        Some(d) => {
+            EpollTimeout::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(EpollTimeout::MAX)
+        }
+    };
+    let mut events = [EpollEvent::empty(); 1];
+    match epoll.wait(&mut events, timeout) {
+        Ok(n) => Ok(n > 0),
+        Err(Errno::EINTR) => Ok(false),
+        Err(e) => Err(Error::os("epoll_wait", e)),
     }
 }
 

@@ -287,10 +287,11 @@ impl PerfBackend {
         self.threads.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn register(
+    pub(crate) fn register<'m>(
         &self,
         tid: i32,
         epoll: &Epoll,
+        cpu_set: &dyn Fn(CpuId) -> Result<&'m Epoll>,
         sink: &mut dyn FnMut(MonitorEvent),
     ) -> Result<()> {
         let sampler = open_sampler(tid, self.ring_bytes).map_err(|e| match e.raw_os_error() {
@@ -305,6 +306,11 @@ impl PerfBackend {
             .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, tid as u64))
             .map_err(|e| Error::os("epoll_ctl(ADD)", e))?;
         let cpu = cpu::current_cpu()?;
+        // Also in the wait set of the CPU the thread registers on (its core, when pinned). It
+        // leaves that set when the sampler's descriptor is closed, with the slot.
+        cpu_set(cpu)?
+            .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, tid as u64))
+            .map_err(|e| Error::os("epoll_ctl(ADD)", e))?;
         let tracker = Tracker::start(cpu, &mut sink_for(tid, sink, None));
         self.threads_write().push(Arc::new(Slot {
             tid,
