@@ -1,5 +1,5 @@
-//! The leader thread: watches the monitor and gives every core a running worker while work is
-//! queued (steps L1–L4 of `README.md`).
+//! The leaders: one per core, pinned there; each watches its core's part of the monitor and
+//! gives every core a running worker while work is queued (steps L0–L4 of `README.md`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -8,19 +8,24 @@ use std::time::Instant;
 use crate::registry::Registry;
 use crate::starter::StartRequests;
 
-pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests) {
-    // L0: run only where a CPU would otherwise idle. A core whose worker blocked has just gone
-    // idle, so the leader runs there at once; and its wake-ups never preempt a busy worker,
-    // whose switch records would wake it again (a feedback loop with the perf backend).
+/// The leader of core `own` (an index into the runtime's cores).
+pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
+    let cpu = reg.cpus[own];
+    // L0: run on the own core, and only when it would otherwise idle. A core whose workers all
+    // blocked has just gone idle, so its leader runs there at once; and its wake-ups never
+    // preempt a busy worker, whose switch records would wake it again (a feedback loop with
+    // the perf backend). One unpinned leader instead sat queued behind the busy worker of the
+    // core that woke it, while the core that needed it idled until the next load balance
+    // (1-3 ms).
+    if let Err(e) = umt_sys::cpu::pin_current_thread(cpu) {
+        tracing::warn!("umt-rt: leader of CPU {cpu} runs unpinned: {e}");
+    }
     if reg.leader_policy == crate::runtime::LeaderPolicy::Idle
         && let Err(e) = umt_sys::cpu::set_current_thread_idle_policy()
     {
-        tracing::warn!("umt-rt: leader keeps the normal policy: {e}");
+        tracing::warn!("umt-rt: leader of CPU {cpu} keeps the normal policy: {e}");
     }
     let cores = reg.cpus.len();
-    let mut last = Instant::now();
-    // State of each core since the previous iteration: (ready count, work was queued).
-    let mut prev: Vec<(i64, bool)> = vec![(1, false); cores];
     // Per core, read before each drain: (activation count, a wake is in flight).
     let mut views: Vec<(u64, bool)> = vec![(0, false); cores];
     // The periodic scan only corrects counts that missed an event. While scans find nothing,
@@ -29,8 +34,8 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests) {
     let mut timeout = reg.scan_period;
     let max_timeout = reg.scan_period * 64;
     while !reg.terminate.load(Ordering::Acquire) {
-        // L1: wait for events or the scan timeout.
-        if let Err(e) = reg.monitor.wait(Some(timeout)) {
+        // L1: wait for events of the own core or the scan timeout.
+        if let Err(e) = reg.monitor.wait_cpu(cpu, Some(timeout)) {
             tracing::warn!("umt-rt: leader wait failed: {e}");
             std::thread::sleep(reg.scan_period);
         }
@@ -44,7 +49,8 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests) {
         for (core, view) in views.iter_mut().enumerate() {
             *view = reg.pools.leader_view(core);
         }
-        // L2: drain the events into the per-core ready counts.
+        // L2: drain the events of every core into the ready counts (another leader's wait may
+        // have been woken by what this drain consumes).
         let mut quiet = true;
         match reg.monitor.drain_with(|_| {}) {
             Ok(n) => {
@@ -56,31 +62,21 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests) {
             Err(e) => tracing::warn!("umt-rt: leader drain failed: {e}"),
         }
         let now = Instant::now();
-        let dt = now.duration_since(last).as_nanos() as u64;
-        last = now;
         // Whether work is queued: read lazily, only for a core with no ready worker, since
         // it reads every worker's deque and would bounce their cache lines mid-burst.
         let mut pending: Option<bool> = None;
         let mut pending = || *pending.get_or_insert_with(|| reg.has_work());
-        for core in 0..cores {
+        // L3: every core (the drain may hold another core's block) with no ready worker while
+        // work is queued (or a task of a surrendered worker waits) gets one.
+        for (core, &(seen, in_flight)) in views.iter().enumerate() {
             let ready = reg.monitor.ready(reg.cpus[core]);
-            // Time accounting: the state seen last time held for the whole interval.
-            let (was_ready, was_pending) = prev[core];
-            let t = &reg.core_time[core];
-            if was_ready <= 0 && was_pending {
-                t.idle_with_work_ns.fetch_add(dt, Ordering::Relaxed);
-            }
-            if was_ready > 1 {
-                t.oversubscribed_ns.fetch_add(dt, Ordering::Relaxed);
-            }
+            // Time accounting: the state this drain leaves holds until the next drain.
+            reg.core_time[core].observe(now, ready, ready <= 0 && pending());
             let starved = ready <= 0 && (pending() || reg.pools.has_surrendered(core));
-            prev[core] = (ready, ready <= 0 && pending());
-            // L3: a core with no ready worker while work is queued (or a task of a surrendered
-            // worker waits) gets one.
-            let (seen, in_flight) = views[core];
             if starved && !in_flight {
                 // If a worker of the core started since `seen` (`Fill::Changed`), the drain may
-                // not show it yet: nothing is done, and the next iteration looks again.
+                // not show it yet: nothing is done, and the next iteration looks again. Two
+                // leaders filling one core: the second sees `Fill::Changed`.
                 reg.wake_or_create(core, seen, &starter);
                 quiet = false;
             }

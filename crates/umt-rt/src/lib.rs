@@ -1,9 +1,10 @@
 //! # umt-rt: a task runtime that never leaves a core idle because a worker blocked
 //!
 //! One worker thread per core, pinned, runs tasks from work-stealing deques, as in rayon. The
-//! difference: a **leader thread** watches, through [`umt_sys::Monitor`], how many workers of
-//! each core are ready. When a task blocks in the kernel (an `O_DIRECT` write, a read, a page
-//! fault) and its core has no ready worker left while tasks are queued, the leader wakes a
+//! difference: a **leader thread** per core, pinned there and running only when the core would
+//! otherwise idle, watches, through [`umt_sys::Monitor`], how many workers of each core are
+//! ready. When a task blocks in the kernel (an `O_DIRECT` write, a read, a page fault) and its
+//! core has no ready worker left while tasks are queued, the core's leader wakes a
 //! spare worker bound to that core from the core's **idle pool** (creating one up to a cap).
 //! When the blocked worker returns, the core has two ready workers, and one of them
 //! **surrenders** at its next scheduling point (task start or end, spawn, yield, wait) and

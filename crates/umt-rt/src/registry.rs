@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_deque::{Injector, Stealer, Worker};
 use crossbeam_utils::CachePadded;
@@ -47,13 +47,46 @@ pub(crate) struct Counters {
     pub(crate) monitor_events: AtomicU64,
 }
 
-/// Per-core time accounting, kept by the leader.
-#[derive(Default)]
+/// Per-core time accounting, kept by the leaders. The ready counts change only when someone
+/// drains the monitor, so the state a leader sees after its drain holds until the next drain,
+/// by any leader: each leader observes every core after each drain.
 pub(crate) struct CoreTime {
+    /// Since when the core has been in which state: (ready count, no ready worker while work
+    /// was queued). A std mutex: the leaders are not part of the loom model.
+    state: std::sync::Mutex<(Instant, i64, bool)>,
     /// Nanoseconds with no ready worker while work was queued.
     pub(crate) idle_with_work_ns: AtomicU64,
     /// Nanoseconds with more than one ready worker.
     pub(crate) oversubscribed_ns: AtomicU64,
+}
+
+impl CoreTime {
+    fn new() -> Self {
+        CoreTime {
+            state: std::sync::Mutex::new((Instant::now(), 1, false)),
+            idle_with_work_ns: AtomicU64::new(0),
+            oversubscribed_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// A drain at `now` left the core with `ready` ready workers, `starved` if none while work
+    /// is queued: the previous state lasted until `now`.
+    pub(crate) fn observe(&self, now: Instant, ready: i64, starved: bool) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (since, was_ready, was_starved) = *state;
+        // Two leaders may observe out of order: a later `now` was already accounted.
+        let Some(dt) = now.checked_duration_since(since) else {
+            return;
+        };
+        let dt = dt.as_nanos() as u64;
+        if was_starved {
+            self.idle_with_work_ns.fetch_add(dt, Ordering::Relaxed);
+        }
+        if was_ready > 1 {
+            self.oversubscribed_ns.fetch_add(dt, Ordering::Relaxed);
+        }
+        *state = (now, ready, starved);
+    }
 }
 
 /// Everything the runtime's threads share.
@@ -79,7 +112,7 @@ pub(crate) struct Registry {
     pub(crate) core_time: Box<[CachePadded<CoreTime>]>,
     /// Leader period.
     pub(crate) scan_period: Duration,
-    /// Scheduling policy of the leader thread.
+    /// Scheduling policy of the leader threads.
     pub(crate) leader_policy: crate::runtime::LeaderPolicy,
     /// Names worker threads from (cpu, index among the core's workers).
     pub(crate) thread_name: Box<dyn Fn(CpuId, usize) -> String + Send + Sync>,
@@ -122,7 +155,10 @@ impl Registry {
             .collect();
         Registry {
             pools: Pools::new(cpus.len(), cap),
-            core_time: cpus.iter().map(|_| CachePadded::default()).collect(),
+            core_time: cpus
+                .iter()
+                .map(|_| CachePadded::new(CoreTime::new()))
+                .collect(),
             cpus,
             cap,
             slots,

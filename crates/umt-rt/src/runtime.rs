@@ -51,11 +51,12 @@ pub enum BuildError {
 
 type NameFn = Box<dyn Fn(CpuId, usize) -> String + Send + Sync>;
 
-/// How the leader thread is scheduled.
+/// How the leader threads (one per core, pinned there) are scheduled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LeaderPolicy {
-    /// `SCHED_IDLE` (the default): the leader runs only on CPUs with nothing else to run, which
-    /// is exactly when a worker has blocked, and its wake-ups never preempt a worker. Its cost
+    /// `SCHED_IDLE` (the default): a leader runs only when its core has nothing else to run,
+    /// which is exactly when the core's workers have blocked, and its wake-ups never preempt a
+    /// worker. Its cost
     /// on busy cores is nil. On a machine saturated by *other* processes it runs rarely, but
     /// then no core is idle to refill. Only the leader has this policy: spare workers are
     /// started by a helper thread with the builder's policy (an unprivileged thread could not
@@ -131,7 +132,7 @@ impl Builder {
         self
     }
 
-    /// How the leader thread is scheduled (default [`LeaderPolicy::Idle`]).
+    /// How the leader threads are scheduled (default [`LeaderPolicy::Idle`]).
     pub fn leader_policy(mut self, policy: LeaderPolicy) -> Self {
         self.leader_policy = policy;
         self
@@ -152,7 +153,8 @@ impl Builder {
         self
     }
 
-    /// Validates the configuration and starts the workers and the leader.
+    /// Validates the configuration and starts the workers and, with the monitor on, one leader
+    /// per core.
     pub fn build(self) -> Result<Runtime, BuildError> {
         let allowed = umt_sys::cpu::process_cpus()?;
         let cpus = self.cores.unwrap_or_else(|| allowed.clone());
@@ -192,11 +194,13 @@ impl Builder {
         if rt.reg.monitored() {
             // Started from this thread, so spare workers get the builder's scheduling policy.
             let starter = crate::starter::start(&rt.reg)?;
-            let reg = rt.reg.clone();
-            let leader = std::thread::Builder::new()
-                .name("umt-leader".into())
-                .spawn(move || crate::leader::leader_main(reg, starter))?;
-            lock(&rt.reg.threads).push(leader);
+            for (core, cpu) in rt.reg.cpus.iter().enumerate() {
+                let (reg, starter) = (rt.reg.clone(), starter.clone());
+                let leader = std::thread::Builder::new()
+                    .name(format!("umt-leader-{cpu}"))
+                    .spawn(move || crate::leader::leader_main(reg, starter, core))?;
+                lock(&rt.reg.threads).push(leader);
+            }
         }
         Ok(rt)
     }

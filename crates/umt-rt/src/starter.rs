@@ -16,6 +16,7 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use crate::registry::Registry;
 
 /// The leader's end: requests to start the worker of a slot.
+#[derive(Clone)]
 pub(crate) struct StartRequests(Sender<usize>);
 
 impl StartRequests {
@@ -26,8 +27,8 @@ impl StartRequests {
     }
 }
 
-/// Starts the starter thread. It exits once the returned sender is dropped (by the leader,
-/// when it exits) and every request sent before has been served.
+/// Starts the starter thread. It exits once every clone of the returned sender is dropped (by
+/// the leaders, when they exit) and every request sent before has been served.
 pub(crate) fn start(reg: &Arc<Registry>) -> std::io::Result<StartRequests> {
     let (tx, rx) = channel();
     let handle = std::thread::Builder::new()

@@ -13,7 +13,7 @@ pub struct Stats {
     pub tasks_run: u64,
     /// Block and unblock events the leader drained from the monitor.
     pub monitor_events: u64,
-    /// Times the leader woke (on events or its scan timer).
+    /// Times the leaders woke (on events or their scan timers), summed over cores.
     pub leader_iterations: u64,
     /// Parked workers the leader woke because their core had no ready worker.
     pub leader_wakeups: u64,
