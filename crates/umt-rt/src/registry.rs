@@ -252,3 +252,28 @@ impl Registry {
         self.monitor.is_active()
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Each state is charged for the time until the next observation, whoever observes; an
+    /// observation older than the last one (a slower leader) changes nothing.
+    #[test]
+    fn core_time_charges_each_state_until_the_next_drain() {
+        let t = CoreTime::new();
+        let t0 = lock_state(&t).0;
+        let ms = Duration::from_millis;
+        t.observe(t0 + ms(1), 2, false); // (ready 1 until +1: nothing charged)
+        t.observe(t0 + ms(4), 0, true); // oversubscribed for 3 ms
+        t.observe(t0 + ms(3), 1, false); // late: ignored
+        t.observe(t0 + ms(9), 1, false); // starved for 5 ms
+        t.observe(t0 + ms(10), 1, false);
+        assert_eq!(t.oversubscribed_ns.load(Ordering::Relaxed), 3_000_000);
+        assert_eq!(t.idle_with_work_ns.load(Ordering::Relaxed), 5_000_000);
+    }
+
+    fn lock_state(t: &CoreTime) -> std::sync::MutexGuard<'_, (Instant, i64, bool)> {
+        t.state.lock().unwrap()
+    }
+}
