@@ -345,6 +345,18 @@ mod tests {
         assert_eq!(pools.counts(0), (2, 2));
     }
 
+    /// Two leaders (each core has one; each fills every starved core) act on one hole with
+    /// the same look: only the first fills it.
+    #[test]
+    fn two_leaders_fill_one_hole_once() {
+        let pools = Pools::new(1, 4);
+        let (seen_a, _) = pools.leader_view(0);
+        let (seen_b, _) = pools.leader_view(0);
+        assert_eq!(pools.fill(0, seen_a), Fill::Reserved(1));
+        assert_eq!(pools.fill(0, seen_b), Fill::Changed);
+        assert_eq!(pools.counts(0), (2, 2), "one spare, not two");
+    }
+
     #[test]
     fn surrender_never_takes_the_last_active_worker() {
         let pools = Pools::new(2, 2);
