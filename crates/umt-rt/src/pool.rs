@@ -123,6 +123,13 @@ impl Pools {
         p.activations = p.activations.wrapping_add(1);
     }
 
+    /// A waker activates a worker that has not run yet (taken out of the pool, or reserved):
+    /// a wake in flight until the worker calls [`Pools::woken`].
+    fn activate_waking(&self, p: &mut PoolInner) {
+        self.activate(p);
+        p.waking += 1;
+    }
+
     /// What the leader reads before draining (step L2): how many times a worker of `core`
     /// became active so far, and whether a woken worker has yet to run. See [`Pools::fill`].
     pub(crate) fn leader_view(&self, core: usize) -> (u64, bool) {
@@ -140,17 +147,22 @@ impl Pools {
             return Fill::Changed;
         }
         if let Some(w) = Self::take_parked(&mut p) {
-            self.activate(&mut p);
-            p.waking += 1;
+            self.activate_waking(&mut p);
             return Fill::Woke(w);
         }
         if p.created >= self.cap {
             return Fill::Full;
         }
         p.created += 1;
-        self.activate(&mut p);
-        p.waking += 1;
+        self.activate_waking(&mut p);
         Fill::Reserved(p.created - 1)
+    }
+
+    /// [`Pools::fill`] with a fresh look, for tests: what the leader does for a core it saw
+    /// starved when nothing changed since.
+    #[cfg(test)]
+    pub(crate) fn fill_now(&self, core: usize) -> Fill {
+        self.fill(core, self.leader_view(core).0)
     }
 
     /// Removes the parked worker the leader should wake: the latest that surrendered mid-task,
@@ -175,8 +187,7 @@ impl Pools {
         if p.active == 0 {
             let i = p.parked.iter().position(|&(_, surrendered)| surrendered)?;
             let (w, _) = p.parked.swap_remove(i);
-            self.activate(&mut p);
-            p.waking += 1;
+            self.activate_waking(&mut p);
             return Some(w);
         }
         None
@@ -215,17 +226,6 @@ impl Pools {
         }
     }
 
-    /// [`Pools::fill`] without the check, for tests: takes a parked worker of `core` out of
-    /// the pool and counts it active, preferring one that surrendered mid-task.
-    #[cfg(test)]
-    pub(crate) fn take(&self, core: usize) -> Option<usize> {
-        let mut p = lock(&self.cores[core]);
-        let w = Self::take_parked(&mut p)?;
-        self.activate(&mut p);
-        p.waking += 1;
-        Some(w)
-    }
-
     /// Whether a worker of `core` surrendered mid-task and waits in the pool: pending work.
     pub(crate) fn has_surrendered(&self, core: usize) -> bool {
         lock(&self.cores[core]).parked.iter().any(|&(_, s)| s)
@@ -239,26 +239,11 @@ impl Pools {
             if p.active == 0
                 && let Some((w, _)) = p.parked.pop()
             {
-                self.activate(&mut p);
-                p.waking += 1;
+                self.activate_waking(&mut p);
                 return Some(w);
             }
         }
         None
-    }
-
-    /// [`Pools::fill`]'s reservation alone, for tests: reserves a new worker for `core` if the
-    /// cap allows; it counts active from now on. Returns its index among the core's workers.
-    #[cfg(test)]
-    pub(crate) fn reserve_new(&self, core: usize) -> Option<usize> {
-        let mut p = lock(&self.cores[core]);
-        if p.created >= self.cap {
-            return None;
-        }
-        p.created += 1;
-        self.activate(&mut p);
-        p.waking += 1;
-        Some(p.created - 1)
     }
 
     /// Undoes a reservation of [`Pools::fill`] when the thread could not be started.
@@ -287,7 +272,7 @@ mod tests {
     #[test]
     fn a_core_never_idles_while_a_surrendered_worker_waits() {
         let pools = Pools::new(1, 3);
-        pools.reserve_new(0);
+        assert_eq!(pools.fill_now(0), Fill::Reserved(1));
         assert!(pools.try_surrender(0, 1));
         assert!(pools.has_surrendered(0));
         // The last active worker runs out of work: it hands the core to the surrendered one.
@@ -300,13 +285,13 @@ mod tests {
     #[test]
     fn the_leader_prefers_surrendered_workers() {
         let pools = Pools::new(1, 3);
-        pools.reserve_new(0);
-        pools.reserve_new(0);
+        assert_eq!(pools.fill_now(0), Fill::Reserved(1));
+        assert_eq!(pools.fill_now(0), Fill::Reserved(2));
         assert!(pools.try_surrender(0, 1));
         assert_eq!(pools.enter(0, 2), None); // still one active (worker 0)
-        assert_eq!(pools.take(0), Some(1));
-        assert_eq!(pools.take(0), Some(2));
-        assert_eq!(pools.take(0), None);
+        assert_eq!(pools.fill_now(0), Fill::Woke(1));
+        assert_eq!(pools.fill_now(0), Fill::Woke(2));
+        assert_eq!(pools.fill_now(0), Fill::Full);
         assert_eq!(pools.counts(0), (3, 3));
     }
 
@@ -338,10 +323,10 @@ mod tests {
     #[test]
     fn fill_wakes_parked_workers_before_creating_and_stops_at_the_cap() {
         let pools = Pools::new(1, 2);
-        assert_eq!(pools.fill(0, pools.leader_view(0).0), Fill::Reserved(1));
+        assert_eq!(pools.fill_now(0), Fill::Reserved(1));
         assert!(pools.try_surrender(0, 1));
-        assert_eq!(pools.fill(0, pools.leader_view(0).0), Fill::Woke(1));
-        assert_eq!(pools.fill(0, pools.leader_view(0).0), Fill::Full);
+        assert_eq!(pools.fill_now(0), Fill::Woke(1));
+        assert_eq!(pools.fill_now(0), Fill::Full);
         assert_eq!(pools.counts(0), (2, 2));
     }
 
@@ -438,7 +423,7 @@ mod loom_tests {
     fn surrender_keeps_one_active_and_leader_wake_returns_it() {
         loom::model(|| {
             let pools = Arc::new(Pools::new(1, 2));
-            assert_eq!(pools.reserve_new(0), Some(1));
+            assert_eq!(pools.fill_now(0), Fill::Reserved(1));
             let handles: Vec<_> = (0..2)
                 .map(|w| {
                     let pools = pools.clone();
@@ -450,7 +435,9 @@ mod loom_tests {
             assert_eq!(pools.counts(0), (1, 2));
             assert!(pools.has_surrendered(0));
             // The leader takes the parked one out to wake it.
-            let w = pools.take(0).unwrap();
+            let Fill::Woke(w) = pools.fill_now(0) else {
+                panic!("the surrendered worker is parked")
+            };
             assert!(surrendered[w]);
             assert_eq!(pools.counts(0), (2, 2));
         });
@@ -495,7 +482,8 @@ mod loom_tests {
     #[test]
     fn latch_wake_and_leader_take_race() {
         loom::model(|| {
-            let pools = Arc::new(Pools::new(1, 2));
+            // Cap 1: the leader wakes the parked worker or finds the core full, never reserves.
+            let pools = Arc::new(Pools::new(1, 1));
             let latch = Arc::new(AtomicBool::new(false));
             let mailbox: Mailbox = Arc::new(Mutex::new(None));
             let worker = {
@@ -520,7 +508,7 @@ mod loom_tests {
             let leader = {
                 let (pools, me) = (pools.clone(), me.clone());
                 loom::thread::spawn(move || {
-                    if pools.take(0).is_some() {
+                    if let Fill::Woke(_) = pools.fill_now(0) {
                         me.notify();
                     }
                 })

@@ -138,8 +138,10 @@ fn a_block_wakes_the_wait_set_of_its_core_only() {
     };
     let monitor = perf_monitor();
     let (rx, mut tx) = std::io::pipe().unwrap();
-    // Created before the reader registers: the set must still get its ring.
-    assert!(!monitor.wait_cpu(other, Some(Duration::ZERO)).unwrap());
+    // Both sets exist before the reader registers: the target's must still get its ring.
+    for cpu in [other, target] {
+        assert!(!monitor.wait_cpu(cpu, Some(Duration::ZERO)).unwrap());
+    }
     std::thread::scope(|s| {
         let (reader, _) = blocked_reader(s, &monitor, target, rx);
         assert!(

@@ -233,7 +233,6 @@ impl MonitorBuilder {
             counts: ReadyCounts::new(possible),
             epoll,
             cpu_sets: (0..possible).map(|_| OnceLock::new()).collect(),
-            cpu_sets_init: Mutex::new(()),
             registered: Mutex::new(HashSet::new()),
             pending: Mutex::new(Vec::new()),
             stats: StatCounters::default(),
@@ -278,8 +277,6 @@ pub struct Monitor {
     /// of that CPU (its eventfd, or the rings of threads registered while running there), for
     /// [`Monitor::wait_cpu`].
     cpu_sets: Box<[OnceLock<Epoll>]>,
-    /// Serialises the creation of `cpu_sets` entries.
-    cpu_sets_init: Mutex<()>,
     /// Thread ids registered now, to reject double registration with a typed error.
     registered: Mutex<HashSet<i32>>,
     /// Events consumed outside a drain (by register/unregister): already applied to `counts`,
@@ -449,15 +446,13 @@ impl Monitor {
         if let Some(set) = cell.get() {
             return Ok(set);
         }
-        let _creating = lock(&self.cpu_sets_init);
-        if let Some(set) = cell.get() {
-            return Ok(set);
-        }
         let set = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
             .map_err(|e| Error::os("epoll_create1", e))?;
         if let Backend::Kernel(k) = &self.backend {
             k.watch_cpu(cpu, &set)?;
         }
+        // Two first uses at once: the loser's set is closed here, and everyone gets (and adds
+        // rings to) the winner's.
         Ok(cell.get_or_init(|| set))
     }
 
