@@ -57,7 +57,9 @@ fn disabled_backend_registers_but_reports_nothing() {
     let monitor = Monitor::new(BackendKind::Disabled).unwrap();
     assert!(!monitor.is_active());
     monitor.register_current_thread().unwrap();
+    monitor.mute_current_thread().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(2));
+    monitor.unmute_current_thread().unwrap();
     assert!(monitor.drain().unwrap().is_empty());
     assert!(monitor.ready_counts().iter().all(|&c| c == 0));
     assert!(!monitor.wait(Some(std::time::Duration::ZERO)).unwrap());

@@ -110,6 +110,12 @@ fn kernel_backend_end_to_end() {
             }
             monitor.drain().unwrap();
             assert_eq!(monitor.ready(target), 1);
+            // Muting changes nothing here: the kernel never reports preemptions.
+            monitor.mute_current_thread().unwrap();
+            std::thread::yield_now();
+            monitor.unmute_current_thread().unwrap();
+            monitor.drain().unwrap();
+            assert_eq!(monitor.ready(target), 1);
             monitor.unregister_current_thread().unwrap();
         });
     });

@@ -214,8 +214,9 @@ fn preempted_cpu_bound_threads_yield_no_block() {
     }
 }
 
-#[test]
-fn affinity_change_moves_the_thread_to_its_new_core() {
+/// Runs `f` on a thread registered with a fresh monitor while pinned to the first of two CPUs,
+/// `(a, b)`; checks that the counts return to 0 once it unregisters. Skipped with one CPU.
+fn registered_on_a(f: impl FnOnce(&Monitor, CpuId, CpuId) + Send) {
     let Some((a, b)) = two_cpus() else {
         eprintln!("skipped: needs two CPUs in the affinity mask");
         return;
@@ -225,25 +226,32 @@ fn affinity_change_moves_the_thread_to_its_new_core() {
         s.spawn(|| {
             cpu::pin_current_thread(a).unwrap();
             monitor.register_current_thread().unwrap();
-            monitor.drain().unwrap();
-            assert_eq!((monitor.ready(a), monitor.ready(b)), (1, 0));
-            cpu::pin_current_thread(b).unwrap();
-            assert_eq!(cpu::current_cpu().unwrap(), b);
-            monitor.drain().unwrap();
-            assert_eq!((monitor.ready(a), monitor.ready(b)), (0, 1));
-            // A block now is accounted on the new core.
-            std::thread::sleep(Duration::from_millis(2));
-            let evs = monitor.drain().unwrap();
-            let tid = cpu::current_tid();
-            assert!(
-                events_of(&evs, tid).contains(&(b, Events::BLOCK, Cause::Switch)),
-                "{evs:?}"
-            );
-            assert_eq!((monitor.ready(a), monitor.ready(b)), (0, 1));
+            f(&monitor, a, b);
             monitor.unregister_current_thread().unwrap();
         });
     });
     assert_eq!(monitor.ready_counts().iter().sum::<i64>(), 0);
+}
+
+#[test]
+fn affinity_change_moves_the_thread_to_its_new_core() {
+    registered_on_a(|monitor, a, b| {
+        monitor.drain().unwrap();
+        assert_eq!((monitor.ready(a), monitor.ready(b)), (1, 0));
+        cpu::pin_current_thread(b).unwrap();
+        assert_eq!(cpu::current_cpu().unwrap(), b);
+        monitor.drain().unwrap();
+        assert_eq!((monitor.ready(a), monitor.ready(b)), (0, 1));
+        // A block now is accounted on the new core.
+        std::thread::sleep(Duration::from_millis(2));
+        let evs = monitor.drain().unwrap();
+        let tid = cpu::current_tid();
+        assert!(
+            events_of(&evs, tid).contains(&(b, Events::BLOCK, Cause::Switch)),
+            "{evs:?}"
+        );
+        assert_eq!((monitor.ready(a), monitor.ready(b)), (0, 1));
+    });
 }
 
 #[test]
@@ -309,12 +317,15 @@ fn ring_overflow_is_detected_and_counts_resynchronised() {
     assert_eq!(monitor.ready_counts().iter().sum::<i64>(), 0);
 }
 
-#[test]
-fn a_thread_that_exits_registered_is_retired() {
+/// A thread registers (and mutes, if asked) then exits: the drain retires it.
+fn exit_is_retired(mute: bool) {
     let monitor = perf_monitor();
     let tid = std::thread::scope(|s| {
         s.spawn(|| {
             monitor.register_current_thread().unwrap();
+            if mute {
+                monitor.mute_current_thread().unwrap();
+            }
             cpu::current_tid()
         })
         .join()
@@ -330,6 +341,16 @@ fn a_thread_that_exits_registered_is_retired() {
     }
     assert_eq!(events_of(&seen, tid).last().map(|e| e.2), Some(Cause::Exit));
     assert_eq!(monitor.ready_counts().iter().sum::<i64>(), 0);
+}
+
+#[test]
+fn a_thread_that_exits_registered_is_retired() {
+    exit_is_retired(false);
+}
+
+#[test]
+fn a_thread_that_exits_muted_is_retired() {
+    exit_is_retired(true);
 }
 
 #[test]
@@ -352,5 +373,103 @@ fn registration_errors_are_typed() {
     assert!(matches!(
         Monitor::builder().ring_pages(3).build(),
         Err(Error::InvalidRingPages { pages: 3 })
+    ));
+}
+
+#[test]
+fn a_muted_thread_reports_no_switch_and_stays_ready() {
+    let monitor = perf_monitor();
+    let target = last_cpu();
+    let (tid, during, after) = std::thread::scope(|s| {
+        s.spawn(|| {
+            cpu::pin_current_thread(target).unwrap();
+            monitor.register_current_thread().unwrap();
+            monitor.mute_current_thread().unwrap();
+            monitor.mute_current_thread().unwrap(); // muting twice does nothing more
+            // Blocks and yields while muted: none of them is reported.
+            for _ in 0..20 {
+                std::thread::sleep(Duration::from_micros(200));
+                std::thread::yield_now();
+            }
+            let during = monitor.drain().unwrap();
+            assert_eq!(monitor.ready(target), 1, "a muted thread counts as ready");
+            monitor.unmute_current_thread().unwrap();
+            monitor.unmute_current_thread().unwrap(); // and so does unmuting twice
+            // Reported again once unmuted.
+            std::thread::sleep(Duration::from_millis(2));
+            let after = monitor.drain().unwrap();
+            monitor.unregister_current_thread().unwrap();
+            (cpu::current_tid(), during, after)
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(
+        events_of(&during, tid),
+        vec![(target, Events::UNBLOCK, Cause::Register)]
+    );
+    assert_eq!(
+        events_of(&after, tid),
+        vec![
+            (target, Events::BLOCK, Cause::Switch),
+            (target, Events::UNBLOCK, Cause::Switch),
+        ]
+    );
+    // The records dropped while muted are not mistaken for a ring overflow.
+    let stats = monitor.stats();
+    assert_eq!(
+        (stats.lost_records, stats.overflows, stats.resyncs),
+        (0, 0, 0),
+        "{stats:?}"
+    );
+    assert_eq!(monitor.ready_counts().iter().sum::<i64>(), 0);
+}
+
+#[test]
+fn a_thread_moved_while_muted_is_moved_when_it_unmutes() {
+    registered_on_a(|monitor, a, b| {
+        monitor.mute_current_thread().unwrap();
+        cpu::pin_current_thread(b).unwrap();
+        monitor.drain().unwrap();
+        assert_eq!(
+            (monitor.ready(a), monitor.ready(b)),
+            (1, 0),
+            "not seen while muted"
+        );
+        monitor.unmute_current_thread().unwrap();
+        assert_eq!((monitor.ready(a), monitor.ready(b)), (0, 1));
+        let evs = monitor.drain().unwrap();
+        let tid = cpu::current_tid();
+        assert!(
+            events_of(&evs, tid).contains(&(b, Events::UNBLOCK, Cause::Migration)),
+            "{evs:?}"
+        );
+        assert!(monitor.stats().migrations >= 1);
+    });
+}
+
+#[test]
+fn muting_needs_a_registration_with_this_monitor() {
+    let monitor = perf_monitor();
+    let other = perf_monitor();
+    let tid = cpu::current_tid();
+    assert!(matches!(
+        monitor.mute_current_thread(),
+        Err(Error::NotRegistered { tid: t }) if t == tid
+    ));
+    other.register_current_thread().unwrap();
+    assert!(matches!(
+        monitor.unmute_current_thread(),
+        Err(Error::NotRegistered { .. })
+    ));
+    // A thread registered with two monitors mutes each on its own.
+    monitor.register_current_thread().unwrap();
+    monitor.mute_current_thread().unwrap();
+    other.unregister_current_thread().unwrap();
+    monitor.unmute_current_thread().unwrap();
+    monitor.unregister_current_thread().unwrap();
+    assert!(matches!(
+        monitor.mute_current_thread(),
+        Err(Error::NotRegistered { .. })
     ));
 }

@@ -364,6 +364,39 @@ impl Monitor {
         res
     }
 
+    /// Stops reporting the calling thread's context switches until
+    /// [`Monitor::unmute_current_thread`]. The thread keeps counting as ready on its core.
+    ///
+    /// For a registered thread about to spin or yield while it looks for work: its switches are
+    /// then preemptions, which change no count, but with the Perf backend each one still costs
+    /// a ring record, an interrupt and a wake-up of whoever waits on the core (see
+    /// `src/monitor/README.md`, "Muting"). An idle worker that yields to another thread pays
+    /// that twice per yield. Unmute before anything that may block: a block while muted is not
+    /// reported, and the thread counts as ready until it unmutes.
+    ///
+    /// With the Kernel backend, which never reports preemptions, and with Disabled, this does
+    /// nothing. Muting a muted thread does nothing. With the Perf backend, a thread not
+    /// registered with this monitor gets [`Error::NotRegistered`].
+    #[inline]
+    pub fn mute_current_thread(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Perf(p) => p.mute(),
+            Backend::Kernel(_) | Backend::Disabled => Ok(()),
+        }
+    }
+
+    /// Reports the calling thread's context switches again after
+    /// [`Monitor::mute_current_thread`]. If the thread now runs on another core than when it
+    /// muted, its count moves there (a migration). Unmuting a thread that is not muted does
+    /// nothing; errors as for muting.
+    #[inline]
+    pub fn unmute_current_thread(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Perf(p) => p.unmute(&mut |e| self.record_pending(e)),
+            Backend::Kernel(_) | Backend::Disabled => Ok(()),
+        }
+    }
+
     /// `true` when the calling thread is registered.
     pub fn is_current_thread_registered(&self) -> bool {
         self.lock_registered().contains(&cpu::current_tid())

@@ -16,11 +16,16 @@
 //! `join` tree installed from outside 40,000 times: 3.1 IRQ-work interrupts per install, and
 //! the monitored runtime took as long as the unmonitored one once the wake-ups were batched
 //! away). Workers that switch rarely, as pinned HPC workers do, hardly pay it; the kernel
-//! backend, which signals only blocks and unblocks, never does.
+//! backend, which signals only blocks and unblocks, never does. A thread that spins or yields
+//! waiting for work can mute itself (`Monitor::mute_current_thread`: the ring is paused, one
+//! ioctl each way), so its preemptions cost nothing; umt-rt's idle workers do (see the
+//! monitor's `README.md`, "Muting").
 
+use std::cell::RefCell;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
-use std::sync::{Arc, Mutex, RwLock};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags, EpollTimeout};
@@ -58,10 +63,38 @@ pub(crate) struct DrainOutcome {
 }
 
 pub(crate) struct PerfBackend {
+    /// Tells this backend's entries in `OWN` from other monitors'.
+    id: u64,
     /// Bytes of ring data per thread.
     ring_bytes: usize,
     /// Registered threads. Read-locked by drains, write-locked by (un)registration.
     threads: RwLock<Vec<Arc<Slot>>>,
+}
+
+/// Source of [`PerfBackend::id`].
+static NEXT_BACKEND_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The calling thread's registrations, one per backend it is registered with (usually
+    /// one): muting finds its event here without taking the `threads` lock.
+    static OWN: RefCell<Vec<Own>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The calling thread's registration with one backend.
+struct Own {
+    /// [`PerfBackend::id`].
+    backend: u64,
+    /// The event's descriptor. Valid whenever the backend can be reached: the entry is removed
+    /// when the thread unregisters, and the slot (owner of the descriptor) lives in the
+    /// backend until then.
+    fd: RawFd,
+    /// The CPU the thread was on when it muted, while it is muted.
+    muted_on: Option<CpuId>,
+    /// `SlotInner::lost_expected`.
+    lost_expected: Arc<AtomicBool>,
+    /// The slot, for the rare unmute that must re-read the ring. Weak: a monitor dropped with
+    /// its threads still registered must still close their descriptors.
+    slot: Weak<Slot>,
 }
 
 /// One monitored thread.
@@ -70,10 +103,36 @@ struct Slot {
     inner: Mutex<SlotInner>,
 }
 
+impl Slot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// `PERF_EVENT_IOC_PAUSE_OUTPUT` on the calling thread's own event: while paused, the kernel
+/// drops its records (counting them, and reporting the count in a `PERF_RECORD_LOST` before
+/// the next record) without writing or waking anything. Unlike `PERF_EVENT_IOC_DISABLE`, which
+/// reschedules the thread's whole perf context (about 1.5 us in a VM), it only sets a flag.
+fn set_paused(fd: RawFd, paused: bool) -> Result<()> {
+    // SAFETY: `fd` comes from the calling thread's `Own` entry of a backend the caller borrows,
+    // so the slot's sampler keeps it open (see `Own::fd`); the ioctl takes no pointer.
+    let r = unsafe { perf_event_open_sys::ioctls::PAUSE_OUTPUT(fd, u32::from(paused)) };
+    if r < 0 {
+        return Err(Error::os(
+            "ioctl(PERF_EVENT_IOC_PAUSE_OUTPUT)",
+            io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
 /// The part of a slot one drainer owns at a time.
 struct SlotInner {
     sampler: Sampler,
     tracker: Option<Tracker>,
+    /// Set by the thread when it mutes, cleared by the drain that reads a `PERF_RECORD_LOST`:
+    /// the records dropped while muted are reported as lost, and are not a ring overflow.
+    lost_expected: Arc<AtomicBool>,
 }
 
 fn sink_for<'a>(
@@ -227,7 +286,11 @@ impl SlotInner {
         ring_bytes: usize,
         sink: &mut dyn FnMut(MonitorEvent),
     ) -> Consumed {
-        let SlotInner { sampler, tracker } = self;
+        let SlotInner {
+            sampler,
+            tracker,
+            lost_expected,
+        } = self;
         let mut lost = 0u64;
         let mut saw_lost = false;
         let mut bytes = 0usize;
@@ -260,6 +323,12 @@ impl SlotInner {
         // The fill level only grows between passes, so a pass that found less than a full ring
         // minus one record proves no record was dropped since the previous pass.
         let overflowed = bytes + MAX_RECORD_LEN >= ring_bytes;
+        // Records dropped while the thread was muted: expected, and no count is at stake (a
+        // muted thread is running). Anything else lost came with a full ring.
+        if saw_lost && lost_expected.swap(false, Ordering::Relaxed) && !overflowed {
+            saw_lost = false;
+            lost = 0;
+        }
         if (saw_lost || overflowed)
             && let Some(tr) = tracker.as_mut()
         {
@@ -274,6 +343,7 @@ impl PerfBackend {
     pub(crate) fn open(ring_pages: usize) -> Result<PerfBackend> {
         probe()?;
         Ok(PerfBackend {
+            id: NEXT_BACKEND_ID.fetch_add(1, Ordering::Relaxed),
             ring_bytes: ring_pages * page_size(),
             threads: RwLock::new(Vec::new()),
         })
@@ -312,14 +382,78 @@ impl PerfBackend {
             .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, tid as u64))
             .map_err(|e| Error::os("epoll_ctl(ADD)", e))?;
         let tracker = Tracker::start(cpu, &mut sink_for(tid, sink, None));
-        self.threads_write().push(Arc::new(Slot {
+        let fd = sampler.as_raw_fd();
+        let lost_expected = Arc::new(AtomicBool::new(false));
+        let slot = Arc::new(Slot {
             tid,
             inner: Mutex::new(SlotInner {
                 sampler,
                 tracker: Some(tracker),
+                lost_expected: lost_expected.clone(),
             }),
-        }));
+        });
+        OWN.with_borrow_mut(|all| {
+            all.push(Own {
+                backend: self.id,
+                fd,
+                muted_on: None,
+                lost_expected,
+                slot: Arc::downgrade(&slot),
+            })
+        });
+        self.threads_write().push(slot);
         Ok(())
+    }
+
+    /// Calls `f` with the calling thread's registration, or fails with `NotRegistered`.
+    fn with_own<R>(&self, f: impl FnOnce(&mut Own) -> Result<R>) -> Result<R> {
+        OWN.with_borrow_mut(|all| match all.iter_mut().find(|o| o.backend == self.id) {
+            Some(own) => f(own),
+            None => Err(Error::NotRegistered {
+                tid: cpu::current_tid(),
+            }),
+        })
+    }
+
+    /// Stops the calling thread's switch records (see `Monitor::mute_current_thread`): one
+    /// ioctl. The thread keeps counting as ready where its records left it: the CPU it runs on.
+    pub(crate) fn mute(&self) -> Result<()> {
+        self.with_own(|own| {
+            if own.muted_on.is_some() {
+                return Ok(());
+            }
+            // Read before disabling: a move after the read is still recorded, so the records
+            // leave the thread on `cpu`, or on a CPU that `unmute` will see differ from it.
+            let cpu = cpu::current_cpu()?;
+            set_paused(own.fd, true)?;
+            own.lost_expected.store(true, Ordering::Relaxed);
+            own.muted_on = Some(cpu);
+            Ok(())
+        })
+    }
+
+    /// Resumes the calling thread's switch records: one ioctl when it is still on the CPU it
+    /// muted on. If it moved, it first consumes its ring and moves its count to where it runs
+    /// now (a migration), under the slot's lock so no drainer interleaves.
+    pub(crate) fn unmute(&self, sink: &mut dyn FnMut(MonitorEvent)) -> Result<()> {
+        self.with_own(|own| {
+            let Some(muted_on) = own.muted_on else {
+                return Ok(());
+            };
+            let cpu = cpu::current_cpu()?;
+            if cpu != muted_on
+                && let Some(slot) = own.slot.upgrade()
+            {
+                let mut inner = slot.lock();
+                inner.consume(slot.tid, self.ring_bytes, sink);
+                if let Some(tr) = inner.tracker.as_mut() {
+                    tr.switch_in(cpu, &mut sink_for(slot.tid, sink, None));
+                }
+            }
+            set_paused(own.fd, false)?;
+            own.muted_on = None;
+            Ok(())
+        })
     }
 
     pub(crate) fn unregister(
@@ -335,13 +469,14 @@ impl PerfBackend {
             };
             threads.swap_remove(i)
         };
+        OWN.with_borrow_mut(|all| all.retain(|o| o.backend != self.id));
         self.retire(&slot, epoll, Cause::Unregister, sink);
         Ok(())
     }
 
     /// Stops a slot: disables its event, consumes what is left, takes back its contribution.
     fn retire(&self, slot: &Slot, epoll: &Epoll, cause: Cause, sink: &mut dyn FnMut(MonitorEvent)) {
-        let mut inner = slot.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inner = slot.lock();
         // Best effort: the event may already be dead if the thread exited.
         let _ = inner.sampler.as_counter_mut().disable();
         inner.consume(slot.tid, self.ring_bytes, sink);
