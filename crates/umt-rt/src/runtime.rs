@@ -239,6 +239,12 @@ impl Runtime {
         &self.reg.cpus
     }
 
+    /// What the runtime's threads share, for the crate's tests.
+    #[cfg(test)]
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.reg
+    }
+
     /// The monitor backend in use.
     pub fn backend(&self) -> BackendKind {
         self.reg.monitor.backend()

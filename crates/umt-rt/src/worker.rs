@@ -51,8 +51,11 @@ pub(crate) struct WorkerCtx {
     deque: Worker<Job>,
     /// Whether scheduling points check for oversubscription.
     monitored: bool,
+    /// Whether the worker mutes its switch records while it spins for work: monitored, and
+    /// no mute failed yet.
+    muting: Cell<bool>,
     /// State of the victim-selection generator (xorshift).
-    rng: std::cell::Cell<u64>,
+    rng: Cell<u64>,
 }
 
 /// Entry point of a worker thread.
@@ -87,7 +90,8 @@ pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
         cpu,
         deque,
         monitored,
-        rng: std::cell::Cell::new(0x9e37_79b9_7f4a_7c15 ^ (index as u64 + 1)),
+        muting: Cell::new(monitored),
+        rng: Cell::new(0x9e37_79b9_7f4a_7c15 ^ (index as u64 + 1)),
         index,
         reg: reg.clone(),
     };
@@ -134,13 +138,27 @@ impl WorkerCtx {
     /// Looks for work for a short while before giving up: work often appears within
     /// microseconds (the other side of a `join`), and parking and waking cost a futex call and,
     /// when monitored, two events. Spins first, then yields the CPU, then gives up.
+    ///
+    /// Muted meanwhile (see `README.md`, "Finding work"): a worker that spins and yields only
+    /// gets preempted, which changes no ready count, but with the perf backend each of its
+    /// switches would cost a record, an interrupt and a wake-up of its core's leader.
     fn find_work_or_spin(&self, probe: Option<&dyn Probe>) -> Option<Job> {
+        if let Some(job) = self.find_work() {
+            return Some(job);
+        }
+        let muted = self.mute();
+        let found = self.spin_for_work(probe);
+        if muted {
+            self.unmute();
+        }
+        found
+    }
+
+    /// The idle part of [`WorkerCtx::find_work_or_spin`], after a first look found nothing.
+    fn spin_for_work(&self, probe: Option<&dyn Probe>) -> Option<Job> {
         const SPIN_ROUNDS: u32 = 16;
         const YIELD_ROUNDS: u32 = 16;
         for round in 0..SPIN_ROUNDS + YIELD_ROUNDS {
-            if let Some(job) = self.find_work() {
-                return Some(job);
-            }
             if probe.is_some_and(|p| p.probe()) || self.reg.terminate.load(Ordering::Relaxed) {
                 return None;
             }
@@ -151,8 +169,41 @@ impl WorkerCtx {
             } else {
                 std::thread::yield_now();
             }
+            if let Some(job) = self.find_work() {
+                return Some(job);
+            }
         }
         None
+    }
+
+    /// Stops this worker's switch reports while it spins; returns whether it did. A worker
+    /// whose mute fails once stops trying (it only costs the records).
+    fn mute(&self) -> bool {
+        if !self.muting.get() {
+            return false;
+        }
+        match self.reg.monitor.mute_current_thread() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(
+                    "umt-rt: worker {} cannot mute its switch records: {e}",
+                    self.index
+                );
+                self.muting.set(false);
+                false
+            }
+        }
+    }
+
+    /// Reports this worker's switches again, before it runs a job or sleeps.
+    fn unmute(&self) {
+        if let Err(e) = self.reg.monitor.unmute_current_thread() {
+            tracing::warn!(
+                "umt-rt: worker {} cannot unmute its switch records: {e}",
+                self.index
+            );
+            self.muting.set(false);
+        }
     }
 
     /// Pushes a job on this worker's deque (a scheduling point). Inlined: built in registers,
@@ -336,5 +387,54 @@ impl WorkerCtx {
         self.slot().surrenders.fetch_add(1, Ordering::Relaxed);
         self.park_in_pool();
         true
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use umt_sys::BackendKind;
+
+    use crate::Runtime;
+
+    fn tree(depth: u32) -> u64 {
+        if depth == 0 {
+            return 1;
+        }
+        let (a, b) = crate::join(|| tree(depth - 1), || tree(depth - 1));
+        a + b
+    }
+
+    /// Idle workers spin muted, then sleep unmuted: once every worker sleeps, each core's
+    /// ready count is 0 again. A worker that slept still muted would stay counted as ready,
+    /// and the leader would never refill its core when it blocked.
+    #[test]
+    fn muted_spinning_leaves_exact_ready_counts() {
+        let Ok(rt) = Runtime::builder().monitor(BackendKind::Perf).build() else {
+            eprintln!("skipped: no perf backend here");
+            return;
+        };
+        for _ in 0..2000 {
+            assert_eq!(rt.install(|| tree(6)), 64);
+        }
+        let reg = rt.registry();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            reg.monitor.drain().unwrap();
+            let ready: Vec<i64> = reg.cpus.iter().map(|&c| reg.monitor.ready(c)).collect();
+            if ready.iter().all(|&r| r == 0) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "workers asleep, yet ready counts {ready:?}: {:?}",
+                rt.stats()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // What the kernel dropped while workers were muted is not a ring overflow.
+        let m = reg.monitor.stats();
+        assert_eq!((m.lost_records, m.overflows, m.resyncs), (0, 0, 0), "{m:?}");
     }
 }
