@@ -90,8 +90,8 @@ struct Own {
     fd: RawFd,
     /// The CPU the thread was on when it muted, while it is muted.
     muted_on: Option<CpuId>,
-    /// `SlotInner::lost_expected`.
-    lost_expected: Arc<AtomicBool>,
+    /// `SlotInner::has_muted`.
+    has_muted: Arc<AtomicBool>,
     /// The slot, for the rare unmute that must re-read the ring. Weak: a monitor dropped with
     /// its threads still registered must still close their descriptors.
     slot: Weak<Slot>,
@@ -130,9 +130,9 @@ fn set_paused(fd: RawFd, paused: bool) -> Result<()> {
 struct SlotInner {
     sampler: Sampler,
     tracker: Option<Tracker>,
-    /// Set by the thread when it mutes, cleared by the drain that reads a `PERF_RECORD_LOST`:
-    /// the records dropped while muted are reported as lost, and are not a ring overflow.
-    lost_expected: Arc<AtomicBool>,
+    /// Set once the thread has muted. Every mute in which the kernel dropped records is then
+    /// reported by a `PERF_RECORD_LOST`, which needs no resync: a muted thread is running.
+    has_muted: Arc<AtomicBool>,
 }
 
 fn sink_for<'a>(
@@ -289,7 +289,7 @@ impl SlotInner {
         let SlotInner {
             sampler,
             tracker,
-            lost_expected,
+            has_muted,
         } = self;
         let mut lost = 0u64;
         let mut saw_lost = false;
@@ -323,9 +323,9 @@ impl SlotInner {
         // The fill level only grows between passes, so a pass that found less than a full ring
         // minus one record proves no record was dropped since the previous pass.
         let overflowed = bytes + MAX_RECORD_LEN >= ring_bytes;
-        // Records dropped while the thread was muted: expected, and no count is at stake (a
-        // muted thread is running). Anything else lost came with a full ring.
-        if saw_lost && lost_expected.swap(false, Ordering::Relaxed) && !overflowed {
+        // Records dropped while the thread was muted are reported lost; a real loss comes with a
+        // full ring, which `overflowed` catches whatever the LOST records say.
+        if saw_lost && has_muted.load(Ordering::Relaxed) {
             saw_lost = false;
             lost = 0;
         }
@@ -383,13 +383,13 @@ impl PerfBackend {
             .map_err(|e| Error::os("epoll_ctl(ADD)", e))?;
         let tracker = Tracker::start(cpu, &mut sink_for(tid, sink, None));
         let fd = sampler.as_raw_fd();
-        let lost_expected = Arc::new(AtomicBool::new(false));
+        let has_muted = Arc::new(AtomicBool::new(false));
         let slot = Arc::new(Slot {
             tid,
             inner: Mutex::new(SlotInner {
                 sampler,
                 tracker: Some(tracker),
-                lost_expected: lost_expected.clone(),
+                has_muted: has_muted.clone(),
             }),
         });
         OWN.with_borrow_mut(|all| {
@@ -397,7 +397,7 @@ impl PerfBackend {
                 backend: self.id,
                 fd,
                 muted_on: None,
-                lost_expected,
+                has_muted,
                 slot: Arc::downgrade(&slot),
             })
         });
@@ -426,7 +426,7 @@ impl PerfBackend {
             // leave the thread on `cpu`, or on a CPU that `unmute` will see differ from it.
             let cpu = cpu::current_cpu()?;
             set_paused(own.fd, true)?;
-            own.lost_expected.store(true, Ordering::Relaxed);
+            own.has_muted.store(true, Ordering::Relaxed);
             own.muted_on = Some(cpu);
             Ok(())
         })
