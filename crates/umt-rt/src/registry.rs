@@ -1,6 +1,6 @@
 //! The state a runtime's threads share: queues, worker slots, pools, monitor and counters.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -99,6 +99,9 @@ pub(crate) struct Registry {
     pub(crate) pools: Pools,
     /// `cpus.len() * cap` slots; slot `core * cap + k` is the k-th worker of `core`.
     pub(crate) slots: Box<[CachePadded<Slot>]>,
+    /// Per core, one more than the highest `k` whose worker has started: scans of the slots
+    /// (stealing, looking for work) stop there instead of touching every slot the cap allows.
+    pub(crate) started_per_core: Box<[AtomicUsize]>,
     /// Work pushed from outside the pool.
     pub(crate) injector: Injector<Job>,
     /// Block/unblock events and ready counts of the workers.
@@ -155,6 +158,7 @@ impl Registry {
             .collect();
         Registry {
             pools: Pools::new(cpus.len(), cap),
+            started_per_core: cpus.iter().map(|_| AtomicUsize::new(0)).collect(),
             core_time: cpus
                 .iter()
                 .map(|_| CachePadded::new(CoreTime::new()))
@@ -209,10 +213,24 @@ impl Registry {
     /// Whether any queue holds a job.
     pub(crate) fn has_work(&self) -> bool {
         !self.injector.is_empty()
-            || self
-                .slots
-                .iter()
-                .any(|s| s.started.load(Ordering::Acquire) && !s.stealer.is_empty())
+            || (0..self.cpus.len()).any(|core| {
+                self.started_slots(core, 0)
+                    .any(|i| !self.slots[i].stealer.is_empty())
+            })
+    }
+
+    /// The slots of `core` whose workers have started, from its `first`-th on (wrapping).
+    pub(crate) fn started_slots(&self, core: usize, first: usize) -> impl Iterator<Item = usize> {
+        let hi = self.started_per_core[core].load(Ordering::Acquire);
+        (0..hi)
+            .map(move |j| core * self.cap + (first + j) % hi)
+            .filter(|&i| self.slots[i].started.load(Ordering::Acquire))
+    }
+
+    /// Marks slot `index` started (its worker runs and its deque may be stolen from).
+    pub(crate) fn mark_started(&self, index: usize) {
+        self.slots[index].started.store(true, Ordering::Release);
+        self.started_per_core[index / self.cap].fetch_max(index % self.cap + 1, Ordering::Release);
     }
 
     /// Starts the thread of slot `index`.

@@ -80,7 +80,7 @@ pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
     let Some(deque) = lock(&slot.deque).take() else {
         return;
     };
-    slot.started.store(true, Ordering::Release);
+    reg.mark_started(index);
     // A spare runs for the first time: its reservation was a wake in flight (see `Pools`).
     if slot.spare {
         reg.pools.woken(slot.core);
@@ -239,34 +239,37 @@ impl WorkerCtx {
     fn steal(&self) -> Option<Job> {
         /// Victim deques longer than this are stolen from in batches.
         const BATCH_STEAL_MIN_LEN: usize = 32;
-        let slots = &self.reg.slots;
-        let n = slots.len();
+        let reg = &*self.reg;
+        let cores = reg.cpus.len();
         // xorshift64: a random first victim spreads thieves over the deques.
         let mut x = self.rng.get();
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         self.rng.set(x);
-        let start = (x % n as u64) as usize;
+        let (first_core, first_k) = ((x % cores as u64) as usize, (x >> 32) as usize);
         loop {
             let mut retry = false;
-            for i in (0..n).map(|k| (start + k) % n) {
-                if i == self.index || !slots[i].started.load(Ordering::Acquire) {
-                    continue;
-                }
-                let victim = &slots[i].stealer;
-                // A long deque holds many small independent tasks (a spawn loop): take up to
-                // half of them at once, which cuts the steals (and their cache-line traffic)
-                // per task. A short one is fork-join (each job is a large subtree): take one.
-                let stolen = if victim.len() > BATCH_STEAL_MIN_LEN {
-                    victim.steal_batch_and_pop(&self.deque)
-                } else {
-                    victim.steal()
-                };
-                match stolen {
-                    Steal::Success(job) => return Some(job),
-                    Steal::Retry => retry = true,
-                    Steal::Empty => {}
+            for core in (0..cores).map(|j| (first_core + j) % cores) {
+                for i in reg.started_slots(core, first_k) {
+                    if i == self.index {
+                        continue;
+                    }
+                    let victim = &reg.slots[i].stealer;
+                    // A long deque holds many small independent tasks (a spawn loop): take up
+                    // to half of them at once, which cuts the steals (and their cache-line
+                    // traffic) per task. A short one is fork-join (each job is a large
+                    // subtree): take one.
+                    let stolen = if victim.len() > BATCH_STEAL_MIN_LEN {
+                        victim.steal_batch_and_pop(&self.deque)
+                    } else {
+                        victim.steal()
+                    };
+                    match stolen {
+                        Steal::Success(job) => return Some(job),
+                        Steal::Retry => retry = true,
+                        Steal::Empty => {}
+                    }
                 }
             }
             if !retry {
