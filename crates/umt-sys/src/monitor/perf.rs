@@ -422,7 +422,7 @@ impl PerfBackend {
             if own.muted_on.is_some() {
                 return Ok(());
             }
-            // Read before disabling: a move after the read is still recorded, so the records
+            // Read before pausing: a move after the read is still recorded, so the records
             // leave the thread on `cpu`, or on a CPU that `unmute` will see differ from it.
             let cpu = cpu::current_cpu()?;
             set_paused(own.fd, true)?;
