@@ -124,7 +124,8 @@ pub struct MonitorStats {
     /// Times a ring was found full: records may have been dropped, so the thread's state was
     /// re-read from `/proc` (a sign that `ring_pages` is too small or drains too rare).
     pub overflows: u64,
-    /// Times a thread's state was re-read after records were lost.
+    /// Times a thread's state was re-read from `/proc` because records may have been lost
+    /// (Perf only), whether or not that changed a count.
     pub resyncs: u64,
     /// Threads currently registered.
     pub registered: u64,
@@ -137,7 +138,6 @@ struct StatCounters {
     migrations: AtomicU64,
     lost_records: AtomicU64,
     overflows: AtomicU64,
-    resyncs: AtomicU64,
 }
 
 enum Backend {
@@ -510,7 +510,10 @@ impl Monitor {
             migrations: s.migrations.load(Ordering::Relaxed),
             lost_records: s.lost_records.load(Ordering::Relaxed),
             overflows: s.overflows.load(Ordering::Relaxed),
-            resyncs: s.resyncs.load(Ordering::Relaxed),
+            resyncs: match &self.backend {
+                Backend::Perf(p) => p.resyncs(),
+                Backend::Kernel(_) | Backend::Disabled => 0,
+            },
             registered: self.lock_registered().len() as u64,
         }
     }
@@ -540,10 +543,7 @@ impl Monitor {
                 s.migrations
                     .fetch_add(u64::from(ev.events.unblocked), Ordering::Relaxed);
             }
-            Cause::Resync => {
-                s.resyncs.fetch_add(1, Ordering::Relaxed);
-            }
-            Cause::Register | Cause::Unregister | Cause::Exit => {}
+            Cause::Resync | Cause::Register | Cause::Unregister | Cause::Exit => {}
         }
     }
 }

@@ -67,6 +67,8 @@ pub(crate) struct PerfBackend {
     id: u64,
     /// Bytes of ring data per thread.
     ring_bytes: usize,
+    /// Times a thread's state was re-read from `/proc` because records may have been lost.
+    resyncs: AtomicU64,
     /// Registered threads. Read-locked by drains, write-locked by (un)registration.
     threads: RwLock<Vec<Arc<Slot>>>,
 }
@@ -284,6 +286,7 @@ impl SlotInner {
         &mut self,
         tid: i32,
         ring_bytes: usize,
+        resyncs: &AtomicU64,
         sink: &mut dyn FnMut(MonitorEvent),
     ) -> Consumed {
         let SlotInner {
@@ -334,6 +337,7 @@ impl SlotInner {
         {
             // The ring is empty now, so the thread's present state is the one to adopt.
             tr.resync(proc_thread_state(tid), &mut sink_for(tid, sink, None));
+            resyncs.fetch_add(1, Ordering::Relaxed);
         }
         Consumed { lost, overflowed }
     }
@@ -345,8 +349,14 @@ impl PerfBackend {
         Ok(PerfBackend {
             id: NEXT_BACKEND_ID.fetch_add(1, Ordering::Relaxed),
             ring_bytes: ring_pages * page_size(),
+            resyncs: AtomicU64::new(0),
             threads: RwLock::new(Vec::new()),
         })
+    }
+
+    /// Times a thread's state was re-read from `/proc` (see [`PerfBackend::resyncs`]).
+    pub(crate) fn resyncs(&self) -> u64 {
+        self.resyncs.load(Ordering::Relaxed)
     }
 
     fn threads_read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Slot>>> {
@@ -445,7 +455,7 @@ impl PerfBackend {
                 && let Some(slot) = own.slot.upgrade()
             {
                 let mut inner = slot.lock();
-                inner.consume(slot.tid, self.ring_bytes, sink);
+                inner.consume(slot.tid, self.ring_bytes, &self.resyncs, sink);
                 if let Some(tr) = inner.tracker.as_mut() {
                     tr.switch_in(cpu, &mut sink_for(slot.tid, sink, None));
                 }
@@ -479,7 +489,7 @@ impl PerfBackend {
         let mut inner = slot.lock();
         // Best effort: the event may already be dead if the thread exited.
         let _ = inner.sampler.as_counter_mut().disable();
-        inner.consume(slot.tid, self.ring_bytes, sink);
+        inner.consume(slot.tid, self.ring_bytes, &self.resyncs, sink);
         if let Some(tr) = inner.tracker.take() {
             tr.stop(&mut |cpu, events, _| {
                 sink(MonitorEvent {
@@ -507,7 +517,7 @@ impl PerfBackend {
         for slot in self.threads_read().iter() {
             // Another drainer has this ring: it will hand those events out.
             if let Ok(mut inner) = slot.inner.try_lock() {
-                let c = inner.consume(slot.tid, self.ring_bytes, sink);
+                let c = inner.consume(slot.tid, self.ring_bytes, &self.resyncs, sink);
                 outcome.lost += c.lost;
                 outcome.overflows += u64::from(c.overflowed);
             }
