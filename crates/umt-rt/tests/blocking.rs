@@ -133,6 +133,8 @@ struct Scenario {
     /// Fillers that ran on a thread whose scheduling policy differs from the initial
     /// worker's (spares must not inherit the `SCHED_IDLE` leader's).
     fillers_other_policy: AtomicUsize,
+    /// The long-running spinner task has started.
+    spinner_started: AtomicBool,
     stop: AtomicBool,
 }
 
@@ -149,6 +151,7 @@ fn run_scenario(
         fillers_done: AtomicUsize::new(0),
         fillers_on_reader: AtomicUsize::new(0),
         fillers_other_policy: AtomicUsize::new(0),
+        spinner_started: AtomicBool::new(false),
         stop: AtomicBool::new(false),
     };
     let (mut rx, tx) = std::io::pipe().unwrap();
@@ -176,7 +179,10 @@ fn run_scenario(
                         });
                     }
                     // Long-running, with scheduling points: keeps a second worker busy.
-                    s.spawn(|_| compute_until(&sc.stop));
+                    s.spawn(|_| {
+                        sc.spinner_started.store(true, Ordering::SeqCst);
+                        compute_until(&sc.stop)
+                    });
                     sc.reader_tid.store(reader, Ordering::SeqCst);
                     let mut b = [0u8; 1];
                     // Err only when the test failed and closed the pipe.
@@ -248,6 +254,15 @@ fn monitor_on_reuses_the_blocked_core_then_surrenders() {
             assert_eq!(sc.fillers_other_policy.load(Ordering::SeqCst), 0);
             assert!(st.workers.iter().all(|w| w.cpu == rt.cpus()[0]));
             assert!(st.workers_created + st.leader_wakeups >= 1, "{st:#?}");
+            // The spinner must run on that other worker before the reader returns: if it were
+            // still queued then, the reader's first `yield_now` would run it nested, on the
+            // reader's own thread, and no second worker would be ready to surrender (seen
+            // once in CI under QEMU).
+            wait_for_or(
+                "the spinner runs on another worker",
+                || sc.spinner_started.load(Ordering::SeqCst),
+                || format!("{:#?}", rt.stats()),
+            );
         },
         |_| {
             // The reader is back: two ready workers on one core until one surrenders.
