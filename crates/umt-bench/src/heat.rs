@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use umt_rt::{Access, Runtime};
 
-use crate::io::{AlignedBuf, BenchError, DIRECT_ALIGN, IoMode, create_file, write_buf, write_f64s};
+use crate::io::{AlignedBuf, BenchError, DIRECT_ALIGN, IoMode, create_file};
 
 /// Dependency tag of a block's checkpoint staging copy.
 const STAGE: u8 = 1;
@@ -144,12 +144,13 @@ fn update_block(cells: &mut [f64], b: usize, h: &Halo) {
 }
 
 /// The grid as blocks, each behind its own lock. The dependencies already order every access,
-/// so the locks never wait; they make the sharing safe without `unsafe`.
+/// so the locks never wait; they make the sharing safe without `unsafe`. Each block lives in
+/// an aligned buffer, so that a checkpoint can write it with `O_DIRECT` as it is.
 #[derive(Debug)]
 pub struct Grid {
     nb: usize,
     b: usize,
-    blocks: Vec<RwLock<Vec<f64>>>,
+    blocks: Vec<RwLock<AlignedBuf>>,
 }
 
 impl Grid {
@@ -160,12 +161,12 @@ impl Grid {
             nb,
             b,
             blocks: (0..nb * nb)
-                .map(|_| RwLock::new(crate::io::prefaulted_zeros(b * b)))
+                .map(|_| RwLock::new(AlignedBuf::zeroed_f64s(b * b)))
                 .collect(),
         }
     }
 
-    fn read(&self, bi: usize, bj: usize) -> std::sync::RwLockReadGuard<'_, Vec<f64>> {
+    fn read(&self, bi: usize, bj: usize) -> std::sync::RwLockReadGuard<'_, AlignedBuf> {
         self.blocks[bi * self.nb + bj]
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -174,9 +175,12 @@ impl Grid {
     /// Gathers the halo of block `(bi, bj)` from its neighbours (or the fixed edges).
     fn halo(&self, bi: usize, bj: usize) -> Halo {
         let (b, nb) = (self.b, self.nb);
-        let row = |bi: usize, bj: usize, i: usize| self.read(bi, bj)[i * b..(i + 1) * b].to_vec();
+        let row = |bi: usize, bj: usize, i: usize| {
+            self.read(bi, bj).as_f64s()[i * b..(i + 1) * b].to_vec()
+        };
         let col = |bi: usize, bj: usize, j: usize| {
             let blk = self.read(bi, bj);
+            let blk = blk.as_f64s();
             (0..b).map(|i| blk[i * b + j]).collect()
         };
         Halo {
@@ -209,7 +213,7 @@ impl Grid {
         let mut cells = self.blocks[bi * self.nb + bj]
             .write()
             .unwrap_or_else(|e| e.into_inner());
-        update_block(&mut cells, self.b, &halo);
+        update_block(cells.as_f64s_mut(), self.b, &halo);
     }
 
     /// The whole grid, row-major.
@@ -220,6 +224,7 @@ impl Grid {
         for bi in 0..nb {
             for bj in 0..nb {
                 let blk = self.read(bi, bj);
+                let blk = blk.as_f64s();
                 for i in 0..b {
                     let at = (bi * b + i) * n + bj * b;
                     m[at..at + b].copy_from_slice(&blk[i * b..(i + 1) * b]);
@@ -229,14 +234,20 @@ impl Grid {
         m
     }
 
-    /// A staged copy of block `(bi, bj)` and its byte offset in a checkpoint file
-    /// (block-major), for the write task that follows the copy.
-    pub(crate) fn block_copy(&self, bi: usize, bj: usize) -> (AlignedBuf, u64) {
-        let offset = ((bi * self.nb + bj) * self.b * self.b * 8) as u64;
-        (AlignedBuf::from_f64s(&self.read(bi, bj)), offset)
+    /// Byte offset of block `(bi, bj)` in a checkpoint file (block-major layout).
+    fn offset(&self, bi: usize, bj: usize) -> u64 {
+        ((bi * self.nb + bj) * self.b * self.b * 8) as u64
     }
 
-    /// Writes block `(bi, bj)` at its place in a checkpoint file (block-major layout).
+    /// A staged copy of block `(bi, bj)` and its byte offset in a checkpoint file, for a
+    /// write that may outlive the task that starts it.
+    pub(crate) fn block_copy(&self, bi: usize, bj: usize) -> (AlignedBuf, u64) {
+        let copy = AlignedBuf::from_f64s(self.read(bi, bj).as_f64s());
+        (copy, self.offset(bi, bj))
+    }
+
+    /// Writes block `(bi, bj)` at its place in a checkpoint file, straight from the grid:
+    /// the caller must keep the block unchanged until this returns (a read access does).
     fn write_block(
         &self,
         bi: usize,
@@ -244,9 +255,12 @@ impl Grid {
         file: &File,
         path: &Path,
     ) -> Result<(), BenchError> {
-        let blk = self.read(bi, bj);
-        let offset = ((bi * self.nb + bj) * self.b * self.b * 8) as u64;
-        write_f64s(file, path, offset, &blk)
+        crate::io::write_bytes(
+            file,
+            path,
+            self.offset(bi, bj),
+            self.read(bi, bj).as_slice(),
+        )
     }
 }
 
@@ -349,21 +363,33 @@ impl HeatRun {
     }
 }
 
-/// Runs heat diffusion on `rt`: one task per block per iteration, checkpoint writes as tasks.
+/// Runs heat diffusion on `rt`: one task per block per iteration, and at each checkpoint one
+/// task per block that writes it in place (see [`Checkpoints::InPlace`]).
 pub fn run(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
-    run_with(rt, p, &write_buf, || Ok(()))
+    run_with(rt, p, Checkpoints::InPlace, || Ok(()))
 }
 
-/// A checkpoint writer: `(file, path, byte offset, staged block)`.
+/// A checkpoint writer for staged blocks: `(file, path, byte offset, staged block)`.
 pub(crate) type WriteFn<'a> =
     dyn Fn(&File, &Path, u64, AlignedBuf) -> Result<(), BenchError> + Sync + 'a;
 
-/// [`run`] with another way to write a staged block (`write`), and `drain`, called after the
-/// last task and timed, to wait for writes still in flight.
+/// How a run writes its checkpoints.
+pub(crate) enum Checkpoints<'a> {
+    /// The paper's scheme: a task reading the block writes it straight from the grid, so the
+    /// block's next update waits for the write. A runtime that keeps its cores busy while a
+    /// worker blocks needs nothing more, and pays no copy.
+    InPlace,
+    /// A task copies the block out (holding it only for the copy), and a second task hands the
+    /// copy to the writer, which may return before the write completes (io_uring does).
+    Staged(&'a WriteFn<'a>),
+}
+
+/// [`run`] with another way to write checkpoints, and `drain`, called after the last task and
+/// timed, to wait for writes still in flight.
 pub(crate) fn run_with(
     rt: &Runtime,
     p: &HeatParams,
-    write: &WriteFn<'_>,
+    checkpoints: Checkpoints<'_>,
     drain: impl FnOnce() -> Result<(), BenchError>,
 ) -> Result<HeatRun, BenchError> {
     p.validate()?;
@@ -374,7 +400,8 @@ pub(crate) fn run_with(
     let staging: Vec<Staged> = (0..nb * nb).map(|_| std::sync::Mutex::new(None)).collect();
     let start = Instant::now();
     rt.scope(|s| {
-        let (grid, errors, staging) = (&grid, &errors, &staging);
+        let (grid, errors, staging, checkpoints) = (&grid, &errors, &staging, &checkpoints);
+        let fail = move |e| errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
         let mut next_ckpt = files.iter().peekable();
         for it in 1..=p.iters {
             for bi in 0..nb {
@@ -382,26 +409,35 @@ pub(crate) fn run_with(
                     s.spawn_with(block_deps(bi, bj, nb), move |_| grid.update(bi, bj));
                 }
             }
-            if let Some((_, path, file)) = next_ckpt.next_if(|(ci, _, _)| *ci == it) {
-                for bi in 0..nb {
-                    for bj in 0..nb {
-                        // Copy the block out (fast, holds the block), then write the copy
-                        // (slow, holds only the copy): the next iteration need not wait for
-                        // the disk.
-                        let slot = &staging[bi * nb + bj];
-                        let key = (STAGE, bi, bj);
-                        s.spawn_with([Access::read((bi, bj)), Access::write(key)], move |_| {
-                            *slot.lock().unwrap_or_else(|e| e.into_inner()) =
-                                Some(grid.block_copy(bi, bj));
-                        });
-                        s.spawn_with([Access::read(key)], move |_| {
-                            let staged = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-                            if let Some((data, offset)) = staged
-                                && let Err(e) = write(file, path, offset, data)
-                            {
-                                errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
-                            }
-                        });
+            let Some((_, path, file)) = next_ckpt.next_if(|(ci, _, _)| *ci == it) else {
+                continue;
+            };
+            for bi in 0..nb {
+                for bj in 0..nb {
+                    match checkpoints {
+                        Checkpoints::InPlace => {
+                            s.spawn_with([Access::read((bi, bj))], move |_| {
+                                if let Err(e) = grid.write_block(bi, bj, file, path) {
+                                    fail(e);
+                                }
+                            });
+                        }
+                        Checkpoints::Staged(write) => {
+                            let slot = &staging[bi * nb + bj];
+                            let key = (STAGE, bi, bj);
+                            s.spawn_with([Access::read((bi, bj)), Access::write(key)], move |_| {
+                                *slot.lock().unwrap_or_else(|e| e.into_inner()) =
+                                    Some(grid.block_copy(bi, bj));
+                            });
+                            s.spawn_with([Access::read(key)], move |_| {
+                                let staged = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+                                if let Some((data, offset)) = staged
+                                    && let Err(e) = write(file, path, offset, data)
+                                {
+                                    fail(e);
+                                }
+                            });
+                        }
                     }
                 }
             }
@@ -414,8 +450,7 @@ pub(crate) fn run_with(
 }
 
 /// Writes the checkpoints of `p` without computing (the I/O-only run of the overlap bound):
-/// the same files, I/O mode and write calls as [`run`], of the initial grid, with no staging
-/// copy (nothing would wait for it).
+/// the same files, I/O mode and write calls as [`run`], of the initial grid.
 pub fn io_only(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
     p.validate()?;
     let grid = Grid::new(p);

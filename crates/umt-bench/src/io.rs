@@ -110,20 +110,37 @@ impl AlignedBuf {
         &self.storage[self.start..self.start + self.len]
     }
 
+    /// A buffer of `n` values, all 0.0, every page already touched (see
+    /// [`prefaulted_zeros`]).
+    pub fn zeroed_f64s(n: usize) -> Self {
+        let mut buf = AlignedBuf::new(n * 8);
+        buf.as_mut_slice().fill(0);
+        buf
+    }
+
     /// A buffer holding `values` in native byte order.
     pub fn from_f64s(values: &[f64]) -> Self {
         let mut buf = AlignedBuf::new(values.len() * 8);
-        for (chunk, v) in buf.as_mut_slice().chunks_exact_mut(8).zip(values) {
-            chunk.copy_from_slice(&v.to_ne_bytes());
-        }
+        buf.as_f64s_mut().copy_from_slice(values);
         buf
     }
 
     /// Decodes the buffer into `out` (as many values as both hold).
     pub fn copy_to_f64s(&self, out: &mut [f64]) {
-        for (v, chunk) in out.iter_mut().zip(self.as_slice().chunks_exact(8)) {
-            *v = f64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8]));
-        }
+        let values = self.as_f64s();
+        let n = values.len().min(out.len());
+        out[..n].copy_from_slice(&values[..n]);
+    }
+
+    /// The buffer as values (its whole 8-byte words: every buffer of values has only those).
+    pub fn as_f64s(&self) -> &[f64] {
+        // The start is aligned to DIRECT_ALIGN, so no byte falls before the values.
+        bytemuck::pod_align_to::<u8, f64>(self.as_slice()).1
+    }
+
+    /// The buffer as values, writable (see [`AlignedBuf::as_f64s`]).
+    pub fn as_f64s_mut(&mut self) -> &mut [f64] {
+        bytemuck::pod_align_to_mut::<u8, f64>(self.as_mut_slice()).1
     }
 
     /// The aligned bytes, writable.
@@ -222,7 +239,14 @@ pub fn write_f64s(file: &File, path: &Path, offset: u64, values: &[f64]) -> Resu
 /// Writes a staged buffer at byte `offset` of `file` (see [`write_f64s`]); the buffer is
 /// recycled afterwards.
 pub fn write_buf(file: &File, path: &Path, offset: u64, buf: AlignedBuf) -> Result<(), BenchError> {
-    file.write_all_at(buf.as_slice(), offset)
+    write_bytes(file, path, offset, buf.as_slice())
+}
+
+/// Writes `bytes` at byte `offset` of `file`. For direct files, `bytes` must start at an
+/// address aligned to [`DIRECT_ALIGN`] (an [`AlignedBuf`]'s do), and its length and `offset`
+/// must be multiples of it.
+pub fn write_bytes(file: &File, path: &Path, offset: u64, bytes: &[u8]) -> Result<(), BenchError> {
+    file.write_all_at(bytes, offset)
         .map_err(|source| BenchError::Io {
             what: "writing",
             path: path.to_path_buf(),
@@ -279,7 +303,26 @@ mod tests {
             let mut b = AlignedBuf::new(len);
             assert_eq!(b.as_slice().as_ptr() as usize % DIRECT_ALIGN, 0);
             assert_eq!(b.as_mut_slice().len(), len);
+            assert_eq!(b.as_f64s().len(), len / 8);
         }
+    }
+
+    #[test]
+    fn values_roundtrip_through_buffers() {
+        let vals: Vec<f64> = (0..1000).map(|i| i as f64 / 3.0).collect();
+        let b = AlignedBuf::from_f64s(&vals);
+        assert_eq!(b.as_f64s(), &vals[..]);
+        let mut out = vec![0.0; 1000];
+        b.copy_to_f64s(&mut out);
+        assert_eq!(out, vals);
+        drop(b);
+        // A recycled buffer of the same size comes back zeroed when asked.
+        assert!(
+            AlignedBuf::zeroed_f64s(1000)
+                .as_f64s()
+                .iter()
+                .all(|&x| x == 0.0)
+        );
     }
 
     #[test]

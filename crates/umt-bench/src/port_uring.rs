@@ -213,15 +213,15 @@ impl Uring {
 }
 
 /// Heat diffusion on `rt` (the baseline runtime) with checkpoint writes through io_uring: the
-/// same tasks as [`crate::heat::run`], whose write tasks only submit.
+/// same tasks as [`crate::heat::run`], except that each block is copied out and the write task
+/// only submits the copy. The write outlives its task, so it cannot read the grid in place:
+/// the block's next update could change it under the write.
 pub fn heat(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
     let uring = Uring::new()?;
-    crate::heat::run_with(
-        rt,
-        p,
-        &|file, path, offset, data| uring.write(file, path, offset, data),
-        || uring.wait_all(),
-    )
+    let write = |file: &File, path: &Path, offset, data| uring.write(file, path, offset, data);
+    crate::heat::run_with(rt, p, crate::heat::Checkpoints::Staged(&write), || {
+        uring.wait_all()
+    })
 }
 
 /// Dependency key of a snapshot step's prefetch (the others are `fwi`'s).
