@@ -132,9 +132,26 @@ pub fn current_tid() -> i32 {
     nix::unistd::gettid().as_raw()
 }
 
+/// CPU time the calling thread has used so far (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn current_thread_cpu_time() -> Result<std::time::Duration> {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(std::time::Duration::from)
+        .map_err(|e| Error::os("clock_gettime(CLOCK_THREAD_CPUTIME_ID)", e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thread_cpu_time_grows_with_work() {
+        let before = current_thread_cpu_time().unwrap();
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+        }
+        assert!(current_thread_cpu_time().unwrap() > before);
+    }
 
     #[test]
     fn cpu_lists_parse() {

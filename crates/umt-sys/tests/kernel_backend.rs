@@ -116,6 +116,10 @@ fn kernel_backend_end_to_end() {
             monitor.unmute_current_thread().unwrap();
             monitor.drain().unwrap();
             assert_eq!(monitor.ready(target), 1);
+            // A block drained by the thread itself, from its core's eventfd.
+            std::thread::sleep(Duration::from_millis(2));
+            assert!(monitor.drain_current_thread().unwrap() >= 1);
+            assert_eq!(monitor.ready(target), 1);
             monitor.unregister_current_thread().unwrap();
         });
     });

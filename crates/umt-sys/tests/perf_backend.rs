@@ -476,3 +476,52 @@ fn muting_needs_a_registration_with_this_monitor() {
         Err(Error::NotRegistered { .. })
     ));
 }
+
+/// Without a signal per event, a block wakes no waiter, and the blocked thread itself finds
+/// its block and unblock when it drains its own ring.
+#[test]
+fn an_unsignalled_monitor_is_drained_by_the_thread_itself() {
+    let monitor = Monitor::builder()
+        .backend(BackendKind::Perf)
+        .signal_each_event(false)
+        .build()
+        .unwrap();
+    let other = perf_monitor();
+    let target = last_cpu();
+    let (mut rx, mut tx) = std::io::pipe().unwrap();
+    std::thread::scope(|s| {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (monitor, other) = (&monitor, &other);
+        let reader = s.spawn(move || {
+            cpu::pin_current_thread(target).unwrap();
+            monitor.register_current_thread().unwrap();
+            ready_tx.send(cpu::current_tid()).unwrap();
+            let mut b = [0u8; 1];
+            rx.read_exact(&mut b).unwrap();
+            // Back from the block: its own ring holds the block and the unblock.
+            let n = monitor.drain_current_thread().unwrap();
+            let after = (n, monitor.ready(target), monitor.stats());
+            // A thread registered elsewhere only is refused.
+            let refused = other.drain_current_thread();
+            monitor.unregister_current_thread().unwrap();
+            (after, refused)
+        });
+        let tid = ready_rx.recv().unwrap();
+        wait_until_blocked(tid);
+        // The block is in the ring, but nobody was woken for it.
+        assert!(!monitor.wait(Some(Duration::from_millis(50))).unwrap());
+        assert!(
+            !monitor
+                .wait_cpu(target, Some(Duration::from_millis(50)))
+                .unwrap()
+        );
+        tx.write_all(b"x").unwrap();
+        let ((n, ready, stats), refused) = reader.join().unwrap();
+        assert_eq!(n, 2, "the block and the unblock");
+        assert_eq!(ready, 1, "the reader is ready again on its core");
+        assert_eq!((stats.blocks, stats.unblocks), (1, 1), "{stats:?}");
+        assert!(matches!(refused, Err(Error::NotRegistered { .. })));
+    });
+    monitor.drain().unwrap();
+    assert_eq!(monitor.ready_counts().iter().sum::<i64>(), 0);
+}

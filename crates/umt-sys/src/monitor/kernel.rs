@@ -129,6 +129,14 @@ impl KernelBackend {
             .map_err(|e| Error::os("umt_thread_ctrl(UMT_THREAD_UNMONITOR)", e))
     }
 
+    /// Reads the eventfd of `cpu`, if it holds events (see `Monitor::drain_current_thread`).
+    pub(crate) fn drain_cpu(&self, cpu: usize, sink: &mut dyn FnMut(MonitorEvent)) -> Result<()> {
+        let Some(fd) = self.fds.get(cpu) else {
+            return Ok(());
+        };
+        read_eventfd(fd, cpu, sink)
+    }
+
     /// Reads the eventfds that epoll reports readable.
     pub(crate) fn drain(&self, epoll: &Epoll, sink: &mut dyn FnMut(MonitorEvent)) -> Result<()> {
         let mut ready = [EpollEvent::empty(); 64];
@@ -140,32 +148,37 @@ impl KernelBackend {
             };
             for ev in &ready[..n] {
                 let cpu = ev.data() as usize;
-                let Some(fd) = self.fds.get(cpu) else {
-                    continue;
-                };
-                let mut word = [0u8; 8];
-                match nix::unistd::read(fd, &mut word) {
-                    Ok(8) => {
-                        let events = Events::decode(u64::from_ne_bytes(word));
-                        if !events.is_empty() {
-                            sink(MonitorEvent {
-                                cpu,
-                                events,
-                                cause: Cause::Kernel,
-                                tid: None,
-                                time_ns: None,
-                            });
-                        }
-                    }
-                    // Another drainer read it first.
-                    Ok(_) | Err(Errno::EAGAIN) | Err(Errno::EINTR) => {}
-                    Err(e) => return Err(Error::os("read(umt eventfd)", e)),
+                if let Some(fd) = self.fds.get(cpu) {
+                    read_eventfd(fd, cpu, sink)?;
                 }
             }
             if n < ready.len() {
                 return Ok(());
             }
         }
+    }
+}
+
+/// Reads the eventfd of `cpu` once (non-blocking) and hands out what it held.
+fn read_eventfd(fd: &OwnedFd, cpu: usize, sink: &mut dyn FnMut(MonitorEvent)) -> Result<()> {
+    let mut word = [0u8; 8];
+    match nix::unistd::read(fd, &mut word) {
+        Ok(8) => {
+            let events = Events::decode(u64::from_ne_bytes(word));
+            if !events.is_empty() {
+                sink(MonitorEvent {
+                    cpu,
+                    events,
+                    cause: Cause::Kernel,
+                    tid: None,
+                    time_ns: None,
+                });
+            }
+            Ok(())
+        }
+        // Empty, or another drainer read it first.
+        Ok(_) | Err(Errno::EAGAIN) | Err(Errno::EINTR) => Ok(()),
+        Err(e) => Err(Error::os("read(umt eventfd)", e)),
     }
 }
 

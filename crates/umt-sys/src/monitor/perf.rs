@@ -4,7 +4,8 @@
 //! Each registered thread gets a dummy software event with `context_switch = 1` and
 //! `exclude_kernel = 1` (allowed unprivileged at `perf_event_paranoid <= 2`), an mmap'd ring, and
 //! `watermark = 1, wakeup_watermark = 1` so every record wakes the poller (side-band records
-//! ignore `wakeup_events`). A switch-out without `PERF_RECORD_MISC_SWITCH_OUT_PREEMPT` means the
+//! ignore `wakeup_events`); or, with `MonitorBuilder::signal_each_event(false)`, a wake-up only
+//! at half a ring, for users that poll (see the monitor's `README.md`). A switch-out without `PERF_RECORD_MISC_SWITCH_OUT_PREEMPT` means the
 //! thread blocked; the next switch-in means it runs again. A per-thread [`Tracker`] turns that
 //! into per-core events and compensates migrations. A `PERF_RECORD_LOST` makes the drain re-read
 //! the thread's state from `/proc/self/task/<tid>/stat`, so counts are never silently wrong.
@@ -67,6 +68,9 @@ pub(crate) struct PerfBackend {
     id: u64,
     /// Bytes of ring data per thread.
     ring_bytes: usize,
+    /// Bytes of records after which the kernel wakes the ring's waiters: 1 (every record) or
+    /// half the ring (see `MonitorBuilder::signal_each_event`).
+    wakeup_bytes: usize,
     /// Times a thread's state was re-read from `/proc` because records may have been lost.
     resyncs: AtomicU64,
     /// Registered threads. Read-locked by drains, write-locked by (un)registration.
@@ -153,7 +157,7 @@ fn sink_for<'a>(
     }
 }
 
-fn open_sampler(tid: i32, ring_bytes: usize) -> io::Result<Sampler> {
+fn open_sampler(tid: i32, ring_bytes: usize, wakeup_bytes: usize) -> io::Result<Sampler> {
     let mut b = Builder::new(Software::DUMMY);
     b.observe_pid(tid)
         .any_cpu()
@@ -162,7 +166,7 @@ fn open_sampler(tid: i32, ring_bytes: usize) -> io::Result<Sampler> {
         .context_switch(true)
         .sample_id_all(true)
         .sample(SampleFlag::TID | SampleFlag::TIME | SampleFlag::CPU)
-        .wakeup_watermark(1)
+        .wakeup_watermark(wakeup_bytes)
         .clockid(Clock::MONOTONIC)
         .enabled(true);
     b.build()?.sampled(ring_bytes)
@@ -170,7 +174,7 @@ fn open_sampler(tid: i32, ring_bytes: usize) -> io::Result<Sampler> {
 
 /// Checks that this process may open context-switch events on its own threads.
 pub(crate) fn probe() -> std::result::Result<(), Unavailable> {
-    match open_sampler(cpu::current_tid(), page_size()) {
+    match open_sampler(cpu::current_tid(), page_size(), 1) {
         Ok(_) => Ok(()),
         Err(e) => Err(classify_open_error(
             e.raw_os_error().unwrap_or(0),
@@ -344,11 +348,13 @@ impl SlotInner {
 }
 
 impl PerfBackend {
-    pub(crate) fn open(ring_pages: usize) -> Result<PerfBackend> {
+    pub(crate) fn open(ring_pages: usize, signal_each_event: bool) -> Result<PerfBackend> {
         probe()?;
+        let ring_bytes = ring_pages * page_size();
         Ok(PerfBackend {
             id: NEXT_BACKEND_ID.fetch_add(1, Ordering::Relaxed),
-            ring_bytes: ring_pages * page_size(),
+            ring_bytes,
+            wakeup_bytes: if signal_each_event { 1 } else { ring_bytes / 2 },
             resyncs: AtomicU64::new(0),
             threads: RwLock::new(Vec::new()),
         })
@@ -374,7 +380,9 @@ impl PerfBackend {
         cpu_set: &dyn Fn(CpuId) -> Result<&'m Epoll>,
         sink: &mut dyn FnMut(MonitorEvent),
     ) -> Result<()> {
-        let sampler = open_sampler(tid, self.ring_bytes).map_err(|e| match e.raw_os_error() {
+        let sampler = open_sampler(tid, self.ring_bytes, self.wakeup_bytes).map_err(|e| match e
+            .raw_os_error()
+        {
             Some(errno) if errno != libc::ENOMEM => {
                 Error::Unavailable(classify_open_error(errno, read_paranoid()))
             }
@@ -464,6 +472,21 @@ impl PerfBackend {
             own.muted_on = None;
             Ok(())
         })
+    }
+
+    /// Consumes the calling thread's own ring, unless another drainer holds it (see
+    /// `Monitor::drain_current_thread`).
+    pub(crate) fn drain_own(&self, sink: &mut dyn FnMut(MonitorEvent)) -> Result<DrainOutcome> {
+        let slot = self.with_own(|own| Ok(own.slot.upgrade()))?;
+        let mut outcome = DrainOutcome::default();
+        if let Some(slot) = slot
+            && let Ok(mut inner) = slot.inner.try_lock()
+        {
+            let c = inner.consume(slot.tid, self.ring_bytes, &self.resyncs, sink);
+            outcome.lost = c.lost;
+            outcome.overflows = u64::from(c.overflowed);
+        }
+        Ok(outcome)
     }
 
     pub(crate) fn unregister(
