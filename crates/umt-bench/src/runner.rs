@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use nix::sys::resource::{UsageWho, getrusage};
-use umt_rt::{BackendKind, Runtime};
+use umt_rt::{BackendKind, LeaderPolicy, Runtime};
 use umt_sys::Monitor;
 
 use crate::io::BenchError;
@@ -15,7 +15,9 @@ use crate::io::BenchError;
 pub enum Runner {
     /// umt-rt with the monitor off: one worker per core, blocking I/O idles the core.
     Baseline,
-    /// umt-rt with the perf backend (context-switch records, any Linux).
+    /// umt-rt with the perf backend (context-switch records, any Linux), with polling leaders
+    /// ([`LeaderPolicy::Poll`]): the monitor then raises no interrupt per context switch,
+    /// which in a virtual machine is a VM exit.
     UmtPerf,
     /// umt-rt with the UMT kernel extension (the patched kernel of `kernel-patch/`).
     UmtKernel,
@@ -67,6 +69,14 @@ impl Runner {
         }
     }
 
+    /// How its leaders run, for the umt-rt runners with a monitor.
+    pub fn leader_policy(self) -> LeaderPolicy {
+        match self {
+            Runner::UmtPerf => LeaderPolicy::Poll,
+            _ => LeaderPolicy::Idle,
+        }
+    }
+
     fn backend(self) -> Option<BackendKind> {
         match self {
             Runner::Baseline => Some(BackendKind::Disabled),
@@ -93,6 +103,7 @@ impl Runner {
         let umt = || {
             Runtime::builder()
                 .monitor(self.backend().unwrap_or(BackendKind::Disabled))
+                .leader_policy(self.leader_policy())
                 .build()
                 .map_err(|e| BenchError::Runtime(format!("{}: {e}", self.name())))
         };
@@ -165,7 +176,8 @@ pub struct Sample {
     /// Wall time.
     pub seconds: f64,
     /// Process CPU time (user + system) over wall time times cores, in 0..=1 (more when
-    /// threads outside the cores ran).
+    /// threads outside the cores ran). Polling leaders' idle polling is left out: it only
+    /// fills time the cores would have idled ([`umt_rt::Stats::leader_poll_time`]).
     pub cpu_utilisation: f64,
     /// Bytes written or read by the workload's I/O.
     pub io_bytes: u64,
@@ -194,9 +206,15 @@ pub fn measure(
 ) -> Result<Sample, BenchError> {
     let engine = runner.engine()?;
     let cores = cores() as f64;
+    let poll_time = |e: &Engine| match e {
+        Engine::Umt(rt) | Engine::Uring(rt) => rt.stats().leader_poll_time,
+        _ => Duration::ZERO,
+    };
     let cpu_before = cpu_time();
+    let poll_before = poll_time(&engine);
     let (elapsed, io_bytes) = work(&engine)?;
-    let cpu = cpu_time().saturating_sub(cpu_before);
+    let polled = poll_time(&engine).saturating_sub(poll_before);
+    let cpu = cpu_time().saturating_sub(cpu_before).saturating_sub(polled);
     let oversubscribed: Duration = match &engine {
         Engine::Umt(rt) | Engine::Uring(rt) => {
             rt.stats().cores.iter().map(|c| c.oversubscribed).sum()

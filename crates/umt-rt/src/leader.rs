@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::registry::Registry;
+use crate::runtime::LeaderPolicy;
 use crate::starter::StartRequests;
 
 /// The leader of core `own` (an index into the runtime's cores).
@@ -20,7 +21,7 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize
     if let Err(e) = umt_sys::cpu::pin_current_thread(cpu) {
         tracing::warn!("umt-rt: leader of CPU {cpu} runs unpinned: {e}");
     }
-    if reg.leader_policy == crate::runtime::LeaderPolicy::Idle
+    if reg.leader_policy != LeaderPolicy::Normal
         && let Err(e) = umt_sys::cpu::set_current_thread_idle_policy()
     {
         tracing::warn!("umt-rt: leader of CPU {cpu} keeps the normal policy: {e}");
@@ -33,9 +34,16 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize
     // interrupted every period; any event or action resets it. Events wake the leader anyway.
     let mut timeout = reg.scan_period;
     let max_timeout = reg.scan_period * 64;
+    let poll = reg.leader_policy == LeaderPolicy::Poll;
+    // Poll: when an iteration last drained an event or acted, and the thread's CPU time at
+    // the start of this iteration (for `Stats::leader_poll_time`).
+    let mut last_busy = Instant::now();
+    let mut cpu_at_start = thread_cpu_time();
     while !reg.terminate.load(Ordering::Acquire) {
-        // L1: wait for events of the own core or the scan timeout.
-        if let Err(e) = reg.monitor.wait_cpu(cpu, Some(timeout)) {
+        // L1: wait for events of the own core or the scan timeout; or poll (see `poll_pause`).
+        if poll {
+            poll_pause(&reg, own, last_busy.elapsed() < max_timeout, max_timeout);
+        } else if let Err(e) = reg.monitor.wait_cpu(cpu, Some(timeout)) {
             tracing::warn!("umt-rt: leader wait failed: {e}");
             std::thread::sleep(reg.scan_period);
         }
@@ -86,5 +94,46 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize
         } else {
             reg.scan_period
         };
+        if poll {
+            let now_cpu = thread_cpu_time();
+            if quiet {
+                let spent = now_cpu.saturating_sub(cpu_at_start).as_nanos() as u64;
+                reg.counters
+                    .leader_poll_ns
+                    .fetch_add(spent, Ordering::Relaxed);
+            } else {
+                last_busy = Instant::now();
+            }
+            cpu_at_start = now_cpu;
+        }
     }
+}
+
+/// Yields between two polling iterations: a few system calls' time, so that a drain does not
+/// bounce the workers' cache lines more often than the reaction needs.
+const POLL_YIELDS: usize = 8;
+
+/// L1 with [`LeaderPolicy::Poll`]. The leader runs at `SCHED_IDLE`, so yielding returns only
+/// when the core has nothing else to run: the next iteration comes when the core's workers
+/// have blocked, within a few microseconds, with no signal from the monitor.
+/// - No active worker on the core (all parked): nothing there can block. Sleep until a worker
+///   becomes active (`Registry::poke_leader`), or `max_sleep`.
+/// - Recently `busy` (an event or an action within 64 scan periods): yield and go on.
+/// - Else (workers blocked for long, or none blocking): poll once per scan period.
+fn poll_pause(reg: &Registry, own: usize, busy: bool, max_sleep: Duration) {
+    let (active, _) = reg.pools.counts(own);
+    if active == 0 {
+        std::thread::park_timeout(max_sleep);
+    } else if busy {
+        for _ in 0..POLL_YIELDS {
+            std::thread::yield_now();
+        }
+    } else {
+        std::thread::park_timeout(reg.scan_period);
+    }
+}
+
+/// CPU time of the calling thread so far (zero if the clock cannot be read).
+fn thread_cpu_time() -> Duration {
+    umt_sys::cpu::current_thread_cpu_time().unwrap_or_default()
 }

@@ -43,8 +43,10 @@ pub(crate) struct Counters {
     pub(crate) workers_created: AtomicU64,
     /// Times the leader woke up (events or scan timer).
     pub(crate) leader_iterations: AtomicU64,
-    /// Monitor events drained by the leader.
+    /// Monitor events drained by the leaders (and, when they poll, by the workers).
     pub(crate) monitor_events: AtomicU64,
+    /// Nanoseconds of CPU the leaders spent in polling iterations that found nothing to do.
+    pub(crate) leader_poll_ns: AtomicU64,
 }
 
 /// Per-core time accounting, kept by the leaders. The ready counts change only when someone
@@ -121,6 +123,10 @@ pub(crate) struct Registry {
     pub(crate) thread_name: Box<dyn Fn(CpuId, usize) -> String + Send + Sync>,
     /// Handles of every thread started, joined at shutdown.
     pub(crate) threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// The leader of each core, set once all have started; with
+    /// [`LeaderPolicy::Poll`](crate::LeaderPolicy::Poll) a worker that becomes active
+    /// unparks its core's leader (see `Registry::poke_leader`).
+    pub(crate) leaders: OnceLock<Vec<std::thread::Thread>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -174,6 +180,19 @@ impl Registry {
             leader_policy,
             thread_name,
             threads: Mutex::new(Vec::new()),
+            leaders: OnceLock::new(),
+        }
+    }
+
+    /// With [`LeaderPolicy::Poll`](crate::LeaderPolicy::Poll): a worker of `core` has become
+    /// active, so its leader must poll again if it sleeps for lack of active workers (step L1
+    /// of `README.md`). An unpark of a leader that is not parked only leaves a token: its
+    /// next sleep returns at once, one extra iteration.
+    pub(crate) fn poke_leader(&self, core: usize) {
+        if self.leader_policy == crate::runtime::LeaderPolicy::Poll
+            && let Some(leader) = self.leaders.get().and_then(|l| l.get(core))
+        {
+            leader.unpark();
         }
     }
 

@@ -67,6 +67,21 @@ pub enum LeaderPolicy {
     /// cores, preempting a worker each time (and, with the perf backend, is woken again by the
     /// switch records that preemption produces).
     Normal,
+    /// `SCHED_IDLE`, and the leader polls instead of waiting for the monitor's signal: while
+    /// its core has an active worker, it runs whenever the core would otherwise idle, and the
+    /// monitor signals nobody per event (`MonitorBuilder::signal_each_event(false)`). Workers
+    /// drain their own events at their scheduling points, so oversubscription is still seen.
+    ///
+    /// For the perf backend in a virtual machine: there, the signal per context switch is a
+    /// self-interrupt and a VM exit (about 20 us per record measured here), paid by the
+    /// monitored threads on every switch. In the heat benchmark on a 2-core VM, polling made
+    /// umt-perf about 8 % faster than `Idle`. The cost: a core whose active workers all
+    /// block runs its leader's loop instead of halting (time no other thread of the machine
+    /// wanted, but the core never sleeps). After 64 scan periods without an event the leader
+    /// polls once per scan period instead, and with no active worker on its core it sleeps
+    /// until one becomes active. [`crate::Stats::leader_poll_time`] says how much CPU the
+    /// polling took.
+    Poll,
 }
 
 /// Configures a [`Runtime`].
@@ -183,6 +198,7 @@ impl Builder {
         let monitor = Monitor::builder()
             .backend(self.monitor)
             .ring_pages(self.ring_pages)
+            .signal_each_event(self.leader_policy != LeaderPolicy::Poll)
             .build()?;
         let reg = Arc::new(Registry::new(
             cpus,
@@ -199,13 +215,18 @@ impl Builder {
         if rt.reg.monitored() {
             // Started from this thread, so spare workers get the builder's scheduling policy.
             let starter = crate::starter::start(&rt.reg)?;
+            let mut leaders = Vec::new();
             for (core, cpu) in rt.reg.cpus.iter().enumerate() {
                 let (reg, starter) = (rt.reg.clone(), starter.clone());
                 let leader = std::thread::Builder::new()
                     .name(format!("umt-leader-{cpu}"))
                     .spawn(move || crate::leader::leader_main(reg, starter, core))?;
+                leaders.push(leader.thread().clone());
                 lock(&rt.reg.threads).push(leader);
             }
+            // Before this, a poke finds no leader to unpark: a leader's first sleep is bounded
+            // by its timeout.
+            let _ = rt.reg.leaders.set(leaders);
         }
         Ok(rt)
     }
@@ -415,6 +436,7 @@ impl Runtime {
             monitor_events: c.monitor_events.load(Ordering::Relaxed),
             leader_iterations: c.leader_iterations.load(Ordering::Relaxed),
             leader_wakeups: c.leader_wakeups.load(Ordering::Relaxed),
+            leader_poll_time: Duration::from_nanos(c.leader_poll_ns.load(Ordering::Relaxed)),
             surrenders: workers.iter().map(|w| w.surrenders).sum(),
             workers_created: c.workers_created.load(Ordering::Relaxed),
             cores,
@@ -427,6 +449,10 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         let reg = &self.reg;
         reg.terminate.store(true, Ordering::Release);
+        // A polling leader may sleep until a worker of its core becomes active.
+        for leader in reg.leaders.get().into_iter().flatten() {
+            leader.unpark();
+        }
         // Threads may still be started by the leader until it has exited: repeat until none
         // is left. Wake everyone each round so parked workers see `terminate`.
         loop {

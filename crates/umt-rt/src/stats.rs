@@ -11,12 +11,19 @@ pub struct Stats {
     pub backend: BackendKind,
     /// Tasks started by all workers (once a scope or join returns, all of its tasks are counted).
     pub tasks_run: u64,
-    /// Block and unblock events the leader drained from the monitor.
+    /// Block and unblock events drained from the monitor: by the leaders, and with
+    /// [`LeaderPolicy::Poll`](crate::LeaderPolicy::Poll) by the workers at their scheduling
+    /// points.
     pub monitor_events: u64,
     /// Times the leaders woke (on events or their scan timers), summed over cores.
     pub leader_iterations: u64,
     /// Parked workers the leader woke because their core had no ready worker.
     pub leader_wakeups: u64,
+    /// CPU time the leaders spent polling without finding anything to do
+    /// ([`LeaderPolicy::Poll`](crate::LeaderPolicy::Poll) only; zero otherwise). It is time
+    /// their cores would have idled: subtract it from the process's CPU time to see what
+    /// the work used.
+    pub leader_poll_time: Duration,
     /// Times a worker surrendered its core because the core had more than one ready worker.
     pub surrenders: u64,
     /// Spare workers created by the leader (beyond the initial one per core).

@@ -351,6 +351,7 @@ impl WorkerCtx {
         if !self.reg.pools.leave(self.core, self.index) {
             self.reg.pools.woken(self.core);
         }
+        self.reg.poke_leader(self.core);
     }
 
     fn notifier(&self) -> &crate::pool::Notifier {
@@ -376,9 +377,20 @@ impl WorkerCtx {
     /// worker, and the runtime is not shutting down.
     #[inline]
     fn oversubscribed(&self) -> bool {
-        self.monitored
-            && self.reg.monitor.ready(self.cpu) > 1
-            && !self.reg.terminate.load(Ordering::Acquire)
+        if !self.monitored {
+            return false;
+        }
+        if self.reg.leader_policy == crate::runtime::LeaderPolicy::Poll {
+            // Nobody is signalled per event: this worker's own unblock, if it just came back
+            // from a block, is still in its ring (a few atomics when there is none).
+            if let Ok(n) = self.reg.monitor.drain_current_thread()
+                && n > 0
+            {
+                let events = &self.reg.counters.monitor_events;
+                events.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }
+        self.reg.monitor.ready(self.cpu) > 1 && !self.reg.terminate.load(Ordering::Acquire)
     }
 
     /// Parks as surrendered unless this is the core's last active worker. Returns whether it

@@ -13,7 +13,7 @@ use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use umt_rt::{BackendKind, Runtime};
+use umt_rt::{BackendKind, LeaderPolicy, Runtime};
 
 const FILLERS: usize = 200;
 
@@ -219,7 +219,24 @@ fn one_core_runtime(backend: BackendKind) -> Runtime {
 
 #[test]
 fn monitor_on_reuses_the_blocked_core_then_surrenders() {
-    let rt = one_core_runtime(monitored_backend());
+    reuses_the_blocked_core_then_surrenders(LeaderPolicy::Idle);
+}
+
+/// The same with a polling leader: nothing signals it when the reader blocks, it runs because
+/// the core idles; and the reader finds its own unblock when it drains at its scheduling point.
+#[test]
+fn polling_leader_reuses_the_blocked_core_then_surrenders() {
+    reuses_the_blocked_core_then_surrenders(LeaderPolicy::Poll);
+}
+
+fn reuses_the_blocked_core_then_surrenders(policy: LeaderPolicy) {
+    let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
+    let rt = Runtime::builder()
+        .cores([cpu])
+        .monitor(monitored_backend())
+        .leader_policy(policy)
+        .build()
+        .unwrap();
     if rt.backend() == BackendKind::Disabled {
         eprintln!("skipped: no monitor backend here ({})", rt.selection());
         return;
@@ -276,6 +293,9 @@ fn monitor_on_reuses_the_blocked_core_then_surrenders() {
     let st = rt.stats();
     assert!(st.monitor_events > 0);
     assert!(st.cores[0].workers >= 2);
+    if policy != LeaderPolicy::Poll {
+        assert_eq!(st.leader_poll_time, Duration::ZERO);
+    }
 }
 
 #[test]

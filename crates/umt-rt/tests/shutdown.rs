@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use umt_rt::{BackendKind, Runtime};
+use umt_rt::{BackendKind, LeaderPolicy, Runtime};
 
 fn threads() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()
@@ -29,10 +29,18 @@ fn fds() -> usize {
 
 #[test]
 fn drop_joins_every_thread_and_closes_every_fd() {
-    for backend in [BackendKind::Disabled, BackendKind::Auto] {
+    for (backend, policy) in [
+        (BackendKind::Disabled, LeaderPolicy::Idle),
+        (BackendKind::Auto, LeaderPolicy::Idle),
+        (BackendKind::Auto, LeaderPolicy::Poll),
+    ] {
         let (t0, f0) = (threads(), fds());
         {
-            let rt = Runtime::builder().monitor(backend).build().unwrap();
+            let rt = Runtime::builder()
+                .monitor(backend)
+                .leader_policy(policy)
+                .build()
+                .unwrap();
             // Blocking tasks make the leader start spare workers (monitor on).
             rt.scope(|s| {
                 for i in 0..64 {

@@ -6,7 +6,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use umt_rt::{BackendKind, Runtime, Scope};
+use umt_rt::{BackendKind, LeaderPolicy, Runtime, Scope};
 
 const TASKS: usize = 120_000;
 
@@ -120,6 +120,21 @@ fn every_task_runs_exactly_once_monitor_on() {
     run_all(&rt);
     let st = rt.stats();
     if rt.backend() != BackendKind::Disabled {
+        assert!(st.monitor_events > 0, "{st:?}");
+    }
+}
+
+#[test]
+fn every_task_runs_exactly_once_with_polling_leaders() {
+    let rt = Runtime::builder()
+        .monitor(monitored_backend())
+        .leader_policy(LeaderPolicy::Poll)
+        .build()
+        .unwrap();
+    run_all(&rt);
+    // Every worker parks once the scope is done; the leaders then sleep. Counts balance.
+    if rt.backend() != BackendKind::Disabled {
+        let st = rt.stats();
         assert!(st.monitor_events > 0, "{st:?}");
     }
 }
