@@ -99,11 +99,17 @@ impl Runner {
 
     /// A fresh runtime for one run, with one worker per core of this process.
     pub fn engine(self) -> Result<Engine, BenchError> {
+        self.engine_with(None)
+    }
+
+    /// [`Runner::engine`], with `leader` instead of [`Runner::leader_policy`] for the umt-rt
+    /// runners with a monitor.
+    pub fn engine_with(self, leader: Option<LeaderPolicy>) -> Result<Engine, BenchError> {
         let cores = cores();
         let umt = || {
             Runtime::builder()
                 .monitor(self.backend().unwrap_or(BackendKind::Disabled))
-                .leader_policy(self.leader_policy())
+                .leader_policy(leader.unwrap_or(self.leader_policy()))
                 .build()
                 .map_err(|e| BenchError::Runtime(format!("{}: {e}", self.name())))
         };
@@ -198,13 +204,15 @@ fn cpu_time() -> Duration {
     }
 }
 
-/// Runs `work` on a fresh runtime of `runner` and measures it. `work` returns the wall time
-/// of the part to measure and the bytes of I/O it did.
+/// Runs `work` on a fresh runtime of `runner` (its leaders run with `leader`, if given) and
+/// measures it. `work` returns the wall time of the part to measure and the bytes of I/O it
+/// did.
 pub fn measure(
     runner: Runner,
+    leader: Option<LeaderPolicy>,
     work: impl FnOnce(&Engine) -> Result<(Duration, u64), BenchError>,
 ) -> Result<Sample, BenchError> {
-    let engine = runner.engine()?;
+    let engine = runner.engine_with(leader)?;
     let cores = cores() as f64;
     let poll_time = |e: &Engine| match e {
         Engine::Umt(rt) | Engine::Uring(rt) => rt.stats().leader_poll_time,
@@ -250,7 +258,7 @@ mod tests {
     #[test]
     fn baseline_is_always_available_and_measures() {
         assert!(Runner::Baseline.available().is_ok());
-        let s = measure(Runner::Baseline, |e| {
+        let s = measure(Runner::Baseline, None, |e| {
             let Engine::Umt(rt) = e else {
                 panic!("baseline is umt-rt")
             };

@@ -32,6 +32,48 @@ fn unusable_input_is_explained_not_panicked() {
     let (code, _, err) = umt_bench(&["heat", "--runtimes", "rayon-3x"]);
     assert_ne!(code, 0);
     assert!(err.contains("unknown runtime"), "{err}");
+    let (code, _, err) = umt_bench(&["heat", "--leader", "busy"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("idle, normal, poll"), "{err}");
+}
+
+/// Every leader policy runs umt-perf to the end, and the JSON says which one ran.
+#[test]
+fn each_leader_policy_runs_and_is_recorded() {
+    if let Err(why) = umt_sys::Monitor::probe(umt_sys::BackendKind::Perf) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    for leader in ["idle", "normal", "poll"] {
+        let json = std::env::temp_dir().join(format!(
+            "umt-bench-leader-{leader}-{}.json",
+            std::process::id()
+        ));
+        let (code, out, err) = umt_bench(&[
+            "heat",
+            "--size",
+            "256",
+            "--block",
+            "64",
+            "--iters",
+            "4",
+            "--repeat",
+            "1",
+            "--runtimes",
+            "umt-perf",
+            "--leader",
+            leader,
+            "--buffered",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{leader}: {err}");
+        assert!(out.contains("umt-perf"), "{out}");
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        std::fs::remove_file(&json).unwrap();
+        assert_eq!(doc["params"]["leader"], leader);
+    }
 }
 
 #[test]
