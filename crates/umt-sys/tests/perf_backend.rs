@@ -501,6 +501,8 @@ fn an_unsignalled_monitor_is_drained_by_the_thread_itself() {
             // Back from the block: its own ring holds the block and the unblock.
             let n = monitor.drain_current_thread().unwrap();
             let after = (n, monitor.ready(target), monitor.stats());
+            // Drained: nothing more until the next switch.
+            assert_eq!(monitor.drain_current_thread().unwrap(), 0);
             // A thread registered elsewhere only is refused.
             let refused = other.drain_current_thread();
             monitor.unregister_current_thread().unwrap();

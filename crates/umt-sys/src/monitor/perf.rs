@@ -30,11 +30,12 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::mman;
 use perf_event::events::Software;
 use perf_event::{Builder, Clock, SampleFlag, Sampler};
 use perf_event_open_sys::bindings::{
     PERF_RECORD_LOST, PERF_RECORD_MISC_SWITCH_OUT, PERF_RECORD_MISC_SWITCH_OUT_PREEMPT,
-    PERF_RECORD_SWITCH,
+    PERF_RECORD_SWITCH, perf_event_mmap_page,
 };
 
 use super::{BackendKind, MonitorEvent};
@@ -86,6 +87,69 @@ thread_local! {
     static OWN: RefCell<Vec<Own>> = const { RefCell::new(Vec::new()) };
 }
 
+/// A second mapping of a thread's ring, for a look at whether it holds records without taking
+/// the slot's lock (`Monitor::drain_current_thread` calls it at every scheduling point of a
+/// polling runtime). The kernel lets a ring be mapped again at its size, sharing the same
+/// buffer; the mapping keeps the buffer alive even after the event's descriptor is closed.
+struct RingPeek {
+    page: std::ptr::NonNull<perf_event_mmap_page>,
+    len: std::num::NonZeroUsize,
+}
+
+impl RingPeek {
+    /// Maps `len` bytes (header page and data) of the ring of the perf event `fd`.
+    fn new(fd: BorrowedFd<'_>, len: usize) -> Result<RingPeek> {
+        let len = std::num::NonZeroUsize::new(len).ok_or_else(|| {
+            Error::os(
+                "mmap(perf ring)",
+                io::Error::from(io::ErrorKind::InvalidInput),
+            )
+        })?;
+        // SAFETY: a new shared mapping chosen by the kernel (no address given), so it replaces
+        // nothing; the descriptor is a perf event whose ring of this size is already mapped by
+        // its sampler, so the kernel maps the same buffer again. We only ever read it.
+        let ptr = unsafe {
+            mman::mmap(
+                None,
+                len,
+                mman::ProtFlags::PROT_READ | mman::ProtFlags::PROT_WRITE,
+                mman::MapFlags::MAP_SHARED,
+                fd,
+                0,
+            )
+        }
+        .map_err(|e| Error::os("mmap(perf ring)", e))?;
+        Ok(RingPeek {
+            page: ptr.cast(),
+            len,
+        })
+    }
+
+    /// Whether the kernel has written records the drains have not consumed yet. A record
+    /// written right after this look is found by the next one.
+    fn has_records(&self) -> bool {
+        let page = self.page.as_ptr();
+        // SAFETY: `page` is the ring's header page, mapped readable and writable for as long
+        // as `self` lives; both fields are aligned u64s. The kernel writes `data_head` (with a
+        // release store after the record) and drainers write `data_tail`, so both are read
+        // atomically; only loads happen through this mapping.
+        let (head, tail) = unsafe {
+            (
+                AtomicU64::from_ptr(&raw mut (*page).data_head).load(Ordering::Acquire),
+                AtomicU64::from_ptr(&raw mut (*page).data_tail).load(Ordering::Relaxed),
+            )
+        };
+        head != tail
+    }
+}
+
+impl Drop for RingPeek {
+    fn drop(&mut self) {
+        // SAFETY: the mapping was made in `new` with this length and is not used afterwards.
+        let _ = unsafe { mman::munmap(self.page.cast(), self.len.get()) };
+    }
+}
+
 /// The calling thread's registration with one backend.
 struct Own {
     /// [`PerfBackend::id`].
@@ -101,6 +165,8 @@ struct Own {
     /// The slot, for the rare unmute that must re-read the ring. Weak: a monitor dropped with
     /// its threads still registered must still close their descriptors.
     slot: Weak<Slot>,
+    /// The ring, to see whether there is anything to drain without locking the slot.
+    peek: RingPeek,
 }
 
 /// One monitored thread.
@@ -399,6 +465,7 @@ impl PerfBackend {
         cpu_set(cpu)?
             .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, tid as u64))
             .map_err(|e| Error::os("epoll_ctl(ADD)", e))?;
+        let peek = RingPeek::new(fd, page_size() + self.ring_bytes)?;
         let tracker = Tracker::start(cpu, &mut sink_for(tid, sink, None));
         let fd = sampler.as_raw_fd();
         let has_muted = Arc::new(AtomicBool::new(false));
@@ -417,6 +484,7 @@ impl PerfBackend {
                 muted_on: None,
                 has_muted,
                 slot: Arc::downgrade(&slot),
+                peek,
             })
         });
         self.threads_write().push(slot);
@@ -477,7 +545,9 @@ impl PerfBackend {
     /// Consumes the calling thread's own ring, unless another drainer holds it (see
     /// `Monitor::drain_current_thread`).
     pub(crate) fn drain_own(&self, sink: &mut dyn FnMut(MonitorEvent)) -> Result<DrainOutcome> {
-        let slot = self.with_own(|own| Ok(own.slot.upgrade()))?;
+        // Usually empty: then a look at the ring's head and tail is all it costs.
+        let slot = self.with_own(|own| Ok(own.peek.has_records().then(|| own.slot.upgrade())))?;
+        let slot = slot.flatten();
         let mut outcome = DrainOutcome::default();
         if let Some(slot) = slot
             && let Ok(mut inner) = slot.inner.try_lock()
