@@ -8,12 +8,16 @@
 //! - spawn-and-run of empty tasks in a scope, and a tree of joins: umt-rt against rayon;
 //! - a compute-only workload: monitor on against off (the monitor must cost nothing);
 //! - a blocking mix: monitor on against off and rayon.
+//!
+//! The monitored runtime runs twice: with the default leaders, and with polling leaders
+//! (`LeaderPolicy::Poll`, whose workers also drain their own events at every scheduling
+//! point).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use umt_benches::{burn, tree_rayon, tree_umt};
-use umt_rt::{BackendKind, Runtime};
+use umt_rt::{BackendKind, LeaderPolicy, Runtime};
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort_unstable();
@@ -82,6 +86,12 @@ fn main() {
         .monitor(BackendKind::Auto)
         .build()
         .expect("runtime");
+    let poll = Runtime::builder()
+        .monitor(BackendKind::Auto)
+        .leader_policy(LeaderPolicy::Poll)
+        .build()
+        .expect("runtime");
+    let poll_name = format!("umt-{}-poll", poll.backend());
     let off2 = Runtime::builder()
         .monitor(BackendKind::Disabled)
         .build()
@@ -106,7 +116,12 @@ fn main() {
             }
         })
     };
-    let names = ["umt-disabled", on_name.as_str(), "rayon"];
+    let names = [
+        "umt-disabled",
+        on_name.as_str(),
+        "rayon",
+        poll_name.as_str(),
+    ];
     let med = alternate(
         rounds,
         20,
@@ -122,6 +137,7 @@ fn main() {
                     }
                 })
             }),
+            (names[3], &mut || spawn_umt(&poll)),
         ],
     );
     report(
@@ -143,6 +159,9 @@ fn main() {
             }),
             (names[2], &mut || {
                 ry.install(|| tree_rayon(12));
+            }),
+            (names[3], &mut || {
+                poll.install(|| tree_umt(12));
             }),
         ],
     );
@@ -173,11 +192,12 @@ fn main() {
                 (names[0], &mut || compute(&off)),
                 (names[1], &mut || compute(&on)),
                 ("control-off", &mut || compute(&off2)),
+                (names[3], &mut || compute(&poll)),
             ],
         );
         report(
             &format!("compute only, {tasks} tasks of ~50 us (target: monitor on within 1% of off)"),
-            &[names[0], names[1], "control-off"],
+            &[names[0], names[1], "control-off", names[3]],
             &med,
             0,
         );
@@ -204,6 +224,9 @@ fn main() {
             }),
             (names[2], &mut || {
                 ry.scope(|s| (0..64).for_each(|i| s.spawn(move |_| mix(i))))
+            }),
+            (names[3], &mut || {
+                poll.scope(|s| (0..64).for_each(|i| s.spawn(move |_| mix(i))))
             }),
         ],
     );

@@ -116,18 +116,20 @@ const POLL_YIELDS: usize = 8;
 /// L1 with [`LeaderPolicy::Poll`]. The leader runs at `SCHED_IDLE`, so yielding returns only
 /// when the core has nothing else to run: the next iteration comes when the core's workers
 /// have blocked, within a few microseconds, with no signal from the monitor.
-/// - No active worker on the core (all parked): nothing there can block. Sleep until a worker
-///   becomes active (`Registry::poke_leader`), or `max_sleep`.
-/// - Recently `busy` (an event or an action within 64 scan periods): yield and go on.
-/// - Else (workers blocked for long, or none blocking): poll once per scan period.
+/// - Recently `busy` (an event or an action within 64 scan periods): yield and go on, even if
+///   every worker of the core is parked: a runtime between two bursts of work would otherwise
+///   pay a leader wake-up (`Registry::poke_leader`) per burst.
+/// - Quiet, and no active worker on the core: nothing there can block. Sleep until a worker
+///   becomes active, or `max_sleep`.
+/// - Quiet with active workers (blocked for long, or never blocking): poll once per scan
+///   period.
 fn poll_pause(reg: &Registry, own: usize, busy: bool, max_sleep: Duration) {
-    let (active, _) = reg.pools.counts(own);
-    if active == 0 {
-        std::thread::park_timeout(max_sleep);
-    } else if busy {
+    if busy {
         for _ in 0..POLL_YIELDS {
             std::thread::yield_now();
         }
+    } else if reg.pools.counts(own).0 == 0 {
+        std::thread::park_timeout(max_sleep);
     } else {
         std::thread::park_timeout(reg.scan_period);
     }

@@ -158,11 +158,14 @@ impl WorkerCtx {
     fn spin_for_work(&self, probe: Option<&dyn Probe>) -> Option<Job> {
         const SPIN_ROUNDS: u32 = 16;
         const YIELD_ROUNDS: u32 = 16;
+        // A polling leader is runnable at SCHED_IDLE: a yield would hand it the core for a
+        // whole iteration each time. Those rounds spin instead.
+        let may_yield = self.reg.leader_policy != crate::runtime::LeaderPolicy::Poll;
         for round in 0..SPIN_ROUNDS + YIELD_ROUNDS {
             if probe.is_some_and(|p| p.probe()) || self.reg.terminate.load(Ordering::Relaxed) {
                 return None;
             }
-            if round < SPIN_ROUNDS {
+            if round < SPIN_ROUNDS || !may_yield {
                 for _ in 0..(1u32 << round.min(6)) {
                     std::hint::spin_loop();
                 }
@@ -382,7 +385,7 @@ impl WorkerCtx {
         }
         if self.reg.leader_policy == crate::runtime::LeaderPolicy::Poll {
             // Nobody is signalled per event: this worker's own unblock, if it just came back
-            // from a block, is still in its ring (a few atomics when there is none).
+            // from a block, is still in its ring (two loads when there is none).
             if let Ok(n) = self.reg.monitor.drain_current_thread()
                 && n > 0
             {
