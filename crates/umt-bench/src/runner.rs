@@ -187,7 +187,8 @@ pub struct Sample {
     pub cpu_utilisation: f64,
     /// Bytes written or read by the workload's I/O.
     pub io_bytes: u64,
-    /// Time cores had more than one ready worker, over wall time times cores, in percent.
+    /// Time cores had more than one ready worker, over wall time times cores, in percent, as
+    /// umt-rt's leaders saw it (an estimate: see `umt_rt::CoreStats::idle_with_work`).
     pub oversubscription_percent: f64,
 }
 

@@ -46,8 +46,14 @@ pub struct CoreStats {
     /// Tasks run by its workers.
     pub tasks_run: u64,
     /// Time with no ready worker while work was queued (the waste UMT removes).
+    ///
+    /// Both times are as the leaders see them: a state counts from the leader drain that
+    /// found it to the next leader drain, and the leaders run when a core idles. So a short
+    /// episode may count until the next idle moment, and one that begins and ends between two
+    /// drains is missed. Read them as estimates.
     pub idle_with_work: Duration,
-    /// Time with more than one ready worker (the price UMT pays).
+    /// Time with more than one ready worker (the price UMT pays). An estimate, see
+    /// [`CoreStats::idle_with_work`].
     pub oversubscribed: Duration,
 }
 
