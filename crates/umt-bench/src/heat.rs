@@ -364,7 +364,7 @@ impl HeatRun {
 }
 
 /// Runs heat diffusion on `rt`: one task per block per iteration, and at each checkpoint one
-/// task per block that writes it in place (see [`Checkpoints::InPlace`]).
+/// task per block that writes it in place, straight from the grid.
 pub fn run(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
     run_with(rt, p, Checkpoints::InPlace, || Ok(()))
 }
