@@ -14,6 +14,11 @@
 //! With the monitor off ([`BackendKind::Disabled`]) it is a classic one-worker-per-core pool,
 //! the baseline the benchmarks compare against.
 //!
+//! How the leaders learn of a block is a choice ([`Builder::leader_policy`]). By default the
+//! monitor wakes them. With the perf backend in a virtual machine, where that wake-up is a VM
+//! exit per context switch, [`LeaderPolicy::Poll`] lets them poll whenever their core idles
+//! instead; fine-grained fork-join then pays a little per scheduling point.
+//!
 //! ## Example: overlap blocking writes with computation
 //!
 //! ```
