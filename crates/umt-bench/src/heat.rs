@@ -397,7 +397,10 @@ pub(crate) fn run_with(
     let nb = p.blocks();
     let files = create_checkpoints(p)?;
     let errors = std::sync::Mutex::new(Vec::new());
-    let staging: Vec<Staged> = (0..nb * nb).map(|_| std::sync::Mutex::new(None)).collect();
+    let staging: Vec<Staged> = match checkpoints {
+        Checkpoints::Staged(_) => (0..nb * nb).map(|_| std::sync::Mutex::new(None)).collect(),
+        Checkpoints::InPlace => Vec::new(),
+    };
     let start = Instant::now();
     rt.scope(|s| {
         let (grid, errors, staging, checkpoints) = (&grid, &errors, &staging, &checkpoints);

@@ -230,13 +230,7 @@ pub fn probe_direct(dir: &Path) -> Result<(), BenchError> {
         })
 }
 
-/// Writes `values` at byte `offset` of `file` through an aligned buffer. `offset` and the byte
-/// length must be multiples of [`DIRECT_ALIGN`] for direct files.
-pub fn write_f64s(file: &File, path: &Path, offset: u64, values: &[f64]) -> Result<(), BenchError> {
-    write_buf(file, path, offset, AlignedBuf::from_f64s(values))
-}
-
-/// Writes a staged buffer at byte `offset` of `file` (see [`write_f64s`]); the buffer is
+/// Writes a staged buffer at byte `offset` of `file` (see [`write_bytes`]); the buffer is
 /// recycled afterwards.
 pub fn write_buf(file: &File, path: &Path, offset: u64, buf: AlignedBuf) -> Result<(), BenchError> {
     write_bytes(file, path, offset, buf.as_slice())
@@ -255,7 +249,7 @@ pub fn write_bytes(file: &File, path: &Path, offset: u64, bytes: &[u8]) -> Resul
 }
 
 /// Reads `out.len()` values at byte `offset` of `file` through an aligned buffer (the
-/// counterpart of [`write_f64s`], usable on direct files).
+/// counterpart of [`write_buf`], usable on direct files).
 pub fn read_f64s_into(
     file: &File,
     path: &Path,
@@ -346,7 +340,7 @@ mod tests {
         let path = dir.join(format!("umt-io-test-{}.bin", std::process::id()));
         let f = create_file(&path, mode, 0).unwrap();
         let vals: Vec<f64> = (0..1024).map(|i| i as f64 * 0.5).collect();
-        write_f64s(&f, &path, 8192, &vals).unwrap();
+        write_buf(&f, &path, 8192, AlignedBuf::from_f64s(&vals)).unwrap();
         assert_eq!(read_f64s(&path, 8192, 1024).unwrap(), vals);
         std::fs::remove_file(&path).unwrap();
     }

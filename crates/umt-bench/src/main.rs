@@ -22,6 +22,7 @@ use umt_bench::heat::{self, HeatParams};
 use umt_bench::io::{BenchError, IoMode, probe_direct};
 use umt_bench::report::{Report, RunReport, median};
 use umt_bench::runner::{self, Engine, Runner, Sample, measure};
+use umt_rt::LeaderPolicy;
 
 #[derive(Parser)]
 #[command(
@@ -60,31 +61,10 @@ struct Common {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// How the leaders of umt-perf and umt-kernel run (default: poll for umt-perf, idle for
-    /// umt-kernel).
-    #[arg(long, value_enum)]
-    leader: Option<Leader>,
-}
-
-/// `umt_rt::LeaderPolicy`, on the command line.
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum Leader {
-    /// `SCHED_IDLE`, woken by the monitor's signal.
-    Idle,
-    /// The normal policy, woken by the monitor's signal.
-    Normal,
-    /// `SCHED_IDLE`, polling while its core idles; the monitor signals nobody.
-    Poll,
-}
-
-impl From<Leader> for umt_rt::LeaderPolicy {
-    fn from(l: Leader) -> Self {
-        match l {
-            Leader::Idle => umt_rt::LeaderPolicy::Idle,
-            Leader::Normal => umt_rt::LeaderPolicy::Normal,
-            Leader::Poll => umt_rt::LeaderPolicy::Poll,
-        }
-    }
+    /// How the leaders of umt-perf and umt-kernel run: idle, normal or poll (default: poll
+    /// for umt-perf, idle for umt-kernel; see umt_rt::LeaderPolicy).
+    #[arg(long)]
+    leader: Option<LeaderPolicy>,
 }
 
 #[derive(Args, Clone)]
@@ -211,8 +191,7 @@ fn compare(
                 Kind::IoOnly => (Runner::Baseline, "I/O only"),
             };
             bar.set_message(label);
-            let leader = common.leader.map(Into::into);
-            samples[k].push(measure(runner, leader, |rt| once(kind, rt))?);
+            samples[k].push(measure(runner, common.leader, |rt| once(kind, rt))?);
             bar.inc(1);
         }
     }
@@ -228,12 +207,7 @@ fn compare(
         .collect();
     let mut params = params;
     params["repeat"] = repeat.into();
-    params["leader"] = match common.leader {
-        Some(l) => clap::ValueEnum::to_possible_value(&l)
-            .map(|v| v.get_name().into())
-            .unwrap_or_default(),
-        None => "default".into(),
-    };
+    params["leader"] = common.leader.map_or("default", LeaderPolicy::name).into();
     Ok(Report {
         workload: workload.into(),
         params,

@@ -38,7 +38,11 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize
     // Poll: when an iteration last drained an event or acted, and the thread's CPU time at
     // the start of this iteration (for `Stats::leader_poll_time`).
     let mut last_busy = Instant::now();
-    let mut cpu_at_start = thread_cpu_time();
+    let mut cpu_at_start = if poll {
+        thread_cpu_time()
+    } else {
+        Duration::ZERO
+    };
     while !reg.terminate.load(Ordering::Acquire) {
         // L1: wait for events of the own core or the scan timeout; or poll (see `poll_pause`).
         if poll {

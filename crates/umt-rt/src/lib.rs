@@ -89,7 +89,7 @@ pub use deps::{Access, Mode};
 #[cfg(not(loom))]
 pub use join::join;
 #[cfg(not(loom))]
-pub use runtime::{BuildError, Builder, LeaderPolicy, Runtime};
+pub use runtime::{BuildError, Builder, LeaderPolicy, ParseLeaderPolicyError, Runtime};
 #[cfg(not(loom))]
 pub use scope::Scope;
 #[cfg(not(loom))]

@@ -85,6 +85,44 @@ pub enum LeaderPolicy {
     Poll,
 }
 
+impl LeaderPolicy {
+    /// Every policy.
+    pub const ALL: [LeaderPolicy; 3] =
+        [LeaderPolicy::Idle, LeaderPolicy::Normal, LeaderPolicy::Poll];
+
+    /// The lowercase name used on command lines and in reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            LeaderPolicy::Idle => "idle",
+            LeaderPolicy::Normal => "normal",
+            LeaderPolicy::Poll => "poll",
+        }
+    }
+}
+
+impl std::fmt::Display for LeaderPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Error of parsing a [`LeaderPolicy`] from text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown leader policy {0:?}: use idle, normal or poll")]
+pub struct ParseLeaderPolicyError(String);
+
+impl std::str::FromStr for LeaderPolicy {
+    type Err = ParseLeaderPolicyError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        LeaderPolicy::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| ParseLeaderPolicyError(s.to_owned()))
+    }
+}
+
 /// Configures a [`Runtime`].
 pub struct Builder {
     cores: Option<Vec<CpuId>>,

@@ -4,7 +4,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use umt_rt::{BackendKind, BuildError, Runtime, Yield};
+use umt_rt::{BackendKind, BuildError, LeaderPolicy, Runtime, Yield};
 
 fn runtimes() -> Vec<Runtime> {
     [BackendKind::Disabled, BackendKind::Auto]
@@ -271,4 +271,14 @@ fn stats_count_tasks() {
         assert_eq!(st.cores.len(), rt.cpus().len());
         assert_eq!(st.cores.iter().map(|c| c.tasks_run).sum::<u64>(), 101);
     }
+}
+
+#[test]
+fn leader_policy_names_round_trip_and_bad_ones_are_explained() {
+    for p in LeaderPolicy::ALL {
+        assert_eq!(p.name().parse::<LeaderPolicy>(), Ok(p));
+        assert_eq!(p.to_string().to_uppercase().parse::<LeaderPolicy>(), Ok(p));
+    }
+    let err = "busy".parse::<LeaderPolicy>().unwrap_err();
+    assert!(err.to_string().contains("idle, normal or poll"), "{err}");
 }

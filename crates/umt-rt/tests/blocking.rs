@@ -208,11 +208,12 @@ fn run_scenario(
     assert_eq!(sc.fillers_done.load(Ordering::SeqCst), FILLERS);
 }
 
-fn one_core_runtime(backend: BackendKind) -> Runtime {
+fn one_core_runtime(backend: BackendKind, policy: LeaderPolicy) -> Runtime {
     let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
     Runtime::builder()
         .cores([cpu])
         .monitor(backend)
+        .leader_policy(policy)
         .build()
         .unwrap()
 }
@@ -230,13 +231,7 @@ fn polling_leader_reuses_the_blocked_core_then_surrenders() {
 }
 
 fn reuses_the_blocked_core_then_surrenders(policy: LeaderPolicy) {
-    let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
-    let rt = Runtime::builder()
-        .cores([cpu])
-        .monitor(monitored_backend())
-        .leader_policy(policy)
-        .build()
-        .unwrap();
+    let rt = one_core_runtime(monitored_backend(), policy);
     if rt.backend() == BackendKind::Disabled {
         eprintln!("skipped: no monitor backend here ({})", rt.selection());
         return;
@@ -300,7 +295,7 @@ fn reuses_the_blocked_core_then_surrenders(policy: LeaderPolicy) {
 
 #[test]
 fn monitor_off_leaves_the_core_waiting() {
-    let rt = one_core_runtime(BackendKind::Disabled);
+    let rt = one_core_runtime(BackendKind::Disabled, LeaderPolicy::Idle);
     run_scenario(
         &rt,
         |sc| {

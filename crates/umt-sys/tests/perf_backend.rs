@@ -80,8 +80,20 @@ fn blocked_reader<'scope>(
     s: &'scope std::thread::Scope<'scope, '_>,
     monitor: &'scope Monitor,
     target: CpuId,
-    mut rx: std::io::PipeReader,
+    rx: std::io::PipeReader,
 ) -> (std::thread::ScopedJoinHandle<'scope, ()>, i32) {
+    blocked_reader_then(s, monitor, target, rx, || {})
+}
+
+/// [`blocked_reader`], which runs `then` after the read, still registered, and returns what it
+/// returns.
+fn blocked_reader_then<'scope, T: Send + 'scope>(
+    s: &'scope std::thread::Scope<'scope, '_>,
+    monitor: &'scope Monitor,
+    target: CpuId,
+    mut rx: std::io::PipeReader,
+    then: impl FnOnce() -> T + Send + 'scope,
+) -> (std::thread::ScopedJoinHandle<'scope, T>, i32) {
     let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let reader = s.spawn(move || {
         cpu::pin_current_thread(target).unwrap();
@@ -89,7 +101,9 @@ fn blocked_reader<'scope>(
         tid_tx.send(cpu::current_tid()).unwrap();
         let mut b = [0u8; 1];
         rx.read_exact(&mut b).unwrap();
+        let out = then();
         monitor.unregister_current_thread().unwrap();
+        out
     });
     let tid = tid_rx.recv().unwrap();
     wait_until_blocked(tid);
@@ -488,28 +502,18 @@ fn an_unsignalled_monitor_is_drained_by_the_thread_itself() {
         .unwrap();
     let other = perf_monitor();
     let target = last_cpu();
-    let (mut rx, mut tx) = std::io::pipe().unwrap();
+    let (rx, mut tx) = std::io::pipe().unwrap();
     std::thread::scope(|s| {
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (monitor, other) = (&monitor, &other);
-        let reader = s.spawn(move || {
-            cpu::pin_current_thread(target).unwrap();
-            monitor.register_current_thread().unwrap();
-            ready_tx.send(cpu::current_tid()).unwrap();
-            let mut b = [0u8; 1];
-            rx.read_exact(&mut b).unwrap();
+        let (reader, _) = blocked_reader_then(s, monitor, target, rx, move || {
             // Back from the block: its own ring holds the block and the unblock.
             let n = monitor.drain_current_thread().unwrap();
             let after = (n, monitor.ready(target), monitor.stats());
             // Drained: nothing more until the next switch.
             assert_eq!(monitor.drain_current_thread().unwrap(), 0);
             // A thread registered elsewhere only is refused.
-            let refused = other.drain_current_thread();
-            monitor.unregister_current_thread().unwrap();
-            (after, refused)
+            (after, other.drain_current_thread())
         });
-        let tid = ready_rx.recv().unwrap();
-        wait_until_blocked(tid);
         // The block is in the ring, but nobody was woken for it.
         assert!(!monitor.wait(Some(Duration::from_millis(50))).unwrap());
         assert!(

@@ -5,8 +5,9 @@
 //! `exclude_kernel = 1` (allowed unprivileged at `perf_event_paranoid <= 2`), an mmap'd ring, and
 //! `watermark = 1, wakeup_watermark = 1` so every record wakes the poller (side-band records
 //! ignore `wakeup_events`); or, with `MonitorBuilder::signal_each_event(false)`, a wake-up only
-//! at half a ring, for users that poll (see the monitor's `README.md`). A switch-out without `PERF_RECORD_MISC_SWITCH_OUT_PREEMPT` means the
-//! thread blocked; the next switch-in means it runs again. A per-thread [`Tracker`] turns that
+//! at half a ring, for users that poll (see the monitor's `README.md`). A switch-out without
+//! `PERF_RECORD_MISC_SWITCH_OUT_PREEMPT` means the thread blocked; the next switch-in means it
+//! runs again. A per-thread [`Tracker`] turns that
 //! into per-core events and compensates migrations. A `PERF_RECORD_LOST` makes the drain re-read
 //! the thread's state from `/proc/self/task/<tid>/stat`, so counts are never silently wrong.
 //!
