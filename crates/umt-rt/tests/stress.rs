@@ -132,7 +132,8 @@ fn every_task_runs_exactly_once_with_polling_leaders() {
         .build()
         .unwrap();
     run_all(&rt);
-    // Every worker parks once the scope is done; the leaders then sleep. Counts balance.
+    // The events were seen, by the leaders or by the workers' own drains: under load the
+    // SCHED_IDLE leaders hardly run, and the workers' drains are then all there is.
     if rt.backend() != BackendKind::Disabled {
         let st = rt.stats();
         assert!(st.monitor_events > 0, "{st:?}");

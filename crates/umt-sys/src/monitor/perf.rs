@@ -547,8 +547,13 @@ impl PerfBackend {
     /// `Monitor::drain_current_thread`).
     pub(crate) fn drain_own(&self, sink: &mut dyn FnMut(MonitorEvent)) -> Result<DrainOutcome> {
         // Usually empty: then a look at the ring's head and tail is all it costs.
-        let slot = self.with_own(|own| Ok(own.peek.has_records().then(|| own.slot.upgrade())))?;
-        let slot = slot.flatten();
+        let slot = self.with_own(|own| {
+            Ok(if own.peek.has_records() {
+                own.slot.upgrade()
+            } else {
+                None
+            })
+        })?;
         let mut outcome = DrainOutcome::default();
         if let Some(slot) = slot
             && let Ok(mut inner) = slot.inner.try_lock()
