@@ -1,50 +1,11 @@
 //! Typed errors. Every message says what went wrong and what to do about it.
 
-use std::fmt;
 use std::io;
 
-use crate::monitor::BackendKind;
+use crate::backend::Unavailable;
 
 /// Result alias of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// Why a monitoring backend cannot run on this machine, and how to fix it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unavailable {
-    /// The backend that was rejected.
-    pub backend: BackendKind,
-    /// What was found.
-    pub reason: String,
-    /// What the user can do about it, when something can be done.
-    pub fix: Option<String>,
-}
-
-impl Unavailable {
-    pub(crate) fn new(backend: BackendKind, reason: impl Into<String>) -> Self {
-        Unavailable {
-            backend,
-            reason: reason.into(),
-            fix: None,
-        }
-    }
-
-    pub(crate) fn with_fix(mut self, fix: impl Into<String>) -> Self {
-        self.fix = Some(fix.into());
-        self
-    }
-}
-
-impl fmt::Display for Unavailable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} backend unavailable: {}", self.backend, self.reason)?;
-        if let Some(fix) = &self.fix {
-            write!(f, " ({fix})")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for Unavailable {}
 
 /// Errors of `umt-sys`.
 #[derive(Debug, thiserror::Error)]

@@ -58,16 +58,16 @@
 #![deny(missing_docs)]
 
 pub mod abi;
+mod backend;
 pub mod cpu;
 mod error;
+mod event;
 mod monitor;
 mod ready;
 
 pub use abi::Events;
+pub use backend::{BackendKind, ParseBackendError, Selection, Unavailable};
 pub use cpu::CpuId;
-pub use error::{Error, Result, Unavailable};
-pub use monitor::{
-    BackendKind, DEFAULT_RING_PAGES, Monitor, MonitorBuilder, MonitorEvent, MonitorStats,
-    ParseBackendError, Selection,
-};
-pub use ready::{Cause, ReadyCounts, ThreadState, Tracker};
+pub use error::{Error, Result};
+pub use event::{Cause, MonitorEvent};
+pub use monitor::{DEFAULT_RING_PAGES, Monitor, MonitorBuilder, MonitorStats};

@@ -9,53 +9,24 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use crate::abi::Events;
 use crate::cpu::CpuId;
-
-/// Why an event was produced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Cause {
-    /// Counted by the UMT kernel extension (the kernel does not say which thread).
-    Kernel,
-    /// The thread blocked in the kernel, or ran again after blocking.
-    Switch,
-    /// The thread moved between cores while runnable: a block on the old core and an unblock
-    /// on the new one keep both counts exact.
-    Migration,
-    /// The thread started being monitored (it counts as ready on its core).
-    Register,
-    /// The thread stopped being monitored.
-    Unregister,
-    /// The thread exited while registered; what it contributed was taken back.
-    Exit,
-    /// Records were lost; the thread's state was re-read from `/proc` and the counts fixed.
-    Resync,
-}
+use crate::event::Cause;
 
 /// Per-core ready counts shared by every thread that drains the monitor.
 #[derive(Debug)]
-pub struct ReadyCounts {
+pub(crate) struct ReadyCounts {
     counts: Box<[AtomicI64]>,
 }
 
 impl ReadyCounts {
     /// Zeroed counts for `cpus` CPU ids.
-    pub fn new(cpus: usize) -> Self {
+    pub(crate) fn new(cpus: usize) -> Self {
         ReadyCounts {
             counts: (0..cpus).map(|_| AtomicI64::new(0)).collect(),
         }
     }
 
-    /// Number of CPU ids covered.
-    pub fn len(&self) -> usize {
-        self.counts.len()
-    }
-
-    /// `true` when no CPU is covered.
-    pub fn is_empty(&self) -> bool {
-        self.counts.is_empty()
-    }
-
     /// Applies a batch of events of one CPU. Events of a CPU beyond the table are ignored.
-    pub fn apply(&self, cpu: CpuId, events: Events) {
+    pub(crate) fn apply(&self, cpu: CpuId, events: Events) {
         if let Some(c) = self.counts.get(cpu) {
             c.fetch_add(events.ready_delta(), Ordering::AcqRel);
         }
@@ -63,14 +34,14 @@ impl ReadyCounts {
 
     /// The ready count of `cpu` (0 for a CPU beyond the table).
     #[inline]
-    pub fn get(&self, cpu: CpuId) -> i64 {
+    pub(crate) fn get(&self, cpu: CpuId) -> i64 {
         self.counts
             .get(cpu)
             .map_or(0, |c| c.load(Ordering::Acquire))
     }
 
     /// All counts, indexed by CPU id.
-    pub fn snapshot(&self) -> Vec<i64> {
+    pub(crate) fn snapshot(&self) -> Vec<i64> {
         self.counts
             .iter()
             .map(|c| c.load(Ordering::Acquire))
@@ -80,7 +51,7 @@ impl ReadyCounts {
 
 /// What a tracker believes about its thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ThreadState {
+pub(crate) enum ThreadState {
     /// Running or runnable on this CPU: counted in that CPU's ready count.
     Ready(CpuId),
     /// Blocked in the kernel: counted nowhere.
@@ -93,26 +64,21 @@ pub enum ThreadState {
 /// equals the thread's contribution: +1 on the core it is ready on, 0 when blocked. The input
 /// may be any sequence (records can be lost), and the accounting stays exact.
 #[derive(Debug, Clone)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     state: ThreadState,
 }
 
 impl Tracker {
     /// A thread that starts being monitored while running on `cpu`.
-    pub fn start(cpu: CpuId, emit: &mut impl FnMut(CpuId, Events, Cause)) -> Self {
+    pub(crate) fn start(cpu: CpuId, emit: &mut impl FnMut(CpuId, Events, Cause)) -> Self {
         emit(cpu, Events::UNBLOCK, Cause::Register);
         Tracker {
             state: ThreadState::Ready(cpu),
         }
     }
 
-    /// The current belief.
-    pub fn state(&self) -> ThreadState {
-        self.state
-    }
-
     /// The thread was switched out on `cpu`; `preempted` when it stays runnable.
-    pub fn switch_out(
+    pub(crate) fn switch_out(
         &mut self,
         cpu: CpuId,
         preempted: bool,
@@ -127,12 +93,16 @@ impl Tracker {
     }
 
     /// The thread was switched in on `cpu`.
-    pub fn switch_in(&mut self, cpu: CpuId, emit: &mut impl FnMut(CpuId, Events, Cause)) {
+    pub(crate) fn switch_in(&mut self, cpu: CpuId, emit: &mut impl FnMut(CpuId, Events, Cause)) {
         self.arrive(cpu, Cause::Switch, emit);
     }
 
     /// Records were lost: adopt the state observed from outside (for example `/proc`).
-    pub fn resync(&mut self, observed: ThreadState, emit: &mut impl FnMut(CpuId, Events, Cause)) {
+    pub(crate) fn resync(
+        &mut self,
+        observed: ThreadState,
+        emit: &mut impl FnMut(CpuId, Events, Cause),
+    ) {
         match observed {
             ThreadState::Ready(cpu) => self.arrive(cpu, Cause::Resync, emit),
             ThreadState::Blocked => {
@@ -145,7 +115,7 @@ impl Tracker {
     }
 
     /// The thread stops being monitored: whatever it contributed is taken back.
-    pub fn stop(self, emit: &mut impl FnMut(CpuId, Events, Cause)) {
+    pub(crate) fn stop(self, emit: &mut impl FnMut(CpuId, Events, Cause)) {
         if let ThreadState::Ready(cpu) = self.state {
             emit(cpu, Events::BLOCK, Cause::Unregister);
         }

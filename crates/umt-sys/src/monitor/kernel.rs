@@ -6,13 +6,13 @@ use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags, EpollTimeout};
 
-use super::{BackendKind, MonitorEvent};
 use crate::abi::{
     Events, SYS_UMT_ENABLE, SYS_UMT_THREAD_CTRL, UMT_ABI_VERSION, UMT_DISABLE, UMT_FD_CLOEXEC,
     UMT_FD_NONBLOCK, UMT_SYSFS_ABI_VERSION, UMT_THREAD_MONITOR, UMT_THREAD_UNMONITOR,
 };
-use crate::error::{Error, Result, Unavailable};
-use crate::ready::Cause;
+use crate::backend::{BackendKind, Unavailable};
+use crate::error::{Error, Result};
+use crate::event::{Cause, MonitorEvent};
 
 const FIX: &str = "boot the patched kernel from kernel-patch/ (`cargo xtask vm run -- CMD`), \
                    or use the perf backend";

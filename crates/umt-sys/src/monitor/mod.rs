@@ -4,11 +4,11 @@
 
 mod kernel;
 mod perf;
+mod select;
 
 use std::collections::HashSet;
 use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -16,99 +16,14 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollTimeout};
 
-use crate::abi::Events;
+use crate::backend::{BackendKind, Selection, Unavailable};
 use crate::cpu::{self, CpuId};
-use crate::error::{Error, Result, Unavailable};
-use crate::ready::{Cause, ReadyCounts};
+use crate::error::{Error, Result};
+use crate::event::{Cause, MonitorEvent};
+use crate::ready::ReadyCounts;
+use select::Backend;
 
 pub use perf::DEFAULT_RING_PAGES;
-
-/// Which backend to use, as asked by the user.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum BackendKind {
-    /// The best available: Kernel, else Perf, else Disabled.
-    #[default]
-    Auto,
-    /// The UMT kernel extension (`umt_enable`, `umt_thread_ctrl`, per-core eventfds).
-    Kernel,
-    /// Context-switch records from `perf_event_open`, for stock kernels (Linux >= 4.3).
-    Perf,
-    /// No monitoring: no events, ready counts stay 0 (the benchmark baseline).
-    Disabled,
-}
-
-impl BackendKind {
-    /// The lowercase name used on command lines and in reports.
-    pub const fn name(self) -> &'static str {
-        match self {
-            BackendKind::Auto => "auto",
-            BackendKind::Kernel => "kernel",
-            BackendKind::Perf => "perf",
-            BackendKind::Disabled => "disabled",
-        }
-    }
-}
-
-impl fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Error of parsing a [`BackendKind`] from text.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown monitor backend {0:?}: use auto, kernel, perf or off")]
-pub struct ParseBackendError(String);
-
-impl FromStr for BackendKind {
-    type Err = ParseBackendError;
-
-    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "auto" => Ok(BackendKind::Auto),
-            "kernel" | "umt" => Ok(BackendKind::Kernel),
-            "perf" | "perf-switch" | "perfswitch" => Ok(BackendKind::Perf),
-            "off" | "disabled" | "none" => Ok(BackendKind::Disabled),
-            _ => Err(ParseBackendError(s.to_owned())),
-        }
-    }
-}
-
-/// How a backend was chosen: the one in use and why each better one was rejected.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Selection {
-    /// What the user asked for.
-    pub requested: BackendKind,
-    /// The backend in use (never `Auto`).
-    pub chosen: BackendKind,
-    /// Backends tried before `chosen`, each with the reason it could not run and the fix.
-    pub rejected: Vec<Unavailable>,
-}
-
-impl fmt::Display for Selection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "backend: {} (requested {})", self.chosen, self.requested)?;
-        for r in &self.rejected {
-            write!(f, "; {r}")?;
-        }
-        Ok(())
-    }
-}
-
-/// One batch of events of one core, with where it came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MonitorEvent {
-    /// The core the events are accounted on.
-    pub cpu: CpuId,
-    /// How many monitored threads blocked and unblocked there.
-    pub events: Events,
-    /// Why the events were produced.
-    pub cause: Cause,
-    /// The thread, when the backend knows it (Perf does, Kernel does not).
-    pub tid: Option<i32>,
-    /// `CLOCK_MONOTONIC` time of the context switch in nanoseconds, when the backend knows it.
-    pub time_ns: Option<u64>,
-}
 
 /// Counters of what a monitor has seen since it was created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -138,12 +53,6 @@ struct StatCounters {
     migrations: AtomicU64,
     lost_records: AtomicU64,
     overflows: AtomicU64,
-}
-
-enum Backend {
-    Kernel(kernel::KernelBackend),
-    Perf(perf::PerfBackend),
-    Disabled,
 }
 
 /// Configures and builds a [`Monitor`].
@@ -183,9 +92,9 @@ impl MonitorBuilder {
     ///
     /// With `false`, the Perf backend asks the kernel to wake waiters only when a thread's
     /// ring is half full. A context switch then writes its record and nothing else, where it
-    /// would also raise an irq_work self-interrupt: a VM exit in a virtual machine, about
-    /// 20 us per record in the Firecracker guest this was measured in (a switch between two
-    /// monitored threads cost 50 us instead of 12 us). Waiters then sleep through events, so
+    /// would also raise an irq_work self-interrupt: a VM exit in a virtual machine, which
+    /// costs ten times the record itself (measured figures: `src/monitor/README.md`, "What a
+    /// record costs"). Waiters then sleep through events, so
     /// whoever turns this off must poll: [`Monitor::drain_with`] from a thread that runs when
     /// a core idles, [`Monitor::drain_current_thread`] from the monitored threads. The Kernel
     /// backend signals its eventfds either way: an eventfd write raises no interrupt.
@@ -206,49 +115,16 @@ impl MonitorBuilder {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
             .map_err(|e| Error::os("epoll_create1", e))?;
 
-        let order: &[BackendKind] = match self.backend {
-            BackendKind::Auto => &[BackendKind::Kernel, BackendKind::Perf],
-            BackendKind::Kernel => &[BackendKind::Kernel],
-            BackendKind::Perf => &[BackendKind::Perf],
-            BackendKind::Disabled => &[],
-        };
-        let mut rejected = Vec::new();
-        let mut chosen = None;
-        for &kind in order {
-            let attempt = match kind {
-                BackendKind::Kernel => {
-                    kernel::KernelBackend::open(possible, &epoll).map(Backend::Kernel)
-                }
-                _ => perf::PerfBackend::open(self.ring_pages, self.signal_each_event)
-                    .map(Backend::Perf),
-            };
-            match attempt {
-                Ok(b) => {
-                    chosen = Some((kind, b));
-                    break;
-                }
-                Err(Error::Unavailable(u)) if self.backend == BackendKind::Auto => rejected.push(u),
-                // Another Monitor of this process holds the kernel's one UMT state.
-                Err(Error::KernelBusy) if self.backend == BackendKind::Auto => rejected.push(
-                    Unavailable::new(
-                        BackendKind::Kernel,
-                        "UMT is already enabled in this process by another Monitor".to_string(),
-                    )
-                    .with_fix(
-                        "share one Monitor (one runtime) per process to get the Kernel backend",
-                    ),
-                ),
-                Err(e) => return Err(e),
-            }
-        }
-        let (kind, backend) = chosen.unwrap_or((BackendKind::Disabled, Backend::Disabled));
+        let (backend, selection) = select::open(
+            self.backend,
+            possible,
+            &epoll,
+            self.ring_pages,
+            self.signal_each_event,
+        )?;
         Ok(Monitor {
             backend,
-            selection: Selection {
-                requested: self.backend,
-                chosen: kind,
-                rejected,
-            },
+            selection,
             counts: ReadyCounts::new(possible),
             epoll,
             cpu_sets: (0..possible).map(|_| OnceLock::new()).collect(),
@@ -498,7 +374,7 @@ impl Monitor {
     }
 
     /// [`Monitor::wait`], woken only by what concerns `cpu`: with the Kernel backend, its
-    /// eventfd; with PerfSwitch, the rings of the threads registered while running on `cpu`
+    /// eventfd; with Perf, the rings of the threads registered while running on `cpu`
     /// (pinned workers: that core's workers). A thread that waits here pinned to `cpu` at
     /// `SCHED_IDLE` runs exactly when that core has nothing else to run: when its workers have
     /// blocked. Another waiter's drain may consume the readiness first (perf rings report it

@@ -1,0 +1,199 @@
+//! A thread's ring: the records the kernel writes for its switches, consumed into events by
+//! one drainer at a time, and a second mapping to see without a lock whether it holds any.
+
+use std::io;
+use std::os::fd::{BorrowedFd, RawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use nix::sys::mman;
+use perf_event::Sampler;
+use perf_event_open_sys::bindings::{
+    PERF_RECORD_LOST, PERF_RECORD_MISC_SWITCH_OUT, PERF_RECORD_MISC_SWITCH_OUT_PREEMPT,
+    PERF_RECORD_SWITCH, perf_event_mmap_page,
+};
+
+use super::parse::{MAX_RECORD_LEN, parse_lost, parse_sample_id, proc_thread_state};
+use crate::abi::Events;
+use crate::cpu::CpuId;
+use crate::error::{Error, Result};
+use crate::event::{Cause, MonitorEvent};
+use crate::ready::Tracker;
+
+/// A second mapping of a thread's ring, for a look at whether it holds records without taking
+/// the slot's lock (`Monitor::drain_current_thread` calls it at every scheduling point of a
+/// polling runtime). The kernel lets a ring be mapped again at its size, sharing the same
+/// buffer; the mapping keeps the buffer alive even after the event's descriptor is closed.
+pub(super) struct RingPeek {
+    page: std::ptr::NonNull<perf_event_mmap_page>,
+    len: std::num::NonZeroUsize,
+}
+
+impl RingPeek {
+    /// Maps `len` bytes (header page and data) of the ring of the perf event `fd`.
+    pub(super) fn new(fd: BorrowedFd<'_>, len: usize) -> Result<RingPeek> {
+        let len = std::num::NonZeroUsize::new(len).ok_or_else(|| {
+            Error::os(
+                "mmap(perf ring)",
+                io::Error::from(io::ErrorKind::InvalidInput),
+            )
+        })?;
+        // SAFETY: a new shared mapping chosen by the kernel (no address given), so it replaces
+        // nothing; the descriptor is a perf event whose ring of this size is already mapped by
+        // its sampler, so the kernel maps the same buffer again. We only ever read it.
+        let ptr = unsafe {
+            mman::mmap(
+                None,
+                len,
+                mman::ProtFlags::PROT_READ | mman::ProtFlags::PROT_WRITE,
+                mman::MapFlags::MAP_SHARED,
+                fd,
+                0,
+            )
+        }
+        .map_err(|e| Error::os("mmap(perf ring)", e))?;
+        Ok(RingPeek {
+            page: ptr.cast(),
+            len,
+        })
+    }
+
+    /// Whether the kernel has written records the drains have not consumed yet. A record
+    /// written right after this look is found by the next one.
+    pub(super) fn has_records(&self) -> bool {
+        let page = self.page.as_ptr();
+        // SAFETY: `page` is the ring's header page, mapped readable and writable for as long
+        // as `self` lives; both fields are aligned u64s. The kernel writes `data_head` (with a
+        // release store after the record) and drainers write `data_tail`, so both are read
+        // atomically; only loads happen through this mapping.
+        let (head, tail) = unsafe {
+            (
+                AtomicU64::from_ptr(&raw mut (*page).data_head).load(Ordering::Acquire),
+                AtomicU64::from_ptr(&raw mut (*page).data_tail).load(Ordering::Relaxed),
+            )
+        };
+        head != tail
+    }
+}
+
+impl Drop for RingPeek {
+    fn drop(&mut self) {
+        // SAFETY: the mapping was made in `new` with this length and is not used afterwards.
+        let _ = unsafe { mman::munmap(self.page.cast(), self.len.get()) };
+    }
+}
+
+/// `PERF_EVENT_IOC_PAUSE_OUTPUT` on the calling thread's own event: while paused, the kernel
+/// drops its records (counting them, and reporting the count in a `PERF_RECORD_LOST` before
+/// the next record) without writing or waking anything. Unlike `PERF_EVENT_IOC_DISABLE`, which
+/// reschedules the thread's whole perf context (about 1.5 us in a VM), it only sets a flag.
+pub(super) fn set_paused(fd: RawFd, paused: bool) -> Result<()> {
+    // SAFETY: `fd` comes from the calling thread's `Own` entry of a backend the caller borrows,
+    // so the slot's sampler keeps it open (see `Own::fd`); the ioctl takes no pointer.
+    let r = unsafe { perf_event_open_sys::ioctls::PAUSE_OUTPUT(fd, u32::from(paused)) };
+    if r < 0 {
+        return Err(Error::os(
+            "ioctl(PERF_EVENT_IOC_PAUSE_OUTPUT)",
+            io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// The part of a slot one drainer owns at a time.
+pub(super) struct SlotInner {
+    pub(super) sampler: Sampler,
+    pub(super) tracker: Option<Tracker>,
+    /// Set once the thread has muted. Every mute in which the kernel dropped records is then
+    /// reported by a `PERF_RECORD_LOST`, which needs no resync: a muted thread is running.
+    pub(super) has_muted: Arc<AtomicBool>,
+}
+
+pub(super) fn sink_for<'a>(
+    tid: i32,
+    sink: &'a mut dyn FnMut(MonitorEvent),
+    time_ns: Option<u64>,
+) -> impl FnMut(CpuId, Events, Cause) + 'a {
+    move |cpu, events, cause| {
+        sink(MonitorEvent {
+            cpu,
+            events,
+            cause,
+            tid: Some(tid),
+            time_ns,
+        })
+    }
+}
+
+/// What one pass over a ring found besides events.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Consumed {
+    /// Records the kernel reported lost (`PERF_RECORD_LOST`).
+    pub(super) lost: u64,
+    /// The ring was (nearly) full, so the kernel may have dropped records it has not reported
+    /// yet: it writes the `PERF_RECORD_LOST` only once a record fits again.
+    pub(super) overflowed: bool,
+}
+
+impl SlotInner {
+    /// Consumes every record in the ring; resynchronises the thread if records may be missing.
+    pub(super) fn consume(
+        &mut self,
+        tid: i32,
+        ring_bytes: usize,
+        resyncs: &AtomicU64,
+        sink: &mut dyn FnMut(MonitorEvent),
+    ) -> Consumed {
+        let SlotInner {
+            sampler,
+            tracker,
+            has_muted,
+        } = self;
+        let mut lost = 0u64;
+        let mut saw_lost = false;
+        let mut bytes = 0usize;
+        while let Some(record) = sampler.next_record() {
+            bytes += record.len() + std::mem::size_of::<u64>();
+            let Some(tr) = tracker.as_mut() else { continue };
+            let body = record.to_contiguous();
+            match record.ty() {
+                PERF_RECORD_SWITCH => {
+                    let Some(id) = parse_sample_id(&body) else {
+                        continue;
+                    };
+                    let misc = u32::from(record.misc());
+                    let mut emit = sink_for(tid, sink, Some(id.time_ns));
+                    let cpu = id.cpu as CpuId;
+                    if misc & PERF_RECORD_MISC_SWITCH_OUT != 0 {
+                        let preempted = misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0;
+                        tr.switch_out(cpu, preempted, &mut emit);
+                    } else {
+                        tr.switch_in(cpu, &mut emit);
+                    }
+                }
+                PERF_RECORD_LOST => {
+                    saw_lost = true;
+                    lost += parse_lost(&body).unwrap_or(1);
+                }
+                _ => {}
+            }
+        }
+        // The fill level only grows between passes, so a pass that found less than a full ring
+        // minus one record proves no record was dropped since the previous pass.
+        let overflowed = bytes + MAX_RECORD_LEN >= ring_bytes;
+        // Records dropped while the thread was muted are reported lost; a real loss comes with a
+        // full ring, which `overflowed` catches whatever the LOST records say.
+        if saw_lost && has_muted.load(Ordering::Relaxed) {
+            saw_lost = false;
+            lost = 0;
+        }
+        if (saw_lost || overflowed)
+            && let Some(tr) = tracker.as_mut()
+        {
+            // The ring is empty now, so the thread's present state is the one to adopt.
+            tr.resync(proc_thread_state(tid), &mut sink_for(tid, sink, None));
+            resyncs.fetch_add(1, Ordering::Relaxed);
+        }
+        Consumed { lost, overflowed }
+    }
+}
