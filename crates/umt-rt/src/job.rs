@@ -1,12 +1,8 @@
 //! A unit of work in the queues: a type-erased pointer and the function that runs it.
 //!
 //! Two kinds. A *boxed* job owns its closure on the heap (spawns). A *stack* job points to a
-//! [`StackJob`] in the frame of a `join` that waits for it, which saves an allocation per join.
-
-use std::cell::UnsafeCell;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-
-use crate::latch::JoinLatch;
+//! `StackJob` in the frame of a `join` that waits for it (see `join.rs`), which saves an
+//! allocation per join.
 
 /// A job in a queue.
 pub(crate) struct Job {
@@ -45,7 +41,16 @@ impl Job {
         }
     }
 
-    /// Whether this job runs `target` in place (see [`StackJob::as_job`]): how `join` recognises
+    /// A job that runs `execute(data)`: how `join` makes a stack job.
+    ///
+    /// # Safety
+    /// `execute` must be sound to call once with `data`, on any thread, until the job runs:
+    /// `data` points to a `Send` closure that outlives the job.
+    pub(crate) unsafe fn from_raw(data: *const (), execute: unsafe fn(*const ())) -> Job {
+        Job { data, execute }
+    }
+
+    /// Whether this job runs `target` in place (see `join.rs`'s `StackJob`): how `join` recognises
     /// its own job when it pops it back. A boxed job's data is on the heap, never equal.
     #[inline]
     pub(crate) fn is<T>(&self, target: &T) -> bool {
@@ -57,71 +62,5 @@ impl Job {
         // SAFETY: `execute` matches `data` (both set by one constructor), and `run` takes the
         // job by value, so it runs once.
         unsafe { (self.execute)(self.data) }
-    }
-}
-
-/// The second closure of a `join`, waiting in the joining frame: run by a thief as a job, which
-/// stores the result and sets the latch, or by the joiner itself, inline, when it pops the job
-/// back (no latch, no result slot: the common case costs a push and a pop).
-pub(crate) struct StackJob<F, R> {
-    f: UnsafeCell<Option<F>>,
-    result: UnsafeCell<Option<std::thread::Result<R>>>,
-    latch: JoinLatch,
-}
-
-impl<F: FnOnce() -> R + Send, R: Send> StackJob<F, R> {
-    pub(crate) fn new(f: F, latch: JoinLatch) -> Self {
-        StackJob {
-            f: UnsafeCell::new(Some(f)),
-            result: UnsafeCell::new(None),
-            latch,
-        }
-    }
-
-    /// Set once a job run finished (never by [`StackJob::run_inline`]).
-    pub(crate) fn latch(&self) -> &JoinLatch {
-        &self.latch
-    }
-
-    /// A job that runs the closure in place (see [`Job::is`]).
-    ///
-    /// # Safety
-    /// `self` must not move or be dropped while the job is queued or running: the caller waits
-    /// for the latch, which the job sets as its last action, unless it pops the job back
-    /// itself. The job must be run at most once.
-    pub(crate) unsafe fn as_job(&self) -> Job {
-        unsafe fn execute<F: FnOnce() -> R, R>(data: *const ()) {
-            // SAFETY: `data` points to a live `StackJob<F, R>` (contract of `as_job`), and only
-            // this one run touches its cells until the latch is set.
-            let this = unsafe { &*(data as *const StackJob<F, R>) };
-            // SAFETY: as above; the joiner reads `result` only after seeing the latch set.
-            unsafe {
-                if let Some(f) = (*this.f.get()).take() {
-                    *this.result.get() = Some(catch_unwind(AssertUnwindSafe(f)));
-                }
-            }
-            this.latch.set();
-        }
-        Job {
-            data: self as *const Self as *const (),
-            execute: execute::<F, R>,
-        }
-    }
-
-    /// Runs the closure on the calling thread, catching a panic; `None` if a job run took it.
-    ///
-    /// # Safety
-    /// The job of [`StackJob::as_job`] must not be queued or running: the caller popped it back
-    /// (and drops it unrun) or never queued it.
-    pub(crate) unsafe fn run_inline(&self) -> Option<std::thread::Result<R>> {
-        // SAFETY: no job run can touch the cell (contract above), and only the joiner's thread
-        // calls this.
-        let f = unsafe { (*self.f.get()).take() }?;
-        Some(catch_unwind(AssertUnwindSafe(f)))
-    }
-
-    /// The result a job run stored; call after seeing the latch set.
-    pub(crate) fn into_result(self) -> Option<std::thread::Result<R>> {
-        self.result.into_inner()
     }
 }

@@ -1,9 +1,12 @@
-//! `join`: run two closures, potentially in parallel.
+//! `join`: run two closures, potentially in parallel. Its pieces live here together: the
+//! second closure waits in the joining frame as a [`StackJob`], and a [`JoinLatch`] tells the
+//! joiner when a thief has run it.
 
+use std::cell::UnsafeCell;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::job::StackJob;
-use crate::latch::{JoinLatch, Probe};
+use crate::job::Job;
 use crate::worker::{WorkerCtx, with_current};
 
 /// Runs `a` and `b`, potentially in parallel, and returns both results. `b` is offered to
@@ -39,7 +42,7 @@ where
     ctx.push(job);
     let result_a = catch_unwind(AssertUnwindSafe(a));
     let mut result_b = None;
-    while result_b.is_none() && !job_b.latch().probe() {
+    while result_b.is_none() && !job_b.latch.is_set() {
         match ctx.pop_local() {
             // Nobody stole `b`: run it here, inline.
             // SAFETY: the job is out of the deque, and dropped unrun.
@@ -47,7 +50,7 @@ where
             Some(job) => {
                 ctx.execute(job);
             }
-            None => ctx.wait_until(job_b.latch()),
+            None => ctx.wait_until(&|| job_b.latch.is_set()),
         }
     }
     let result_b = result_b
@@ -56,5 +59,104 @@ where
     match (result_a, result_b) {
         (Ok(ra), Ok(rb)) => (ra, rb),
         (Err(p), _) | (_, Err(p)) => resume_unwind(p),
+    }
+}
+
+/// The latch of a `join`'s second closure. Only workers of the joiner's runtime run that job
+/// (it sits in the joiner's deque), so the setter wakes the joiner through its own registry:
+/// creating the latch touches no reference count, and dropping it is free.
+#[derive(Debug)]
+struct JoinLatch {
+    set: AtomicBool,
+    /// Slot index of the joining worker.
+    owner: usize,
+}
+
+impl JoinLatch {
+    fn new(owner: usize) -> Self {
+        JoinLatch {
+            set: AtomicBool::new(false),
+            owner,
+        }
+    }
+
+    /// Marks the latch set and wakes the joiner, unless the joiner set it itself. The joiner
+    /// may free the latch as soon as it sees the flag: only a copy of `owner` is used after.
+    fn set(&self) {
+        let owner = self.owner;
+        self.set.store(true, Ordering::Release);
+        with_current(|ctx| {
+            if let Some(ctx) = ctx
+                && ctx.index() != owner
+            {
+                ctx.registry().notify(owner);
+            }
+        })
+    }
+
+    #[inline]
+    fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+}
+
+/// The second closure of a `join`, waiting in the joining frame: run by a thief as a job, which
+/// stores the result and sets the latch, or by the joiner itself, inline, when it pops the job
+/// back (no latch, no result slot: the common case costs a push and a pop).
+struct StackJob<F, R> {
+    f: UnsafeCell<Option<F>>,
+    result: UnsafeCell<Option<std::thread::Result<R>>>,
+    /// Set once a job run finished (never by [`StackJob::run_inline`]).
+    latch: JoinLatch,
+}
+
+impl<F: FnOnce() -> R + Send, R: Send> StackJob<F, R> {
+    fn new(f: F, latch: JoinLatch) -> Self {
+        StackJob {
+            f: UnsafeCell::new(Some(f)),
+            result: UnsafeCell::new(None),
+            latch,
+        }
+    }
+
+    /// A job that runs the closure in place (see [`Job::is`]).
+    ///
+    /// # Safety
+    /// `self` must not move or be dropped while the job is queued or running: the caller waits
+    /// for the latch, which the job sets as its last action, unless it pops the job back
+    /// itself. The job must be run at most once.
+    unsafe fn as_job(&self) -> Job {
+        unsafe fn execute<F: FnOnce() -> R, R>(data: *const ()) {
+            // SAFETY: `data` points to a live `StackJob<F, R>` (contract of `as_job`), and only
+            // this one run touches its cells until the latch is set.
+            let this = unsafe { &*(data as *const StackJob<F, R>) };
+            // SAFETY: as above; the joiner reads `result` only after seeing the latch set.
+            unsafe {
+                if let Some(f) = (*this.f.get()).take() {
+                    *this.result.get() = Some(catch_unwind(AssertUnwindSafe(f)));
+                }
+            }
+            this.latch.set();
+        }
+        // SAFETY: the closure is `Send` (bound of this impl) and the frame outlives the job
+        // (contract of `as_job`).
+        unsafe { Job::from_raw(self as *const Self as *const (), execute::<F, R>) }
+    }
+
+    /// Runs the closure on the calling thread, catching a panic; `None` if a job run took it.
+    ///
+    /// # Safety
+    /// The job of [`StackJob::as_job`] must not be queued or running: the caller popped it back
+    /// (and drops it unrun) or never queued it.
+    unsafe fn run_inline(&self) -> Option<std::thread::Result<R>> {
+        // SAFETY: no job run can touch the cell (contract above), and only the joiner's thread
+        // calls this.
+        let f = unsafe { (*self.f.get()).take() }?;
+        Some(catch_unwind(AssertUnwindSafe(f)))
+    }
+
+    /// The result a job run stored; call after seeing the latch set.
+    fn into_result(self) -> Option<std::thread::Result<R>> {
+        self.result.into_inner()
     }
 }

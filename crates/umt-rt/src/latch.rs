@@ -1,4 +1,5 @@
-//! Latches: one-shot "done" flags with a known waiter to wake.
+//! Latches: one-shot "done" flags with a known waiter to wake, and how a thread waits for
+//! a condition (a worker runs other tasks meanwhile, any other thread parks).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -6,11 +7,6 @@ use std::thread::Thread;
 
 use crate::registry::Registry;
 use crate::worker::with_current;
-
-/// Something a waiting thread polls: `true` once the awaited work is complete.
-pub(crate) trait Probe {
-    fn probe(&self) -> bool;
-}
 
 /// Who waits for a latch, and so must be woken when it is set.
 #[derive(Debug, Clone)]
@@ -60,64 +56,28 @@ impl Latch {
         self.set.store(true, Ordering::Release);
         waiter.wake();
     }
-}
 
-impl Probe for Latch {
-    fn probe(&self) -> bool {
+    /// Whether [`Latch::set`] was called.
+    pub(crate) fn is_set(&self) -> bool {
         self.set.load(Ordering::Acquire)
     }
-}
 
-/// The latch of a `join`'s second closure. Only workers of the joiner's runtime run that job
-/// (it sits in the joiner's deque), so the setter wakes the joiner through its own registry:
-/// creating the latch touches no reference count, and dropping it is free.
-#[derive(Debug)]
-pub(crate) struct JoinLatch {
-    set: AtomicBool,
-    /// Slot index of the joining worker.
-    owner: usize,
-}
-
-impl JoinLatch {
-    pub(crate) fn new(owner: usize) -> Self {
-        JoinLatch {
-            set: AtomicBool::new(false),
-            owner,
-        }
-    }
-
-    /// Marks the latch set and wakes the joiner, unless the joiner set it itself. The joiner
-    /// may free the latch as soon as it sees the flag: only a copy of `owner` is used after.
-    pub(crate) fn set(&self) {
-        let owner = self.owner;
-        self.set.store(true, Ordering::Release);
-        with_current(|ctx| {
-            if let Some(ctx) = ctx
-                && ctx.index() != owner
-            {
-                ctx.registry().notify(owner);
-            }
-        })
+    /// Blocks the calling thread until the latch is set (see [`wait_until`]).
+    pub(crate) fn wait(&self) {
+        wait_until(&|| self.is_set());
     }
 }
 
-impl Probe for JoinLatch {
-    #[inline]
-    fn probe(&self) -> bool {
-        self.set.load(Ordering::Acquire)
-    }
-}
-
-/// Blocks the calling thread until `probe` is true. Workers run other tasks meanwhile; other
-/// threads park (they must be the waiter the completing side wakes).
-pub(crate) fn wait_until(probe: &dyn Probe) {
-    if probe.probe() {
+/// Blocks the calling thread until `done()` is true. Workers run other tasks meanwhile; other
+/// threads park, so whoever makes `done()` true must wake them (a [`Waiter`]).
+pub(crate) fn wait_until(done: &dyn Fn() -> bool) {
+    if done() {
         return;
     }
     with_current(|ctx| match ctx {
-        Some(ctx) => ctx.wait_until(probe),
+        Some(ctx) => ctx.wait_until(done),
         None => {
-            while !probe.probe() {
+            while !done() {
                 std::thread::park();
             }
         }

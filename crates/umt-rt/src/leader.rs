@@ -5,13 +5,30 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::config::LeaderPolicy;
+use crate::pool::Fill;
 use crate::registry::Registry;
-use crate::runtime::LeaderPolicy;
 use crate::starter::StartRequests;
 
+/// Starts the leader of core `core`; its handle joins the registry's, for shutdown.
+pub(crate) fn start(
+    reg: &Arc<Registry>,
+    starter: &StartRequests,
+    core: usize,
+) -> std::io::Result<std::thread::Thread> {
+    let (r, starter) = (reg.clone(), starter.clone());
+    let handle = std::thread::Builder::new()
+        .name(format!("umt-leader-{}", reg.config.cpus[core]))
+        .spawn(move || leader_main(r, starter, core))?;
+    let thread = handle.thread().clone();
+    crate::sync::lock(&reg.threads).push(handle);
+    Ok(thread)
+}
+
 /// The leader of core `own` (an index into the runtime's cores).
-pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
-    let cpu = reg.cpus[own];
+fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
+    let cfg = &reg.config;
+    let cpu = cfg.cpus[own];
     // L0: run on the own core, and only when it would otherwise idle. A core whose workers all
     // blocked has just gone idle, so its leader runs there at once; and its wake-ups never
     // preempt a busy worker, whose switch records would wake it again (a feedback loop with
@@ -21,20 +38,20 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize
     if let Err(e) = umt_sys::cpu::pin_current_thread(cpu) {
         tracing::warn!("umt-rt: leader of CPU {cpu} runs unpinned: {e}");
     }
-    if reg.leader_policy != LeaderPolicy::Normal
+    if cfg.leader_policy != LeaderPolicy::Normal
         && let Err(e) = umt_sys::cpu::set_current_thread_idle_policy()
     {
         tracing::warn!("umt-rt: leader of CPU {cpu} keeps the normal policy: {e}");
     }
-    let cores = reg.cpus.len();
+    let cores = reg.cores();
     // Per core, read before each drain: (activation count, a wake is in flight).
     let mut views: Vec<(u64, bool)> = vec![(0, false); cores];
     // The periodic scan only corrects counts that missed an event. While scans find nothing,
     // the timeout doubles (up to 64 periods) so a busy, non-blocking program is not
     // interrupted every period; any event or action resets it. Events wake the leader anyway.
-    let mut timeout = reg.scan_period;
-    let max_timeout = reg.scan_period * 64;
-    let poll = reg.leader_policy == LeaderPolicy::Poll;
+    let mut timeout = cfg.scan_period;
+    let max_timeout = cfg.scan_period * 64;
+    let poll = cfg.polling();
     // Poll: when an iteration last drained an event or acted, and the thread's CPU time at
     // the start of this iteration (for `Stats::leader_poll_time`).
     let mut last_busy = Instant::now();
@@ -49,7 +66,7 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize
             poll_pause(&reg, own, last_busy.elapsed() < max_timeout, max_timeout);
         } else if let Err(e) = reg.monitor.wait_cpu(cpu, Some(timeout)) {
             tracing::warn!("umt-rt: leader wait failed: {e}");
-            std::thread::sleep(reg.scan_period);
+            std::thread::sleep(cfg.scan_period);
         }
         reg.counters
             .leader_iterations
@@ -57,7 +74,7 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize
         // Read before draining: a woken worker ends its wake in flight only once it runs, when
         // its unblock is in the kernel's counts, so a core with no wake in flight here has
         // every woken worker in the drain below. A wake that starts after this read changes
-        // the core's activation count, which `wake_or_create` checks under the core's lock.
+        // the core's activation count, which `fill` checks under the core's lock.
         for (core, view) in views.iter_mut().enumerate() {
             *view = reg.pools.leader_view(core);
         }
@@ -81,7 +98,7 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize
         // L3: every core (the drain may hold another core's block) with no ready worker while
         // work is queued (or a task of a surrendered worker waits) gets one.
         for (core, &(seen, in_flight)) in views.iter().enumerate() {
-            let ready = reg.monitor.ready(reg.cpus[core]);
+            let ready = reg.monitor.ready(cfg.cpus[core]);
             // Time accounting: the state this drain leaves holds until the next drain.
             reg.core_time[core].observe(now, ready, ready <= 0 && pending());
             let starved = ready <= 0 && (pending() || reg.pools.has_surrendered(core));
@@ -89,14 +106,14 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize
                 // If a worker of the core started since `seen` (`Fill::Changed`), the drain may
                 // not show it yet: nothing is done, and the next iteration looks again. Two
                 // leaders filling one core: the second sees `Fill::Changed`.
-                reg.wake_or_create(core, seen, &starter);
+                fill(&reg, core, seen, &starter);
                 quiet = false;
             }
         }
         timeout = if quiet {
             (timeout * 2).min(max_timeout)
         } else {
-            reg.scan_period
+            cfg.scan_period
         };
         if poll {
             let now_cpu = thread_cpu_time();
@@ -110,6 +127,27 @@ pub(crate) fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize
             }
             cpu_at_start = now_cpu;
         }
+    }
+}
+
+/// Step L3 for `core`, seen with no ready worker while work is queued: gives it a running
+/// worker, a parked one if it has any, else a new one if the cap allows, started by the
+/// starter thread (see `starter.rs` for why the leader never starts threads itself). Does
+/// nothing if a worker of the core became active since `seen` (see [`Pools::fill`]).
+///
+/// [`Pools::fill`]: crate::pool::Pools::fill
+fn fill(reg: &Registry, core: usize, seen: u64, starter: &StartRequests) {
+    match reg.pools.fill(core, seen) {
+        Fill::Woke(w) => {
+            reg.counters.leader_wakeups.fetch_add(1, Ordering::Relaxed);
+            reg.notify(w);
+        }
+        Fill::Reserved(k) => {
+            if !starter.request(core * reg.config.cap + k) {
+                reg.pools.unreserve(core);
+            }
+        }
+        Fill::Changed | Fill::Full => {}
     }
 }
 
@@ -135,7 +173,7 @@ fn poll_pause(reg: &Registry, own: usize, busy: bool, max_sleep: Duration) {
     } else if reg.pools.counts(own).0 == 0 {
         std::thread::park_timeout(max_sleep);
     } else {
-        std::thread::park_timeout(reg.scan_period);
+        std::thread::park_timeout(reg.config.scan_period);
     }
 }
 

@@ -56,6 +56,12 @@
 #![deny(missing_docs)]
 
 #[cfg(not(loom))]
+mod builder;
+#[cfg(not(loom))]
+mod config;
+#[cfg(not(loom))]
+mod core_time;
+#[cfg(not(loom))]
 mod deps;
 #[cfg(not(loom))]
 mod job;
@@ -85,11 +91,15 @@ mod sync;
 mod worker;
 
 #[cfg(not(loom))]
+pub use builder::{BuildError, Builder};
+#[cfg(not(loom))]
+pub use config::{LeaderPolicy, ParseLeaderPolicyError};
+#[cfg(not(loom))]
 pub use deps::{Access, Mode};
 #[cfg(not(loom))]
 pub use join::join;
 #[cfg(not(loom))]
-pub use runtime::{BuildError, Builder, LeaderPolicy, ParseLeaderPolicyError, Runtime};
+pub use runtime::Runtime;
 #[cfg(not(loom))]
 pub use scope::Scope;
 #[cfg(not(loom))]

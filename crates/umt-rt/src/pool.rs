@@ -3,12 +3,15 @@
 //! Each core has a pool: how many of its workers are *active* (not parked), which of its workers
 //! are parked, and how many were created. Every change happens under the core's lock, so these
 //! three always agree. [`Pools::idle_cores`] counts cores with no active worker, for the cheap
-//! check a spawner makes after pushing work. The protocol is in `README.md`, and the loom model at
-//! the bottom of this file checks it.
+//! check a spawner makes after pushing work. The protocol is in `README.md`; the steps of both
+//! sides (a worker's [`Pools::sleep`], [`Pools::park`] and [`Pools::surrender`], a spawner's
+//! [`Pools::wake_for_work`], the leader's [`Pools::leader_view`] and [`Pools::fill`]) are
+//! functions here, which the workers, the leaders and the loom models at the bottom of this
+//! file all call.
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, Thread, lock, park};
+use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, Thread, fence, lock, park};
 
 /// Wakes one parked thread exactly once per notification, whatever the interleaving.
 #[derive(Debug)]
@@ -263,6 +266,83 @@ impl Pools {
         let p = lock(&self.cores[core]);
         (p.active, p.created)
     }
+
+    /// Steps S1–S4 of `README.md`: `worker` of `core`, which found no work, parks in the pool
+    /// until woken. `notify(w)` wakes worker `w` (S1 may hand the core to a surrendered
+    /// worker); `recheck()` says whether work, the awaited latch or shutdown appeared meanwhile
+    /// (S3). Returns whether the worker parked; either way it is active again on return.
+    pub(crate) fn sleep(
+        &self,
+        core: usize,
+        worker: usize,
+        me: &Notifier,
+        notify: impl FnOnce(usize),
+        recheck: impl FnOnce() -> bool,
+    ) -> bool {
+        // S1: stop being active, become findable by wakers. If the core would idle while a
+        // worker that surrendered mid-task waits, hand the core to it.
+        if let Some(w) = self.enter(core, worker) {
+            notify(w);
+        }
+        // S2: pairs with the fence in `Pools::wake_for_work`.
+        fence(Ordering::SeqCst);
+        // S3: re-check everything that could have happened before we were findable.
+        if recheck() && self.leave(core, worker) {
+            return false;
+        }
+        // S4: park. Either nobody woke us yet, or a waker took us out of the pool and its
+        // notification is on its way: consume it either way.
+        self.park(core, worker, me);
+        true
+    }
+
+    /// Waits for a notification while in the pool, then is active again: leaves the pool if
+    /// woken by a latch or at shutdown; if a waker took it out instead, ends that wake in
+    /// flight ([`Pools::woken`]), now that the worker runs and the monitor has seen it unblock.
+    pub(crate) fn park(&self, core: usize, worker: usize, me: &Notifier) {
+        me.wait();
+        if !self.leave(core, worker) {
+            self.woken(core);
+        }
+    }
+
+    /// Step L4 of `README.md`: parks `worker` as surrendered unless it is the core's last
+    /// active worker ([`Pools::try_surrender`]), calling `surrendered()` before it parks.
+    /// Returns whether it did; it is active again on return.
+    pub(crate) fn surrender(
+        &self,
+        core: usize,
+        worker: usize,
+        me: &Notifier,
+        surrendered: impl FnOnce(),
+    ) -> bool {
+        if !self.try_surrender(core, worker) {
+            return false;
+        }
+        surrendered();
+        self.park(core, worker, me);
+        true
+    }
+
+    /// A spawner's side, after it pushed work: if some core has no active worker, takes one
+    /// of its parked workers out and calls `notify` with it. The fence pairs with S2 of
+    /// [`Pools::sleep`], so that either the sleeper sees the work or this sees the sleeper.
+    pub(crate) fn wake_for_work(&self, notify: impl FnOnce(usize)) {
+        fence(Ordering::SeqCst);
+        self.wake_idle_core(notify);
+    }
+
+    /// [`Pools::wake_for_work`] without the fence, for a push onto the pusher's own deque: a
+    /// wake-up missed in the race with a worker going to sleep costs parallelism only (the
+    /// pusher is active and pops the job itself; see `README.md`).
+    #[inline]
+    pub(crate) fn wake_idle_core(&self, notify: impl FnOnce(usize)) {
+        if self.idle_cores() > 0
+            && let Some(w) = self.take_from_idle_core()
+        {
+            notify(w);
+        }
+    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -357,12 +437,18 @@ mod tests {
 #[cfg(all(test, loom))]
 mod loom_tests {
     //! `RUSTFLAGS="--cfg loom" cargo test -p umt-rt --lib --release loom`
+    //!
+    //! Each model runs the protocol's own functions: a worker's `sleep`, `park` and
+    //! `surrender`, a spawner's `wake_for_work`, the leader's `leader_view` and `fill`.
     use super::*;
-    use crate::sync::fence;
     use loom::sync::Arc;
 
     /// Where a loom thread publishes its notifier (loom threads must not block outside loom).
     type Mailbox = Arc<Mutex<Option<Arc<Notifier>>>>;
+
+    fn mailbox() -> Mailbox {
+        Arc::new(Mutex::new(None))
+    }
 
     fn publish(mailbox: &Mailbox) -> Arc<Notifier> {
         let me = Arc::new(Notifier::new(loom::thread::current()));
@@ -386,60 +472,60 @@ mod loom_tests {
         loom::model(|| {
             let pools = Arc::new(Pools::new(1, 2));
             let jobs = Arc::new(AtomicUsize::new(0));
-            let mailbox: Mailbox = Arc::new(Mutex::new(None));
+            let mb = mailbox();
             let worker = {
-                let (pools, jobs, mailbox) = (pools.clone(), jobs.clone(), mailbox.clone());
+                let (pools, jobs, mb) = (pools.clone(), jobs.clone(), mb.clone());
                 loom::thread::spawn(move || {
-                    let me = publish(&mailbox);
-                    loop {
-                        if jobs.load(Ordering::SeqCst) > 0 {
-                            jobs.fetch_sub(1, Ordering::SeqCst);
-                            return;
-                        }
-                        assert_eq!(pools.enter(0, 0), None);
-                        fence(Ordering::SeqCst);
-                        if jobs.load(Ordering::SeqCst) > 0 && pools.leave(0, 0) {
-                            continue;
-                        }
-                        me.wait();
-                        pools.leave(0, 0);
+                    let me = publish(&mb);
+                    while jobs.load(Ordering::SeqCst) == 0 {
+                        let no_handoff = |_| panic!("nobody surrendered");
+                        pools.sleep(0, 0, &me, no_handoff, || jobs.load(Ordering::SeqCst) > 0);
                     }
+                    jobs.fetch_sub(1, Ordering::SeqCst);
                 })
             };
             jobs.fetch_add(1, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
-            if pools.idle_cores() > 0 && pools.take_from_idle_core().is_some() {
-                receive(&mailbox).notify();
-            }
+            pools.wake_for_work(|_| receive(&mb).notify());
             worker.join().unwrap();
             assert_eq!(pools.counts(0), (1, 1));
             assert_eq!(pools.idle_cores(), 0);
+            assert!(!pools.leader_view(0).1, "no wake left in flight");
         });
     }
 
-    /// Two workers of one core both see oversubscription: exactly one surrenders, and the
-    /// leader's wake brings it back.
+    /// Two workers of one core both see oversubscription and try to surrender at once:
+    /// exactly one parks, the core never loses its last active worker, and the other, which
+    /// stays, plays the leader: it finds the core with a surrendered worker and wakes it,
+    /// which comes back active with no wake left in flight.
     #[test]
     fn surrender_keeps_one_active_and_leader_wake_returns_it() {
         loom::model(|| {
             let pools = Arc::new(Pools::new(1, 2));
             assert_eq!(pools.fill_now(0), Fill::Reserved(1));
+            pools.woken(0); // the spare runs
+            let boxes = [mailbox(), mailbox()];
             let handles: Vec<_> = (0..2)
                 .map(|w| {
-                    let pools = pools.clone();
-                    loom::thread::spawn(move || pools.try_surrender(0, w))
+                    let (pools, boxes) = (pools.clone(), boxes.clone());
+                    loom::thread::spawn(move || {
+                        let me = publish(&boxes[w]);
+                        if pools.surrender(0, w, &me, || {}) {
+                            return true;
+                        }
+                        // The last active worker: the other one is (or is about to be) parked
+                        // as surrendered, and a leader would wake it.
+                        assert_eq!(pools.counts(0).0, 1);
+                        assert!(pools.has_surrendered(0));
+                        assert_eq!(pools.fill_now(0), Fill::Woke(1 - w));
+                        receive(&boxes[1 - w]).notify();
+                        false
+                    })
                 })
                 .collect();
             let surrendered: Vec<bool> = handles.into_iter().map(|h| h.join().unwrap()).collect();
             assert_eq!(surrendered.iter().filter(|&&s| s).count(), 1);
-            assert_eq!(pools.counts(0), (1, 2));
-            assert!(pools.has_surrendered(0));
-            // The leader takes the parked one out to wake it.
-            let Fill::Woke(w) = pools.fill_now(0) else {
-                panic!("the surrendered worker is parked")
-            };
-            assert!(surrendered[w]);
             assert_eq!(pools.counts(0), (2, 2));
+            assert!(!pools.leader_view(0).1, "no wake left in flight");
         });
     }
 
@@ -464,8 +550,9 @@ mod loom_tests {
             let spawner = {
                 let pools = pools.clone();
                 loom::thread::spawn(move || {
-                    fence(Ordering::SeqCst);
-                    pools.idle_cores() > 0 && pools.take_from_idle_core().is_some()
+                    let mut woke = false;
+                    pools.wake_for_work(|_| woke = true);
+                    woke
                 })
             };
             let filled = leader.join().unwrap();
@@ -478,33 +565,26 @@ mod loom_tests {
     }
 
     /// A parked worker is woken by its latch while the leader takes it at the same time:
-    /// exactly one of them moves it out of the pool, and it ends active once.
+    /// exactly one of them moves it out of the pool, and it ends active once, with no wake
+    /// left in flight.
     #[test]
     fn latch_wake_and_leader_take_race() {
         loom::model(|| {
             // Cap 1: the leader wakes the parked worker or finds the core full, never reserves.
             let pools = Arc::new(Pools::new(1, 1));
             let latch = Arc::new(AtomicBool::new(false));
-            let mailbox: Mailbox = Arc::new(Mutex::new(None));
+            let mb = mailbox();
             let worker = {
-                let (pools, latch, mailbox) = (pools.clone(), latch.clone(), mailbox.clone());
+                let (pools, latch, mb) = (pools.clone(), latch.clone(), mb.clone());
                 loom::thread::spawn(move || {
-                    let me = publish(&mailbox);
-                    assert_eq!(pools.enter(0, 0), None);
-                    fence(Ordering::SeqCst);
+                    let me = publish(&mb);
                     while !latch.load(Ordering::SeqCst) {
-                        me.wait();
-                        pools.leave(0, 0);
-                        if !latch.load(Ordering::SeqCst) {
-                            assert_eq!(pools.enter(0, 0), None);
-                            fence(Ordering::SeqCst);
-                        }
+                        let no_handoff = |_| panic!("nobody surrendered");
+                        pools.sleep(0, 0, &me, no_handoff, || latch.load(Ordering::SeqCst));
                     }
-                    // The latch is set: leave the pool if nobody took us out yet.
-                    pools.leave(0, 0);
                 })
             };
-            let me = receive(&mailbox);
+            let me = receive(&mb);
             let leader = {
                 let (pools, me) = (pools.clone(), me.clone());
                 loom::thread::spawn(move || {
@@ -518,6 +598,7 @@ mod loom_tests {
             worker.join().unwrap();
             leader.join().unwrap();
             assert_eq!(pools.counts(0), (1, 1));
+            assert!(!pools.leader_view(0).1, "no wake left in flight");
         });
     }
 }

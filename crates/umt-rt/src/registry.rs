@@ -1,17 +1,18 @@
 //! The state a runtime's threads share: queues, worker slots, pools, monitor and counters.
+//! Decisions live elsewhere: the leader's in `leader.rs`, a worker's in `worker.rs`.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
 
 use crossbeam_deque::{Injector, Stealer, Worker};
 use crossbeam_utils::CachePadded;
-use umt_sys::{CpuId, Monitor};
+use umt_sys::Monitor;
 
+use crate::config::Config;
+use crate::core_time::CoreTime;
 use crate::job::Job;
-use crate::pool::{Fill, Notifier, Pools};
-use crate::starter::StartRequests;
-use crate::sync::{AtomicBool, Mutex, fence, lock};
+use crate::pool::{Notifier, Pools};
+use crate::sync::{AtomicBool, Mutex};
 
 /// One worker thread's place: its deque, its notifier, its counters. Slots of all possible
 /// workers (cores x cap) exist from the start; threads are created on demand.
@@ -28,75 +29,32 @@ pub(crate) struct Slot {
     pub(crate) notifier: OnceLock<Notifier>,
     /// The thread runs (its deque may hold work).
     pub(crate) started: AtomicBool,
-    /// Tasks this worker ran.
+    /// Tasks this worker ran. Written by the worker only.
     pub(crate) tasks_run: AtomicU64,
-    /// Times this worker surrendered its core.
+    /// Times this worker surrendered its core. Written by the worker only.
     pub(crate) surrenders: AtomicU64,
 }
 
-/// Counters of the leader and the pools.
+/// Counters of the leaders, the starter and the workers' drains.
 #[derive(Default)]
 pub(crate) struct Counters {
-    /// Parked workers the leader woke because their core had no ready worker.
+    /// Parked workers a leader woke because their core had no ready worker.
     pub(crate) leader_wakeups: AtomicU64,
-    /// Spare workers created by the leader.
+    /// Spare workers the starter thread created (at a leader's request).
     pub(crate) workers_created: AtomicU64,
-    /// Times the leader woke up (events or scan timer).
+    /// Times a leader woke up (events, scan timer, or a poll).
     pub(crate) leader_iterations: AtomicU64,
-    /// Monitor events drained by the leaders (and, when they poll, by the workers).
+    /// Monitor events drained: by the leaders, and with polling leaders by the workers at
+    /// their scheduling points.
     pub(crate) monitor_events: AtomicU64,
     /// Nanoseconds of CPU the leaders spent in polling iterations that found nothing to do.
     pub(crate) leader_poll_ns: AtomicU64,
 }
 
-/// Per-core time accounting, kept by the leaders. The ready counts change only when someone
-/// drains the monitor, so the state a leader sees after its drain holds until the next drain,
-/// by any leader: each leader observes every core after each drain.
-pub(crate) struct CoreTime {
-    /// Since when the core has been in which state: (ready count, no ready worker while work
-    /// was queued). A std mutex: the leaders are not part of the loom model.
-    state: std::sync::Mutex<(Instant, i64, bool)>,
-    /// Nanoseconds with no ready worker while work was queued.
-    pub(crate) idle_with_work_ns: AtomicU64,
-    /// Nanoseconds with more than one ready worker.
-    pub(crate) oversubscribed_ns: AtomicU64,
-}
-
-impl CoreTime {
-    fn new() -> Self {
-        CoreTime {
-            state: std::sync::Mutex::new((Instant::now(), 1, false)),
-            idle_with_work_ns: AtomicU64::new(0),
-            oversubscribed_ns: AtomicU64::new(0),
-        }
-    }
-
-    /// A drain at `now` left the core with `ready` ready workers, `starved` if none while work
-    /// is queued: the previous state lasted until `now`.
-    pub(crate) fn observe(&self, now: Instant, ready: i64, starved: bool) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (since, was_ready, was_starved) = *state;
-        // Two leaders may observe out of order: a later `now` was already accounted.
-        let Some(dt) = now.checked_duration_since(since) else {
-            return;
-        };
-        let dt = dt.as_nanos() as u64;
-        if was_starved {
-            self.idle_with_work_ns.fetch_add(dt, Ordering::Relaxed);
-        }
-        if was_ready > 1 {
-            self.oversubscribed_ns.fetch_add(dt, Ordering::Relaxed);
-        }
-        *state = (now, ready, starved);
-    }
-}
-
 /// Everything the runtime's threads share.
 pub(crate) struct Registry {
-    /// The CPU of each core, by core index.
-    pub(crate) cpus: Vec<CpuId>,
-    /// Most workers per core.
-    pub(crate) cap: usize,
+    /// The options the runtime was built with.
+    pub(crate) config: Config,
     /// Idle pools and active counts.
     pub(crate) pools: Pools,
     /// `cpus.len() * cap` slots; slot `core * cap + k` is the k-th worker of `core`.
@@ -113,41 +71,27 @@ pub(crate) struct Registry {
     /// Leader counters. Padded, as `core_time`: the leader writes them every iteration, and
     /// they must not share a cache line with what workers read on every push.
     pub(crate) counters: CachePadded<Counters>,
-    /// Per-core time accounting.
+    /// Per-core time accounting, written by the leaders.
     pub(crate) core_time: Box<[CachePadded<CoreTime>]>,
-    /// Leader period.
-    pub(crate) scan_period: Duration,
-    /// Scheduling policy of the leader threads.
-    pub(crate) leader_policy: crate::runtime::LeaderPolicy,
-    /// Names worker threads from (cpu, index among the core's workers).
-    pub(crate) thread_name: Box<dyn Fn(CpuId, usize) -> String + Send + Sync>,
     /// Handles of every thread started, joined at shutdown.
     pub(crate) threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
-    /// The leader of each core, set once all have started; with
-    /// [`LeaderPolicy::Poll`](crate::LeaderPolicy::Poll) a worker that becomes active
-    /// unparks its core's leader (see `Registry::poke_leader`).
+    /// The leader of each core, set once all have started; with polling leaders a worker
+    /// that becomes active unparks its core's leader (see [`Registry::poke_leader`]).
     pub(crate) leaders: OnceLock<Vec<std::thread::Thread>>,
 }
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registry")
-            .field("cpus", &self.cpus)
-            .field("cap", &self.cap)
+            .field("config", &self.config)
             .finish_non_exhaustive()
     }
 }
 
 impl Registry {
-    pub(crate) fn new(
-        cpus: Vec<CpuId>,
-        cap: usize,
-        monitor: Monitor,
-        scan_period: Duration,
-        leader_policy: crate::runtime::LeaderPolicy,
-        thread_name: Box<dyn Fn(CpuId, usize) -> String + Send + Sync>,
-    ) -> Registry {
-        let slots: Box<[CachePadded<Slot>]> = (0..cpus.len() * cap)
+    pub(crate) fn new(config: Config, monitor: Monitor) -> Registry {
+        let (cores, cap) = (config.cpus.len(), config.cap);
+        let slots: Box<[CachePadded<Slot>]> = (0..cores * cap)
             .map(|i| {
                 let deque = Worker::new_lifo();
                 CachePadded::new(Slot {
@@ -163,33 +107,34 @@ impl Registry {
             })
             .collect();
         Registry {
-            pools: Pools::new(cpus.len(), cap),
-            started_per_core: cpus.iter().map(|_| AtomicUsize::new(0)).collect(),
-            core_time: cpus
-                .iter()
+            pools: Pools::new(cores, cap),
+            started_per_core: (0..cores).map(|_| AtomicUsize::new(0)).collect(),
+            core_time: (0..cores)
                 .map(|_| CachePadded::new(CoreTime::new()))
                 .collect(),
-            cpus,
-            cap,
+            config,
             slots,
             injector: Injector::new(),
             monitor,
             terminate: AtomicBool::new(false),
             counters: CachePadded::default(),
-            scan_period,
-            leader_policy,
-            thread_name,
             threads: Mutex::new(Vec::new()),
             leaders: OnceLock::new(),
         }
     }
 
-    /// With [`LeaderPolicy::Poll`](crate::LeaderPolicy::Poll): a worker of `core` has become
-    /// active, so its leader must poll again if it sleeps for lack of active workers (step L1
-    /// of `README.md`). An unpark of a leader that is not parked only leaves a token: its
-    /// next sleep returns at once, one extra iteration.
+    /// Number of cores.
+    #[inline]
+    pub(crate) fn cores(&self) -> usize {
+        self.config.cpus.len()
+    }
+
+    /// With polling leaders: a worker of `core` has become active, so its leader must poll
+    /// again if it sleeps for lack of active workers (step L1 of `README.md`). An unpark of a
+    /// leader that is not parked only leaves a token: its next sleep returns at once, one
+    /// extra iteration.
     pub(crate) fn poke_leader(&self, core: usize) {
-        if self.leader_policy == crate::runtime::LeaderPolicy::Poll
+        if self.config.polling()
             && let Some(leader) = self.leaders.get().and_then(|l| l.get(core))
         {
             leader.unpark();
@@ -203,36 +148,17 @@ impl Registry {
         }
     }
 
-    /// After work was pushed: if some core has no active worker, wake one of its parked workers.
-    /// The fence pairs with the one a worker makes between entering the pool and re-checking
-    /// for work, so that one of the two always sees the other.
-    pub(crate) fn notify_work(&self) {
-        fence(std::sync::atomic::Ordering::SeqCst);
-        self.notify_work_local();
-    }
-
-    /// After a worker pushed onto its *own* deque: the same check without the fence. A
-    /// wake-up missed in the race with a worker going to sleep costs parallelism only, never
-    /// progress: the pusher is active and will pop the job itself (see `README.md`).
-    #[inline]
-    pub(crate) fn notify_work_local(&self) {
-        if self.pools.idle_cores() > 0
-            && let Some(w) = self.pools.take_from_idle_core()
-        {
-            self.notify(w);
-        }
-    }
-
-    /// Pushes a job from outside the pool.
+    /// Pushes a job from outside the pool, and wakes a worker of a core that has none active
+    /// ([`Pools::wake_for_work`]).
     pub(crate) fn inject(&self, job: Job) {
         self.injector.push(job);
-        self.notify_work();
+        self.pools.wake_for_work(|w| self.notify(w));
     }
 
     /// Whether any queue holds a job.
     pub(crate) fn has_work(&self) -> bool {
         !self.injector.is_empty()
-            || (0..self.cpus.len()).any(|core| {
+            || (0..self.cores()).any(|core| {
                 self.started_slots(core, 0)
                     .any(|i| !self.slots[i].stealer.is_empty())
             })
@@ -241,76 +167,21 @@ impl Registry {
     /// The slots of `core` whose workers have started, from its `first`-th on (wrapping).
     pub(crate) fn started_slots(&self, core: usize, first: usize) -> impl Iterator<Item = usize> {
         let hi = self.started_per_core[core].load(Ordering::Acquire);
+        let cap = self.config.cap;
         (0..hi)
-            .map(move |j| core * self.cap + (first + j) % hi)
+            .map(move |j| core * cap + (first + j) % hi)
             .filter(|&i| self.slots[i].started.load(Ordering::Acquire))
     }
 
     /// Marks slot `index` started (its worker runs and its deque may be stolen from).
     pub(crate) fn mark_started(&self, index: usize) {
+        let cap = self.config.cap;
         self.slots[index].started.store(true, Ordering::Release);
-        self.started_per_core[index / self.cap].fetch_max(index % self.cap + 1, Ordering::Release);
-    }
-
-    /// Starts the thread of slot `index`.
-    pub(crate) fn start_worker(self: &Arc<Self>, index: usize) -> std::io::Result<()> {
-        let slot = &self.slots[index];
-        let cpu = self.cpus[slot.core];
-        let name = (self.thread_name)(cpu, index % self.cap);
-        let reg = self.clone();
-        let handle = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || crate::worker::worker_main(reg, index))?;
-        lock(&self.threads).push(handle);
-        Ok(())
-    }
-
-    /// Leader step 3: gives `core` a running worker: a parked one if it has any, else a new
-    /// one if the cap allows, started by the starter thread (see `starter.rs` for why the
-    /// leader never starts threads itself). Does nothing if a worker of the core became active
-    /// since `seen` (see [`Pools::fill`]).
-    pub(crate) fn wake_or_create(&self, core: usize, seen: u64, starter: &StartRequests) {
-        match self.pools.fill(core, seen) {
-            Fill::Woke(w) => {
-                self.counters.leader_wakeups.fetch_add(1, Ordering::Relaxed);
-                self.notify(w);
-            }
-            Fill::Reserved(k) => {
-                if !starter.request(core * self.cap + k) {
-                    self.pools.unreserve(core);
-                }
-            }
-            Fill::Changed | Fill::Full => {}
-        }
+        self.started_per_core[index / cap].fetch_max(index % cap + 1, Ordering::Release);
     }
 
     /// Whether the runtime monitors its workers (the backend is not Disabled).
     pub(crate) fn monitored(&self) -> bool {
         self.monitor.is_active()
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-
-    /// Each state is charged for the time until the next observation, whoever observes; an
-    /// observation older than the last one (a slower leader) changes nothing.
-    #[test]
-    fn core_time_charges_each_state_until_the_next_drain() {
-        let t = CoreTime::new();
-        let t0 = lock_state(&t).0;
-        let ms = Duration::from_millis;
-        t.observe(t0 + ms(1), 2, false); // (ready 1 until +1: nothing charged)
-        t.observe(t0 + ms(4), 0, true); // oversubscribed for 3 ms
-        t.observe(t0 + ms(3), 1, false); // late: ignored
-        t.observe(t0 + ms(9), 1, false); // starved for 5 ms
-        t.observe(t0 + ms(10), 1, false);
-        assert_eq!(t.oversubscribed_ns.load(Ordering::Relaxed), 3_000_000);
-        assert_eq!(t.idle_with_work_ns.load(Ordering::Relaxed), 5_000_000);
-    }
-
-    fn lock_state(t: &CoreTime) -> std::sync::MutexGuard<'_, (Instant, i64, bool)> {
-        t.state.lock().unwrap()
     }
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::deps::{Access, DepNode, DepTable};
 use crate::job::Job;
-use crate::latch::{Latch, Waiter, wait_until};
+use crate::latch::{Latch, Waiter};
 use crate::registry::Registry;
 use crate::worker::with_current;
 
@@ -96,7 +96,7 @@ where
     let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
     state.complete_one();
     // Even if the body panicked: tasks may borrow from frames the panic would unwind.
-    wait_until(&state.latch);
+    state.latch.wait();
     let task_panic = state.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
     // The body's own panic first, then the first task's.
     match (result, task_panic) {

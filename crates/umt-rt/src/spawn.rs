@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
-use crate::latch::{Probe, Waiter, wait_until};
+use crate::latch::{Waiter, wait_until};
 
 /// Waits for a task started with [`Runtime::spawn`](crate::Runtime::spawn).
 ///
@@ -65,8 +65,9 @@ impl<T> JoinState<T> {
     }
 }
 
-impl<T> Probe for JoinState<T> {
-    fn probe(&self) -> bool {
+impl<T> JoinState<T> {
+    /// Whether the task has finished.
+    fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
     }
 }
@@ -78,18 +79,18 @@ impl<T> JoinHandle<T> {
 
     /// `true` once the task has finished.
     pub fn is_finished(&self) -> bool {
-        self.state.probe()
+        self.state.is_done()
     }
 
     /// Waits for the task and returns its result; re-raises its panic.
     pub fn join(self) -> T {
         {
             let mut inner = self.state.lock();
-            if !self.state.probe() {
+            if !self.state.is_done() {
                 inner.waiter = Some(Waiter::current());
             }
         }
-        wait_until(&*self.state);
+        wait_until(&|| self.state.is_done());
         take_result(&self.state)
     }
 }
@@ -108,7 +109,7 @@ impl<T> Future for JoinHandle<T> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
         {
             let mut inner = self.state.lock();
-            if !self.state.probe() {
+            if !self.state.is_done() {
                 inner.waker = Some(cx.waker().clone());
                 return Poll::Pending;
             }

@@ -44,7 +44,7 @@ pub(crate) fn start(reg: &Arc<Registry>) -> std::io::Result<StartRequests> {
 fn serve(reg: &Arc<Registry>, requests: Receiver<usize>) {
     for index in requests {
         let core = reg.slots[index].core;
-        match reg.start_worker(index) {
+        match crate::worker::start(reg, index) {
             Ok(()) => {
                 reg.counters.workers_created.fetch_add(1, Ordering::Relaxed);
             }

@@ -1,8 +1,11 @@
 //! What a runtime did: [`Runtime::stats`](crate::Runtime::stats).
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use umt_sys::{BackendKind, CpuId};
+
+use crate::registry::Registry;
 
 /// A snapshot of a runtime's counters.
 #[derive(Debug, Clone, PartialEq)]
@@ -12,8 +15,8 @@ pub struct Stats {
     /// Tasks started by all workers (once a scope or join returns, all of its tasks are counted).
     pub tasks_run: u64,
     /// Block and unblock events drained from the monitor: by the leaders, and with
-    /// [`LeaderPolicy::Poll`](crate::LeaderPolicy::Poll) by the workers at their scheduling
-    /// points.
+    /// [`LeaderPolicy::Poll`](crate::LeaderPolicy::Poll) also by the workers at their
+    /// scheduling points.
     pub monitor_events: u64,
     /// Times the leaders woke (on events or their scan timers), summed over cores.
     pub leader_iterations: u64,
@@ -26,7 +29,8 @@ pub struct Stats {
     pub leader_poll_time: Duration,
     /// Times a worker surrendered its core because the core had more than one ready worker.
     pub surrenders: u64,
-    /// Spare workers created by the leader (beyond the initial one per core).
+    /// Spare workers started (beyond the initial one per core): by the starter thread, at a
+    /// leader's request.
     pub workers_created: u64,
     /// Per core.
     pub cores: Vec<CoreStats>,
@@ -68,4 +72,59 @@ pub struct WorkerStats {
     pub tasks_run: u64,
     /// Times it surrendered its core.
     pub surrenders: u64,
+}
+
+/// Reads every counter of `reg`.
+pub(crate) fn snapshot(reg: &Registry) -> Stats {
+    let cpus = &reg.config.cpus;
+    let workers: Vec<(usize, WorkerStats)> = reg
+        .slots
+        .iter()
+        .filter(|s| s.started.load(Ordering::Acquire))
+        .map(|s| {
+            let w = WorkerStats {
+                cpu: cpus[s.core],
+                spare: s.spare,
+                tasks_run: s.tasks_run.load(Ordering::Relaxed),
+                surrenders: s.surrenders.load(Ordering::Relaxed),
+            };
+            (s.core, w)
+        })
+        .collect();
+    let cores = cpus
+        .iter()
+        .enumerate()
+        .map(|(core, &cpu)| {
+            let (active, created) = reg.pools.counts(core);
+            let t = &reg.core_time[core];
+            let ns =
+                |n: &std::sync::atomic::AtomicU64| Duration::from_nanos(n.load(Ordering::Relaxed));
+            CoreStats {
+                cpu,
+                workers: created,
+                active_workers: active,
+                tasks_run: workers
+                    .iter()
+                    .filter(|(c, _)| *c == core)
+                    .map(|(_, w)| w.tasks_run)
+                    .sum(),
+                idle_with_work: ns(&t.idle_with_work_ns),
+                oversubscribed: ns(&t.oversubscribed_ns),
+            }
+        })
+        .collect();
+    let c = &reg.counters;
+    let workers: Vec<WorkerStats> = workers.into_iter().map(|(_, w)| w).collect();
+    Stats {
+        backend: reg.monitor.backend(),
+        tasks_run: workers.iter().map(|w| w.tasks_run).sum(),
+        monitor_events: c.monitor_events.load(Ordering::Relaxed),
+        leader_iterations: c.leader_iterations.load(Ordering::Relaxed),
+        leader_wakeups: c.leader_wakeups.load(Ordering::Relaxed),
+        leader_poll_time: Duration::from_nanos(c.leader_poll_ns.load(Ordering::Relaxed)),
+        surrenders: workers.iter().map(|w| w.surrenders).sum(),
+        workers_created: c.workers_created.load(Ordering::Relaxed),
+        cores,
+        workers,
+    }
 }

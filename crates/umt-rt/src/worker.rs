@@ -8,9 +8,9 @@ use crossbeam_deque::{Steal, Worker};
 use umt_sys::CpuId;
 
 use crate::job::Job;
-use crate::latch::Probe;
+use crate::pool::Notifier;
 use crate::registry::{Registry, Slot};
-use crate::sync::{fence, lock};
+use crate::sync::lock;
 
 thread_local! {
     /// The context of the worker running on this thread, null outside `WorkerCtx::main_loop`.
@@ -58,13 +58,24 @@ pub(crate) struct WorkerCtx {
     rng: Cell<u64>,
 }
 
-/// Entry point of a worker thread.
-pub(crate) fn worker_main(reg: Arc<Registry>, index: usize) {
+/// Starts the thread of slot `index`; its handle joins the registry's, for shutdown.
+pub(crate) fn start(reg: &Arc<Registry>, index: usize) -> std::io::Result<()> {
     let slot = &reg.slots[index];
-    let _ = slot
-        .notifier
-        .set(crate::pool::Notifier::new(std::thread::current()));
-    let cpu = reg.cpus[slot.core];
+    let cfg = &reg.config;
+    let name = (cfg.thread_name)(cfg.cpus[slot.core], index % cfg.cap);
+    let handle = std::thread::Builder::new().name(name).spawn({
+        let reg = reg.clone();
+        move || worker_main(reg, index)
+    })?;
+    lock(&reg.threads).push(handle);
+    Ok(())
+}
+
+/// Entry point of a worker thread.
+fn worker_main(reg: Arc<Registry>, index: usize) {
+    let slot = &reg.slots[index];
+    let _ = slot.notifier.set(Notifier::new(std::thread::current()));
+    let cpu = reg.config.cpus[slot.core];
     if let Err(e) = umt_sys::cpu::pin_current_thread(cpu) {
         tracing::warn!("umt-rt: worker {index} runs unpinned: {e}");
     }
@@ -142,12 +153,12 @@ impl WorkerCtx {
     /// Muted meanwhile (see `README.md`, "Finding work"): a worker that spins and yields only
     /// gets preempted, which changes no ready count, but with the perf backend each of its
     /// switches would cost a record, an interrupt and a wake-up of its core's leader.
-    fn find_work_or_spin(&self, probe: Option<&dyn Probe>) -> Option<Job> {
+    fn find_work_or_spin(&self, done: Option<&dyn Fn() -> bool>) -> Option<Job> {
         if let Some(job) = self.find_work() {
             return Some(job);
         }
         let muted = self.mute();
-        let found = self.spin_for_work(probe);
+        let found = self.spin_for_work(done);
         if muted {
             self.unmute();
         }
@@ -155,14 +166,14 @@ impl WorkerCtx {
     }
 
     /// The idle part of [`WorkerCtx::find_work_or_spin`], after a first look found nothing.
-    fn spin_for_work(&self, probe: Option<&dyn Probe>) -> Option<Job> {
+    fn spin_for_work(&self, done: Option<&dyn Fn() -> bool>) -> Option<Job> {
         const SPIN_ROUNDS: u32 = 16;
         const YIELD_ROUNDS: u32 = 16;
         // A polling leader is runnable at SCHED_IDLE: a yield would hand it the core for a
         // whole iteration each time. Those rounds spin instead.
-        let may_yield = self.reg.leader_policy != crate::runtime::LeaderPolicy::Poll;
+        let may_yield = !self.reg.config.polling();
         for round in 0..SPIN_ROUNDS + YIELD_ROUNDS {
-            if probe.is_some_and(|p| p.probe()) || self.reg.terminate.load(Ordering::Relaxed) {
+            if done.is_some_and(|d| d()) || self.reg.terminate.load(Ordering::Relaxed) {
                 return None;
             }
             if round < SPIN_ROUNDS || !may_yield {
@@ -214,7 +225,7 @@ impl WorkerCtx {
     #[inline]
     pub(crate) fn push(&self, job: Job) {
         self.deque.push(job);
-        self.reg.notify_work_local();
+        self.reg.pools.wake_idle_core(|w| self.reg.notify(w));
         self.sched_point();
     }
 
@@ -243,7 +254,7 @@ impl WorkerCtx {
         /// Victim deques longer than this are stolen from in batches.
         const BATCH_STEAL_MIN_LEN: usize = 32;
         let reg = &*self.reg;
-        let cores = reg.cpus.len();
+        let cores = reg.cores();
         // xorshift64: a random first victim spreads thieves over the deques.
         let mut x = self.rng.get();
         x ^= x << 13;
@@ -310,54 +321,41 @@ impl WorkerCtx {
         true
     }
 
-    /// Runs other jobs until `probe` is true, sleeping when there are none.
-    pub(crate) fn wait_until(&self, probe: &dyn Probe) {
+    /// Runs other jobs until `done()` is true, sleeping when there are none.
+    pub(crate) fn wait_until(&self, done: &dyn Fn() -> bool) {
         self.sched_point();
-        while !probe.probe() {
-            if let Some(job) = self.find_work_or_spin(Some(probe)) {
+        while !done() {
+            if let Some(job) = self.find_work_or_spin(Some(done)) {
                 self.execute(job);
-            } else if !probe.probe() {
-                self.sleep(Some(probe));
+            } else if !done() {
+                self.sleep(Some(done));
             }
         }
     }
 
     /// Parks in the core's idle pool until woken: by new work when the core has no active
-    /// worker, by the leader, by `probe`'s completion, or at shutdown (see `README.md`, steps
-    /// S1–S4).
-    fn sleep(&self, probe: Option<&dyn Probe>) {
-        let pools = &self.reg.pools;
-        // S1: stop being active, become findable by wakers. If the core would idle while a
-        // worker that surrendered mid-task waits, hand the core to it.
-        if let Some(w) = pools.enter(self.core, self.index) {
-            self.reg.notify(w);
+    /// worker, by the leader, by `done()` becoming true, or at shutdown (steps S1–S4 of
+    /// `README.md`, in [`crate::pool::Pools::sleep`]).
+    fn sleep(&self, done: Option<&dyn Fn() -> bool>) {
+        let reg = &*self.reg;
+        let recheck = || {
+            done.is_some_and(|d| d())
+                || reg.has_work()
+                || (done.is_none() && reg.terminate.load(Ordering::Acquire))
+        };
+        let parked = reg.pools.sleep(
+            self.core,
+            self.index,
+            self.notifier(),
+            |w| reg.notify(w),
+            recheck,
+        );
+        if parked {
+            reg.poke_leader(self.core);
         }
-        // S2: pairs with the fence in `Registry::notify_work`.
-        fence(Ordering::SeqCst);
-        // S3: re-check everything that could have happened before we were findable.
-        let wake_now = probe.is_some_and(|p| p.probe())
-            || self.reg.has_work()
-            || (probe.is_none() && self.reg.terminate.load(Ordering::Acquire));
-        if wake_now && pools.leave(self.core, self.index) {
-            return;
-        }
-        // S4: park. Either nobody woke us yet, or a waker took us out of the pool and its
-        // notification is on its way: consume it either way.
-        self.park_in_pool();
     }
 
-    /// Waits for a notification while in the pool, then is active again: leaves the pool if
-    /// woken by a latch or at shutdown; if a waker took it out instead, ends that wake in
-    /// flight, now that this worker runs and the monitor has seen it unblock.
-    fn park_in_pool(&self) {
-        self.notifier().wait();
-        if !self.reg.pools.leave(self.core, self.index) {
-            self.reg.pools.woken(self.core);
-        }
-        self.reg.poke_leader(self.core);
-    }
-
-    fn notifier(&self) -> &crate::pool::Notifier {
+    fn notifier(&self) -> &Notifier {
         self.slot()
             .notifier
             .get()
@@ -383,7 +381,7 @@ impl WorkerCtx {
         if !self.monitored {
             return false;
         }
-        if self.reg.leader_policy == crate::runtime::LeaderPolicy::Poll {
+        if self.reg.config.polling() {
             // Nobody is signalled per event: this worker's own unblock, if it just came back
             // from a block, is still in its ring (two loads when there is none).
             if let Ok(n) = self.reg.monitor.drain_current_thread()
@@ -399,11 +397,15 @@ impl WorkerCtx {
     /// Parks as surrendered unless this is the core's last active worker. Returns whether it
     /// did (it runs again when this returns).
     fn surrender(&self) -> bool {
-        if !self.reg.pools.try_surrender(self.core, self.index) {
+        let count = || {
+            let n = &self.slot().surrenders;
+            n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        };
+        let pools = &self.reg.pools;
+        if !pools.surrender(self.core, self.index, self.notifier(), count) {
             return false;
         }
-        self.slot().surrenders.fetch_add(1, Ordering::Relaxed);
-        self.park_in_pool();
+        self.reg.poke_leader(self.core);
         true
     }
 }
@@ -440,7 +442,12 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             reg.monitor.drain().unwrap();
-            let ready: Vec<i64> = reg.cpus.iter().map(|&c| reg.monitor.ready(c)).collect();
+            let ready: Vec<i64> = reg
+                .config
+                .cpus
+                .iter()
+                .map(|&c| reg.monitor.ready(c))
+                .collect();
             if ready.iter().all(|&r| r == 0) {
                 break;
             }

@@ -1,0 +1,113 @@
+//! What a runtime was built with: the leader policy and the validated options every thread
+//! reads. Nothing here imports the rest of the crate, so any file may read the configuration.
+
+use std::time::Duration;
+
+use umt_sys::CpuId;
+
+/// How the leader threads (one per core, pinned there) are scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LeaderPolicy {
+    /// `SCHED_IDLE` (the default): a leader runs only when its core has nothing else to run,
+    /// which is exactly when the core's workers have blocked, and its wake-ups never preempt a
+    /// worker. Its cost on busy cores is nil. On a machine saturated by *other* processes it
+    /// runs rarely, but then no core is idle to refill. Only the leader has this policy: spare
+    /// workers are started by a helper thread with the builder's policy (an unprivileged
+    /// thread could not leave `SCHED_IDLE` again), so they compete with other processes like
+    /// the initial ones.
+    #[default]
+    Idle,
+    /// The normal policy, as in the paper: the leader also runs its periodic scan on busy
+    /// cores, preempting a worker each time (and, with the perf backend, is woken again by the
+    /// switch records that preemption produces).
+    Normal,
+    /// `SCHED_IDLE`, and the leader polls instead of waiting for the monitor's signal: while
+    /// its core has an active worker, it runs whenever the core would otherwise idle, and the
+    /// monitor signals nobody per event (`MonitorBuilder::signal_each_event(false)`). Workers
+    /// drain their own events at their scheduling points, so oversubscription is still seen.
+    ///
+    /// For the perf backend in a virtual machine: there, the signal per context switch is a
+    /// self-interrupt and a VM exit, paid by the monitored threads on every switch. The cost:
+    /// a core whose active workers all block runs its leader's loop instead of halting (time
+    /// no other thread of the machine wanted, but the core never sleeps). After 64 scan
+    /// periods without an event the leader polls once per scan period instead, or, with no
+    /// active worker on its core, sleeps until one becomes active.
+    /// [`crate::Stats::leader_poll_time`] says how much CPU the polling took. Each scheduling
+    /// point costs a look at the worker's own ring. The measured trade-offs are in the
+    /// protocol notes (`src/README.md`, "Polling leaders").
+    Poll,
+}
+
+impl LeaderPolicy {
+    /// Every policy.
+    pub const ALL: [LeaderPolicy; 3] =
+        [LeaderPolicy::Idle, LeaderPolicy::Normal, LeaderPolicy::Poll];
+
+    /// The lowercase name used on command lines and in reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            LeaderPolicy::Idle => "idle",
+            LeaderPolicy::Normal => "normal",
+            LeaderPolicy::Poll => "poll",
+        }
+    }
+}
+
+impl std::fmt::Display for LeaderPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Error of parsing a [`LeaderPolicy`] from text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown leader policy {0:?}: use idle, normal or poll")]
+pub struct ParseLeaderPolicyError(String);
+
+impl std::str::FromStr for LeaderPolicy {
+    type Err = ParseLeaderPolicyError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        LeaderPolicy::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| ParseLeaderPolicyError(s.to_owned()))
+    }
+}
+
+/// Names a worker thread from its CPU and its index among the core's workers.
+pub(crate) type NameFn = Box<dyn Fn(CpuId, usize) -> String + Send + Sync>;
+
+/// The options of a built runtime, validated by the builder and read by every thread.
+pub(crate) struct Config {
+    /// The CPU of each core, by core index.
+    pub(crate) cpus: Vec<CpuId>,
+    /// Most workers per core.
+    pub(crate) cap: usize,
+    /// Leader period.
+    pub(crate) scan_period: Duration,
+    /// Scheduling policy of the leader threads.
+    pub(crate) leader_policy: LeaderPolicy,
+    /// Names worker threads.
+    pub(crate) thread_name: NameFn,
+}
+
+impl Config {
+    /// Whether leaders poll (and workers drain their own events at scheduling points).
+    #[inline]
+    pub(crate) fn polling(&self) -> bool {
+        self.leader_policy == LeaderPolicy::Poll
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("cpus", &self.cpus)
+            .field("cap", &self.cap)
+            .field("scan_period", &self.scan_period)
+            .field("leader_policy", &self.leader_policy)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,74 @@
+//! Per-core time accounting: how long each core had no ready worker while work was queued
+//! (the waste UMT removes) and how long it had more than one (the price it pays), as the
+//! leaders see it after each drain.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Per-core time accounting, kept by the leaders. The ready counts change only when someone
+/// drains the monitor, so the state a leader sees after its drain holds until the next drain,
+/// by any leader: each leader observes every core after each drain.
+pub(crate) struct CoreTime {
+    /// Since when the core has been in which state: (ready count, no ready worker while work
+    /// was queued). A std mutex: the leaders are not part of the loom model.
+    state: std::sync::Mutex<(Instant, i64, bool)>,
+    /// Nanoseconds with no ready worker while work was queued.
+    pub(crate) idle_with_work_ns: AtomicU64,
+    /// Nanoseconds with more than one ready worker.
+    pub(crate) oversubscribed_ns: AtomicU64,
+}
+
+impl CoreTime {
+    pub(crate) fn new() -> Self {
+        CoreTime {
+            state: std::sync::Mutex::new((Instant::now(), 1, false)),
+            idle_with_work_ns: AtomicU64::new(0),
+            oversubscribed_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// A drain at `now` left the core with `ready` ready workers, `starved` if none while work
+    /// is queued: the previous state lasted until `now`.
+    pub(crate) fn observe(&self, now: Instant, ready: i64, starved: bool) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (since, was_ready, was_starved) = *state;
+        // Two leaders may observe out of order: a later `now` was already accounted.
+        let Some(dt) = now.checked_duration_since(since) else {
+            return;
+        };
+        let dt = dt.as_nanos() as u64;
+        if was_starved {
+            self.idle_with_work_ns.fetch_add(dt, Ordering::Relaxed);
+        }
+        if was_ready > 1 {
+            self.oversubscribed_ns.fetch_add(dt, Ordering::Relaxed);
+        }
+        *state = (now, ready, starved);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Each state is charged for the time until the next observation, whoever observes; an
+    /// observation older than the last one (a slower leader) changes nothing.
+    #[test]
+    fn core_time_charges_each_state_until_the_next_drain() {
+        let t = CoreTime::new();
+        let t0 = lock_state(&t).0;
+        let ms = Duration::from_millis;
+        t.observe(t0 + ms(1), 2, false); // (ready 1 until +1: nothing charged)
+        t.observe(t0 + ms(4), 0, true); // oversubscribed for 3 ms
+        t.observe(t0 + ms(3), 1, false); // late: ignored
+        t.observe(t0 + ms(9), 1, false); // starved for 5 ms
+        t.observe(t0 + ms(10), 1, false);
+        assert_eq!(t.oversubscribed_ns.load(Ordering::Relaxed), 3_000_000);
+        assert_eq!(t.idle_with_work_ns.load(Ordering::Relaxed), 5_000_000);
+    }
+
+    fn lock_state(t: &CoreTime) -> std::sync::MutexGuard<'_, (Instant, i64, bool)> {
+        t.state.lock().unwrap()
+    }
+}
