@@ -9,19 +9,23 @@
 //! time in reverse on adjoint volumes and, at each snapshot step, reads the snapshot slice back
 //! and adds its product with the adjoint velocity into the image.
 //!
+//! Every runner on umt-rt runs the same task graph (`run_with`) and plugs its I/O into it
+//! (`SnapshotIo`); the rayon and tokio ports write their own loops but share the snapshot
+//! bookkeeping (`Snapshots`).
+//!
 //! Verified: every snapshot slice read back has the checksum it was written with, and the
 //! final volumes and the image are bit-identical to [`sequential`].
 
-use std::path::PathBuf;
+use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use umt_rt::{Access, Runtime, Scope};
 
-use crate::io::{
-    AlignedBuf, BenchError, DIRECT_ALIGN, IoMode, create_file, read_f64s_into, write_buf,
-};
+use crate::error::{BenchError, Errors};
+use crate::io::{AlignedBuf, DIRECT_ALIGN, IoMode, create_file, read_f64s_into, write_buf};
 
 /// Stencil radius in Y.
 pub const RADIUS: usize = 4;
@@ -112,26 +116,12 @@ fn fnv1a(words: impl Iterator<Item = u64>) -> u64 {
 }
 
 /// [`checksum`] of the values a staged buffer holds (native byte order).
-pub(crate) fn checksum_bytes(bytes: &[u8]) -> u64 {
+fn checksum_bytes(bytes: &[u8]) -> u64 {
     fnv1a(
         bytes
             .chunks_exact(8)
             .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8]))),
     )
-}
-
-/// Writes a staged snapshot slice with `write`, then records its checksum as snapshot slice
-/// `index` (for the read-back check).
-pub(crate) fn write_snapshot(
-    sums: &Mutex<Vec<u64>>,
-    index: usize,
-    buf: AlignedBuf,
-    write: impl FnOnce(AlignedBuf) -> Result<(), BenchError>,
-) -> Result<(), BenchError> {
-    let sum = checksum_bytes(buf.as_slice());
-    write(buf)?;
-    sums.lock().unwrap_or_else(|e| e.into_inner())[index] = sum;
-    Ok(())
 }
 
 /// One volume as Y-slices behind locks (the dependencies order all accesses; the locks make
@@ -210,28 +200,6 @@ fn neighbours(y: usize, ny: usize) -> std::ops::Range<usize> {
     y.saturating_sub(RADIUS)..(y + RADIUS + 1).min(ny)
 }
 
-/// Checks a snapshot slice read back against the checksum it was written with.
-pub(crate) fn verify(snap: &[f64], want: u64, step: usize, y: usize) -> Result<(), BenchError> {
-    let got = checksum(snap);
-    if got == want {
-        Ok(())
-    } else {
-        Err(BenchError::Corrupt(format!(
-            "snapshot of step {step}, slice {y} read back with checksum {got:#x}, written with \
-             {want:#x}"
-        )))
-    }
-}
-
-/// The imaging condition: adds the snapshot slice times the adjoint velocity into the image.
-pub(crate) fn image(st: &State, y: usize, snap: &[f64]) {
-    let av = st.av.read(y);
-    let mut img = st.image.write(y);
-    for ((i, s), a) in img.iter_mut().zip(snap).zip(av.iter()) {
-        *i += s * a;
-    }
-}
-
 /// Dependency keys: (volume, slice).
 pub(crate) const V: u8 = 0;
 pub(crate) const S: u8 = 1;
@@ -242,6 +210,8 @@ pub(crate) const IMG: u8 = 4;
 const SNAP: u8 = 5;
 /// A velocity slice's staging copy, between the copy and the write.
 const STAGE: u8 = 6;
+/// A snapshot whose reads were started ahead.
+const AHEAD: u8 = 7;
 
 /// Spawns one time step of a staggered pair: one task per slice updating `vel` from the
 /// `str_` slices around it (keys `vel_key`, `str_key`), then one per slice updating `str_` from
@@ -314,26 +284,192 @@ impl FwiRun {
 pub(crate) fn finish(
     elapsed: Duration,
     st: &State,
-    path: &std::path::Path,
-    verified: usize,
+    path: &Path,
+    snaps: &Snapshots,
     io_bytes: u64,
-    errors: Mutex<Vec<BenchError>>,
+    errors: &Errors,
 ) -> Result<FwiRun, BenchError> {
     let _ = std::fs::remove_file(path);
-    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()).pop() {
-        return Err(e);
-    }
+    errors.first()?;
     Ok(FwiRun {
         elapsed,
         velocity: st.v.to_vec(),
         stress: st.s.to_vec(),
         image: st.image.to_vec(),
-        snapshots_verified: verified,
+        snapshots_verified: snaps.verified(),
         io_bytes,
     })
 }
 
 static RUN_ID: AtomicUsize = AtomicUsize::new(0);
+
+/// A run's snapshot bookkeeping, the same for every runner: where each slice goes in the
+/// snapshot file, the checksum it was written with, and how many were read back and verified.
+#[derive(Debug)]
+pub(crate) struct Snapshots {
+    ny: usize,
+    cells: usize,
+    /// The steps that take a snapshot, in order: snapshot `k` is taken at `steps[k]`.
+    steps: Vec<usize>,
+    /// Checksum of each slice written, by [`Snapshots::index`].
+    sums: Mutex<Vec<u64>>,
+    /// Slices read back and verified.
+    verified: AtomicUsize,
+}
+
+impl Snapshots {
+    pub(crate) fn new(p: &FwiParams) -> Snapshots {
+        let steps = p.snapshot_steps();
+        Snapshots {
+            ny: p.ny,
+            cells: p.slice_cells(),
+            sums: Mutex::new(vec![0; steps.len() * p.ny]),
+            steps,
+            verified: AtomicUsize::new(0),
+        }
+    }
+
+    /// The snapshot taken at step `t`, if any.
+    pub(crate) fn at_step(&self, t: usize) -> Option<usize> {
+        self.steps.iter().position(|&s| s == t)
+    }
+
+    /// Index of slice `y` of snapshot `k` among all snapshot slices (file order).
+    pub(crate) fn index(&self, k: usize, y: usize) -> usize {
+        k * self.ny + y
+    }
+
+    /// Byte offset of slice `y` of snapshot `k` in the snapshot file.
+    pub(crate) fn offset(&self, k: usize, y: usize) -> u64 {
+        (self.index(k, y) * self.cells * 8) as u64
+    }
+
+    /// Cells of one slice.
+    pub(crate) fn cells(&self) -> usize {
+        self.cells
+    }
+
+    /// Records the checksum of slice `y` of snapshot `k`, staged in `buf`, and hands it to
+    /// `write` with its offset.
+    pub(crate) fn write(
+        &self,
+        k: usize,
+        y: usize,
+        buf: AlignedBuf,
+        write: impl FnOnce(u64, AlignedBuf) -> Result<(), BenchError>,
+    ) -> Result<(), BenchError> {
+        let sum = checksum_bytes(buf.as_slice());
+        self.sums.lock().unwrap_or_else(|e| e.into_inner())[self.index(k, y)] = sum;
+        write(self.offset(k, y), buf)
+    }
+
+    /// Slice `y` of snapshot `k` (taken at step `t`) is back from disk in `data`: checks it
+    /// against the checksum it was written with, counts it, and with `image` adds its product
+    /// with the adjoint velocity into the image (the imaging condition).
+    pub(crate) fn check_and_image(
+        &self,
+        st: &State,
+        (k, y, t): (usize, usize, usize),
+        data: &[f64],
+        image: bool,
+    ) -> Result<(), BenchError> {
+        let want = self.sums.lock().unwrap_or_else(|e| e.into_inner())[self.index(k, y)];
+        let got = checksum(data);
+        if got != want {
+            return Err(BenchError::Corrupt(format!(
+                "snapshot of step {t}, slice {y} read back with checksum {got:#x}, written \
+                 with {want:#x}"
+            )));
+        }
+        self.verified.fetch_add(1, Ordering::Relaxed);
+        if image {
+            let av = st.av.read(y);
+            let mut img = st.image.write(y);
+            for ((i, s), a) in img.iter_mut().zip(data).zip(av.iter()) {
+                *i += s * a;
+            }
+        }
+        Ok(())
+    }
+
+    /// Slices read back and verified so far.
+    pub(crate) fn verified(&self) -> usize {
+        self.verified.load(Ordering::Relaxed)
+    }
+}
+
+/// How a run on umt-rt moves its snapshot slices: the seam a runner plugs its I/O into, so
+/// that every runner on umt-rt runs the same task graph ([`run_with`]).
+pub(crate) trait SnapshotIo: Sync {
+    /// Writes `buf` at byte `offset`. May return before the data is on disk (then
+    /// [`SnapshotIo::flush`] waits for it).
+    fn write(
+        &self,
+        file: &File,
+        path: &Path,
+        offset: u64,
+        buf: AlignedBuf,
+    ) -> Result<(), BenchError>;
+
+    /// Whether reads are started ahead of need ([`SnapshotIo::read_ahead`]).
+    fn reads_ahead(&self) -> bool {
+        false
+    }
+
+    /// Starts reading `cells` values at byte `offset`, for a later [`SnapshotIo::read`] of
+    /// the same offset. Called for every slice of a snapshot by one task, spawned before the
+    /// adjoint step that images it, once every write is on disk ([`SnapshotIo::flush`]).
+    fn read_ahead(
+        &self,
+        _file: &File,
+        _path: &Path,
+        _offset: u64,
+        _cells: usize,
+    ) -> Result<(), BenchError> {
+        Ok(())
+    }
+
+    /// Reads `out.len()` values at byte `offset` (the read started ahead, if there is one).
+    fn read(
+        &self,
+        file: &File,
+        path: &Path,
+        offset: u64,
+        out: &mut [f64],
+    ) -> Result<(), BenchError>;
+
+    /// Waits until every write submitted so far is on disk.
+    fn flush(&self) -> Result<(), BenchError> {
+        Ok(())
+    }
+}
+
+/// The paper's I/O: each task reads or writes with a blocking call, so its worker waits in
+/// the kernel (and umt's monitor gives the core to another worker meanwhile).
+#[derive(Debug)]
+pub(crate) struct Blocking;
+
+impl SnapshotIo for Blocking {
+    fn write(
+        &self,
+        file: &File,
+        path: &Path,
+        offset: u64,
+        buf: AlignedBuf,
+    ) -> Result<(), BenchError> {
+        write_buf(file, path, offset, buf)
+    }
+
+    fn read(
+        &self,
+        file: &File,
+        path: &Path,
+        offset: u64,
+        out: &mut [f64],
+    ) -> Result<(), BenchError> {
+        read_f64s_into(file, path, offset, out)
+    }
+}
 
 /// Which parts of the workload to run: everything, or the compute or the I/O alone (the two
 /// runs of the overlap bound).
@@ -347,8 +483,130 @@ pub enum Part {
     IoOnly,
 }
 
-/// Runs the workload on `rt`.
+/// What the tasks of one [`run_with`] share.
+struct Graph<'a> {
+    p: &'a FwiParams,
+    st: &'a State,
+    snaps: &'a Snapshots,
+    errors: &'a Errors,
+    /// The snapshot file; `None` when no snapshot is taken (compute only).
+    file: Option<&'a File>,
+    path: &'a Path,
+    /// Per slice, its staged copy between the copy task and the write task.
+    staging: &'a [Mutex<Option<AlignedBuf>>],
+    io: &'a dyn SnapshotIo,
+    /// Whether the volumes are computed (not for the I/O-only run).
+    compute: bool,
+}
+
+impl<'a> Graph<'a> {
+    /// The forward phase: the steps, and the snapshots they take.
+    fn forward(&self, sc: &Scope<'a>) {
+        let Graph {
+            p,
+            st,
+            snaps,
+            errors,
+            path,
+            io,
+            ..
+        } = *self;
+        for t in 1..=p.steps {
+            if self.compute {
+                spawn_step(sc, (V, &st.v), (S, &st.s), p);
+            }
+            let Some((file, k)) = self.file.zip(snaps.at_step(t)) else {
+                continue;
+            };
+            for (y, slot) in self.staging.iter().enumerate() {
+                sc.spawn_with(
+                    [Access::read((V, y)), Access::write((STAGE, y))],
+                    move |_| {
+                        *slot.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some(AlignedBuf::from_f64s(&st.v.read(y)));
+                    },
+                );
+                let deps = [
+                    Access::read((STAGE, y)),
+                    Access::write((SNAP, snaps.index(k, y))),
+                ];
+                sc.spawn_with(deps, move |_| {
+                    if let Some(buf) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                        errors.check(snaps.write(k, y, buf, |at, b| io.write(file, path, at, b)));
+                    }
+                });
+            }
+        }
+    }
+
+    /// The backward phase: reverse time on the adjoint volumes, reading the snapshots back.
+    fn backward(&self, sc: &Scope<'a>) {
+        let Graph {
+            p,
+            st,
+            snaps,
+            errors,
+            path,
+            io,
+            compute,
+            ..
+        } = *self;
+        let (ny, cells) = (p.ny, p.slice_cells());
+        for t in (1..=p.steps).rev() {
+            let snap = self.file.zip(snaps.at_step(t));
+            if let Some((file, k)) = snap
+                && io.reads_ahead()
+            {
+                sc.spawn_with([Access::write((AHEAD, k))], move |_| {
+                    for y in 0..ny {
+                        errors.check(io.read_ahead(file, path, snaps.offset(k, y), cells));
+                    }
+                });
+            }
+            if compute {
+                spawn_step(sc, (AV, &st.av), (AS, &st.as_), p);
+            }
+            let Some((file, k)) = snap else { continue };
+            for y in 0..ny {
+                let mut deps = vec![
+                    Access::read((AV, y)),
+                    Access::write((IMG, y)),
+                    Access::read((SNAP, snaps.index(k, y))),
+                ];
+                if io.reads_ahead() {
+                    deps.push(Access::read((AHEAD, k)));
+                }
+                sc.spawn_with(deps, move |_| {
+                    let mut data = vec![0.0; cells];
+                    let done = io
+                        .read(file, path, snaps.offset(k, y), &mut data)
+                        .and_then(|()| snaps.check_and_image(st, (k, y, t), &data, compute));
+                    errors.check(done);
+                });
+            }
+        }
+    }
+}
+
+/// Runs the workload on `rt`, with blocking snapshot I/O.
 pub fn run(rt: &Runtime, p: &FwiParams, part: Part) -> Result<FwiRun, BenchError> {
+    run_with(rt, p, part, &Blocking)
+}
+
+/// Runs the workload on `rt`, its snapshots moved by `io`.
+///
+/// Forward, every `iof` steps, one task per slice copies the velocity slice out (holding it
+/// only for the copy) and a second one writes the copy, so the next step need not wait for
+/// the disk. Backward, at each snapshot step, one task per slice reads its slice back,
+/// verifies it and images it. With an `io` that reads ahead, the backward phase starts once
+/// every snapshot is on disk; one task per snapshot then starts its reads before the adjoint
+/// step that needs them, and the imaging tasks only claim them.
+pub(crate) fn run_with(
+    rt: &Runtime,
+    p: &FwiParams,
+    part: Part,
+    io: &dyn SnapshotIo,
+) -> Result<FwiRun, BenchError> {
     p.validate()?;
     let st = State::new(p);
     let path = p.new_snapshot_path();
@@ -356,90 +614,42 @@ pub fn run(rt: &Runtime, p: &FwiParams, part: Part) -> Result<FwiRun, BenchError
         Part::ComputeOnly => None,
         _ => Some(create_file(&path, p.io, p.snapshot_bytes())?),
     };
-    let snaps = p.snapshot_steps();
-    let sums: Mutex<Vec<u64>> = Mutex::new(vec![0; snaps.len() * p.ny]);
-    let verified = AtomicUsize::new(0);
-    let errors: Mutex<Vec<BenchError>> = Mutex::new(Vec::new());
+    let snaps = Snapshots::new(p);
+    let errors = Errors::default();
     let compute = part != Part::IoOnly;
-    let ny = p.ny;
-    let slice_bytes = (p.slice_cells() * 8) as u64;
-    let staging: Vec<Mutex<Option<AlignedBuf>>> = (0..ny).map(|_| Mutex::new(None)).collect();
+    let staging: Vec<Mutex<Option<AlignedBuf>>> = (0..p.ny).map(|_| Mutex::new(None)).collect();
+    let graph = Graph {
+        p,
+        st: &st,
+        snaps: &snaps,
+        errors: &errors,
+        file: file.as_ref(),
+        path: &path,
+        staging: &staging,
+        io,
+        compute,
+    };
     let start = Instant::now();
-    rt.scope(|sc| {
-        let (st, sums, verified, errors, path) = (&st, &sums, &verified, &errors, &path);
-        let staging = &staging;
-        let fail = move |e: BenchError| errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
-        // Forward.
-        for t in 1..=p.steps {
-            if compute {
-                spawn_step(sc, (V, &st.v), (S, &st.s), p);
-            }
-            if let (Some(file), Some(k)) = (&file, snaps.iter().position(|&s| s == t)) {
-                for (y, slot) in staging.iter().enumerate() {
-                    // Copy the slice out (holds the velocity briefly), then write the copy
-                    // (holds only the copy): the next step need not wait for the disk.
-                    sc.spawn_with(
-                        [Access::read((V, y)), Access::write((STAGE, y))],
-                        move |_| {
-                            *slot.lock().unwrap_or_else(|e| e.into_inner()) =
-                                Some(AlignedBuf::from_f64s(&st.v.read(y)));
-                        },
-                    );
-                    let deps = [Access::read((STAGE, y)), Access::write((SNAP, k * ny + y))];
-                    sc.spawn_with(deps, move |_| {
-                        let Some(buf) = slot.lock().unwrap_or_else(|e| e.into_inner()).take()
-                        else {
-                            return;
-                        };
-                        let at = (k * ny + y) as u64 * slice_bytes;
-                        if let Err(e) =
-                            write_snapshot(sums, k * ny + y, buf, |b| write_buf(file, path, at, b))
-                        {
-                            fail(e);
-                        }
-                    });
-                }
-            }
-        }
-        // Backward: reverse time on the adjoint volumes, reading the snapshots back.
-        for t in (1..=p.steps).rev() {
-            if compute {
-                spawn_step(sc, (AV, &st.av), (AS, &st.as_), p);
-            }
-            if let (Some(file), Some(k)) = (&file, snaps.iter().position(|&s| s == t)) {
-                for y in 0..ny {
-                    // Reads the snapshot (blocking I/O), checks it, images it.
-                    let deps = [
-                        Access::read((AV, y)),
-                        Access::write((IMG, y)),
-                        Access::read((SNAP, k * ny + y)),
-                    ];
-                    sc.spawn_with(deps, move |_| {
-                        let mut snap = vec![0.0; p.slice_cells()];
-                        let at = (k * ny + y) as u64 * slice_bytes;
-                        if let Err(e) = read_f64s_into(file, path, at, &mut snap) {
-                            return fail(e);
-                        }
-                        let want = sums.lock().unwrap_or_else(|e| e.into_inner())[k * ny + y];
-                        if let Err(e) = verify(&snap, want, t, y) {
-                            return fail(e);
-                        }
-                        verified.fetch_add(1, Ordering::Relaxed);
-                        if compute {
-                            image(st, y, &snap);
-                        }
-                    });
-                }
-            }
-        }
-    });
+    if io.reads_ahead() {
+        // Reads started ahead must not pass the writes: the forward phase ends when every
+        // snapshot is on disk, waited for by this thread rather than by a worker.
+        rt.scope(|sc| graph.forward(sc));
+        errors.check(io.flush());
+        rt.scope(|sc| graph.backward(sc));
+    } else {
+        rt.scope(|sc| {
+            graph.forward(sc);
+            graph.backward(sc);
+        });
+    }
+    errors.check(io.flush());
     let elapsed = start.elapsed();
     let io_bytes = if file.is_some() {
         2 * p.snapshot_bytes()
     } else {
         0
     };
-    finish(elapsed, &st, &path, verified.into_inner(), io_bytes, errors)
+    finish(elapsed, &st, &path, &snaps, io_bytes, &errors)
 }
 
 /// The sequential reference: the same updates in program order, snapshots kept in memory.

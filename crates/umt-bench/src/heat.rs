@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use umt_rt::{Access, Runtime};
 
-use crate::io::{AlignedBuf, BenchError, DIRECT_ALIGN, IoMode, create_file};
+use crate::error::{BenchError, Errors};
+use crate::io::{AlignedBuf, DIRECT_ALIGN, IoMode, create_file};
 
 /// Dependency tag of a block's checkpoint staging copy.
 const STAGE: u8 = 1;
@@ -330,11 +331,9 @@ pub(crate) fn finish(
     grid: &Grid,
     p: &HeatParams,
     files: Vec<Checkpoint>,
-    errors: std::sync::Mutex<Vec<BenchError>>,
+    errors: &Errors,
 ) -> Result<HeatRun, BenchError> {
-    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()).pop() {
-        return Err(e);
-    }
+    errors.first()?;
     Ok(HeatRun {
         elapsed,
         matrix: grid.to_matrix(),
@@ -396,7 +395,7 @@ pub(crate) fn run_with(
     let grid = Grid::new(p);
     let nb = p.blocks();
     let files = create_checkpoints(p)?;
-    let errors = std::sync::Mutex::new(Vec::new());
+    let errors = Errors::default();
     let staging: Vec<Staged> = match checkpoints {
         Checkpoints::Staged(_) => (0..nb * nb).map(|_| std::sync::Mutex::new(None)).collect(),
         Checkpoints::InPlace => Vec::new(),
@@ -404,7 +403,6 @@ pub(crate) fn run_with(
     let start = Instant::now();
     rt.scope(|s| {
         let (grid, errors, staging, checkpoints) = (&grid, &errors, &staging, &checkpoints);
-        let fail = move |e| errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
         let mut next_ckpt = files.iter().peekable();
         for it in 1..=p.iters {
             for bi in 0..nb {
@@ -420,9 +418,7 @@ pub(crate) fn run_with(
                     match checkpoints {
                         Checkpoints::InPlace => {
                             s.spawn_with([Access::read((bi, bj))], move |_| {
-                                if let Err(e) = grid.write_block(bi, bj, file, path) {
-                                    fail(e);
-                                }
+                                errors.check(grid.write_block(bi, bj, file, path));
                             });
                         }
                         Checkpoints::Staged(write) => {
@@ -434,10 +430,8 @@ pub(crate) fn run_with(
                             });
                             s.spawn_with([Access::read(key)], move |_| {
                                 let staged = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-                                if let Some((data, offset)) = staged
-                                    && let Err(e) = write(file, path, offset, data)
-                                {
-                                    fail(e);
+                                if let Some((data, offset)) = staged {
+                                    errors.check(write(file, path, offset, data));
                                 }
                             });
                         }
@@ -449,7 +443,7 @@ pub(crate) fn run_with(
     let drained = drain();
     let elapsed = start.elapsed();
     drained?;
-    finish(elapsed, &grid, p, files, errors)
+    finish(elapsed, &grid, p, files, &errors)
 }
 
 /// Writes the checkpoints of `p` without computing (the I/O-only run of the overlap bound):
@@ -459,24 +453,20 @@ pub fn io_only(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
     let grid = Grid::new(p);
     let nb = p.blocks();
     let files = create_checkpoints(p)?;
-    let errors = std::sync::Mutex::new(Vec::new());
+    let errors = Errors::default();
     let start = Instant::now();
     rt.scope(|s| {
         let (grid, errors) = (&grid, &errors);
         for (_, path, file) in &files {
             for bi in 0..nb {
                 for bj in 0..nb {
-                    s.spawn(move |_| {
-                        if let Err(e) = grid.write_block(bi, bj, file, path) {
-                            errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
-                        }
-                    });
+                    s.spawn(move |_| errors.check(grid.write_block(bi, bj, file, path)));
                 }
             }
         }
     });
     let elapsed = start.elapsed();
-    finish(elapsed, &grid, p, files, errors)
+    finish(elapsed, &grid, p, files, &errors)
 }
 
 #[cfg(test)]

@@ -2,7 +2,9 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use crate::error::BenchError;
 
 /// Alignment of direct I/O buffers, offsets and lengths.
 pub const DIRECT_ALIGN: usize = 4096;
@@ -25,42 +27,6 @@ impl IoMode {
             IoMode::Buffered
         }
     }
-}
-
-/// Errors of the benchmark applications.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum BenchError {
-    /// A parameter is out of range.
-    #[error("invalid parameter: {0}")]
-    InvalidParam(String),
-    /// The directory's filesystem refuses `O_DIRECT` (tmpfs does, for example).
-    #[error(
-        "{dir} does not support O_DIRECT ({source}): pick a directory on a disk with --dir, \
-         or use buffered I/O (--buffered)"
-    )]
-    NoDirectIo {
-        /// The directory.
-        dir: PathBuf,
-        /// What open(2) said.
-        source: std::io::Error,
-    },
-    /// A runtime could not be built (its monitor backend is unavailable, for example).
-    #[error("cannot start the runtime {0}")]
-    Runtime(String),
-    /// Data read back differs from what was written.
-    #[error("verification failed: {0}")]
-    Corrupt(String),
-    /// A file operation failed.
-    #[error("{what} {path}: {source}")]
-    Io {
-        /// The operation.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        source: std::io::Error,
-    },
 }
 
 /// A buffer of `len` bytes whose start is aligned to [`DIRECT_ALIGN`], built without `unsafe`
@@ -190,17 +156,9 @@ pub fn create_file(path: &Path, mode: IoMode, len: u64) -> Result<File, BenchErr
                 dir: path.parent().unwrap_or(Path::new(".")).to_path_buf(),
                 source,
             },
-            _ => BenchError::Io {
-                what: "creating",
-                path: path.to_path_buf(),
-                source,
-            },
+            _ => BenchError::io("creating", path, source),
         })?;
-    let io_error = |source: std::io::Error| BenchError::Io {
-        what: "preallocating",
-        path: path.to_path_buf(),
-        source,
-    };
+    let io_error = |source: std::io::Error| BenchError::io("preallocating", path, source);
     let len = i64::try_from(len).map_err(|_| {
         io_error(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
@@ -241,11 +199,7 @@ pub fn write_buf(file: &File, path: &Path, offset: u64, buf: AlignedBuf) -> Resu
 /// must be multiples of it.
 pub fn write_bytes(file: &File, path: &Path, offset: u64, bytes: &[u8]) -> Result<(), BenchError> {
     file.write_all_at(bytes, offset)
-        .map_err(|source| BenchError::Io {
-            what: "writing",
-            path: path.to_path_buf(),
-            source,
-        })
+        .map_err(|source| BenchError::io("writing", path, source))
 }
 
 /// Reads `out.len()` values at byte `offset` of `file` through an aligned buffer (the
@@ -258,29 +212,17 @@ pub fn read_f64s_into(
 ) -> Result<(), BenchError> {
     let mut buf = AlignedBuf::new(out.len() * 8);
     file.read_exact_at(buf.as_mut_slice(), offset)
-        .map_err(|source| BenchError::Io {
-            what: "reading",
-            path: path.to_path_buf(),
-            source,
-        })?;
+        .map_err(|source| BenchError::io("reading", path, source))?;
     buf.copy_to_f64s(out);
     Ok(())
 }
 
 /// Reads `count` values at byte `offset` (buffered: for verification).
 pub fn read_f64s(path: &Path, offset: u64, count: usize) -> Result<Vec<f64>, BenchError> {
-    let f = File::open(path).map_err(|source| BenchError::Io {
-        what: "opening",
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let f = File::open(path).map_err(|source| BenchError::io("opening", path, source))?;
     let mut bytes = vec![0u8; count * 8];
     f.read_exact_at(&mut bytes, offset)
-        .map_err(|source| BenchError::Io {
-            what: "reading",
-            path: path.to_path_buf(),
-            source,
-        })?;
+        .map_err(|source| BenchError::io("reading", path, source))?;
     Ok(bytes
         .chunks_exact(8)
         .map(|c| f64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))

@@ -9,7 +9,9 @@
 //! - [`runner`]: the runtimes compared (`baseline`, `umt-perf`, `umt-kernel`, `rayon`,
 //!   `rayon-2x`, `tokio`, `io-uring`; the ports are [`port_rayon`], [`port_tokio`],
 //!   [`port_uring`]) and one timed run;
-//! - [`report`]: medians, speedups, percent of the overlap bound, the table and the JSON.
+//! - [`compare`]: every runner and the two bound runs, alternating, into a [`report::Report`];
+//! - [`report`]: medians, speedups, percent of the overlap bound, the table and the JSON;
+//! - [`error`]: what can go wrong, and how a run's tasks report it.
 //!
 //! The `umt-bench` binary is the command line: `umt-bench heat|fwi|compare [...]`.
 //!
@@ -26,6 +28,8 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod compare;
+pub mod error;
 pub mod fwi;
 pub mod heat;
 pub mod io;
@@ -38,9 +42,10 @@ pub mod runner;
 /// Helpers of the unit tests.
 #[cfg(test)]
 pub(crate) mod testutil {
+    use crate::error::BenchError;
     use crate::fwi::{FwiParams, FwiRun};
     use crate::heat::{HeatParams, HeatRun};
-    use crate::io::{BenchError, IoMode};
+    use crate::io::IoMode;
 
     /// Bit-for-bit equality of two result arrays.
     pub(crate) fn same(a: &[f64], b: &[f64]) -> bool {

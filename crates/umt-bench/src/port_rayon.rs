@@ -4,15 +4,14 @@
 //!
 //! Same kernels, same files, same results as the umt-rt versions (bit-identical).
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use rayon::prelude::*;
 
-use crate::fwi::{self, FwiParams, FwiRun, State};
+use crate::error::{BenchError, Errors};
+use crate::fwi::{self, FwiParams, FwiRun, Snapshots, State};
 use crate::heat::{Grid, HeatParams, HeatRun};
-use crate::io::{AlignedBuf, BenchError, create_file, read_f64s_into, write_buf};
+use crate::io::{AlignedBuf, create_file, read_f64s_into, write_buf};
 
 /// A pool of `threads` threads.
 pub fn pool(threads: usize) -> Result<rayon::ThreadPool, BenchError> {
@@ -29,7 +28,7 @@ pub fn heat(pool: &rayon::ThreadPool, p: &HeatParams) -> Result<HeatRun, BenchEr
     let grid = Grid::new(p);
     let nb = p.blocks();
     let files = crate::heat::create_checkpoints(p)?;
-    let errors = Mutex::new(Vec::new());
+    let errors = Errors::default();
     let start = Instant::now();
     pool.install(|| {
         rayon::scope(|s| {
@@ -47,11 +46,7 @@ pub fn heat(pool: &rayon::ThreadPool, p: &HeatParams) -> Result<HeatRun, BenchEr
                     for bi in 0..nb {
                         for bj in 0..nb {
                             let (data, offset) = grid.block_copy(bi, bj);
-                            s.spawn(move |_| {
-                                if let Err(e) = write_buf(file, path, offset, data) {
-                                    errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
-                                }
-                            });
+                            s.spawn(move |_| errors.check(write_buf(file, path, offset, data)));
                         }
                     }
                 }
@@ -59,7 +54,7 @@ pub fn heat(pool: &rayon::ThreadPool, p: &HeatParams) -> Result<HeatRun, BenchEr
         })
     });
     let elapsed = start.elapsed();
-    crate::heat::finish(elapsed, &grid, p, files, errors)
+    crate::heat::finish(elapsed, &grid, p, files, &errors)
 }
 
 /// The FWI mock-up on `pool`: snapshots written by spawned tasks during the forward phase (the
@@ -69,17 +64,13 @@ pub fn fwi(pool: &rayon::ThreadPool, p: &FwiParams) -> Result<FwiRun, BenchError
     let st = State::new(p);
     let path = p.new_snapshot_path();
     let file = create_file(&path, p.io, p.snapshot_bytes())?;
-    let snaps = p.snapshot_steps();
+    let snaps = Snapshots::new(p);
     let ny = p.ny;
-    let slice_bytes = (p.slice_cells() * 8) as u64;
-    let sums = Mutex::new(vec![0u64; snaps.len() * ny]);
-    let errors = Mutex::new(Vec::new());
-    let verified = AtomicUsize::new(0);
-    let fail = |e: BenchError| errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
+    let errors = Errors::default();
     let start = Instant::now();
     pool.install(|| {
         rayon::scope(|s| {
-            let (st, sums, fail, file, path) = (&st, &sums, &fail, &file, &path);
+            let (st, snaps, errors, file, path) = (&st, &snaps, &errors, &file, &path);
             for t in 1..=p.steps {
                 (0..ny)
                     .into_par_iter()
@@ -87,15 +78,12 @@ pub fn fwi(pool: &rayon::ThreadPool, p: &FwiParams) -> Result<FwiRun, BenchError
                 (0..ny)
                     .into_par_iter()
                     .for_each(|y| fwi::update(&st.s, &st.v, y, p));
-                if let Some(k) = snaps.iter().position(|&x| x == t) {
+                if let Some(k) = snaps.at_step(t) {
                     for y in 0..ny {
                         let buf = AlignedBuf::from_f64s(&st.v.read(y));
                         s.spawn(move |_| {
-                            let at = (k * ny + y) as u64 * slice_bytes;
-                            let write = |b| write_buf(file, path, at, b);
-                            if let Err(e) = fwi::write_snapshot(sums, k * ny + y, buf, write) {
-                                fail(e);
-                            }
+                            let write = |at, b| write_buf(file, path, at, b);
+                            errors.check(snaps.write(k, y, buf, write));
                         });
                     }
                 }
@@ -108,32 +96,18 @@ pub fn fwi(pool: &rayon::ThreadPool, p: &FwiParams) -> Result<FwiRun, BenchError
             (0..ny)
                 .into_par_iter()
                 .for_each(|y| fwi::update(&st.as_, &st.av, y, p));
-            if let Some(k) = snaps.iter().position(|&x| x == t) {
+            if let Some(k) = snaps.at_step(t) {
                 (0..ny).into_par_iter().for_each(|y| {
-                    let mut snap = vec![0.0; p.slice_cells()];
-                    let at = (k * ny + y) as u64 * slice_bytes;
-                    if let Err(e) = read_f64s_into(&file, &path, at, &mut snap) {
-                        return fail(e);
-                    }
-                    let want = sums.lock().unwrap_or_else(|e| e.into_inner())[k * ny + y];
-                    if let Err(e) = fwi::verify(&snap, want, t, y) {
-                        return fail(e);
-                    }
-                    verified.fetch_add(1, Ordering::Relaxed);
-                    fwi::image(&st, y, &snap);
+                    let mut data = vec![0.0; snaps.cells()];
+                    let done = read_f64s_into(&file, &path, snaps.offset(k, y), &mut data)
+                        .and_then(|()| snaps.check_and_image(&st, (k, y, t), &data, true));
+                    errors.check(done);
                 });
             }
         }
     });
     let elapsed = start.elapsed();
-    fwi::finish(
-        elapsed,
-        &st,
-        &path,
-        verified.into_inner(),
-        2 * p.snapshot_bytes(),
-        errors,
-    )
+    fwi::finish(elapsed, &st, &path, &snaps, 2 * p.snapshot_bytes(), &errors)
 }
 
 #[cfg(test)]

@@ -4,15 +4,15 @@
 //! Same kernels, same files, same results as the umt-rt versions (bit-identical).
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::task::JoinSet;
 
-use crate::fwi::{self, FwiParams, FwiRun, State};
+use crate::error::{BenchError, Errors};
+use crate::fwi::{self, FwiParams, FwiRun, Snapshots, State};
 use crate::heat::{Grid, HeatParams, HeatRun};
-use crate::io::{AlignedBuf, BenchError, create_file, read_f64s_into, write_buf};
+use crate::io::{AlignedBuf, create_file, read_f64s_into, write_buf};
 
 /// A multi-thread runtime with `workers` workers.
 pub fn runtime(workers: usize) -> Result<tokio::runtime::Runtime, BenchError> {
@@ -22,23 +22,11 @@ pub fn runtime(workers: usize) -> Result<tokio::runtime::Runtime, BenchError> {
         .map_err(|e| BenchError::Runtime(format!("tokio: {e}")))
 }
 
-type Errors = Arc<Mutex<Vec<BenchError>>>;
-
-fn push(errors: &Errors, e: BenchError) {
-    errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
-}
-
-fn first_error(errors: Errors) -> Result<(), BenchError> {
-    match errors.lock().unwrap_or_else(|e| e.into_inner()).pop() {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
-}
-
+/// Waits for every task of `set`; a task that panicked or was cancelled is an error.
 async fn drain(set: &mut JoinSet<()>, errors: &Errors) {
     while let Some(r) = set.join_next().await {
         if let Err(e) = r {
-            push(errors, BenchError::Runtime(format!("tokio task: {e}")));
+            errors.push(BenchError::Runtime(format!("tokio task: {e}")));
         }
     }
 }
@@ -49,7 +37,7 @@ pub fn heat(rt: &tokio::runtime::Runtime, p: &HeatParams) -> Result<HeatRun, Ben
     let grid = Arc::new(Grid::new(p));
     let nb = p.blocks();
     let files = Arc::new(crate::heat::create_checkpoints(p)?);
-    let errors: Errors = Arc::default();
+    let errors = Arc::new(Errors::default());
     let start = Instant::now();
     rt.block_on(async {
         let mut io = JoinSet::new();
@@ -69,9 +57,7 @@ pub fn heat(rt: &tokio::runtime::Runtime, p: &HeatParams) -> Result<HeatRun, Ben
                         let (files, errors) = (files.clone(), errors.clone());
                         io.spawn_blocking(move || {
                             let (_, path, file) = &files[k];
-                            if let Err(e) = write_buf(file, path, offset, data) {
-                                push(&errors, e);
-                            }
+                            errors.check(write_buf(file, path, offset, data));
                         });
                     }
                 }
@@ -80,7 +66,7 @@ pub fn heat(rt: &tokio::runtime::Runtime, p: &HeatParams) -> Result<HeatRun, Ben
         drain(&mut io, &errors).await;
     });
     let elapsed = start.elapsed();
-    first_error(errors)?;
+    errors.first()?;
     let files = Arc::try_unwrap(files)
         .map_err(|_| BenchError::Runtime("tokio: a checkpoint task outlived the run".into()))?;
     Ok(HeatRun {
@@ -98,12 +84,9 @@ pub fn fwi(rt: &tokio::runtime::Runtime, p: &FwiParams) -> Result<FwiRun, BenchE
     let pa = Arc::new(p.clone());
     let path: Arc<PathBuf> = Arc::new(p.new_snapshot_path());
     let file = Arc::new(create_file(&path, p.io, p.snapshot_bytes())?);
-    let snaps = p.snapshot_steps();
+    let snaps = Arc::new(Snapshots::new(p));
     let ny = p.ny;
-    let slice_bytes = (p.slice_cells() * 8) as u64;
-    let sums = Arc::new(Mutex::new(vec![0u64; snaps.len() * ny]));
-    let errors: Errors = Arc::default();
-    let verified = Arc::new(AtomicUsize::new(0));
+    let errors = Arc::new(Errors::default());
     let start = Instant::now();
     rt.block_on(async {
         // One phase: `f(y)` for every slice, in parallel, then wait.
@@ -122,17 +105,14 @@ pub fn fwi(rt: &tokio::runtime::Runtime, p: &FwiParams) -> Result<FwiRun, BenchE
             phase(ny, &errors, move |y| fwi::update(&s1.v, &s1.s, y, &p1)).await;
             let (s1, p1) = (st.clone(), pa.clone());
             phase(ny, &errors, move |y| fwi::update(&s1.s, &s1.v, y, &p1)).await;
-            if let Some(k) = snaps.iter().position(|&x| x == t) {
+            if let Some(k) = snaps.at_step(t) {
                 for y in 0..ny {
                     let buf = AlignedBuf::from_f64s(&st.v.read(y));
-                    let (file, path, sums, errors) =
-                        (file.clone(), path.clone(), sums.clone(), errors.clone());
+                    let (file, path) = (file.clone(), path.clone());
+                    let (snaps, errors) = (snaps.clone(), errors.clone());
                     io.spawn_blocking(move || {
-                        let at = (k * ny + y) as u64 * slice_bytes;
-                        let write = |b| write_buf(&file, &path, at, b);
-                        if let Err(e) = fwi::write_snapshot(&sums, k * ny + y, buf, write) {
-                            push(&errors, e);
-                        }
+                        let write = |at, b| write_buf(&file, &path, at, b);
+                        errors.check(snaps.write(k, y, buf, write));
                     });
                 }
             }
@@ -143,29 +123,15 @@ pub fn fwi(rt: &tokio::runtime::Runtime, p: &FwiParams) -> Result<FwiRun, BenchE
             phase(ny, &errors, move |y| fwi::update(&s1.av, &s1.as_, y, &p1)).await;
             let (s1, p1) = (st.clone(), pa.clone());
             phase(ny, &errors, move |y| fwi::update(&s1.as_, &s1.av, y, &p1)).await;
-            if let Some(k) = snaps.iter().position(|&x| x == t) {
+            if let Some(k) = snaps.at_step(t) {
                 for y in 0..ny {
-                    let (st, file, path, sums, errors, verified, cells) = (
-                        st.clone(),
-                        file.clone(),
-                        path.clone(),
-                        sums.clone(),
-                        errors.clone(),
-                        verified.clone(),
-                        pa.slice_cells(),
-                    );
+                    let (st, file, path) = (st.clone(), file.clone(), path.clone());
+                    let (snaps, errors) = (snaps.clone(), errors.clone());
                     io.spawn_blocking(move || {
-                        let mut snap = vec![0.0; cells];
-                        let at = (k * ny + y) as u64 * slice_bytes;
-                        if let Err(e) = read_f64s_into(&file, &path, at, &mut snap) {
-                            return push(&errors, e);
-                        }
-                        let want = sums.lock().unwrap_or_else(|e| e.into_inner())[k * ny + y];
-                        if let Err(e) = fwi::verify(&snap, want, t, y) {
-                            return push(&errors, e);
-                        }
-                        verified.fetch_add(1, Ordering::Relaxed);
-                        fwi::image(&st, y, &snap);
+                        let mut data = vec![0.0; snaps.cells()];
+                        let done = read_f64s_into(&file, &path, snaps.offset(k, y), &mut data)
+                            .and_then(|()| snaps.check_and_image(&st, (k, y, t), &data, true));
+                        errors.check(done);
                     });
                 }
                 // The next adjoint step overwrites the adjoint velocity the imaging reads.
@@ -174,16 +140,7 @@ pub fn fwi(rt: &tokio::runtime::Runtime, p: &FwiParams) -> Result<FwiRun, BenchE
         }
     });
     let elapsed = start.elapsed();
-    let _ = std::fs::remove_file(&*path);
-    first_error(errors)?;
-    Ok(FwiRun {
-        elapsed,
-        velocity: st.v.to_vec(),
-        stress: st.s.to_vec(),
-        image: st.image.to_vec(),
-        snapshots_verified: verified.load(Ordering::Relaxed),
-        io_bytes: 2 * p.snapshot_bytes(),
-    })
+    fwi::finish(elapsed, &st, &path, &snaps, 2 * p.snapshot_bytes(), &errors)
 }
 
 #[cfg(test)]

@@ -2,24 +2,25 @@
 //! submitted asynchronously through one io_uring instead of blocking a worker.
 //!
 //! Checkpoint and snapshot writes copy the data into an aligned buffer and submit it; the
-//! task returns at once. Snapshot reads are prefetched: the reads of a backward snapshot step
-//! are submitted before that step's computation, and the imaging task of each slice waits for
-//! its own read only then. A run ends when every submitted operation has completed.
+//! task returns at once. Snapshot reads are started ahead: the reads of a backward snapshot
+//! step are submitted before that step's computation, and the imaging task of each slice
+//! waits for its own read only then. A run ends when every submitted operation has completed.
+//! The workloads' task graphs are the umt-rt ones (`heat::run_with`, `fwi::run_with`): this
+//! file only plugs its I/O into them.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
 
 use io_uring::{IoUring, opcode, types};
-use umt_rt::{Access, Runtime};
+use umt_rt::Runtime;
 
-use crate::fwi::{self, AS, AV, FwiParams, FwiRun, IMG, S, State, V};
+use crate::error::BenchError;
+use crate::fwi::{self, FwiParams, FwiRun};
 use crate::heat::{HeatParams, HeatRun};
-use crate::io::{AlignedBuf, BenchError, create_file};
+use crate::io::AlignedBuf;
 
 /// Submission queue depth.
 const ENTRIES: u32 = 256;
@@ -45,14 +46,6 @@ impl std::fmt::Debug for Uring {
     }
 }
 
-fn io_error(what: &'static str, path: &Path, source: std::io::Error) -> BenchError {
-    BenchError::Io {
-        what,
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 impl Inner {
     /// Moves completions out of the queue: writes are retired, reads kept for their owner.
     fn reap(&mut self) {
@@ -68,10 +61,10 @@ impl Inner {
             let want = buf.as_slice().len();
             if res < 0 {
                 let e = std::io::Error::from_raw_os_error(-res);
-                self.errors.push(io_error(what, &path, e));
+                self.errors.push(BenchError::io(what, &path, e));
             } else if res as usize != want {
                 let e = std::io::Error::other(format!("short {what}: {res} of {want} bytes"));
-                self.errors.push(io_error(what, &path, e));
+                self.errors.push(BenchError::io(what, &path, e));
             } else if what == "reading" {
                 self.done.insert(id, buf);
             }
@@ -97,11 +90,13 @@ impl Inner {
             // Queue full: hand it to the kernel and retire what finished.
             self.ring
                 .submit_and_wait(1)
-                .map_err(|e| io_error(what, path, e))?;
+                .map_err(|e| BenchError::io(what, path, e))?;
             self.reap();
         }
         self.inflight.insert(id, (buf, path.to_path_buf(), what));
-        self.ring.submit().map_err(|e| io_error(what, path, e))?;
+        self.ring
+            .submit()
+            .map_err(|e| BenchError::io(what, path, e))?;
         self.reap();
         Ok(id)
     }
@@ -212,6 +207,25 @@ impl Uring {
     }
 }
 
+impl Drop for Uring {
+    /// Waits for every operation still in flight (a run that unwinds leaves some): the kernel
+    /// reads or writes their buffers until they complete, and a dropped buffer goes back to
+    /// the pool that every runner reuses. If the ring cannot wait, the buffers are leaked
+    /// rather than reused.
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
+        while !inner.inflight.is_empty() {
+            if inner.ring.submit_and_wait(1).is_err() {
+                for (_, (buf, _, _)) in inner.inflight.drain() {
+                    std::mem::forget(buf);
+                }
+                return;
+            }
+            inner.reap();
+        }
+    }
+}
+
 /// Heat diffusion on `rt` (the baseline runtime) with checkpoint writes through io_uring: the
 /// same tasks as [`crate::heat::run`], except that each block is copied out and the write task
 /// only submits the copy. The write outlives its task, so it cannot read the grid in place:
@@ -224,113 +238,78 @@ pub fn heat(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
     })
 }
 
-/// Dependency key of a snapshot step's prefetch (the others are `fwi`'s).
-const PREFETCH: u8 = 5;
+/// Snapshot I/O through one io_uring: writes are submitted and return at once, reads are
+/// started ahead (a snapshot's reads before the adjoint step that images it) and claimed by
+/// the imaging tasks.
+struct UringSnapshots<'a> {
+    uring: &'a Uring,
+    /// Reads started ahead, by file offset, not yet claimed.
+    ahead: Mutex<HashMap<u64, u64>>,
+}
 
-/// The FWI mock-up on `rt` (the baseline runtime) with snapshot I/O through io_uring.
+impl fwi::SnapshotIo for UringSnapshots<'_> {
+    fn write(
+        &self,
+        file: &File,
+        path: &Path,
+        offset: u64,
+        buf: AlignedBuf,
+    ) -> Result<(), BenchError> {
+        self.uring.write(file, path, offset, buf)
+    }
+
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
+    fn read_ahead(
+        &self,
+        file: &File,
+        path: &Path,
+        offset: u64,
+        cells: usize,
+    ) -> Result<(), BenchError> {
+        let id = self.uring.read(file, path, offset, cells)?;
+        self.ahead
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(offset, id);
+        Ok(())
+    }
+
+    fn read(
+        &self,
+        file: &File,
+        path: &Path,
+        offset: u64,
+        out: &mut [f64],
+    ) -> Result<(), BenchError> {
+        let ahead = self
+            .ahead
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&offset);
+        let id = match ahead {
+            Some(id) => id,
+            // Its read-ahead failed (and was reported): read it now.
+            None => self.uring.read(file, path, offset, out.len())?,
+        };
+        self.uring.wait_read(id, out)
+    }
+
+    fn flush(&self) -> Result<(), BenchError> {
+        self.uring.wait_all()
+    }
+}
+
+/// The FWI mock-up on `rt` (the baseline runtime) with snapshot I/O through io_uring: the
+/// same task graph as [`crate::fwi::run`], with writes submitted and reads started ahead.
 pub fn fwi(rt: &Runtime, p: &FwiParams) -> Result<FwiRun, BenchError> {
-    p.validate()?;
-    let uring = Uring::new()?;
-    let st = State::new(p);
-    let path = p.new_snapshot_path();
-    let file = create_file(&path, p.io, p.snapshot_bytes())?;
-    let snaps = p.snapshot_steps();
-    let ny = p.ny;
-    let cells = p.slice_cells();
-    let slice_bytes = (cells * 8) as u64;
-    let sums = Mutex::new(vec![0u64; snaps.len() * ny]);
-    let reads: Mutex<HashMap<(usize, usize), u64>> = Mutex::new(HashMap::new());
-    let errors = Mutex::new(Vec::new());
-    let verified = AtomicUsize::new(0);
-    let fail = |e: BenchError| errors.lock().unwrap_or_else(|e| e.into_inner()).push(e);
-    let start = Instant::now();
-    // Forward: writes go out as they are submitted.
-    rt.scope(|sc| {
-        let (st, sums, fail, uring, file, path) = (&st, &sums, &fail, &uring, &file, &path);
-        for t in 1..=p.steps {
-            fwi::spawn_step(sc, (V, &st.v), (S, &st.s), p);
-            if let Some(k) = snaps.iter().position(|&x| x == t) {
-                for y in 0..ny {
-                    sc.spawn_with([Access::read((V, y))], move |_| {
-                        let buf = AlignedBuf::from_f64s(&st.v.read(y));
-                        let at = (k * ny + y) as u64 * slice_bytes;
-                        let write = |b| uring.write(file, path, at, b);
-                        if let Err(e) = fwi::write_snapshot(sums, k * ny + y, buf, write) {
-                            fail(e);
-                        }
-                    });
-                }
-            }
-        }
-    });
-    // The snapshots must be on disk before they are read back.
-    let flushed = uring.wait_all();
-    rt.scope(|sc| {
-        let (st, sums, fail, uring, file, path, reads, verified) =
-            (&st, &sums, &fail, &uring, &file, &path, &reads, &verified);
-        for t in (1..=p.steps).rev() {
-            let snap = snaps.iter().position(|&x| x == t);
-            if let Some(k) = snap {
-                // Prefetch this step's snapshot while its adjoint step computes.
-                sc.spawn_with([Access::write((PREFETCH, k))], move |_| {
-                    for y in 0..ny {
-                        let at = (k * ny + y) as u64 * slice_bytes;
-                        match uring.read(file, path, at, cells) {
-                            Ok(id) => {
-                                reads
-                                    .lock()
-                                    .unwrap_or_else(|e| e.into_inner())
-                                    .insert((k, y), id);
-                            }
-                            Err(e) => fail(e),
-                        }
-                    }
-                });
-            }
-            fwi::spawn_step(sc, (AV, &st.av), (AS, &st.as_), p);
-            if let Some(k) = snap {
-                for y in 0..ny {
-                    let deps = [
-                        Access::read((AV, y)),
-                        Access::write((IMG, y)),
-                        Access::read((PREFETCH, k)),
-                    ];
-                    sc.spawn_with(deps, move |_| {
-                        let Some(id) = reads
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .remove(&(k, y))
-                        else {
-                            return; // its submission failed and was reported
-                        };
-                        let mut data = vec![0.0; cells];
-                        if let Err(e) = uring.wait_read(id, &mut data) {
-                            return fail(e);
-                        }
-                        let want = sums.lock().unwrap_or_else(|e| e.into_inner())[k * ny + y];
-                        if let Err(e) = fwi::verify(&data, want, t, y) {
-                            return fail(e);
-                        }
-                        verified.fetch_add(1, Ordering::Relaxed);
-                        fwi::image(st, y, &data);
-                    });
-                }
-            }
-        }
-    });
-    let waited = uring.wait_all();
-    let elapsed = start.elapsed();
-    let run = fwi::finish(
-        elapsed,
-        &st,
-        &path,
-        verified.into_inner(),
-        2 * p.snapshot_bytes(),
-        errors,
-    );
-    flushed?;
-    waited?;
-    run
+    let io = UringSnapshots {
+        uring: &Uring::new()?,
+        ahead: Mutex::new(HashMap::new()),
+    };
+    fwi::run_with(rt, p, fwi::Part::All, &io)
 }
 
 #[cfg(test)]
@@ -352,6 +331,53 @@ mod tests {
             return;
         }
         check_heat_port(|p| heat(&baseline(), p));
+    }
+
+    /// A run that unwinds while its writes are in flight (a task panicked): dropping the ring
+    /// waits for them, so no buffer goes back to the pool while the kernel still reads it, and
+    /// every write the ring accepted is on disk when the run's panic reaches the caller.
+    #[test]
+    fn a_run_that_panics_waits_for_its_writes_in_flight() {
+        if let Err(e) = Uring::new() {
+            eprintln!("skipped: {e}");
+            return;
+        }
+        let (dir, io) = crate::testutil::dir_and_mode();
+        let path = dir.join(format!("umt-uring-unwind-{}.bin", std::process::id()));
+        const BLOCKS: usize = 64;
+        const VALUES: usize = 1 << 19; // 4 MiB per write: 256 MiB in flight, for about 0.2 s
+        let file = crate::io::create_file(&path, io, (BLOCKS * VALUES * 8) as u64).unwrap();
+        let rt = baseline();
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let uring = Uring::new().unwrap();
+            rt.scope(|s| {
+                let (uring, file, path) = (&uring, &file, &path);
+                for i in 0..BLOCKS {
+                    s.spawn(move |_| {
+                        let buf = AlignedBuf::from_f64s(&vec![i as f64; VALUES]);
+                        uring
+                            .write(file, path, (i * VALUES * 8) as u64, buf)
+                            .unwrap();
+                    });
+                }
+                s.spawn(|_| panic!("a task fails mid-run"));
+            });
+        }));
+        assert!(unwound.is_err(), "the task's panic reaches the caller");
+        // Whatever the run's buffers went back to the pool, the next buffers of that size
+        // reuse: scribble over them at once. A write still in flight would put this on disk.
+        let reused: Vec<AlignedBuf> = (0..BLOCKS)
+            .map(|_| AlignedBuf::from_f64s(&vec![-1.0; VALUES]))
+            .collect();
+        for i in 0..BLOCKS {
+            let back = crate::io::read_f64s(&path, (i * VALUES * 8) as u64, VALUES).unwrap();
+            assert!(
+                back.iter().all(|&x| x == i as f64),
+                "write {i} was not complete"
+            );
+        }
+        drop(reused);
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

@@ -8,7 +8,7 @@ use nix::sys::resource::{UsageWho, getrusage};
 use umt_rt::{BackendKind, LeaderPolicy, Runtime};
 use umt_sys::Monitor;
 
-use crate::io::BenchError;
+use crate::error::BenchError;
 
 /// A runtime to compare. The same kernels and I/O code run on each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,0 +1,219 @@
+//! A comparison: every runner and the two bound runs (compute alone, I/O alone), alternating,
+//! `repeat` times, summarised in a [`Report`].
+//!
+//! Each repeat runs every runtime once, in turn (A B C A B C ...), plus the compute-only and
+//! I/O-only runs that give the overlap bound, so drift of the machine hits all of them alike.
+
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use umt_rt::LeaderPolicy;
+
+use crate::error::BenchError;
+use crate::fwi::{self, FwiParams, Part};
+use crate::heat::{self, HeatParams};
+use crate::report::{Report, RunReport, median};
+use crate::runner::{self, Engine, Runner, Sample, measure};
+
+/// How to compare, whatever the workload.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The runners, in table order (see [`Options::available_runners`]).
+    pub runners: Vec<Runner>,
+    /// Runs of each runner (the table shows medians); at least 1.
+    pub repeat: usize,
+    /// How umt-rt's monitored leaders run, instead of each runner's default.
+    pub leader: Option<LeaderPolicy>,
+    /// Show a progress bar on a terminal.
+    pub progress: bool,
+}
+
+impl Options {
+    /// `asked`, or every runner this machine can run when it is empty (the others are named
+    /// on stderr with the reason). A runner asked for that cannot run is an error.
+    pub fn available_runners(asked: &[Runner]) -> Result<Vec<Runner>, BenchError> {
+        if asked.is_empty() {
+            let mut out = Vec::new();
+            for r in Runner::ALL {
+                match r.available() {
+                    Ok(()) => out.push(r),
+                    Err(why) => eprintln!("skipping {r}: {why}"),
+                }
+            }
+            return Ok(out);
+        }
+        for r in asked {
+            r.available()
+                .map_err(|why| BenchError::Runtime(format!("{r}: {why}")))?;
+        }
+        Ok(asked.to_vec())
+    }
+}
+
+/// One measured run kind: a runtime, or one of the two bound runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Runtime(Runner),
+    ComputeOnly,
+    IoOnly,
+}
+
+/// Compares heat on every runner of `opts`.
+pub fn heat(p: &HeatParams, opts: &Options) -> Result<Report, BenchError> {
+    p.validate()?;
+    let params = serde_json::json!({
+        "size": p.n, "block": p.block, "iters": p.iters, "iof": p.iof,
+        "io": format!("{:?}", p.io), "dir": p.dir,
+        "checkpoint_bytes": p.checkpoint_bytes() * p.checkpoint_iters().len() as u64,
+    });
+    let work = (p.n * p.n * p.iters) as f64;
+    compare("heat", "cells/s", work, params, opts, |kind, engine| {
+        let out = match (kind, engine) {
+            (Kind::Runtime(_), e) => runner::run_heat(e, p)?,
+            (Kind::ComputeOnly, Engine::Umt(rt)) => heat::run(
+                rt,
+                &HeatParams {
+                    iof: None,
+                    ..p.clone()
+                },
+            )?,
+            (Kind::IoOnly, Engine::Umt(rt)) => heat::io_only(rt, p)?,
+            _ => return Err(BenchError::Runtime("bound runs use umt-rt".into())),
+        };
+        for (_, path) in &out.checkpoints {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok((out.elapsed, out.bytes_written))
+    })
+}
+
+/// Compares the FWI mock-up on every runner of `opts`.
+pub fn fwi(p: &FwiParams, opts: &Options) -> Result<Report, BenchError> {
+    p.validate()?;
+    let params = serde_json::json!({
+        "nz": p.nz, "nx": p.nx, "ny": p.ny, "steps": p.steps, "iof": p.iof,
+        "io": format!("{:?}", p.io), "dir": p.dir, "snapshot_bytes": p.snapshot_bytes(),
+    });
+    let work = p.cell_updates() / 1000.0;
+    compare("fwi", "kcells/s", work, params, opts, |kind, engine| {
+        let part = match kind {
+            Kind::Runtime(_) => Part::All,
+            Kind::ComputeOnly => Part::ComputeOnly,
+            Kind::IoOnly => Part::IoOnly,
+        };
+        let out = match (part, engine) {
+            (Part::All, e) => runner::run_fwi(e, p)?,
+            (part, Engine::Umt(rt)) => fwi::run(rt, p, part)?,
+            _ => return Err(BenchError::Runtime("bound runs use umt-rt".into())),
+        };
+        Ok((out.elapsed, out.io_bytes))
+    })
+}
+
+/// Runs every kind `repeat` times, alternating, and builds the report. `once` runs one kind on
+/// a runtime and returns the measured wall time and the bytes of I/O.
+fn compare(
+    workload: &str,
+    fom_unit: &str,
+    work: f64,
+    mut params: serde_json::Value,
+    opts: &Options,
+    once: impl Fn(Kind, &Engine) -> Result<(Duration, u64), BenchError>,
+) -> Result<Report, BenchError> {
+    let runners = &opts.runners;
+    let mut kinds: Vec<Kind> = runners.iter().map(|&r| Kind::Runtime(r)).collect();
+    kinds.extend([Kind::ComputeOnly, Kind::IoOnly]);
+    let repeat = opts.repeat.max(1);
+    let bar = progress_bar(workload, (repeat * kinds.len()) as u64, opts.progress);
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); kinds.len()];
+    for _ in 0..repeat {
+        for (k, &kind) in kinds.iter().enumerate() {
+            let (runner, label) = match kind {
+                Kind::Runtime(r) => (r, r.name()),
+                Kind::ComputeOnly => (Runner::Baseline, "compute only"),
+                Kind::IoOnly => (Runner::Baseline, "I/O only"),
+            };
+            bar.set_message(label);
+            samples[k].push(measure(runner, opts.leader, |rt| once(kind, rt))?);
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    let secs = |k: usize| median(&samples[k].iter().map(|s| s.seconds).collect::<Vec<_>>());
+    let compute = secs(runners.len());
+    let io = secs(runners.len() + 1);
+    let bound = compute.max(io);
+    let runs = runners
+        .iter()
+        .enumerate()
+        .map(|(k, r)| RunReport::new(r.name(), &samples[k], work, bound))
+        .collect();
+    params["repeat"] = repeat.into();
+    params["leader"] = opts.leader.map_or("default", LeaderPolicy::name).into();
+    Ok(Report {
+        workload: workload.into(),
+        params,
+        fom_unit: fom_unit.into(),
+        compute_seconds: compute,
+        io_seconds: io,
+        bound_seconds: bound,
+        runs,
+    }
+    .with_speedups())
+}
+
+/// A progress bar on stderr, drawn only when asked and on a real terminal (the guest's serial
+/// console has no TERM).
+fn progress_bar(workload: &str, len: u64, shown: bool) -> ProgressBar {
+    let bar = ProgressBar::new(len).with_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    if !shown || std::env::var("TERM").map_or(true, |t| t.is_empty() || t == "dumb") {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_prefix(workload.to_string());
+    bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::IoMode;
+
+    /// A tiny comparison of two runners: one row each, medians of their repeats, and bounds
+    /// from the two bound runs.
+    #[test]
+    fn a_small_comparison_reports_every_runner() {
+        let opts = Options {
+            runners: vec![Runner::Baseline, Runner::Rayon],
+            repeat: 2,
+            leader: None,
+            progress: false,
+        };
+        let p = HeatParams {
+            n: 64,
+            block: 32,
+            iters: 4,
+            iof: Some(2),
+            dir: std::env::temp_dir(),
+            io: IoMode::Buffered,
+        };
+        let r = heat(&p, &opts).unwrap();
+        assert_eq!(r.runs.len(), 2);
+        assert!(r.runs.iter().all(|run| run.seconds.len() == 2));
+        assert_eq!(r.bound_seconds, r.compute_seconds.max(r.io_seconds));
+        assert_eq!(r.runs[0].speedup_vs_baseline, Some(1.0));
+        assert_eq!(r.params["repeat"], 2);
+    }
+
+    #[test]
+    fn a_runner_asked_for_must_be_available() {
+        assert_eq!(
+            Options::available_runners(&[Runner::Baseline]).unwrap(),
+            [Runner::Baseline]
+        );
+        assert!(!Options::available_runners(&[]).unwrap().is_empty());
+    }
+}
