@@ -275,6 +275,65 @@ fn a_block_wakes_the_wait_set_of_its_core_only() {
     }
 }
 
+/// `drain_cpu` applies the events of the threads registered on that CPU, and only those: a
+/// drain of the other CPU leaves the blocked reader counted, its own CPU's drain finds it.
+#[test]
+fn a_drain_of_one_cpu_reads_only_its_threads() {
+    let _serial = serial();
+    let Some((other, target)) = two_cpus() else {
+        eprintln!("skipped: needs two CPUs");
+        return;
+    };
+    let monitor = perf_monitor();
+    let (rx, tx) = std::io::pipe().unwrap();
+    std::thread::scope(|s| {
+        let mut tx = tx; // dropped if an assertion fails, so that the reader ends
+        let (reader, _) = blocked_reader(s, &monitor, target, rx);
+        // Registered on `target`, it counts ready there until a drain of `target` reads its
+        // block, whatever the other CPU's drains do.
+        monitor.drain_cpu(other).unwrap();
+        assert_eq!(monitor.ready(target), 1);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while monitor.ready(target) != 0 {
+            assert!(Instant::now() < deadline, "the block never drained");
+            monitor
+                .wait_cpu(target, Some(Duration::from_millis(10)))
+                .unwrap();
+            monitor.drain_cpu(target).unwrap();
+        }
+        assert_eq!(monitor.ready(other), 0);
+        tx.write_all(b"x").unwrap();
+        reader.join().unwrap();
+    });
+    assert_eq!(monitor.ready_counts().iter().sum::<i64>(), 0);
+    assert!(monitor.stats().blocks >= 1);
+}
+
+/// A thread that exits while registered is retired by a drain of the CPU it registered on.
+#[test]
+fn a_drain_of_one_cpu_retires_its_exited_threads() {
+    let _serial = serial();
+    let monitor = perf_monitor();
+    let target = last_cpu();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            cpu::pin_current_thread(target).unwrap();
+            monitor.register_current_thread().unwrap();
+        })
+        .join()
+        .unwrap()
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while monitor.stats().registered > 0 {
+        monitor
+            .wait_cpu(target, Some(Duration::from_millis(100)))
+            .unwrap();
+        monitor.drain_cpu(target).unwrap();
+        assert!(Instant::now() < deadline, "exit never noticed");
+    }
+    assert_eq!(monitor.ready_counts().iter().sum::<i64>(), 0);
+}
+
 /// Preemptions are not reported, only real blocks. Two spinners share one core, so the
 /// scheduler preempts them; they should not block, but may (see [`Registered`]).
 #[test]

@@ -317,12 +317,7 @@ impl Monitor {
             Backend::Perf(p) => {
                 let outcome = p.drain(&self.epoll, &mut sink)?;
                 self.count_losses(&outcome);
-                if !outcome.exited.is_empty() {
-                    let mut registered = self.lock_registered();
-                    for tid in outcome.exited {
-                        registered.remove(&tid);
-                    }
-                }
+                self.forget_exited(outcome.exited);
             }
             Backend::Disabled => {}
         }
@@ -351,6 +346,34 @@ impl Monitor {
             Backend::Perf(p) => {
                 let outcome = p.drain_own(&mut sink)?;
                 self.count_losses(&outcome);
+            }
+            Backend::Disabled => {}
+        }
+        Ok(n)
+    }
+
+    /// Drains what concerns `cpu` into the ready counts, without blocking: with the Kernel
+    /// backend the eventfd of `cpu`, with Perf the rings of the threads that registered while
+    /// running on `cpu` (pinned threads: those of that core). Returns the number of events
+    /// applied; they are counted in the statistics but handed to no one ([`Monitor::drain_with`]
+    /// hands out every event, for watchers).
+    ///
+    /// For a runtime with one waiter per core ([`Monitor::wait_cpu`]): each drains its own
+    /// core, so the work of a drain does not grow with the number of cores. A thread that
+    /// registered on one CPU and runs on another (not pinned) still has its events applied
+    /// where they happened, by the drains of the CPU it registered on.
+    pub fn drain_cpu(&self, cpu: CpuId) -> Result<usize> {
+        let mut n = 0;
+        let mut sink = |ev: MonitorEvent| {
+            self.record(ev);
+            n += 1;
+        };
+        match &self.backend {
+            Backend::Kernel(k) => k.drain_cpu(cpu, &mut sink)?,
+            Backend::Perf(p) => {
+                let outcome = p.drain_cpu(cpu, &self.epoll, self.cpu_set(cpu)?, &mut sink)?;
+                self.count_losses(&outcome);
+                self.forget_exited(outcome.exited);
             }
             Backend::Disabled => {}
         }
@@ -449,6 +472,16 @@ impl Monitor {
             self.stats
                 .overflows
                 .fetch_add(outcome.overflows, Ordering::Relaxed);
+        }
+    }
+
+    /// Forgets the registration of threads that exited while registered.
+    fn forget_exited(&self, exited: Vec<i32>) {
+        if !exited.is_empty() {
+            let mut registered = self.lock_registered();
+            for tid in exited {
+                registered.remove(&tid);
+            }
         }
     }
 

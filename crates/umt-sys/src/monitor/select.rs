@@ -36,7 +36,8 @@ pub(super) fn open(
             BackendKind::Kernel => {
                 kernel::KernelBackend::open(possible_cpus, epoll).map(Backend::Kernel)
             }
-            _ => perf::PerfBackend::open(ring_pages, signal_each_event).map(Backend::Perf),
+            _ => perf::PerfBackend::open(possible_cpus, ring_pages, signal_each_event)
+                .map(Backend::Perf),
         };
         match attempt {
             Ok(b) => {

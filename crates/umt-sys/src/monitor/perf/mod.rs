@@ -27,9 +27,10 @@ mod ring;
 
 use std::cell::RefCell;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
+use crossbeam_utils::CachePadded;
 use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags, EpollTimeout};
 
@@ -65,9 +66,26 @@ pub(crate) struct PerfBackend {
     wakeup_bytes: usize,
     /// Times a thread's state was re-read from `/proc` because records may have been lost.
     resyncs: AtomicU64,
-    /// Registered threads. Read-locked by drains, write-locked by (un)registration.
-    threads: RwLock<Vec<Arc<Slot>>>,
+    /// Registered threads, by the CPU they registered on (their core, when pinned): a drain
+    /// of one CPU reads only its threads' rings.
+    buckets: Box<[CachePadded<Bucket>]>,
 }
+
+/// The threads registered on one CPU.
+#[derive(Default)]
+struct Bucket {
+    /// Read-locked by drains, write-locked by (un)registration.
+    threads: RwLock<Vec<Arc<Slot>>>,
+    /// Drains of this CPU alone so far: every [`EXIT_CHECK_EVERY`]th also looks for exited
+    /// threads.
+    drains: AtomicU32,
+}
+
+/// How often a drain of one CPU also looks for threads that exited while registered: that
+/// look is a system call, several times the cost of the rest of the drain, and an exit needs
+/// no prompt answer (the thread's last switch-out is an ordinary block, which the ring still
+/// reports: retiring it only frees its ring and forgets it).
+const EXIT_CHECK_EVERY: u32 = 64;
 
 /// Source of [`PerfBackend::id`].
 static NEXT_BACKEND_ID: AtomicU64 = AtomicU64::new(1);
@@ -100,6 +118,8 @@ struct Own {
 /// One monitored thread.
 struct Slot {
     tid: i32,
+    /// The CPU it registered on: its bucket in [`PerfBackend::buckets`].
+    cpu: CpuId,
     inner: Mutex<SlotInner>,
 }
 
@@ -110,7 +130,11 @@ impl Slot {
 }
 
 impl PerfBackend {
-    pub(crate) fn open(ring_pages: usize, signal_each_event: bool) -> Result<PerfBackend> {
+    pub(crate) fn open(
+        possible_cpus: usize,
+        ring_pages: usize,
+        signal_each_event: bool,
+    ) -> Result<PerfBackend> {
         probe()?;
         let ring_bytes = ring_pages * page_size();
         Ok(PerfBackend {
@@ -118,7 +142,7 @@ impl PerfBackend {
             ring_bytes,
             wakeup_bytes: if signal_each_event { 1 } else { ring_bytes / 2 },
             resyncs: AtomicU64::new(0),
-            threads: RwLock::new(Vec::new()),
+            buckets: (0..possible_cpus).map(|_| CachePadded::default()).collect(),
         })
     }
 
@@ -127,12 +151,23 @@ impl PerfBackend {
         self.resyncs.load(Ordering::Relaxed)
     }
 
-    fn threads_read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Slot>>> {
-        self.threads.read().unwrap_or_else(|p| p.into_inner())
+    /// The threads registered on `cpu` (none for a CPU beyond the table).
+    fn threads_read(&self, cpu: CpuId) -> Option<std::sync::RwLockReadGuard<'_, Vec<Arc<Slot>>>> {
+        let bucket = self.buckets.get(cpu)?;
+        Some(bucket.threads.read().unwrap_or_else(|p| p.into_inner()))
     }
 
-    fn threads_write(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Arc<Slot>>> {
-        self.threads.write().unwrap_or_else(|p| p.into_inner())
+    /// Removes the slot of thread `tid` from bucket `cpu`, or from any bucket when `cpu` is
+    /// `None` (or does not hold it).
+    fn take_slot(&self, tid: i32, cpu: Option<CpuId>) -> Option<Arc<Slot>> {
+        let take = |bucket: &CachePadded<Bucket>| {
+            let mut threads = bucket.threads.write().unwrap_or_else(|p| p.into_inner());
+            let i = threads.iter().position(|s| s.tid == tid)?;
+            Some(threads.swap_remove(i))
+        };
+        cpu.and_then(|c| self.buckets.get(c))
+            .and_then(take)
+            .or_else(|| self.buckets.iter().find_map(take))
     }
 
     pub(crate) fn register<'m>(
@@ -167,6 +202,7 @@ impl PerfBackend {
         let has_muted = Arc::new(AtomicBool::new(false));
         let slot = Arc::new(Slot {
             tid,
+            cpu,
             inner: Mutex::new(SlotInner {
                 sampler,
                 tracker: Some(tracker),
@@ -183,7 +219,12 @@ impl PerfBackend {
                 peek,
             })
         });
-        self.threads_write().push(slot);
+        let bucket = self.buckets.get(cpu).ok_or(Error::NoSuchCpu {
+            cpu,
+            possible: self.buckets.len(),
+        })?;
+        let mut threads = bucket.threads.write().unwrap_or_else(|p| p.into_inner());
+        threads.push(slot);
         Ok(())
     }
 
@@ -266,20 +307,29 @@ impl PerfBackend {
         epoll: &Epoll,
         sink: &mut dyn FnMut(MonitorEvent),
     ) -> Result<()> {
-        let slot = {
-            let mut threads = self.threads_write();
-            let Some(i) = threads.iter().position(|s| s.tid == tid) else {
-                return Err(Error::NotRegistered { tid });
-            };
-            threads.swap_remove(i)
-        };
+        let cpu = OWN.with_borrow(|all| {
+            all.iter()
+                .find(|o| o.backend == self.id)
+                .and_then(|o| o.slot.upgrade())
+                .map(|s| s.cpu)
+        });
+        let slot = self
+            .take_slot(tid, cpu)
+            .ok_or(Error::NotRegistered { tid })?;
         OWN.with_borrow_mut(|all| all.retain(|o| o.backend != self.id));
-        self.retire(&slot, epoll, Cause::Unregister, sink);
+        self.retire(&slot, &[epoll], Cause::Unregister, sink);
         Ok(())
     }
 
-    /// Stops a slot: disables its event, consumes what is left, takes back its contribution.
-    fn retire(&self, slot: &Slot, epoll: &Epoll, cause: Cause, sink: &mut dyn FnMut(MonitorEvent)) {
+    /// Stops a slot: disables its event, consumes what is left, takes back its contribution,
+    /// and takes its ring out of `sets` (it leaves the others when it is closed).
+    fn retire(
+        &self,
+        slot: &Slot,
+        sets: &[&Epoll],
+        cause: Cause,
+        sink: &mut dyn FnMut(MonitorEvent),
+    ) {
         let mut inner = slot.lock();
         // Best effort: the event may already be dead if the thread exited.
         let _ = inner.sampler.as_counter_mut().disable();
@@ -297,7 +347,9 @@ impl PerfBackend {
         }
         // SAFETY: the sampler still owns the descriptor while we hold the lock.
         let fd = unsafe { BorrowedFd::borrow_raw(inner.sampler.as_raw_fd()) };
-        let _ = epoll.delete(fd);
+        for set in sets {
+            let _ = set.delete(fd);
+        }
     }
 
     /// Consumes every ring not being drained by another thread, then retires the threads whose
@@ -308,37 +360,83 @@ impl PerfBackend {
         sink: &mut dyn FnMut(MonitorEvent),
     ) -> Result<DrainOutcome> {
         let mut outcome = DrainOutcome::default();
-        for slot in self.threads_read().iter() {
-            // Another drainer has this ring: it will hand those events out.
+        for cpu in 0..self.buckets.len() {
+            self.consume_bucket(cpu, &mut outcome, sink);
+        }
+        self.retire_exited((epoll, None), epoll, &mut outcome, sink)?;
+        Ok(outcome)
+    }
+
+    /// [`PerfBackend::drain`] of the threads registered on `cpu` only, whose rings are in
+    /// `cpu_set` (see `Monitor::drain_cpu`); one drain in [`EXIT_CHECK_EVERY`] looks for exits.
+    /// `epoll` is the monitor's descriptor, which an exited thread's ring leaves.
+    pub(crate) fn drain_cpu(
+        &self,
+        cpu: CpuId,
+        epoll: &Epoll,
+        cpu_set: &Epoll,
+        sink: &mut dyn FnMut(MonitorEvent),
+    ) -> Result<DrainOutcome> {
+        let mut outcome = DrainOutcome::default();
+        self.consume_bucket(cpu, &mut outcome, sink);
+        let drains = self.buckets.get(cpu).map_or(0, |b| {
+            let n = b.drains.load(Ordering::Relaxed);
+            b.drains.store(n.wrapping_add(1), Ordering::Relaxed);
+            n
+        });
+        if drains.is_multiple_of(EXIT_CHECK_EVERY) {
+            self.retire_exited((cpu_set, Some(cpu)), epoll, &mut outcome, sink)?;
+        }
+        Ok(outcome)
+    }
+
+    /// Consumes the rings of the threads registered on `cpu` that no other drainer holds
+    /// (that drainer hands those events out).
+    fn consume_bucket(
+        &self,
+        cpu: CpuId,
+        outcome: &mut DrainOutcome,
+        sink: &mut dyn FnMut(MonitorEvent),
+    ) {
+        let Some(threads) = self.threads_read(cpu) else {
+            return;
+        };
+        for slot in threads.iter() {
             if let Ok(mut inner) = slot.inner.try_lock() {
                 let c = inner.consume(slot.tid, self.ring_bytes, &self.resyncs, sink);
                 outcome.lost += c.lost;
                 outcome.overflows += u64::from(c.overflowed);
             }
         }
-        // An exited thread's event polls as EPOLLHUP, level-triggered, until removed.
-        let mut ready = [EpollEvent::empty(); 8];
-        let n = match epoll.wait(&mut ready, EpollTimeout::ZERO) {
+    }
+
+    /// Retires the threads whose rings in `set` poll `EPOLLHUP` (they exited while
+    /// registered; the state is level-triggered until the ring is closed), looking for their
+    /// slots in bucket `cpu` first. Their rings leave `epoll`, the monitor's descriptor, and
+    /// `set`. One pass: an exit beyond the first 64 ready rings is found by the next drain.
+    fn retire_exited(
+        &self,
+        (set, cpu): (&Epoll, Option<CpuId>),
+        epoll: &Epoll,
+        outcome: &mut DrainOutcome,
+        sink: &mut dyn FnMut(MonitorEvent),
+    ) -> Result<()> {
+        let mut ready = [EpollEvent::empty(); 64];
+        let n = match set.wait(&mut ready, EpollTimeout::ZERO) {
             Ok(n) => n,
             Err(Errno::EINTR) => 0,
             Err(e) => return Err(Error::os("epoll_wait", e)),
         };
         for ev in &ready[..n] {
-            if ev.events().contains(EpollFlags::EPOLLHUP) {
-                let tid = ev.data() as i32;
-                let slot = {
-                    let mut threads = self.threads_write();
-                    threads
-                        .iter()
-                        .position(|s| s.tid == tid)
-                        .map(|i| threads.swap_remove(i))
-                };
-                if let Some(slot) = slot {
-                    self.retire(&slot, epoll, Cause::Exit, sink);
-                    outcome.exited.push(tid);
-                }
+            if !ev.events().contains(EpollFlags::EPOLLHUP) {
+                continue;
+            }
+            let tid = ev.data() as i32;
+            if let Some(slot) = self.take_slot(tid, cpu) {
+                self.retire(&slot, &[epoll, set], Cause::Exit, sink);
+                outcome.exited.push(tid);
             }
         }
-        Ok(outcome)
+        Ok(())
     }
 }
