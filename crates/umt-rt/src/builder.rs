@@ -9,6 +9,11 @@ use crate::config::{Config, LeaderPolicy, NameFn};
 use crate::registry::Registry;
 use crate::runtime::Runtime;
 
+/// The most workers a core can have ([`Builder::max_workers_per_core`]): the runtime keeps
+/// which of a core's workers may hold queued tasks in one 64-bit word, the last bit of which is
+/// the leader's.
+pub const MAX_WORKERS_PER_CORE: usize = 63;
+
 /// Why a runtime could not be built.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -30,6 +35,11 @@ pub enum BuildError {
     /// `max_workers_per_core(0)`.
     #[error("max_workers_per_core must be at least 1 (1 disables spare workers)")]
     ZeroWorkersPerCore,
+    /// More workers per core than the runtime tracks.
+    #[error(
+        "max_workers_per_core is {0}, more than the {MAX_WORKERS_PER_CORE} a core can have: use at most {MAX_WORKERS_PER_CORE}"
+    )]
+    TooManyWorkersPerCore(usize),
     /// A zero scan period.
     #[error("the leader's scan period must be longer than zero")]
     ZeroScanPeriod,
@@ -50,6 +60,8 @@ pub struct Builder {
     leader_policy: LeaderPolicy,
     ring_pages: usize,
     thread_name: NameFn,
+    handoff: bool,
+    leader_runs_tasks: bool,
 }
 
 impl std::fmt::Debug for Builder {
@@ -60,6 +72,8 @@ impl std::fmt::Debug for Builder {
             .field("max_workers_per_core", &self.max_workers_per_core)
             .field("scan_period", &self.scan_period)
             .field("leader_policy", &self.leader_policy)
+            .field("handoff", &self.handoff)
+            .field("leader_runs_tasks", &self.leader_runs_tasks)
             .finish_non_exhaustive()
     }
 }
@@ -74,6 +88,8 @@ impl Default for Builder {
             leader_policy: LeaderPolicy::default(),
             ring_pages: umt_sys::DEFAULT_RING_PAGES,
             thread_name: Box::new(|cpu, k| format!("umt-worker-{cpu}.{k}")),
+            handoff: false,
+            leader_runs_tasks: false,
         }
     }
 }
@@ -104,7 +120,8 @@ impl Builder {
         self
     }
 
-    /// Most workers per core, the initial one included (default 16). Spares are started only
+    /// Most workers per core, the initial one included (default 16, at most
+    /// [`MAX_WORKERS_PER_CORE`]). Spares are started only
     /// when a core has no ready worker while work is queued, so a program that never blocks
     /// keeps one per core. The cap matters when blocking tasks come in bursts: heat's
     /// checkpoints put many write tasks in flight at once, and with a cap of 4 a core whose
@@ -131,6 +148,29 @@ impl Builder {
     /// Data pages of each worker's perf ring (perf backend only).
     pub fn ring_pages(mut self, pages: usize) -> Self {
         self.ring_pages = pages;
+        self
+    }
+
+    /// Handoff, after the nanothreads kernel (default off): at every scheduling point and
+    /// while it spins for work, a worker whose core has an active worker the monitor does not
+    /// count as ready yields its core. That worker is blocked in the kernel (the yield
+    /// returns at once) or back from a block and waiting for the core, which the monitor
+    /// cannot tell (it counts a thread again once it runs): the yield lets it run now instead
+    /// of at the end of this worker's time slice. Costs a `sched_yield` per scheduling point
+    /// while a worker of the core is blocked; [`Stats::handoffs`](crate::Stats::handoffs)
+    /// counts them.
+    pub fn handoff(mut self, on: bool) -> Self {
+        self.handoff = on;
+        self
+    }
+
+    /// Leader-follower, the UMT paper's future work (default off): a leader that finds its
+    /// core with no ready worker while tasks are queued runs them itself, at once, instead of
+    /// waking a parked worker, until a worker of its core is ready again. It saves the wake-up
+    /// on the way to a refilled core; a task it runs that blocks leaves the core idle until
+    /// it returns (the leader is not monitored), and its tasks run at the leader's policy.
+    pub fn leader_runs_tasks(mut self, on: bool) -> Self {
+        self.leader_runs_tasks = on;
         self
     }
 
@@ -162,6 +202,9 @@ impl Builder {
         if self.max_workers_per_core == 0 {
             return Err(BuildError::ZeroWorkersPerCore);
         }
+        if self.max_workers_per_core > MAX_WORKERS_PER_CORE {
+            return Err(BuildError::TooManyWorkersPerCore(self.max_workers_per_core));
+        }
         if self.scan_period.is_zero() {
             return Err(BuildError::ZeroScanPeriod);
         }
@@ -176,6 +219,8 @@ impl Builder {
             scan_period: self.scan_period,
             leader_policy: self.leader_policy,
             thread_name: self.thread_name,
+            handoff: self.handoff,
+            leader_runs_tasks: self.leader_runs_tasks,
         };
         // From here on, dropping `rt` on an error stops whatever was started.
         let rt = Runtime::from_registry(Arc::new(Registry::new(config, monitor)));

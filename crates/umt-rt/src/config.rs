@@ -91,6 +91,12 @@ pub(crate) struct Config {
     pub(crate) leader_policy: LeaderPolicy,
     /// Names worker threads.
     pub(crate) thread_name: NameFn,
+    /// A worker that runs out of work while another worker of its core is ready parks at
+    /// once instead of spinning (`Builder::handoff`).
+    pub(crate) handoff: bool,
+    /// A leader that finds its core starved runs tasks itself instead of waking a worker
+    /// (`Builder::leader_runs_tasks`).
+    pub(crate) leader_runs_tasks: bool,
 }
 
 impl Config {
@@ -108,6 +114,8 @@ impl std::fmt::Debug for Config {
             .field("cap", &self.cap)
             .field("scan_period", &self.scan_period)
             .field("leader_policy", &self.leader_policy)
+            .field("handoff", &self.handoff)
+            .field("leader_runs_tasks", &self.leader_runs_tasks)
             .finish_non_exhaustive()
     }
 }

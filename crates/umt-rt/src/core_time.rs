@@ -5,9 +5,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-/// Per-core time accounting, kept by the leaders. The ready counts change only when someone
-/// drains the monitor, so the state a leader sees after its drain holds until the next drain,
-/// by any leader: each leader observes every core after each drain.
+/// Per-core time accounting, kept by the core's leader. The state a leader sees after its
+/// drain holds until its next drain (the core's workers drain their own events too, when
+/// leaders poll: their changes are seen at the leader's next drain).
 pub(crate) struct CoreTime {
     /// Since when the core has been in which state: (ready count, no ready worker while work
     /// was queued). A std mutex: the leaders are not part of the loom model.
@@ -52,8 +52,8 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    /// Each state is charged for the time until the next observation, whoever observes; an
-    /// observation older than the last one (a slower leader) changes nothing.
+    /// Each state is charged for the time until the next observation; an observation older
+    /// than the last one changes nothing.
     #[test]
     fn core_time_charges_each_state_until_the_next_drain() {
         let t = CoreTime::new();

@@ -1,5 +1,5 @@
-//! The leaders: one per core, pinned there; each watches its core's part of the monitor and
-//! gives every core a running worker while work is queued (steps L0–L4 of `README.md`).
+//! The leaders: one per core, pinned there; each watches its own core's part of the monitor
+//! and gives that core a running worker while work is queued (steps L0–L3 of `README.md`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -9,6 +9,7 @@ use crate::config::LeaderPolicy;
 use crate::pool::Fill;
 use crate::registry::Registry;
 use crate::starter::StartRequests;
+use crate::worker::WorkerCtx;
 
 /// Starts the leader of core `core`; its handle joins the registry's, for shutdown.
 pub(crate) fn start(
@@ -43,9 +44,6 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
     {
         tracing::warn!("umt-rt: leader of CPU {cpu} keeps the normal policy: {e}");
     }
-    let cores = reg.cores();
-    // Per core, read before each drain: (activation count, a wake is in flight).
-    let mut views: Vec<(u64, bool)> = vec![(0, false); cores];
     // The periodic scan only corrects counts that missed an event. While scans find nothing,
     // the timeout doubles (up to 64 periods) so a busy, non-blocking program is not
     // interrupted every period; any event or action resets it. Events wake the leader anyway.
@@ -60,6 +58,12 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
     } else {
         Duration::ZERO
     };
+    // Leader-follower: the context in which this leader runs tasks itself.
+    let follower = if cfg.leader_runs_tasks {
+        WorkerCtx::for_leader(&reg, own)
+    } else {
+        None
+    };
     while !reg.terminate.load(Ordering::Acquire) {
         // L1: wait for events of the own core or the scan timeout; or poll (see `poll_pause`).
         if poll {
@@ -71,44 +75,44 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
         reg.counters
             .leader_iterations
             .fetch_add(1, Ordering::Relaxed);
-        // Read before draining: a woken worker ends its wake in flight only once it runs, when
-        // its unblock is in the kernel's counts, so a core with no wake in flight here has
-        // every woken worker in the drain below. A wake that starts after this read changes
-        // the core's activation count, which `fill` checks under the core's lock.
-        for (core, view) in views.iter_mut().enumerate() {
-            *view = reg.pools.leader_view(core);
-        }
-        // L2: drain the events of every core into the ready counts (another leader's wait may
-        // have been woken by what this drain consumes).
+        // L2. Read before draining: a woken worker ends its wake in flight only once it runs,
+        // when its unblock is in the kernel's counts, so with no wake in flight here every
+        // woken worker is in the drain below. A wake that starts after this read changes the
+        // core's activation count, which `fill` checks under the core's lock.
+        let (seen, in_flight) = reg.pools.leader_view(own);
+        // Only the own core's events: the work of an iteration does not grow with the number
+        // of cores, and no other leader consumes what woke this one.
         let mut quiet = true;
-        match reg.monitor.drain_with(|_| {}) {
+        match reg.monitor.drain_cpu(cpu) {
             Ok(n) => {
                 quiet = n == 0;
-                reg.counters
-                    .monitor_events
-                    .fetch_add(n as u64, Ordering::Relaxed);
+                if n > 0 {
+                    reg.counters
+                        .monitor_events
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                }
             }
             Err(e) => tracing::warn!("umt-rt: leader drain failed: {e}"),
         }
-        let now = Instant::now();
-        // Whether work is queued: read lazily, only for a core with no ready worker, since
-        // it reads every worker's deque and would bounce their cache lines mid-burst.
-        let mut pending: Option<bool> = None;
-        let mut pending = || *pending.get_or_insert_with(|| reg.has_work());
-        // L3: every core (the drain may hold another core's block) with no ready worker while
-        // work is queued (or a task of a surrendered worker waits) gets one.
-        for (core, &(seen, in_flight)) in views.iter().enumerate() {
-            let ready = reg.monitor.ready(cfg.cpus[core]);
-            // Time accounting: the state this drain leaves holds until the next drain.
-            reg.core_time[core].observe(now, ready, ready <= 0 && pending());
-            let starved = ready <= 0 && (pending() || reg.pools.has_surrendered(core));
-            if starved && !in_flight {
-                // If a worker of the core started since `seen` (`Fill::Changed`), the drain may
-                // not show it yet: nothing is done, and the next iteration looks again. Two
-                // leaders filling one core: the second sees `Fill::Changed`.
-                fill(&reg, core, seen, &starter);
-                quiet = false;
+        // L3: the own core, with no ready worker while work is queued (or a task of a
+        // surrendered worker waits), gets one. Whether work is queued is read only then: it
+        // reads the deques, whose cache lines the workers write.
+        let ready = reg.monitor.ready(cpu);
+        let pending = ready <= 0 && reg.has_work();
+        // Time accounting: the state this drain leaves holds until the next drain.
+        reg.core_time[own].observe(Instant::now(), ready, pending);
+        if ready <= 0 && !in_flight && (pending || reg.pools.has_surrendered(own)) {
+            // If a worker of the core started since `seen` (`Fill::Changed`), the drain may
+            // not show it yet: nothing is done, and the next iteration looks again.
+            match &follower {
+                // Leader-follower: run the queued tasks here, at once, instead of waking a
+                // worker (a surrendered worker's task is its own: it is woken for it).
+                Some(ctx) if pending && reg.pools.leader_view(own).0 == seen => {
+                    ctx.follow();
+                }
+                _ => fill(&reg, own, seen, &starter),
             }
+            quiet = false;
         }
         timeout = if quiet {
             (timeout * 2).min(max_timeout)

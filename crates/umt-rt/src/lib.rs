@@ -91,7 +91,7 @@ mod sync;
 mod worker;
 
 #[cfg(not(loom))]
-pub use builder::{BuildError, Builder};
+pub use builder::{BuildError, Builder, MAX_WORKERS_PER_CORE};
 #[cfg(not(loom))]
 pub use config::{LeaderPolicy, ParseLeaderPolicyError};
 #[cfg(not(loom))]

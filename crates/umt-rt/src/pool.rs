@@ -11,7 +11,7 @@
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, Thread, fence, lock, park};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, Thread, fence, lock, park};
 
 /// Wakes one parked thread exactly once per notification, whatever the interleaving.
 #[derive(Debug)]
@@ -74,6 +74,10 @@ pub(crate) enum Fill {
     Full,
 }
 
+/// The bit of a core's leader in [`Pools::stealable`]: the last one (a core has at most 63
+/// workers).
+pub(crate) const LEADER_BIT: usize = 63;
+
 /// The idle pools of all cores.
 #[derive(Debug)]
 pub(crate) struct Pools {
@@ -81,6 +85,14 @@ pub(crate) struct Pools {
     cores: Vec<CachePadded<Mutex<PoolInner>>>,
     /// Cores whose `active` is 0. Read on every push; padded away from the core locks.
     idle_cores: CachePadded<AtomicUsize>,
+    /// Per core, the workers whose deques may hold jobs, bit `k` for the core's `k`-th
+    /// worker: the active ones and those parked as surrendered. A worker that parks for lack
+    /// of work has emptied its own deque, and only it pushes there, so thieves and the
+    /// leaders' look for pending work skip it (see [`Pools::stealable`]). Changed under the
+    /// core's lock, read without it.
+    stealable: Vec<CachePadded<AtomicU64>>,
+    /// Per core, its `active` count, readable without the lock (see [`Pools::active`]).
+    active: Vec<CachePadded<AtomicUsize>>,
     /// Most workers per core.
     cap: usize,
 }
@@ -101,7 +113,44 @@ impl Pools {
                 })
                 .collect(),
             idle_cores: CachePadded::new(AtomicUsize::new(0)),
+            stealable: (0..cores)
+                .map(|_| CachePadded::new(AtomicU64::new(1)))
+                .collect(),
+            active: (0..cores)
+                .map(|_| CachePadded::new(AtomicUsize::new(1)))
+                .collect(),
             cap,
+        }
+    }
+
+    /// How many workers of `core` are active (not parked), as of the last change: read
+    /// without the core's lock, so it may be one change behind.
+    #[inline]
+    pub(crate) fn active(&self, core: usize) -> usize {
+        self.active[core].load(Ordering::Relaxed)
+    }
+
+    /// The workers of `core` whose deques may hold jobs: bit `k` for the core's `k`-th worker.
+    /// A worker that becomes active sets its bit before it can push, so a thief that misses a
+    /// job pushed right after its look misses only parallelism: the pusher runs its own jobs.
+    #[inline]
+    pub(crate) fn stealable(&self, core: usize) -> u64 {
+        self.stealable[core].load(Ordering::Acquire)
+    }
+
+    fn bit(&self, worker: usize) -> u64 {
+        1 << (worker % self.cap)
+    }
+
+    /// Marks whether the deque of `core`'s leader may hold jobs ([`LEADER_BIT`] of
+    /// [`Pools::stealable`]): while it runs tasks, and after, until its deque is empty.
+    #[cfg_attr(loom, allow(dead_code))] // its caller (the leader) is not in the loom build
+    pub(crate) fn set_leader_stealable(&self, core: usize, on: bool) {
+        let bit = 1 << LEADER_BIT;
+        if on {
+            self.stealable[core].fetch_or(bit, Ordering::Release);
+        } else {
+            self.stealable[core].fetch_and(!bit, Ordering::Release);
         }
     }
 
@@ -110,26 +159,33 @@ impl Pools {
         self.idle_cores.load(Ordering::SeqCst)
     }
 
-    fn deactivate(&self, p: &mut PoolInner, worker: usize, surrendered: bool) {
+    fn deactivate(&self, p: &mut PoolInner, core: usize, worker: usize, surrendered: bool) {
         p.active -= 1;
+        self.active[core].store(p.active, Ordering::Relaxed);
         p.parked.push((worker, surrendered));
         if p.active == 0 {
             self.idle_cores.fetch_add(1, Ordering::SeqCst);
         }
+        // A surrendered worker's deque may still hold jobs (the one it was about to run).
+        if !surrendered {
+            self.stealable[core].fetch_and(!self.bit(worker), Ordering::Release);
+        }
     }
 
-    fn activate(&self, p: &mut PoolInner) {
+    fn activate(&self, p: &mut PoolInner, core: usize, worker: usize) {
         if p.active == 0 {
             self.idle_cores.fetch_sub(1, Ordering::SeqCst);
         }
         p.active += 1;
+        self.active[core].store(p.active, Ordering::Relaxed);
         p.activations = p.activations.wrapping_add(1);
+        self.stealable[core].fetch_or(self.bit(worker), Ordering::Release);
     }
 
     /// A waker activates a worker that has not run yet (taken out of the pool, or reserved):
     /// a wake in flight until the worker calls [`Pools::woken`].
-    fn activate_waking(&self, p: &mut PoolInner) {
-        self.activate(p);
+    fn activate_waking(&self, p: &mut PoolInner, core: usize, worker: usize) {
+        self.activate(p, core, worker);
         p.waking += 1;
     }
 
@@ -150,15 +206,16 @@ impl Pools {
             return Fill::Changed;
         }
         if let Some(w) = Self::take_parked(&mut p) {
-            self.activate_waking(&mut p);
+            self.activate_waking(&mut p, core, w);
             return Fill::Woke(w);
         }
         if p.created >= self.cap {
             return Fill::Full;
         }
+        let k = p.created;
         p.created += 1;
-        self.activate_waking(&mut p);
-        Fill::Reserved(p.created - 1)
+        self.activate_waking(&mut p, core, core * self.cap + k);
+        Fill::Reserved(k)
     }
 
     /// [`Pools::fill`] with a fresh look, for tests: what the leader does for a core it saw
@@ -186,11 +243,11 @@ impl Pools {
     /// progress is work, and the core must not idle while it waits.
     pub(crate) fn enter(&self, core: usize, worker: usize) -> Option<usize> {
         let mut p = lock(&self.cores[core]);
-        self.deactivate(&mut p, worker, false);
+        self.deactivate(&mut p, core, worker, false);
         if p.active == 0 {
             let i = p.parked.iter().position(|&(_, surrendered)| surrendered)?;
             let (w, _) = p.parked.swap_remove(i);
-            self.activate_waking(&mut p);
+            self.activate_waking(&mut p, core, w);
             return Some(w);
         }
         None
@@ -210,7 +267,7 @@ impl Pools {
         match p.parked.iter().position(|&(w, _)| w == worker) {
             Some(i) => {
                 p.parked.swap_remove(i);
-                self.activate(&mut p);
+                self.activate(&mut p, core, worker);
                 true
             }
             None => false,
@@ -222,7 +279,7 @@ impl Pools {
     pub(crate) fn try_surrender(&self, core: usize, worker: usize) -> bool {
         let mut p = lock(&self.cores[core]);
         if p.active > 1 {
-            self.deactivate(&mut p, worker, true);
+            self.deactivate(&mut p, core, worker, true);
             true
         } else {
             false
@@ -242,7 +299,7 @@ impl Pools {
             if p.active == 0
                 && let Some((w, _)) = p.parked.pop()
             {
-                self.activate_waking(&mut p);
+                self.activate_waking(&mut p, core, w);
                 return Some(w);
             }
         }
@@ -255,10 +312,12 @@ impl Pools {
         let mut p = lock(&self.cores[core]);
         p.created -= 1;
         p.active -= 1;
+        self.active[core].store(p.active, Ordering::Relaxed);
         p.waking = p.waking.saturating_sub(1);
         if p.active == 0 {
             self.idle_cores.fetch_add(1, Ordering::SeqCst);
         }
+        self.stealable[core].fetch_and(!(1 << p.created), Ordering::Release);
     }
 
     /// Active and created workers of `core`.
@@ -420,6 +479,40 @@ mod tests {
         assert_eq!(pools.fill(0, seen_a), Fill::Reserved(1));
         assert_eq!(pools.fill(0, seen_b), Fill::Changed);
         assert_eq!(pools.counts(0), (2, 2), "one spare, not two");
+    }
+
+    /// Thieves skip the workers that parked for lack of work (their deques are empty), and
+    /// look at the active ones and those parked as surrendered (which may hold a job).
+    #[test]
+    fn stealable_workers_are_the_active_and_the_surrendered() {
+        let pools = Pools::new(2, 4); // core 1's workers are slots 4..8
+        assert_eq!(pools.stealable(1), 0b0001);
+        assert_eq!(pools.fill_now(1), Fill::Reserved(1));
+        assert_eq!(pools.fill_now(1), Fill::Reserved(2));
+        assert_eq!(pools.stealable(1), 0b0111);
+        assert!(pools.try_surrender(1, 5));
+        assert_eq!(
+            pools.stealable(1),
+            0b0111,
+            "a surrendered worker keeps its job"
+        );
+        assert_eq!(pools.enter(1, 6), None);
+        assert_eq!(
+            pools.stealable(1),
+            0b0011,
+            "a worker that ran dry has an empty deque"
+        );
+        assert!(pools.leave(1, 6));
+        assert_eq!(pools.stealable(1), 0b0111);
+        assert_eq!(pools.fill_now(1), Fill::Woke(5));
+        assert_eq!(pools.fill_now(1), Fill::Reserved(3));
+        pools.unreserve(1);
+        assert_eq!(
+            pools.stealable(1),
+            0b0111,
+            "a spare that never started is not looked at"
+        );
+        assert_eq!(pools.stealable(0), 0b0001, "other cores are untouched");
     }
 
     #[test]

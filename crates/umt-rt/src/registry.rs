@@ -2,7 +2,7 @@
 //! Decisions live elsewhere: the leader's in `leader.rs`, a worker's in `worker.rs`.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_deque::{Injector, Stealer, Worker};
 use crossbeam_utils::CachePadded;
@@ -11,7 +11,7 @@ use umt_sys::Monitor;
 use crate::config::Config;
 use crate::core_time::CoreTime;
 use crate::job::Job;
-use crate::pool::{Notifier, Pools};
+use crate::pool::{LEADER_BIT, Notifier, Pools};
 use crate::sync::{AtomicBool, Mutex};
 
 /// One worker thread's place: its deque, its notifier, its counters. Slots of all possible
@@ -19,8 +19,10 @@ use crate::sync::{AtomicBool, Mutex};
 pub(crate) struct Slot {
     /// Index of the core (in the runtime's core list) the worker is bound to.
     pub(crate) core: usize,
-    /// `false` for the initial worker of its core.
+    /// `false` for the initial worker of its core and for its leader.
     pub(crate) spare: bool,
+    /// The slot of the core's leader, which runs tasks only with `leader_runs_tasks`.
+    pub(crate) leader: bool,
     /// Other workers steal from here, also while this worker is parked.
     pub(crate) stealer: Stealer<Job>,
     /// The owning end, moved into the thread when it starts.
@@ -33,6 +35,9 @@ pub(crate) struct Slot {
     pub(crate) tasks_run: AtomicU64,
     /// Times this worker surrendered its core. Written by the worker only.
     pub(crate) surrenders: AtomicU64,
+    /// Times this worker yielded its core at a scheduling point for handoff. Written by the
+    /// worker only.
+    pub(crate) handoffs: AtomicU64,
 }
 
 /// Counters of the leaders, the starter and the workers' drains.
@@ -57,11 +62,9 @@ pub(crate) struct Registry {
     pub(crate) config: Config,
     /// Idle pools and active counts.
     pub(crate) pools: Pools,
-    /// `cpus.len() * cap` slots; slot `core * cap + k` is the k-th worker of `core`.
+    /// `cores * (cap + 1)` slots: slot `core * cap + k` is the k-th worker of `core`, and
+    /// slot `cores * cap + core` its leader's (see [`Registry::leader_slot`]).
     pub(crate) slots: Box<[CachePadded<Slot>]>,
-    /// Per core, one more than the highest `k` whose worker has started: scans of the slots
-    /// (stealing, looking for work) stop there instead of touching every slot the cap allows.
-    pub(crate) started_per_core: Box<[AtomicUsize]>,
     /// Work pushed from outside the pool.
     pub(crate) injector: Injector<Job>,
     /// Block/unblock events and ready counts of the workers.
@@ -91,24 +94,26 @@ impl std::fmt::Debug for Registry {
 impl Registry {
     pub(crate) fn new(config: Config, monitor: Monitor) -> Registry {
         let (cores, cap) = (config.cpus.len(), config.cap);
-        let slots: Box<[CachePadded<Slot>]> = (0..cores * cap)
+        let slots: Box<[CachePadded<Slot>]> = (0..cores * (cap + 1))
             .map(|i| {
                 let deque = Worker::new_lifo();
+                let leader = i >= cores * cap;
                 CachePadded::new(Slot {
-                    core: i / cap,
-                    spare: i % cap != 0,
+                    core: if leader { i - cores * cap } else { i / cap },
+                    spare: !leader && i % cap != 0,
+                    leader,
                     stealer: deque.stealer(),
                     deque: Mutex::new(Some(deque)),
                     notifier: OnceLock::new(),
                     started: AtomicBool::new(false),
                     tasks_run: AtomicU64::new(0),
                     surrenders: AtomicU64::new(0),
+                    handoffs: AtomicU64::new(0),
                 })
             })
             .collect();
         Registry {
             pools: Pools::new(cores, cap),
-            started_per_core: (0..cores).map(|_| AtomicUsize::new(0)).collect(),
             core_time: (0..cores)
                 .map(|_| CachePadded::new(CoreTime::new()))
                 .collect(),
@@ -127,6 +132,11 @@ impl Registry {
     #[inline]
     pub(crate) fn cores(&self) -> usize {
         self.config.cpus.len()
+    }
+
+    /// The slot of `core`'s leader.
+    pub(crate) fn leader_slot(&self, core: usize) -> usize {
+        self.cores() * self.config.cap + core
     }
 
     /// With polling leaders: a worker of `core` has become active, so its leader must poll
@@ -159,29 +169,72 @@ impl Registry {
     pub(crate) fn has_work(&self) -> bool {
         !self.injector.is_empty()
             || (0..self.cores()).any(|core| {
-                self.started_slots(core, 0)
+                self.stealable_slots(core, 0)
                     .any(|i| !self.slots[i].stealer.is_empty())
             })
     }
 
-    /// The slots of `core` whose workers have started, from its `first`-th on (wrapping).
-    pub(crate) fn started_slots(&self, core: usize, first: usize) -> impl Iterator<Item = usize> {
-        let hi = self.started_per_core[core].load(Ordering::Acquire);
+    /// The slots of `core` whose deques may hold jobs ([`Pools::stealable`]), from its
+    /// `first`-th worker on (wrapping). Parked workers, whose deques are empty, are skipped:
+    /// with a cap of 16 per core, looking at every slot a core ever started cost a failed
+    /// look 16 cache lines per core.
+    pub(crate) fn stealable_slots(
+        &self,
+        core: usize,
+        first: usize,
+    ) -> impl Iterator<Item = usize> + use<> {
         let cap = self.config.cap;
-        (0..hi)
-            .map(move |j| core * cap + (first + j) % hi)
-            .filter(|&i| self.slots[i].started.load(Ordering::Acquire))
+        let leader = self.leader_slot(core);
+        let mask = self.pools.stealable(core);
+        let start = (first % cap) as u32;
+        let from_start = mask & (u64::MAX << start);
+        Bits(from_start)
+            .chain(Bits(mask & !from_start))
+            .map(move |k| {
+                if k == LEADER_BIT {
+                    leader
+                } else {
+                    core * cap + k
+                }
+            })
     }
 
-    /// Marks slot `index` started (its worker runs and its deque may be stolen from).
+    /// Marks slot `index` started (its worker runs: it is listed in the stats).
     pub(crate) fn mark_started(&self, index: usize) {
-        let cap = self.config.cap;
         self.slots[index].started.store(true, Ordering::Release);
-        self.started_per_core[index / cap].fetch_max(index % cap + 1, Ordering::Release);
     }
 
     /// Whether the runtime monitors its workers (the backend is not Disabled).
     pub(crate) fn monitored(&self) -> bool {
         self.monitor.is_active()
+    }
+}
+
+/// The set bits of a word, lowest first.
+struct Bits(u64);
+
+impl Iterator for Bits {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        if self.0 == 0 {
+            return None;
+        }
+        let k = self.0.trailing_zeros() as usize;
+        self.0 &= self.0 - 1;
+        Some(k)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bits_are_listed_lowest_first() {
+        assert_eq!(Bits(0).collect::<Vec<_>>(), Vec::<usize>::new());
+        assert_eq!(Bits(0b1010_0001).collect::<Vec<_>>(), [0, 5, 7]);
+        assert_eq!(Bits(1 << 63).collect::<Vec<_>>(), [63]);
     }
 }

@@ -29,9 +29,17 @@ pub struct Stats {
     pub leader_poll_time: Duration,
     /// Times a worker surrendered its core because the core had more than one ready worker.
     pub surrenders: u64,
+    /// Times a worker yielded its core at a scheduling point because an active worker of the
+    /// core was not counted ready ([`Builder::handoff`](crate::Builder::handoff)).
+    pub handoffs: u64,
     /// Spare workers started (beyond the initial one per core): by the starter thread, at a
     /// leader's request.
     pub workers_created: u64,
+    /// Tasks the leaders ran themselves ([`Builder::leader_runs_tasks`]; counted in
+    /// `tasks_run` too).
+    ///
+    /// [`Builder::leader_runs_tasks`]: crate::Builder::leader_runs_tasks
+    pub leader_tasks: u64,
     /// Per core.
     pub cores: Vec<CoreStats>,
     /// Per worker thread started.
@@ -47,6 +55,9 @@ pub struct CoreStats {
     pub workers: usize,
     /// Workers not parked in its idle pool.
     pub active_workers: usize,
+    /// Its ready count: monitored workers running or runnable there, as of the last drain
+    /// of its events (0 with the monitor off).
+    pub ready_workers: i64,
     /// Tasks run by its workers.
     pub tasks_run: u64,
     /// Time with no ready worker while work was queued (the waste UMT removes).
@@ -68,6 +79,9 @@ pub struct WorkerStats {
     pub cpu: CpuId,
     /// `false` for the initial worker of its core, `true` for spares the leader created.
     pub spare: bool,
+    /// `true` for a core's leader, listed when leaders run tasks
+    /// ([`Builder::leader_runs_tasks`](crate::Builder::leader_runs_tasks)).
+    pub leader: bool,
     /// Tasks it ran.
     pub tasks_run: u64,
     /// Times it surrendered its core.
@@ -85,6 +99,7 @@ pub(crate) fn snapshot(reg: &Registry) -> Stats {
             let w = WorkerStats {
                 cpu: cpus[s.core],
                 spare: s.spare,
+                leader: s.leader,
                 tasks_run: s.tasks_run.load(Ordering::Relaxed),
                 surrenders: s.surrenders.load(Ordering::Relaxed),
             };
@@ -103,6 +118,7 @@ pub(crate) fn snapshot(reg: &Registry) -> Stats {
                 cpu,
                 workers: created,
                 active_workers: active,
+                ready_workers: reg.monitor.ready(cpu),
                 tasks_run: workers
                     .iter()
                     .filter(|(c, _)| *c == core)
@@ -123,7 +139,17 @@ pub(crate) fn snapshot(reg: &Registry) -> Stats {
         leader_wakeups: c.leader_wakeups.load(Ordering::Relaxed),
         leader_poll_time: Duration::from_nanos(c.leader_poll_ns.load(Ordering::Relaxed)),
         surrenders: workers.iter().map(|w| w.surrenders).sum(),
+        handoffs: reg
+            .slots
+            .iter()
+            .map(|s| s.handoffs.load(Ordering::Relaxed))
+            .sum(),
         workers_created: c.workers_created.load(Ordering::Relaxed),
+        leader_tasks: workers
+            .iter()
+            .filter(|w| w.leader)
+            .map(|w| w.tasks_run)
+            .sum(),
         cores,
         workers,
     }

@@ -38,9 +38,22 @@ pub(crate) fn with_current<R>(f: impl FnOnce(Option<&WorkerCtx>) -> R) -> R {
     f(unsafe { ptr.as_ref() })
 }
 
+/// Who runs tasks on a [`WorkerCtx`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// A worker thread: a member of its core's pool, monitored.
+    Worker,
+    /// A core's leader, running tasks because its core had no ready worker
+    /// (`Builder::leader_runs_tasks`). Not in the pool, not monitored: it stops at a task's
+    /// start once a worker of its core is ready, and waits by yielding, never by parking
+    /// (it runs at `SCHED_IDLE`, so a yield hands the core to anything else).
+    Leader,
+}
+
 /// The run state a worker thread owns: its deque and where it belongs.
 pub(crate) struct WorkerCtx {
     reg: Arc<Registry>,
+    role: Role,
     /// Slot index.
     index: usize,
     /// Core index.
@@ -97,6 +110,7 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         reg.pools.woken(slot.core);
     }
     let ctx = WorkerCtx {
+        role: Role::Worker,
         core: slot.core,
         cpu,
         deque,
@@ -117,6 +131,51 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
 }
 
 impl WorkerCtx {
+    /// The context in which the leader of `core`, the calling thread, runs tasks
+    /// (`Builder::leader_runs_tasks`); `None` if its deque was already taken.
+    pub(crate) fn for_leader(reg: &Arc<Registry>, core: usize) -> Option<WorkerCtx> {
+        let index = reg.leader_slot(core);
+        let slot = &reg.slots[index];
+        let _ = slot.notifier.set(Notifier::new(std::thread::current()));
+        let deque = lock(&slot.deque).take()?;
+        reg.mark_started(index);
+        Some(WorkerCtx {
+            role: Role::Leader,
+            core,
+            cpu: reg.config.cpus[core],
+            deque,
+            monitored: false,
+            muting: Cell::new(false),
+            rng: Cell::new(0x9e37_79b9_7f4a_7c15 ^ (index as u64 + 1)),
+            index,
+            reg: reg.clone(),
+        })
+    }
+
+    /// Leader-follower: the core's leader runs tasks until a worker of its core is ready or
+    /// no task is left. Returns the number of tasks it ran.
+    pub(crate) fn follow(&self) -> usize {
+        let pools = &self.reg.pools;
+        pools.set_leader_stealable(self.core, true);
+        let mut ran = 0;
+        {
+            CURRENT.with(|c| c.set(self));
+            let _clear = CurrentGuard;
+            // A task's start is a scheduling point: `execute` puts the task back and returns
+            // `false` once a worker of the core is ready.
+            while let Some(job) = self.find_work()
+                && self.execute(job)
+            {
+                ran += 1;
+            }
+        }
+        // Whatever its tasks pushed and it did not run stays stealable until taken.
+        if self.deque.is_empty() {
+            pools.set_leader_stealable(self.core, false);
+        }
+        ran
+    }
+
     pub(crate) fn registry(&self) -> &Arc<Registry> {
         &self.reg
     }
@@ -176,7 +235,9 @@ impl WorkerCtx {
             if done.is_some_and(|d| d()) || self.reg.terminate.load(Ordering::Relaxed) {
                 return None;
             }
-            if round < SPIN_ROUNDS || !may_yield {
+            if self.hand_off() {
+                // Yielded to a worker of this core back from a block.
+            } else if round < SPIN_ROUNDS || !may_yield {
                 for _ in 0..(1u32 << round.min(6)) {
                     std::hint::spin_loop();
                 }
@@ -265,7 +326,7 @@ impl WorkerCtx {
         loop {
             let mut retry = false;
             for core in (0..cores).map(|j| (first_core + j) % cores) {
-                for i in reg.started_slots(core, first_k) {
+                for i in reg.stealable_slots(core, first_k) {
                     if i == self.index {
                         continue;
                     }
@@ -337,6 +398,11 @@ impl WorkerCtx {
     /// worker, by the leader, by `done()` becoming true, or at shutdown (steps S1–S4 of
     /// `README.md`, in [`crate::pool::Pools::sleep`]).
     fn sleep(&self, done: Option<&dyn Fn() -> bool>) {
+        if self.role == Role::Leader {
+            // Not in the pool: at `SCHED_IDLE`, a yield runs anything else first.
+            std::thread::yield_now();
+            return;
+        }
         let reg = &*self.reg;
         let recheck = || {
             done.is_some_and(|d| d())
@@ -371,35 +437,91 @@ impl WorkerCtx {
     pub(crate) fn sched_point(&self) {
         if self.oversubscribed() {
             self.surrender();
+        } else {
+            self.hand_off();
         }
     }
 
+    /// Handoff (`Builder::handoff`, see `README.md`, "Handoff"): if an active worker of this
+    /// core is not counted ready, it is blocked in the kernel or back from a block and waiting
+    /// for the core (the monitor counts a thread again only once it runs). Yield, so that in
+    /// the second case it runs now rather than at the end of this worker's time slice; in the
+    /// first the yield returns at once. Returns whether it yielded.
+    #[inline]
+    fn hand_off(&self) -> bool {
+        if !self.reg.config.handoff || !self.monitored {
+            return false;
+        }
+        let active = self.reg.pools.active(self.core) as i64;
+        if active <= self.reg.monitor.ready(self.cpu) {
+            return false;
+        }
+        let n = &self.slot().handoffs;
+        n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        std::thread::yield_now();
+        true
+    }
+
     /// Whether this worker should leave its core: monitored, its core has more than one ready
-    /// worker, and the runtime is not shutting down.
+    /// worker, and the runtime is not shutting down. A leader running tasks should stop once
+    /// its core has one ready worker.
     #[inline]
     fn oversubscribed(&self) -> bool {
+        let monitor = &self.reg.monitor;
+        if self.role == Role::Leader {
+            self.drained(monitor.drain_cpu(self.cpu));
+            return monitor.ready(self.cpu) >= 1;
+        }
         if !self.monitored {
             return false;
         }
         if self.reg.config.polling() {
             // Nobody is signalled per event: this worker's own unblock, if it just came back
             // from a block, is still in its ring (two loads when there is none).
-            if let Ok(n) = self.reg.monitor.drain_current_thread()
-                && n > 0
-            {
-                let events = &self.reg.counters.monitor_events;
-                events.fetch_add(n as u64, Ordering::Relaxed);
-            }
+            self.drained(monitor.drain_current_thread());
         }
-        self.reg.monitor.ready(self.cpu) > 1 && !self.reg.terminate.load(Ordering::Acquire)
+        let mut ready = monitor.ready(self.cpu);
+        // More ready workers than active ones: the count is stale. A worker of this core
+        // parked (surrendered, or out of work) and its block is still in its ring, which only
+        // its core's leader drains, and the leader runs when the core idles. Drain the core
+        // now, or every scheduling point would try to surrender, in vain.
+        if ready > self.reg.pools.active(self.core) as i64 {
+            self.drained(monitor.drain_cpu(self.cpu));
+            ready = monitor.ready(self.cpu);
+        }
+        ready > 1 && !self.reg.terminate.load(Ordering::Acquire)
+    }
+
+    /// Counts the events a drain of this worker applied; if there were any, the core's time
+    /// accounting records the state they left (the leader sees it only when the core idles).
+    #[inline]
+    fn drained(&self, drain: umt_sys::Result<usize>) {
+        if let Ok(n) = drain
+            && n > 0
+        {
+            let reg = &self.reg;
+            reg.counters
+                .monitor_events
+                .fetch_add(n as u64, Ordering::Relaxed);
+            let ready = reg.monitor.ready(self.cpu);
+            reg.core_time[self.core].observe(std::time::Instant::now(), ready, false);
+        }
     }
 
     /// Parks as surrendered unless this is the core's last active worker. Returns whether it
-    /// did (it runs again when this returns).
+    /// did (it runs again when this returns). A leader running tasks does not park: it stops
+    /// following at the next task start.
     fn surrender(&self) -> bool {
+        if self.role == Role::Leader {
+            return true;
+        }
         let count = || {
             let n = &self.slot().surrenders;
             n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            // The oversubscription ends here, although the count shows it only once this
+            // worker's block is drained.
+            let ready = self.reg.monitor.ready(self.cpu) - 1;
+            self.reg.core_time[self.core].observe(std::time::Instant::now(), ready, false);
         };
         let pools = &self.reg.pools;
         if !pools.surrender(self.core, self.index, self.notifier(), count) {

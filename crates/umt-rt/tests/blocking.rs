@@ -50,14 +50,20 @@ fn thread_policy() -> u32 {
     stat_field(&fields, 41).parse().unwrap()
 }
 
-/// Computes in 100 us slices with a scheduling point between them, until `stop`.
-fn compute_until(stop: &AtomicBool) {
+/// Computes in 100 us slices with a scheduling point between them, until `stop`. Counts in
+/// `stale` the scheduling points passed after a surrender while `rt`'s one core still
+/// counted two ready workers.
+fn compute_until(rt: &Runtime, stop: &AtomicBool, stale: &AtomicUsize) {
     while !stop.load(Ordering::SeqCst) {
         let t = Instant::now();
         while t.elapsed() < Duration::from_micros(100) {
             std::hint::spin_loop();
         }
         umt_rt::yield_now();
+        let st = rt.stats();
+        if st.surrenders >= 1 && st.cores[0].ready_workers > 1 {
+            stale.fetch_add(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -135,6 +141,8 @@ struct Scenario {
     fillers_other_policy: AtomicUsize,
     /// The long-running spinner task has started.
     spinner_started: AtomicBool,
+    /// Scheduling points the computing tasks passed after a surrender with a stale count.
+    stale: AtomicUsize,
     stop: AtomicBool,
 }
 
@@ -152,6 +160,7 @@ fn run_scenario(
         fillers_on_reader: AtomicUsize::new(0),
         fillers_other_policy: AtomicUsize::new(0),
         spinner_started: AtomicBool::new(false),
+        stale: AtomicUsize::new(0),
         stop: AtomicBool::new(false),
     };
     let (mut rx, tx) = std::io::pipe().unwrap();
@@ -181,14 +190,14 @@ fn run_scenario(
                     // Long-running, with scheduling points: keeps a second worker busy.
                     s.spawn(|_| {
                         sc.spinner_started.store(true, Ordering::SeqCst);
-                        compute_until(&sc.stop)
+                        compute_until(rt, &sc.stop, &sc.stale)
                     });
                     sc.reader_tid.store(reader, Ordering::SeqCst);
                     let mut b = [0u8; 1];
                     // Err only when the test failed and closed the pipe.
                     let _ = rx.read_exact(&mut b);
                     // Back from the kernel with more to compute: two ready workers on one core.
-                    compute_until(&sc.stop);
+                    compute_until(rt, &sc.stop, &sc.stale);
                 });
             });
         });
@@ -276,13 +285,24 @@ fn reuses_the_blocked_core_then_surrenders(policy: LeaderPolicy) {
                 || format!("{:#?}", rt.stats()),
             );
         },
-        |_| {
+        |sc| {
             // The reader is back: two ready workers on one core until one surrenders.
             wait_for_or(
                 "a worker surrenders",
                 || rt.stats().surrenders >= 1,
                 || format!("{:#?}", rt.stats()),
             );
+            // The other one keeps the core busy, so the leader runs only now and then (its
+            // `SCHED_IDLE` share). Its own scheduling points drain the surrendered worker's
+            // block: the core counts one ready worker again at once, not when the leader gets
+            // a turn. (A stale 2 makes every scheduling point try to surrender, in vain.)
+            wait_for_or(
+                "the core counts one ready worker",
+                || rt.stats().cores[0].ready_workers == 1,
+                || format!("{:#?}", rt.stats()),
+            );
+            let stale = sc.stale.load(Ordering::SeqCst);
+            assert!(stale <= 5, "{stale} scheduling points with a stale count");
         },
     );
     let st = rt.stats();
@@ -290,6 +310,111 @@ fn reuses_the_blocked_core_then_surrenders(policy: LeaderPolicy) {
     assert!(st.cores[0].workers >= 2);
     if policy != LeaderPolicy::Poll {
         assert_eq!(st.leader_poll_time, Duration::ZERO);
+    }
+}
+
+/// Leader-follower: the leader finds its core with no ready worker while the fillers are
+/// queued, and runs them itself: no worker is woken or created for the block.
+#[test]
+fn a_leader_that_runs_tasks_fills_the_blocked_core_itself() {
+    for policy in [LeaderPolicy::Idle, LeaderPolicy::Poll] {
+        let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
+        let rt = Runtime::builder()
+            .cores([cpu])
+            .monitor(monitored_backend())
+            .leader_policy(policy)
+            .leader_runs_tasks(true)
+            .build()
+            .unwrap();
+        if rt.backend() == BackendKind::Disabled {
+            eprintln!("skipped: no monitor backend here ({})", rt.selection());
+            return;
+        }
+        let on_leader = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let (mut rx, tx) = std::io::pipe().unwrap();
+        let reader_tid = AtomicI32::new(0);
+        let fillers_done = AtomicUsize::new(0);
+        std::thread::scope(|ts| {
+            let work = ts.spawn(|| {
+                rt.scope(|s| {
+                    s.spawn(|s| {
+                        for _ in 0..FILLERS {
+                            s.spawn(|_| {
+                                let me = std::thread::current();
+                                if me.name().is_some_and(|n| n.starts_with("umt-leader")) {
+                                    on_leader.fetch_add(1, Ordering::SeqCst);
+                                }
+                                fillers_done.fetch_add(1, Ordering::SeqCst);
+                            });
+                        }
+                        reader_tid.store(umt_sys::cpu::current_tid(), Ordering::SeqCst);
+                        let mut b = [0u8; 1];
+                        let _ = rx.read_exact(&mut b);
+                    });
+                });
+            });
+            let mut release = Release {
+                stop: &stop,
+                tx: Some(tx),
+            };
+            wait_for_or(
+                "every filler ran during the block",
+                || fillers_done.load(Ordering::SeqCst) == FILLERS,
+                || format!("{:#?}", rt.stats()),
+            );
+            let tid = reader_tid.load(Ordering::SeqCst);
+            assert!(matches!(thread_state(tid), 'S' | 'D'));
+            release.wake_reader();
+            drop(release);
+            work.join().unwrap();
+        });
+        let st = rt.stats();
+        assert!(on_leader.load(Ordering::SeqCst) > 0, "{policy}: {st:#?}");
+        assert_eq!(
+            st.leader_tasks as usize,
+            on_leader.load(Ordering::SeqCst),
+            "{st:#?}"
+        );
+        assert!(st.workers.iter().any(|w| w.leader));
+    }
+}
+
+/// Handoff: while the reader is blocked, the spare running the fillers sees an active worker
+/// of its core that is not ready, and yields at its scheduling points (which returns at once:
+/// the reader is still blocked). Without the option it never does.
+#[test]
+fn handoff_yields_at_scheduling_points_while_a_worker_is_blocked() {
+    for handoff in [true, false] {
+        let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
+        let rt = Runtime::builder()
+            .cores([cpu])
+            .monitor(monitored_backend())
+            .handoff(handoff)
+            .build()
+            .unwrap();
+        if rt.backend() == BackendKind::Disabled {
+            eprintln!("skipped: no monitor backend here ({})", rt.selection());
+            return;
+        }
+        run_scenario(
+            &rt,
+            |sc| {
+                wait_for_or(
+                    "every filler ran during the block",
+                    || sc.fillers_done.load(Ordering::SeqCst) == FILLERS,
+                    || format!("{:#?}", rt.stats()),
+                );
+                wait_for_or(
+                    "the spinner runs on another worker",
+                    || sc.spinner_started.load(Ordering::SeqCst),
+                    || format!("{:#?}", rt.stats()),
+                );
+            },
+            |_| {},
+        );
+        let st = rt.stats();
+        assert_eq!(st.handoffs > 0, handoff, "handoff {handoff}: {st:#?}");
     }
 }
 
