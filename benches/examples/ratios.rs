@@ -9,9 +9,9 @@
 //! - a compute-only workload: monitor on against off (the monitor must cost nothing);
 //! - a blocking mix: monitor on against off and rayon.
 //!
-//! The monitored runtime runs twice: with the default leaders, and with polling leaders
-//! (`LeaderPolicy::Poll`, whose workers also drain their own events at every scheduling
-//! point).
+//! The monitored runtime runs twice: with leaders that wait for the monitor's signal
+//! (`LeaderPolicy::Idle`), and with polling leaders (`LeaderPolicy::Poll`, whose workers also
+//! drain their own events at every scheduling point; the default with the perf backend).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -84,6 +84,7 @@ fn main() {
         .expect("runtime");
     let on = Runtime::builder()
         .monitor(BackendKind::Auto)
+        .leader_policy(LeaderPolicy::Idle)
         .build()
         .expect("runtime");
     let poll = Runtime::builder()
@@ -96,7 +97,7 @@ fn main() {
         .monitor(BackendKind::Disabled)
         .build()
         .expect("runtime");
-    let on_name = format!("umt-{}", on.backend());
+    let on_name = format!("umt-{}-idle", on.backend());
     let cores = on.cpus().len();
     let ry = rayon::ThreadPoolBuilder::new()
         .num_threads(cores)

@@ -57,7 +57,7 @@ pub struct Builder {
     monitor: BackendKind,
     max_workers_per_core: usize,
     scan_period: Duration,
-    leader_policy: LeaderPolicy,
+    leader_policy: Option<LeaderPolicy>,
     ring_pages: usize,
     thread_name: NameFn,
     handoff: bool,
@@ -85,7 +85,7 @@ impl Default for Builder {
             monitor: BackendKind::Auto,
             max_workers_per_core: 16,
             scan_period: Duration::from_millis(1),
-            leader_policy: LeaderPolicy::default(),
+            leader_policy: None,
             ring_pages: umt_sys::DEFAULT_RING_PAGES,
             thread_name: Box::new(|cpu, k| format!("umt-worker-{cpu}.{k}")),
             handoff: false,
@@ -139,9 +139,10 @@ impl Builder {
         self
     }
 
-    /// How the leader threads are scheduled (default [`LeaderPolicy::Idle`]).
+    /// How the leader threads are scheduled (default: [`LeaderPolicy::default_for`] the
+    /// backend the monitor runs on).
     pub fn leader_policy(mut self, policy: LeaderPolicy) -> Self {
-        self.leader_policy = policy;
+        self.leader_policy = Some(policy);
         self
     }
 
@@ -211,13 +212,17 @@ impl Builder {
         let monitor = Monitor::builder()
             .backend(self.monitor)
             .ring_pages(self.ring_pages)
-            .signal_each_event(self.leader_policy != LeaderPolicy::Poll)
             .build()?;
+        let leader_policy = self
+            .leader_policy
+            .unwrap_or(LeaderPolicy::default_for(monitor.backend()));
+        // Polling leaders need no signal per event (no thread has registered yet).
+        monitor.set_signal_each_event(leader_policy != LeaderPolicy::Poll);
         let config = Config {
             cpus,
             cap: self.max_workers_per_core,
             scan_period: self.scan_period,
-            leader_policy: self.leader_policy,
+            leader_policy,
             thread_name: self.thread_name,
             handoff: self.handoff,
             leader_runs_tasks: self.leader_runs_tasks,

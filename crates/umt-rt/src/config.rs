@@ -5,17 +5,18 @@ use std::time::Duration;
 
 use umt_sys::CpuId;
 
-/// How the leader threads (one per core, pinned there) are scheduled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How the leader threads (one per core, pinned there) are scheduled. The default follows the
+/// monitor's backend ([`LeaderPolicy::default_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaderPolicy {
-    /// `SCHED_IDLE` (the default): a leader runs only when its core has nothing else to run,
+    /// `SCHED_IDLE`, waiting for the monitor's signal: a leader runs only when its core has
+    /// nothing else to run,
     /// which is exactly when the core's workers have blocked, and its wake-ups never preempt a
     /// worker. Its cost on busy cores is nil. On a machine saturated by *other* processes it
     /// runs rarely, but then no core is idle to refill. Only the leader has this policy: spare
     /// workers are started by a helper thread with the builder's policy (an unprivileged
     /// thread could not leave `SCHED_IDLE` again), so they compete with other processes like
-    /// the initial ones.
-    #[default]
+    /// the initial ones. The default with the Kernel backend.
     Idle,
     /// The normal policy, as in the paper: the leader also runs its periodic scan on busy
     /// cores, preempting a worker each time (and, with the perf backend, is woken again by the
@@ -33,8 +34,8 @@ pub enum LeaderPolicy {
     /// periods without an event the leader polls once per scan period instead, or, with no
     /// active worker on its core, sleeps until one becomes active.
     /// [`crate::Stats::leader_poll_time`] says how much CPU the polling took. Each scheduling
-    /// point costs a look at the worker's own ring. The measured trade-offs are in the
-    /// protocol notes (`src/README.md`, "Polling leaders").
+    /// point costs a look at the worker's own ring. The default with the Perf backend; the
+    /// measured trade-offs are in the protocol notes (`src/README.md`, "Polling leaders").
     Poll,
 }
 
@@ -42,6 +43,18 @@ impl LeaderPolicy {
     /// Every policy.
     pub const ALL: [LeaderPolicy; 3] =
         [LeaderPolicy::Idle, LeaderPolicy::Normal, LeaderPolicy::Poll];
+
+    /// The policy a runtime uses unless told otherwise, for the monitor backend it runs on:
+    /// [`LeaderPolicy::Poll`] with Perf, whose signal per event is a self-interrupt (a VM exit
+    /// in a virtual machine) paid at every context switch of a worker; [`LeaderPolicy::Idle`]
+    /// with Kernel, which signals only blocks and unblocks and raises no interrupt, and where
+    /// polling would cost a `read` per scheduling point.
+    pub const fn default_for(backend: umt_sys::BackendKind) -> LeaderPolicy {
+        match backend {
+            umt_sys::BackendKind::Perf => LeaderPolicy::Poll,
+            _ => LeaderPolicy::Idle,
+        }
+    }
 
     /// The lowercase name used on command lines and in reports.
     pub const fn name(self) -> &'static str {

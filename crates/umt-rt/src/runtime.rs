@@ -55,6 +55,12 @@ impl Runtime {
         self.reg.monitor.backend()
     }
 
+    /// How the leaders run: as asked, else the default for the backend
+    /// ([`LeaderPolicy::default_for`](crate::LeaderPolicy::default_for)).
+    pub fn leader_policy(&self) -> crate::LeaderPolicy {
+        self.reg.config.leader_policy
+    }
+
     /// How the backend was chosen, with the reasons better ones were rejected.
     pub fn selection(&self) -> &Selection {
         self.reg.monitor.selection()

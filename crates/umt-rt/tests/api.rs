@@ -282,3 +282,28 @@ fn leader_policy_names_round_trip_and_bad_ones_are_explained() {
     let err = "busy".parse::<LeaderPolicy>().unwrap_err();
     assert!(err.to_string().contains("idle, normal or poll"), "{err}");
 }
+
+/// Unless told otherwise, a runtime's leaders poll with the perf backend and wait for the
+/// signal otherwise; a policy asked for is kept whatever the backend.
+#[test]
+fn the_default_leader_policy_follows_the_backend() {
+    for backend in [BackendKind::Disabled, BackendKind::Perf, BackendKind::Auto] {
+        let Ok(rt) = Runtime::builder().monitor(backend).build() else {
+            eprintln!("skipped: no {backend} backend here");
+            continue;
+        };
+        assert_eq!(rt.leader_policy(), LeaderPolicy::default_for(rt.backend()));
+        let expected = match rt.backend() {
+            BackendKind::Perf => LeaderPolicy::Poll,
+            _ => LeaderPolicy::Idle,
+        };
+        assert_eq!(rt.leader_policy(), expected);
+        drop(rt);
+        let rt = Runtime::builder()
+            .monitor(backend)
+            .leader_policy(LeaderPolicy::Normal)
+            .build()
+            .unwrap();
+        assert_eq!(rt.leader_policy(), LeaderPolicy::Normal);
+    }
+}

@@ -220,6 +220,16 @@ impl Monitor {
         &self.selection
     }
 
+    /// [`MonitorBuilder::signal_each_event`] after the backend is known, for the threads that
+    /// register from now on (those registered keep their setting). For a user whose choice
+    /// depends on the backend `Auto` picked: the signal per event is what the Perf backend
+    /// costs most in a virtual machine, and the Kernel backend signals its eventfds either way.
+    pub fn set_signal_each_event(&self, signal: bool) {
+        if let Backend::Perf(p) = &self.backend {
+            p.set_signal_each_event(signal);
+        }
+    }
+
     /// `true` unless the backend is Disabled.
     pub fn is_active(&self) -> bool {
         !matches!(self.backend, Backend::Disabled)

@@ -61,9 +61,9 @@ pub(crate) struct PerfBackend {
     id: u64,
     /// Bytes of ring data per thread.
     ring_bytes: usize,
-    /// Bytes of records after which the kernel wakes the ring's waiters: 1 (every record) or
-    /// half the ring (see `MonitorBuilder::signal_each_event`).
-    wakeup_bytes: usize,
+    /// Whether the rings of threads registering from now on wake their waiters at every
+    /// record, or only at half a ring (see `MonitorBuilder::signal_each_event`).
+    signal_each_event: AtomicBool,
     /// Times a thread's state was re-read from `/proc` because records may have been lost.
     resyncs: AtomicU64,
     /// Registered threads, by the CPU they registered on (their core, when pinned): a drain
@@ -140,10 +140,15 @@ impl PerfBackend {
         Ok(PerfBackend {
             id: NEXT_BACKEND_ID.fetch_add(1, Ordering::Relaxed),
             ring_bytes,
-            wakeup_bytes: if signal_each_event { 1 } else { ring_bytes / 2 },
+            signal_each_event: AtomicBool::new(signal_each_event),
             resyncs: AtomicU64::new(0),
             buckets: (0..possible_cpus).map(|_| CachePadded::default()).collect(),
         })
+    }
+
+    /// Sets whether threads registering from now on signal every event.
+    pub(crate) fn set_signal_each_event(&self, signal: bool) {
+        self.signal_each_event.store(signal, Ordering::Relaxed);
     }
 
     /// Times a thread's state was re-read from `/proc` (see [`PerfBackend::resyncs`]).
@@ -177,13 +182,18 @@ impl PerfBackend {
         cpu_set: &dyn Fn(CpuId) -> Result<&'m Epoll>,
         sink: &mut dyn FnMut(MonitorEvent),
     ) -> Result<()> {
-        let sampler = open_sampler(tid, self.ring_bytes, self.wakeup_bytes).map_err(|e| match e
-            .raw_os_error()
-        {
-            Some(errno) if errno != libc::ENOMEM => {
-                Error::Unavailable(classify_open_error(errno, read_paranoid()))
+        let wakeup_bytes = if self.signal_each_event.load(Ordering::Relaxed) {
+            1
+        } else {
+            self.ring_bytes / 2
+        };
+        let sampler = open_sampler(tid, self.ring_bytes, wakeup_bytes).map_err(|e| {
+            match e.raw_os_error() {
+                Some(errno) if errno != libc::ENOMEM => {
+                    Error::Unavailable(classify_open_error(errno, read_paranoid()))
+                }
+                _ => Error::os("perf_event_open", e),
             }
-            _ => Error::os("perf_event_open", e),
         })?;
         // SAFETY: the sampler owns this descriptor and outlives the borrow (used only here).
         let fd = unsafe { BorrowedFd::borrow_raw(sampler.as_raw_fd()) };
