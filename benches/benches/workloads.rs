@@ -11,7 +11,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use umt_bench::fwi::FwiParams;
 use umt_bench::heat::HeatParams;
 use umt_bench::io::IoMode;
-use umt_bench::runner::{self, Runner};
+use umt_bench::runner::{self, Runner, UmtOptions};
 
 fn available() -> Vec<Runner> {
     Runner::ALL
@@ -37,7 +37,7 @@ fn heat(c: &mut Criterion) {
         let engine = r.engine().expect("runtime");
         g.bench_function(BenchmarkId::from_parameter(r.name()), |b| {
             b.iter(|| {
-                let out = runner::run_heat(&engine, &p).expect("heat run");
+                let out = runner::run_heat(&engine, &p, &UmtOptions::default()).expect("heat run");
                 for (_, path) in &out.checkpoints {
                     let _ = std::fs::remove_file(path);
                 }

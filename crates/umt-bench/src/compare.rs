@@ -9,11 +9,12 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use umt_rt::LeaderPolicy;
 
+use crate::bound;
 use crate::error::BenchError;
 use crate::fwi::{self, FwiParams, Part};
 use crate::heat::{self, HeatParams};
 use crate::report::{Report, RunReport, median};
-use crate::runner::{self, Engine, Runner, Sample, measure};
+use crate::runner::{self, Engine, Runner, Sample, UmtOptions, measure};
 
 /// How to compare, whatever the workload.
 #[derive(Debug, Clone)]
@@ -22,8 +23,8 @@ pub struct Options {
     pub runners: Vec<Runner>,
     /// Runs of each runner (the table shows medians); at least 1.
     pub repeat: usize,
-    /// How umt-rt's monitored leaders run, instead of each runner's default.
-    pub leader: Option<LeaderPolicy>,
+    /// How umt-rt's monitored runners run.
+    pub umt: UmtOptions,
     /// Show a progress bar on a terminal.
     pub progress: bool,
 }
@@ -67,24 +68,34 @@ pub fn heat(p: &HeatParams, opts: &Options) -> Result<Report, BenchError> {
         "checkpoint_bytes": p.checkpoint_bytes() * p.checkpoint_iters().len() as u64,
     });
     let work = (p.n * p.n * p.iters) as f64;
-    compare("heat", "cells/s", work, params, opts, |kind, engine| {
-        let out = match (kind, engine) {
-            (Kind::Runtime(_), e) => runner::run_heat(e, p)?,
-            (Kind::ComputeOnly, Engine::Umt(rt)) => heat::run(
-                rt,
-                &HeatParams {
-                    iof: None,
-                    ..p.clone()
-                },
-            )?,
-            (Kind::IoOnly, Engine::Umt(rt)) => heat::io_only(rt, p)?,
-            _ => return Err(BenchError::Runtime("bound runs use umt-rt".into())),
-        };
-        for (_, path) in &out.checkpoints {
-            let _ = std::fs::remove_file(path);
-        }
-        Ok((out.elapsed, out.bytes_written))
-    })
+    let (iters, iof) = (p.iters, p.iof.unwrap_or(0));
+    let tight = |compute, io| bound::heat_tight(compute, io, iters, iof);
+    compare(
+        "heat",
+        "cells/s",
+        work,
+        params,
+        opts,
+        tight,
+        |kind, engine| {
+            let out = match (kind, engine) {
+                (Kind::Runtime(_), e) => runner::run_heat(e, p, &opts.umt)?,
+                (Kind::ComputeOnly, Engine::Umt(rt)) => heat::run(
+                    rt,
+                    &HeatParams {
+                        iof: None,
+                        ..p.clone()
+                    },
+                )?,
+                (Kind::IoOnly, Engine::Umt(rt)) => heat::io_only(rt, p)?,
+                _ => return Err(BenchError::Runtime("bound runs use umt-rt".into())),
+            };
+            for (_, path) in &out.checkpoints {
+                let _ = std::fs::remove_file(path);
+            }
+            Ok((out.elapsed, out.bytes_written))
+        },
+    )
 }
 
 /// Compares the FWI mock-up on every runner of `opts`.
@@ -95,29 +106,40 @@ pub fn fwi(p: &FwiParams, opts: &Options) -> Result<Report, BenchError> {
         "io": format!("{:?}", p.io), "dir": p.dir, "snapshot_bytes": p.snapshot_bytes(),
     });
     let work = p.cell_updates() / 1000.0;
-    compare("fwi", "kcells/s", work, params, opts, |kind, engine| {
-        let part = match kind {
-            Kind::Runtime(_) => Part::All,
-            Kind::ComputeOnly => Part::ComputeOnly,
-            Kind::IoOnly => Part::IoOnly,
-        };
-        let out = match (part, engine) {
-            (Part::All, e) => runner::run_fwi(e, p)?,
-            (part, Engine::Umt(rt)) => fwi::run(rt, p, part)?,
-            _ => return Err(BenchError::Runtime("bound runs use umt-rt".into())),
-        };
-        Ok((out.elapsed, out.io_bytes))
-    })
+    let tight = |compute, io| bound::fwi_tight(compute, io, p.steps, p.iof);
+    compare(
+        "fwi",
+        "kcells/s",
+        work,
+        params,
+        opts,
+        tight,
+        |kind, engine| {
+            let part = match kind {
+                Kind::Runtime(_) => Part::All,
+                Kind::ComputeOnly => Part::ComputeOnly,
+                Kind::IoOnly => Part::IoOnly,
+            };
+            let out = match (part, engine) {
+                (Part::All, e) => runner::run_fwi(e, p)?,
+                (part, Engine::Umt(rt)) => fwi::run(rt, p, part)?,
+                _ => return Err(BenchError::Runtime("bound runs use umt-rt".into())),
+            };
+            Ok((out.elapsed, out.io_bytes))
+        },
+    )
 }
 
 /// Runs every kind `repeat` times, alternating, and builds the report. `once` runs one kind on
-/// a runtime and returns the measured wall time and the bytes of I/O.
+/// a runtime and returns the measured wall time and the bytes of I/O; `tight` is the tight
+/// bound from the compute-only and I/O-only times.
 fn compare(
     workload: &str,
     fom_unit: &str,
     work: f64,
     mut params: serde_json::Value,
     opts: &Options,
+    tight: impl Fn(f64, f64) -> f64,
     once: impl Fn(Kind, &Engine) -> Result<(Duration, u64), BenchError>,
 ) -> Result<Report, BenchError> {
     let runners = &opts.runners;
@@ -134,7 +156,7 @@ fn compare(
                 Kind::IoOnly => (Runner::Baseline, "I/O only"),
             };
             bar.set_message(label);
-            samples[k].push(measure(runner, opts.leader, |rt| once(kind, rt))?);
+            samples[k].push(measure(runner, &opts.umt, |rt| once(kind, rt))?);
             bar.inc(1);
         }
     }
@@ -142,14 +164,18 @@ fn compare(
     let secs = |k: usize| median(&samples[k].iter().map(|s| s.seconds).collect::<Vec<_>>());
     let compute = secs(runners.len());
     let io = secs(runners.len() + 1);
-    let bound = compute.max(io);
+    let bound = bound::overlap(compute, io);
+    let tight = tight(compute, io);
     let runs = runners
         .iter()
         .enumerate()
-        .map(|(k, r)| RunReport::new(r.name(), &samples[k], work, bound))
+        .map(|(k, r)| RunReport::new(r.name(), &samples[k], work, (bound, tight)))
         .collect();
     params["repeat"] = repeat.into();
-    params["leader"] = opts.leader.map_or("default", LeaderPolicy::name).into();
+    params["leader"] = opts.umt.leader.map_or("default", LeaderPolicy::name).into();
+    params["handoff"] = opts.umt.handoff.into();
+    params["leader_runs_tasks"] = opts.umt.leader_runs_tasks.into();
+    params["staged_checkpoints"] = opts.umt.staged_checkpoints.into();
     Ok(Report {
         workload: workload.into(),
         params,
@@ -157,6 +183,7 @@ fn compare(
         compute_seconds: compute,
         io_seconds: io,
         bound_seconds: bound,
+        tight_bound_seconds: tight,
         runs,
     }
     .with_speedups())
@@ -189,7 +216,7 @@ mod tests {
         let opts = Options {
             runners: vec![Runner::Baseline, Runner::Rayon],
             repeat: 2,
-            leader: None,
+            umt: UmtOptions::default(),
             progress: false,
         };
         let p = HeatParams {
@@ -204,6 +231,7 @@ mod tests {
         assert_eq!(r.runs.len(), 2);
         assert!(r.runs.iter().all(|run| run.seconds.len() == 2));
         assert_eq!(r.bound_seconds, r.compute_seconds.max(r.io_seconds));
+        assert!(r.tight_bound_seconds >= r.bound_seconds);
         assert_eq!(r.runs[0].speedup_vs_baseline, Some(1.0));
         assert_eq!(r.params["repeat"], 2);
     }

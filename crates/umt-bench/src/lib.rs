@@ -7,9 +7,11 @@
 //! - [`fwi`]: the FWI mock-up, 3D velocity/stress propagation whose forward phase writes
 //!   snapshots and whose backward phase reads them back (IV-D);
 //! - [`runner`]: the runtimes compared (`baseline`, `umt-perf`, `umt-kernel`, `rayon`,
-//!   `rayon-2x`, `tokio`, `io-uring`; the ports are [`port_rayon`], [`port_tokio`],
+//!   `rayon-2x`, `rayon-4x`, `tokio`, `io-uring`; the ports are [`port_rayon`], [`port_tokio`],
 //!   [`port_uring`]) and one timed run;
 //! - [`compare`]: every runner and the two bound runs, alternating, into a [`report::Report`];
+//! - [`bound`]: the overlap bound and the tight bound from the two bound runs;
+//! - [`calibrate`]: how often to checkpoint so that compute and I/O balance on this machine;
 //! - [`report`]: medians, speedups, percent of the overlap bound, the table and the JSON;
 //! - [`error`]: what can go wrong, and how a run's tasks report it.
 //!
@@ -28,6 +30,8 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod bound;
+pub mod calibrate;
 pub mod compare;
 pub mod error;
 pub mod fwi;

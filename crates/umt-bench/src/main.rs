@@ -14,13 +14,14 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+use umt_bench::calibrate::{self, Calibration};
 use umt_bench::compare::{self, Options};
 use umt_bench::error::BenchError;
 use umt_bench::fwi::FwiParams;
 use umt_bench::heat::HeatParams;
 use umt_bench::io::{IoMode, probe_direct};
 use umt_bench::report::Report;
-use umt_bench::runner::Runner;
+use umt_bench::runner::{Runner, UmtOptions};
 use umt_rt::LeaderPolicy;
 
 #[derive(Parser)]
@@ -60,10 +61,26 @@ struct Common {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// How the leaders of umt-perf and umt-kernel run: idle, normal or poll (default: poll
-    /// for umt-perf, idle for umt-kernel; see umt_rt::LeaderPolicy).
+    /// How the leaders of umt-perf and umt-kernel run: idle, normal or poll (default: the
+    /// library's for the backend, poll for perf and idle for kernel; see
+    /// umt_rt::LeaderPolicy::default_for).
     #[arg(long)]
     leader: Option<LeaderPolicy>,
+    /// umt-rt runners with a monitor: a worker yields its core at scheduling points while an
+    /// active worker of the core is not ready (umt_rt::Builder::handoff).
+    #[arg(long)]
+    handoff: bool,
+    /// umt-rt runners with a monitor: a leader runs the queued tasks of its starved core
+    /// itself (umt_rt::Builder::leader_runs_tasks).
+    #[arg(long)]
+    leader_runs_tasks: bool,
+    /// umt-rt runners with a monitor: heat writes each checkpoint block from a staged copy,
+    /// as io-uring does, instead of in place from the grid.
+    #[arg(long)]
+    staged_checkpoints: bool,
+    /// Run on the first N CPUs of this process's affinity mask (default: all of them).
+    #[arg(long)]
+    cores: Option<usize>,
 }
 
 #[derive(Args, Clone)]
@@ -74,12 +91,13 @@ struct HeatArgs {
     /// Block side, in cells (must divide --size).
     #[arg(long, default_value_t = 512)]
     block: usize,
-    /// Iterations.
-    #[arg(long, default_value_t = 20)]
-    iters: usize,
-    /// Checkpoint every this many iterations.
-    #[arg(long, default_value_t = 2)]
-    iof: usize,
+    /// Iterations (default: 10 checkpoint periods).
+    #[arg(long)]
+    iters: Option<usize>,
+    /// Checkpoint every this many iterations (default: calibrated, so that computing a
+    /// period takes about as long as writing its checkpoint on this machine).
+    #[arg(long)]
+    iof: Option<usize>,
     #[command(flatten)]
     common: Common,
 }
@@ -95,12 +113,13 @@ struct FwiArgs {
     /// Y-slices.
     #[arg(long, default_value_t = 64)]
     ny: usize,
-    /// Time steps of each phase (forward and backward).
-    #[arg(long, default_value_t = 20)]
-    steps: usize,
-    /// Snapshot every this many steps.
-    #[arg(long, default_value_t = 2)]
-    iof: usize,
+    /// Time steps of each phase (forward and backward; default: 10 snapshot periods).
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Snapshot every this many steps (default: calibrated, so that computing a period takes
+    /// about as long as writing and reading back its snapshot on this machine).
+    #[arg(long)]
+    iof: Option<usize>,
     #[command(flatten)]
     common: Common,
 }
@@ -122,7 +141,12 @@ impl Common {
         Ok(Options {
             runners: Options::available_runners(&self.runtimes)?,
             repeat: self.repeat,
-            leader: self.leader,
+            umt: UmtOptions {
+                leader: self.leader,
+                handoff: self.handoff,
+                leader_runs_tasks: self.leader_runs_tasks,
+                staged_checkpoints: self.staged_checkpoints,
+            },
             progress: true,
         })
     }
@@ -138,33 +162,74 @@ impl Common {
     }
 }
 
+/// The period and the length of a run: as given, else calibrated (and said on stderr).
+fn period_and_length(
+    iof: Option<usize>,
+    steps: Option<usize>,
+    calibrate: impl FnOnce() -> Result<Calibration, BenchError>,
+) -> Result<(usize, usize), BenchError> {
+    let iof = match iof {
+        Some(iof) => iof,
+        None => {
+            let c = calibrate()?;
+            eprintln!("{c}");
+            c.iof
+        }
+    };
+    Ok((iof, steps.unwrap_or(iof.saturating_mul(calibrate::PERIODS))))
+}
+
 fn run_heat(a: &HeatArgs) -> Result<Report, BenchError> {
     let (dir, io) = a.common.io()?;
-    let p = HeatParams {
+    let mut p = HeatParams {
         n: a.size,
         block: a.block,
-        iters: a.iters,
-        iof: Some(a.iof),
+        iters: 1,
+        iof: a.iof,
         io,
         dir,
     };
+    p.validate()?;
+    let (iof, iters) = period_and_length(a.iof, a.iters, || calibrate::heat(&p))?;
+    p.iof = Some(iof);
+    p.iters = iters;
     p.validate()?;
     compare::heat(&p, &a.common.options()?)
 }
 
 fn run_fwi(a: &FwiArgs) -> Result<Report, BenchError> {
     let (dir, io) = a.common.io()?;
-    let p = FwiParams {
+    let mut p = FwiParams {
         nz: a.nz,
         nx: a.nx,
         ny: a.ny,
-        steps: a.steps,
-        iof: a.iof,
+        steps: 1,
+        iof: 1,
         io,
         dir,
     };
     p.validate()?;
+    let (iof, steps) = period_and_length(a.iof, a.steps, || calibrate::fwi(&p))?;
+    p.iof = iof;
+    p.steps = steps;
+    p.validate()?;
     compare::fwi(&p, &a.common.options()?)
+}
+
+/// Restricts this process, and so every thread it starts from now on, to the first `n`
+/// CPUs of its affinity mask.
+fn use_cores(n: usize) -> Result<(), BenchError> {
+    let cpus = umt_sys::cpu::process_cpus()
+        .map_err(|e| BenchError::InvalidParam(format!("--cores: {e}")))?;
+    if n == 0 || n > cpus.len() {
+        return Err(BenchError::InvalidParam(format!(
+            "--cores {n}: this process may run on {} CPUs ({cpus:?}): give 1 to {}",
+            cpus.len(),
+            cpus.len()
+        )));
+    }
+    umt_sys::cpu::pin_current_thread_to(&cpus[..n])
+        .map_err(|e| BenchError::InvalidParam(format!("--cores {n}: {e}")))
 }
 
 fn emit(reports: &[Report], json: Option<&PathBuf>) -> Result<(), BenchError> {
@@ -187,6 +252,17 @@ fn emit(reports: &[Report], json: Option<&PathBuf>) -> Result<(), BenchError> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let cores = match &cli.command {
+        Cmd::Heat(a) => a.common.cores,
+        Cmd::Fwi(a) => a.common.cores,
+        Cmd::Compare(c) => c.cores,
+    };
+    if let Some(n) = cores
+        && let Err(e) = use_cores(n)
+    {
+        eprintln!("umt-bench: {e}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Cmd::Heat(a) => run_heat(&a).and_then(|r| emit(&[r], a.common.json.as_ref())),
         Cmd::Fwi(a) => run_fwi(&a).and_then(|r| emit(&[r], a.common.json.as_ref())),

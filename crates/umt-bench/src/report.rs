@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::runner::Sample;
+use crate::runner::{Activity, Sample};
 
 /// The comparison of one workload on several runtimes (the `--json` document).
 #[derive(Debug, Clone, Serialize)]
@@ -21,6 +21,9 @@ pub struct Report {
     pub io_seconds: f64,
     /// The overlap bound: the larger of the two (perfect overlap can do no better).
     pub bound_seconds: f64,
+    /// The tight bound: the overlap bound plus what no runner can overlap (see
+    /// [`crate::bound`]).
+    pub tight_bound_seconds: f64,
     /// One entry per runtime, in the order they ran.
     pub runs: Vec<RunReport>,
 }
@@ -40,12 +43,17 @@ pub struct RunReport {
     pub speedup_vs_baseline: Option<f64>,
     /// Bound over this median, in percent (100 = perfect overlap).
     pub percent_of_bound: f64,
+    /// Tight bound over this median, in percent.
+    pub percent_of_tight_bound: f64,
     /// Median CPU utilisation, 0..=1.
     pub cpu_utilisation: f64,
     /// I/O throughput at the median time.
     pub io_mib_per_s: f64,
     /// Median share of core time with more than one ready worker, in percent.
     pub oversubscription_percent: f64,
+    /// What umt-rt did, per second per core, field by field the median of the repeats (umt-rt
+    /// runners with a monitor only).
+    pub activity: Option<Activity>,
 }
 
 /// Median of `v` (the upper middle for an even count); NaN when empty.
@@ -57,8 +65,10 @@ pub fn median(v: &[f64]) -> f64 {
 
 impl RunReport {
     /// Summarises the samples of one runtime. `work` is the amount of work of one run in the
-    /// figure of merit's unit times seconds (cells updated, for example).
-    pub fn new(runtime: &str, samples: &[Sample], work: f64, bound_seconds: f64) -> RunReport {
+    /// figure of merit's unit times seconds (cells updated, for example); `bounds` are the
+    /// overlap and the tight bound, in seconds.
+    pub fn new(runtime: &str, samples: &[Sample], work: f64, bounds: (f64, f64)) -> RunReport {
+        let (bound_seconds, tight_seconds) = bounds;
         let seconds: Vec<f64> = samples.iter().map(|s| s.seconds).collect();
         let med = median(&seconds);
         let io_bytes = samples.first().map_or(0, |s| s.io_bytes) as f64;
@@ -69,6 +79,7 @@ impl RunReport {
             fom: work / med,
             speedup_vs_baseline: None,
             percent_of_bound: 100.0 * bound_seconds / med,
+            percent_of_tight_bound: 100.0 * tight_seconds / med,
             cpu_utilisation: median(
                 &samples
                     .iter()
@@ -82,8 +93,24 @@ impl RunReport {
                     .map(|s| s.oversubscription_percent)
                     .collect::<Vec<_>>(),
             ),
+            activity: median_activity(samples),
         }
     }
+}
+
+/// Field by field, the median of the samples' activities (`None` if a sample has none).
+fn median_activity(samples: &[Sample]) -> Option<Activity> {
+    let all: Vec<Activity> = samples.iter().map(|s| s.activity).collect::<Option<_>>()?;
+    let m = |f: fn(&Activity) -> f64| median(&all.iter().map(f).collect::<Vec<_>>());
+    (!all.is_empty()).then(|| Activity {
+        monitor_events: m(|a| a.monitor_events),
+        leader_iterations: m(|a| a.leader_iterations),
+        leader_wakeups: m(|a| a.leader_wakeups),
+        spares_started: m(|a| a.spares_started),
+        surrenders: m(|a| a.surrenders),
+        handoffs: m(|a| a.handoffs),
+        leader_tasks: m(|a| a.leader_tasks),
+    })
 }
 
 impl Report {
@@ -112,17 +139,22 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{}: bound {:.3} s (compute only {:.3} s, I/O only {:.3} s)",
-            self.workload, self.bound_seconds, self.compute_seconds, self.io_seconds
+            "{}: bound {:.3} s, tight bound {:.3} s (compute only {:.3} s, I/O only {:.3} s)",
+            self.workload,
+            self.bound_seconds,
+            self.tight_bound_seconds,
+            self.compute_seconds,
+            self.io_seconds
         );
         let _ = writeln!(
             out,
-            "{:<12} {:>9} {:>12} {:>8} {:>9} {:>6} {:>9} {:>8}",
+            "{:<12} {:>9} {:>12} {:>8} {:>9} {:>9} {:>6} {:>9} {:>8}",
             "runtime",
             "median s",
             &self.fom_unit,
             "speedup",
             "% bound",
+            "% tight",
             "CPU",
             "I/O MiB/s",
             "oversub"
@@ -133,16 +165,39 @@ impl Report {
                 .map_or("-".to_string(), |s| format!("{s:.2}x"));
             let _ = writeln!(
                 out,
-                "{:<12} {:>9.3} {:>12.4e} {:>8} {:>8.1}% {:>5.0}% {:>9.0} {:>7.1}%",
+                "{:<12} {:>9.3} {:>12.4e} {:>8} {:>8.1}% {:>8.1}% {:>5.0}% {:>9.0} {:>7.1}%",
                 r.runtime,
                 r.median_seconds,
                 r.fom,
                 speedup,
                 r.percent_of_bound,
+                r.percent_of_tight_bound,
                 100.0 * r.cpu_utilisation,
                 r.io_mib_per_s,
                 r.oversubscription_percent
             );
+        }
+        for r in &self.runs {
+            if let Some(a) = &r.activity {
+                let _ = write!(
+                    out,
+                    "{}, per core per second: {:.0} monitor events, {:.0} leader iterations, \
+                     {:.1} wake-ups, {:.2} spares started, {:.1} surrenders",
+                    r.runtime,
+                    a.monitor_events,
+                    a.leader_iterations,
+                    a.leader_wakeups,
+                    a.spares_started,
+                    a.surrenders
+                );
+                if a.handoffs > 0.0 {
+                    let _ = write!(out, ", {:.0} handoffs", a.handoffs);
+                }
+                if a.leader_tasks > 0.0 {
+                    let _ = write!(out, ", {:.1} tasks run by leaders", a.leader_tasks);
+                }
+                out.push('\n');
+            }
         }
         out
     }
@@ -158,6 +213,10 @@ mod tests {
             cpu_utilisation: 0.5,
             io_bytes: 1 << 20,
             oversubscription_percent: 1.0,
+            activity: Some(Activity {
+                monitor_events: seconds * 100.0,
+                ..Activity::default()
+            }),
         }
     }
 
@@ -174,13 +233,13 @@ mod tests {
             "baseline",
             &[sample(2.0), sample(2.2), sample(1.8)],
             100.0,
-            1.0,
+            (1.0, 1.1),
         );
         let umt = RunReport::new(
             "umt-perf",
             &[sample(1.0), sample(1.1), sample(1.2)],
             100.0,
-            1.0,
+            (1.0, 1.1),
         );
         let r = Report {
             workload: "heat".into(),
@@ -189,6 +248,7 @@ mod tests {
             compute_seconds: 1.0,
             io_seconds: 0.5,
             bound_seconds: 1.0,
+            tight_bound_seconds: 1.1,
             runs: vec![base, umt],
         }
         .with_speedups();
@@ -196,11 +256,18 @@ mod tests {
         assert_eq!(r.runs[0].speedup_vs_baseline, Some(1.0));
         assert_eq!(r.runs[1].speedup_vs_baseline, Some(2.0 / 1.1));
         assert!((r.runs[1].percent_of_bound - 100.0 / 1.1).abs() < 1e-9);
+        assert!((r.runs[1].percent_of_tight_bound - 100.0).abs() < 1e-9);
         assert_eq!(r.runs[1].fom, 100.0 / 1.1);
         assert!((r.runs[0].io_mib_per_s - 0.5).abs() < 1e-12);
         assert_eq!(r.fastest().unwrap().runtime, "umt-perf");
         let json = serde_json::to_value(&r).unwrap();
-        for key in ["workload", "params", "bound_seconds", "runs"] {
+        for key in [
+            "workload",
+            "params",
+            "bound_seconds",
+            "tight_bound_seconds",
+            "runs",
+        ] {
             assert!(json.get(key).is_some(), "{key}");
         }
         let run = &json["runs"][1];
@@ -211,6 +278,7 @@ mod tests {
             "fom",
             "speedup_vs_baseline",
             "percent_of_bound",
+            "percent_of_tight_bound",
             "cpu_utilisation",
             "io_mib_per_s",
             "oversubscription_percent",
@@ -218,5 +286,11 @@ mod tests {
             assert!(run.get(key).is_some(), "{key}");
         }
         assert!(r.table().contains("umt-perf"));
+        // Medians of the activity too: 100, 110, 120 events per second.
+        assert!((r.runs[1].activity.unwrap().monitor_events - 110.0).abs() < 1e-9);
+        assert!(
+            r.table()
+                .contains("umt-perf, per core per second: 110 monitor events")
+        );
     }
 }

@@ -15,9 +15,8 @@ use crate::error::BenchError;
 pub enum Runner {
     /// umt-rt with the monitor off: one worker per core, blocking I/O idles the core.
     Baseline,
-    /// umt-rt with the perf backend (context-switch records, any Linux), with polling leaders
-    /// ([`LeaderPolicy::Poll`]): the monitor then raises no interrupt per context switch,
-    /// which in a virtual machine is a VM exit.
+    /// umt-rt with the perf backend (context-switch records, any Linux), with the library's
+    /// default leaders for it (polling: [`LeaderPolicy::default_for`]).
     UmtPerf,
     /// umt-rt with the UMT kernel extension (the patched kernel of `kernel-patch/`).
     UmtKernel,
@@ -25,10 +24,28 @@ pub enum Runner {
     Rayon,
     /// rayon with twice as many threads as cores (the usual cure for blocking I/O).
     Rayon2x,
+    /// rayon with four threads per core: plain oversubscription, the peer a user would try
+    /// before a runtime that knows when a thread blocks.
+    Rayon4x,
     /// tokio's multi-thread runtime for the computation, `spawn_blocking` for the I/O.
     Tokio,
     /// The baseline runtime for the computation, the I/O submitted through io_uring.
     IoUring,
+}
+
+/// How the umt-rt runners with a monitor run, beyond their backend (the
+/// [`umt_rt::Builder`] options a comparison may change).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UmtOptions {
+    /// The leader policy, instead of the library's default for the backend.
+    pub leader: Option<LeaderPolicy>,
+    /// [`umt_rt::Builder::handoff`].
+    pub handoff: bool,
+    /// [`umt_rt::Builder::leader_runs_tasks`].
+    pub leader_runs_tasks: bool,
+    /// Heat's checkpoints written from staged copies ([`crate::heat::run_staged`]) instead of
+    /// in place, on the umt-rt runners with a monitor.
+    pub staged_checkpoints: bool,
 }
 
 /// A built runtime of some kind, ready for one run.
@@ -46,12 +63,13 @@ pub enum Engine {
 
 impl Runner {
     /// Every runner, in table order.
-    pub const ALL: [Runner; 7] = [
+    pub const ALL: [Runner; 8] = [
         Runner::Baseline,
         Runner::UmtPerf,
         Runner::UmtKernel,
         Runner::Rayon,
         Runner::Rayon2x,
+        Runner::Rayon4x,
         Runner::Tokio,
         Runner::IoUring,
     ];
@@ -64,16 +82,9 @@ impl Runner {
             Runner::UmtKernel => "umt-kernel",
             Runner::Rayon => "rayon",
             Runner::Rayon2x => "rayon-2x",
+            Runner::Rayon4x => "rayon-4x",
             Runner::Tokio => "tokio",
             Runner::IoUring => "io-uring",
-        }
-    }
-
-    /// How its leaders run, for the umt-rt runners with a monitor.
-    pub fn leader_policy(self) -> LeaderPolicy {
-        match self {
-            Runner::UmtPerf => LeaderPolicy::Poll,
-            _ => LeaderPolicy::Idle,
         }
     }
 
@@ -99,23 +110,27 @@ impl Runner {
 
     /// A fresh runtime for one run, with one worker per core of this process.
     pub fn engine(self) -> Result<Engine, BenchError> {
-        self.engine_with(None)
+        self.engine_with(&UmtOptions::default())
     }
 
-    /// [`Runner::engine`], with `leader` instead of [`Runner::leader_policy`] for the umt-rt
-    /// runners with a monitor.
-    pub fn engine_with(self, leader: Option<LeaderPolicy>) -> Result<Engine, BenchError> {
+    /// [`Runner::engine`], with `umt`'s options for the umt-rt runners with a monitor.
+    pub fn engine_with(self, umt: &UmtOptions) -> Result<Engine, BenchError> {
         let cores = cores();
         let umt = || {
-            Runtime::builder()
+            let mut b = Runtime::builder()
                 .monitor(self.backend().unwrap_or(BackendKind::Disabled))
-                .leader_policy(leader.unwrap_or(self.leader_policy()))
-                .build()
+                .handoff(umt.handoff)
+                .leader_runs_tasks(umt.leader_runs_tasks);
+            if let Some(policy) = umt.leader {
+                b = b.leader_policy(policy);
+            }
+            b.build()
                 .map_err(|e| BenchError::Runtime(format!("{}: {e}", self.name())))
         };
         match self {
             Runner::Rayon => crate::port_rayon::pool(cores).map(Engine::Rayon),
             Runner::Rayon2x => crate::port_rayon::pool(2 * cores).map(Engine::Rayon),
+            Runner::Rayon4x => crate::port_rayon::pool(4 * cores).map(Engine::Rayon),
             Runner::Tokio => crate::port_tokio::runtime(cores).map(Engine::Tokio),
             Runner::IoUring => umt().map(Engine::Uring),
             Runner::Baseline | Runner::UmtPerf | Runner::UmtKernel => umt().map(Engine::Umt),
@@ -151,11 +166,17 @@ impl FromStr for Runner {
 }
 
 /// Heat diffusion with checkpoints on `engine` (the full workload of a runtime's run).
+///
+/// With `umt.staged_checkpoints`, the umt-rt runners with a monitor write staged copies.
 pub fn run_heat(
     engine: &Engine,
     p: &crate::heat::HeatParams,
+    umt: &UmtOptions,
 ) -> Result<crate::heat::HeatRun, BenchError> {
     match engine {
+        Engine::Umt(rt) if umt.staged_checkpoints && rt.backend() != BackendKind::Disabled => {
+            crate::heat::run_staged(rt, p)
+        }
         Engine::Umt(rt) => crate::heat::run(rt, p),
         Engine::Rayon(pool) => crate::port_rayon::heat(pool, p),
         Engine::Tokio(rt) => crate::port_tokio::heat(rt, p),
@@ -190,6 +211,49 @@ pub struct Sample {
     /// Time cores had more than one ready worker, over wall time times cores, in percent, as
     /// umt-rt's leaders saw it (an estimate: see `umt_rt::CoreStats::idle_with_work`).
     pub oversubscription_percent: f64,
+    /// What umt-rt's monitor and leaders did, for the umt-rt runners with a monitor.
+    pub activity: Option<Activity>,
+}
+
+/// What umt-rt did during a run, per second and per core: the per-event work that grows with
+/// how often workers block.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Activity {
+    /// Block and unblock events drained from the monitor.
+    pub monitor_events: f64,
+    /// Iterations of the leaders.
+    pub leader_iterations: f64,
+    /// Parked workers the leaders woke for a core with no ready worker.
+    pub leader_wakeups: f64,
+    /// Spare workers started.
+    pub spares_started: f64,
+    /// Workers that surrendered an oversubscribed core.
+    pub surrenders: f64,
+    /// Handoff yields ([`umt_rt::Builder::handoff`]).
+    pub handoffs: f64,
+    /// Tasks the leaders ran themselves ([`umt_rt::Builder::leader_runs_tasks`]).
+    pub leader_tasks: f64,
+}
+
+impl Activity {
+    /// What happened between two snapshots, per second of `seconds` and per core of `cores`.
+    pub fn between(
+        before: &umt_rt::Stats,
+        after: &umt_rt::Stats,
+        seconds: f64,
+        cores: f64,
+    ) -> Self {
+        let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / (seconds * cores);
+        Activity {
+            monitor_events: rate(after.monitor_events, before.monitor_events),
+            leader_iterations: rate(after.leader_iterations, before.leader_iterations),
+            leader_wakeups: rate(after.leader_wakeups, before.leader_wakeups),
+            spares_started: rate(after.workers_created, before.workers_created),
+            surrenders: rate(after.surrenders, before.surrenders),
+            handoffs: rate(after.handoffs, before.handoffs),
+            leader_tasks: rate(after.leader_tasks, before.leader_tasks),
+        }
+    }
 }
 
 /// CPU time of the whole process so far.
@@ -205,38 +269,41 @@ fn cpu_time() -> Duration {
     }
 }
 
-/// Runs `work` on a fresh runtime of `runner` (its leaders run with `leader`, if given) and
-/// measures it. `work` returns the wall time of the part to measure and the bytes of I/O it
-/// did.
+/// Runs `work` on a fresh runtime of `runner` (with `umt`'s options, for the umt-rt runners
+/// with a monitor) and measures it. `work` returns the wall time of the part to measure and
+/// the bytes of I/O it did.
 pub fn measure(
     runner: Runner,
-    leader: Option<LeaderPolicy>,
+    umt: &UmtOptions,
     work: impl FnOnce(&Engine) -> Result<(Duration, u64), BenchError>,
 ) -> Result<Sample, BenchError> {
-    let engine = runner.engine_with(leader)?;
+    let engine = runner.engine_with(umt)?;
     let cores = cores() as f64;
-    let poll_time = |e: &Engine| match e {
-        Engine::Umt(rt) | Engine::Uring(rt) => rt.stats().leader_poll_time,
-        _ => Duration::ZERO,
+    let stats = |e: &Engine| match e {
+        Engine::Umt(rt) | Engine::Uring(rt) => Some(rt.stats()),
+        _ => None,
     };
     let cpu_before = cpu_time();
-    let poll_before = poll_time(&engine);
+    let before = stats(&engine);
     let (elapsed, io_bytes) = work(&engine)?;
-    let polled = poll_time(&engine).saturating_sub(poll_before);
-    let cpu = cpu_time().saturating_sub(cpu_before).saturating_sub(polled);
-    let oversubscribed: Duration = match &engine {
-        Engine::Umt(rt) | Engine::Uring(rt) => {
-            rt.stats().cores.iter().map(|c| c.oversubscribed).sum()
-        }
-        _ => Duration::ZERO,
-    };
+    let after = stats(&engine);
     drop(engine);
     let seconds = elapsed.as_secs_f64().max(1e-9);
+    let (polled, oversubscribed, activity) = match (&before, &after) {
+        (Some(b), Some(a)) => (
+            a.leader_poll_time.saturating_sub(b.leader_poll_time),
+            a.cores.iter().map(|c| c.oversubscribed).sum::<Duration>(),
+            (a.backend != BackendKind::Disabled).then(|| Activity::between(b, a, seconds, cores)),
+        ),
+        _ => (Duration::ZERO, Duration::ZERO, None),
+    };
+    let cpu = cpu_time().saturating_sub(cpu_before).saturating_sub(polled);
     Ok(Sample {
         seconds,
         cpu_utilisation: cpu.as_secs_f64() / (seconds * cores),
         io_bytes,
         oversubscription_percent: 100.0 * oversubscribed.as_secs_f64() / (seconds * cores),
+        activity,
     })
 }
 
@@ -259,7 +326,7 @@ mod tests {
     #[test]
     fn baseline_is_always_available_and_measures() {
         assert!(Runner::Baseline.available().is_ok());
-        let s = measure(Runner::Baseline, None, |e| {
+        let s = measure(Runner::Baseline, &UmtOptions::default(), |e| {
             let Engine::Umt(rt) = e else {
                 panic!("baseline is umt-rt")
             };
@@ -273,5 +340,6 @@ mod tests {
         assert_eq!(s.io_bytes, 42);
         assert!(s.seconds > 0.0 && s.cpu_utilisation >= 0.0);
         assert_eq!(s.oversubscription_percent, 0.0);
+        assert_eq!(s.activity, None, "no monitor, no activity");
     }
 }
