@@ -52,14 +52,14 @@ impl Calibration {
 
 impl fmt::Display for Calibration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (step, io, period) = match self.workload {
-            "heat" => ("an iteration", "a checkpoint", "--iof"),
-            _ => ("a step", "a snapshot", "--iof"),
+        let (step, io, length) = match self.workload {
+            "heat" => ("an iteration", "a checkpoint", "--iters"),
+            _ => ("a step", "a snapshot", "--steps"),
         };
         write!(
             f,
             "{}: calibrated on {} cores: {step} computes in {:.1} ms, {io} takes {:.1} ms of \
-             I/O: {period} {} for {} steps (compute about {:.2} s, I/O about {:.2} s)",
+             I/O: --iof {} {length} {} (compute about {:.2} s, I/O about {:.2} s)",
             self.workload,
             self.cores,
             1e3 * self.step_seconds,

@@ -14,10 +14,12 @@
 //! With the monitor off ([`BackendKind::Disabled`]) it is a classic one-worker-per-core pool,
 //! the baseline the benchmarks compare against.
 //!
-//! How the leaders learn of a block is a choice ([`Builder::leader_policy`]). By default the
-//! monitor wakes them. With the perf backend in a virtual machine, where that wake-up is a VM
-//! exit per context switch, [`LeaderPolicy::Poll`] lets them poll whenever their core idles
-//! instead; fine-grained fork-join then pays a little per scheduling point.
+//! How the leaders learn of a block follows the monitor's backend
+//! ([`LeaderPolicy::default_for`]): with the UMT kernel they wait for its per-core eventfd;
+//! with the perf backend, whose signal per event is an interrupt (a VM exit in a virtual
+//! machine) at every context switch, they poll whenever their core idles instead, and
+//! fine-grained fork-join pays a little per scheduling point. Each leader looks after its own
+//! core only, so what it does per event does not grow with the number of cores.
 //!
 //! ## Example: overlap blocking writes with computation
 //!

@@ -469,10 +469,10 @@ mod tests {
         assert_eq!(pools.counts(0), (2, 2));
     }
 
-    /// Two leaders (each core has one; each fills every starved core) act on one hole with
-    /// the same look: only the first fills it.
+    /// Two fills from the same look (a leader acting twice on one drain, say): only the first
+    /// fills the hole; the second sees the activation and does nothing.
     #[test]
-    fn two_leaders_fill_one_hole_once() {
+    fn two_fills_from_one_look_fill_one_hole() {
         let pools = Pools::new(1, 4);
         let (seen_a, _) = pools.leader_view(0);
         let (seen_b, _) = pools.leader_view(0);
