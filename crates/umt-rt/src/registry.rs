@@ -49,8 +49,8 @@ pub(crate) struct Counters {
     pub(crate) workers_created: AtomicU64,
     /// Times a leader woke up (events, scan timer, or a poll).
     pub(crate) leader_iterations: AtomicU64,
-    /// Monitor events drained: by the leaders, and with polling leaders by the workers at
-    /// their scheduling points.
+    /// Monitor events drained: by the leaders, and by the workers at their scheduling points
+    /// (their own ring when leaders poll, their core's when its count is stale).
     pub(crate) monitor_events: AtomicU64,
     /// Nanoseconds of CPU the leaders spent in polling iterations that found nothing to do.
     pub(crate) leader_poll_ns: AtomicU64,

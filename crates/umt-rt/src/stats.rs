@@ -14,9 +14,10 @@ pub struct Stats {
     pub backend: BackendKind,
     /// Tasks started by all workers (once a scope or join returns, all of its tasks are counted).
     pub tasks_run: u64,
-    /// Block and unblock events drained from the monitor: by the leaders, and with
-    /// [`LeaderPolicy::Poll`](crate::LeaderPolicy::Poll) also by the workers at their
-    /// scheduling points.
+    /// Block and unblock events drained from the monitor: by the leaders, and by the workers
+    /// at their scheduling points (their own events with
+    /// [`LeaderPolicy::Poll`](crate::LeaderPolicy::Poll), their core's when its count shows
+    /// more ready workers than active ones).
     pub monitor_events: u64,
     /// Times the leaders woke (on events or their scan timers), summed over cores.
     pub leader_iterations: u64,
