@@ -236,6 +236,7 @@ impl Builder {
         if reg.monitored() {
             // Started from this thread, so spare workers get the builder's scheduling policy.
             let starter = crate::starter::start(reg)?;
+            let _ = reg.starter.set(starter.clone());
             let leaders = (0..reg.cores())
                 .map(|core| crate::leader::start(reg, &starter, core))
                 .collect::<std::io::Result<Vec<_>>>()?;

@@ -22,7 +22,7 @@ pub(crate) fn start(
         .name(format!("umt-leader-{}", reg.config.cpus[core]))
         .spawn(move || leader_main(r, starter, core))?;
     let thread = handle.thread().clone();
-    crate::sync::lock(&reg.threads).push(handle);
+    crate::sync::lock(&reg.leader_threads).push(handle);
     Ok(thread)
 }
 
@@ -155,24 +155,30 @@ fn fill(reg: &Registry, core: usize, seen: u64, starter: &StartRequests) {
     }
 }
 
-/// Yields between two polling iterations: a few system calls' time, so that a drain does not
-/// bounce the workers' cache lines more often than the reaction needs.
-const POLL_YIELDS: usize = 8;
+/// The pause between two polling iterations: about what 8 `sched_yield`s took on an idle
+/// core, so that a drain does not bounce the workers' cache lines more often than the
+/// reaction needs.
+const POLL_PAUSE: Duration = Duration::from_micros(4);
 
-/// L1 with [`LeaderPolicy::Poll`]. The leader runs at `SCHED_IDLE`, so yielding returns only
-/// when the core has nothing else to run: the next iteration comes when the core's workers
-/// have blocked, within a few microseconds, with no signal from the monitor.
-/// - Recently `busy` (an event or an action within 64 scan periods): yield and go on, even if
-///   every worker of the core is parked: a runtime between two bursts of work would otherwise
-///   pay a leader wake-up (`Registry::poke_leader`) per burst.
+/// L1 with [`LeaderPolicy::Poll`]. The leader runs at `SCHED_IDLE`, so it runs only when the
+/// core has nothing else to run, and a worker that wakes preempts it at once: the next
+/// iteration comes when the core's workers have blocked, within a few microseconds, with no
+/// signal from the monitor.
+/// - Recently `busy` (an event or an action within 64 scan periods): spin for [`POLL_PAUSE`]
+///   and go on, even if every worker of the core is parked: a runtime between two bursts of
+///   work would otherwise pay a leader wake-up (`Registry::poke_leader`) per burst. It spins
+///   rather than yields: each `sched_yield` of a `SCHED_IDLE` thread pushes its deadline a
+///   whole weighted slice back, and under load from other processes the leader then got no
+///   turn for seconds, at shutdown too (20 runtimes dropped under two `yes`: 36.8 s).
 /// - Quiet, and no active worker on the core: nothing there can block. Sleep until a worker
 ///   becomes active, or `max_sleep`.
 /// - Quiet with active workers (blocked for long, or never blocking): poll once per scan
 ///   period.
 fn poll_pause(reg: &Registry, own: usize, busy: bool, max_sleep: Duration) {
     if busy {
-        for _ in 0..POLL_YIELDS {
-            std::thread::yield_now();
+        let start = Instant::now();
+        while start.elapsed() < POLL_PAUSE && !reg.terminate.load(Ordering::Relaxed) {
+            std::hint::spin_loop();
         }
     } else if reg.pools.counts(own).0 == 0 {
         std::thread::park_timeout(max_sleep);

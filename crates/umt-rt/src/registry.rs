@@ -76,8 +76,13 @@ pub(crate) struct Registry {
     pub(crate) counters: CachePadded<Counters>,
     /// Per-core time accounting, written by the leaders.
     pub(crate) core_time: Box<[CachePadded<CoreTime>]>,
-    /// Handles of every thread started, joined at shutdown.
+    /// Handles of the workers and the starter thread, joined at shutdown.
     pub(crate) threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Handles of the leaders, joined at shutdown if they exit in time (see `Runtime`'s
+    /// `Drop`).
+    pub(crate) leader_threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Where leaders send requests to start spares; shutdown stops the starter through it.
+    pub(crate) starter: OnceLock<crate::starter::StartRequests>,
     /// The leader of each core, set once all have started; with polling leaders a worker
     /// that becomes active unparks its core's leader (see [`Registry::poke_leader`]).
     pub(crate) leaders: OnceLock<Vec<std::thread::Thread>>,
@@ -124,6 +129,8 @@ impl Registry {
             terminate: AtomicBool::new(false),
             counters: CachePadded::default(),
             threads: Mutex::new(Vec::new()),
+            leader_threads: Mutex::new(Vec::new()),
+            starter: OnceLock::new(),
             leaders: OnceLock::new(),
         }
     }

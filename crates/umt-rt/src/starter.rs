@@ -19,16 +19,25 @@ use crate::registry::Registry;
 #[derive(Clone)]
 pub(crate) struct StartRequests(Sender<usize>);
 
+/// The request that stops the starter.
+const STOP: usize = usize::MAX;
+
 impl StartRequests {
     /// Asks for the worker of slot `index` (already reserved in its core's pool) to be started.
     /// Returns `false` when the starter is gone (the runtime is shutting down).
     pub(crate) fn request(&self, index: usize) -> bool {
         self.0.send(index).is_ok()
     }
+
+    /// Stops the starter once it has served every request sent before (shutdown: the leaders
+    /// may still be running, so the starter cannot wait for them to drop their senders).
+    pub(crate) fn stop(&self) {
+        let _ = self.0.send(STOP);
+    }
 }
 
-/// Starts the starter thread. It exits once every clone of the returned sender is dropped (by
-/// the leaders, when they exit) and every request sent before has been served.
+/// Starts the starter thread. It exits at [`StartRequests::stop`], or once every clone of the
+/// returned sender is dropped, after serving every request sent before.
 pub(crate) fn start(reg: &Arc<Registry>) -> std::io::Result<StartRequests> {
     let (tx, rx) = channel();
     let handle = std::thread::Builder::new()
@@ -42,7 +51,7 @@ pub(crate) fn start(reg: &Arc<Registry>) -> std::io::Result<StartRequests> {
 }
 
 fn serve(reg: &Arc<Registry>, requests: Receiver<usize>) {
-    for index in requests {
+    for index in requests.iter().take_while(|&i| i != STOP) {
         let core = reg.slots[index].core;
         match crate::worker::start(reg, index) {
             Ok(()) => {

@@ -1,34 +1,54 @@
-//! Dropping a runtime leaves no thread and no descriptor behind, spare workers included.
-//! Alone in its binary so nothing else starts threads or opens descriptors meanwhile.
+//! Dropping a runtime leaves no thread and no descriptor behind, spare workers included, and
+//! does not wait for leaders that cannot get a CPU. Alone in its binary so nothing else
+//! starts threads or opens descriptors meanwhile; its tests run one at a time.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use umt_rt::{BackendKind, LeaderPolicy, Runtime};
 
-fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").unwrap().count()
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The thread count once exited threads are gone: `join` returns when the kernel clears the
-/// thread's id, a moment before it leaves `/proc/self/task`. A leaked thread never leaves, so
-/// the caller's assertion still fails for it (after the 10 s bound).
-fn threads_settled(target: usize) -> usize {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let n = threads();
-        if n == target || std::time::Instant::now() > deadline {
-            return n;
-        }
-        std::thread::yield_now();
-    }
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
 }
 
 fn fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
+/// `count()` once exited threads are gone: `join` returns when the kernel clears the thread's
+/// id, a moment before it leaves `/proc/self/task`, and a leader that `Drop` left to exit on
+/// its own releases the monitor's descriptors at its next turn. A leak never settles, so the
+/// caller's assertion still fails for it (after the 10 s bound).
+fn settled(count: fn() -> usize, target: usize) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = count();
+        if n == target || std::time::Instant::now() > deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The names of this process's threads.
+fn thread_names() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect()
+}
+
 #[test]
 fn drop_joins_every_thread_and_closes_every_fd() {
+    let _serial = serial();
     for (backend, policy) in [
         (BackendKind::Disabled, LeaderPolicy::Idle),
         (BackendKind::Auto, LeaderPolicy::Idle),
@@ -70,7 +90,81 @@ fn drop_joins_every_thread_and_closes_every_fd() {
                 "{backend}"
             );
         }
-        assert_eq!(threads_settled(t0), t0, "{backend}: threads left behind");
-        assert_eq!(fds(), f0, "{backend}: descriptors left open");
+        assert_eq!(settled(threads, t0), t0, "{backend}: threads left behind");
+        assert_eq!(settled(fds, f0), f0, "{backend}: descriptors left open");
     }
+}
+
+/// While other threads keep every CPU busy, a leader at `SCHED_IDLE` gets no turn for a long
+/// while (a polling one that spun recently, especially). `Drop` must not wait for it: it joins
+/// the workers and returns, and the leaders exit at their next turn, releasing everything.
+#[test]
+fn drop_does_not_wait_for_leaders_that_cannot_run() {
+    let _serial = serial();
+    let Ok(probe) = Runtime::builder()
+        .monitor(BackendKind::Auto)
+        .leader_policy(LeaderPolicy::Poll)
+        .build()
+    else {
+        eprintln!("skipped: no runtime");
+        return;
+    };
+    if probe.backend() == BackendKind::Disabled {
+        eprintln!("skipped: no monitor here ({})", probe.selection());
+        return;
+    }
+    let cpus = probe.cpus().to_vec();
+    drop(probe);
+    let (t0, f0) = (settled(threads, threads()), fds());
+    let stop = AtomicBool::new(false);
+    let mut detached = 0;
+    std::thread::scope(|s| {
+        // Two busy threads at the normal policy on every CPU of the runtime.
+        for &cpu in cpus.iter().chain(&cpus) {
+            let stop = &stop;
+            s.spawn(move || {
+                umt_sys::cpu::pin_current_thread(cpu).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            });
+        }
+        for _ in 0..3 {
+            let rt = Runtime::builder()
+                .monitor(BackendKind::Auto)
+                .leader_policy(LeaderPolicy::Poll)
+                .build()
+                .unwrap();
+            // Blocks keep the polling leaders busy, spinning between iterations.
+            rt.scope(|s| {
+                for _ in 0..16 {
+                    s.spawn(|_| std::thread::sleep(Duration::from_millis(1)));
+                }
+            });
+            drop(rt);
+            let workers_left = thread_names()
+                .iter()
+                .filter(|n| n.starts_with("umt-worker") || n.starts_with("umt-starter"))
+                .count();
+            assert_eq!(workers_left, 0, "Drop joins every worker and the starter");
+            if thread_names().iter().any(|n| n.starts_with("umt-leader")) {
+                detached += 1;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert!(
+        detached > 0,
+        "every drop waited for its leaders, although the CPUs were busy"
+    );
+    assert_eq!(
+        settled(threads, t0),
+        t0,
+        "the leaders exit once they get a turn"
+    );
+    assert_eq!(
+        settled(fds, f0),
+        f0,
+        "and release the monitor's descriptors"
+    );
 }

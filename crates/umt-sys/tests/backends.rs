@@ -94,3 +94,25 @@ fn backend_names_parse() {
     let err = "fast".parse::<BackendKind>().unwrap_err();
     assert!(err.to_string().contains("auto, kernel, perf or off"));
 }
+
+/// Once the monitor is shutting down, every wait on it returns at once, those of the CPU wait sets
+/// made before and after alike, and drains still work.
+#[test]
+fn waits_return_at_once_once_shutting_down() {
+    let monitor = Monitor::new(BackendKind::Auto).unwrap();
+    let cpu = umt_sys::cpu::process_cpus().unwrap()[0];
+    assert!(
+        !monitor
+            .wait_cpu(cpu, Some(std::time::Duration::ZERO))
+            .unwrap()
+    );
+    monitor.shut_down().unwrap();
+    let long = Some(std::time::Duration::from_secs(3600));
+    assert!(monitor.wait(long).unwrap());
+    assert!(monitor.wait_cpu(cpu, long).unwrap(), "a set made before");
+    let last = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
+    assert!(monitor.wait_cpu(last, long).unwrap(), "a set made after");
+    monitor.shut_down().unwrap();
+    assert!(monitor.wait(long).unwrap());
+    assert!(monitor.drain().unwrap().is_empty());
+}

@@ -129,4 +129,22 @@ fn kernel_backend_end_to_end() {
     let again = Monitor::new(BackendKind::Kernel).expect("UMT can be enabled again after drop");
     again.register_current_thread().unwrap();
     again.unregister_current_thread().unwrap();
+
+    // 5. While it is alive, a second monitor finds UMT busy, and says so at once...
+    assert!(matches!(
+        Monitor::new(BackendKind::Kernel),
+        Err(Error::KernelBusy)
+    ));
+    // ...unless the first is shutting down: then the second waits for it to go.
+    again.shut_down().unwrap();
+    let third = std::thread::scope(|s| {
+        let opener = s.spawn(|| Monitor::new(BackendKind::Kernel));
+        std::thread::sleep(Duration::from_millis(50));
+        drop(again);
+        opener.join().unwrap()
+    });
+    assert_eq!(
+        third.expect("opened once the first was gone").backend(),
+        BackendKind::Kernel
+    );
 }

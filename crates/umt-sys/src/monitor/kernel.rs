@@ -2,6 +2,9 @@
 
 use std::fs;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags, EpollTimeout};
@@ -68,12 +71,74 @@ fn not_available(errno: Errno) -> Error {
 pub(crate) struct KernelBackend {
     /// `fds[cpu]` is the eventfd of `cpu`.
     fds: Vec<OwnedFd>,
+    /// Its owner announced that it is shutting down (`Monitor::shut_down`).
+    shutting_down: AtomicBool,
+}
+
+/// How long opening a Kernel backend waits for a monitor of this process that is shutting
+/// down to go, before it reports [`Error::KernelBusy`].
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+
+/// The Kernel-backend monitors of this process that are shutting down but not dropped yet.
+static SHUTTING_DOWN: Retiring = Retiring {
+    count: Mutex::new(0),
+    gone: Condvar::new(),
+};
+
+/// A count of monitors shutting down, and a way to wait until there are none. UMT is enabled
+/// once per process, so a runtime built right after another was dropped must wait for the
+/// old monitor, which a leader thread may hold a moment longer (umt-rt's `Drop`).
+struct Retiring {
+    count: Mutex<usize>,
+    gone: Condvar,
+}
+
+impl Retiring {
+    fn add(&self, n: isize) {
+        let mut count = self.count.lock().unwrap_or_else(|p| p.into_inner());
+        *count = count.saturating_add_signed(n);
+        if *count == 0 {
+            self.gone.notify_all();
+        }
+    }
+
+    /// Waits up to `timeout` until no monitor is shutting down; `false` if there was none to
+    /// wait for, or it did not go in time.
+    fn wait_until_none(&self, timeout: Duration) -> bool {
+        let count = self.count.lock().unwrap_or_else(|p| p.into_inner());
+        if *count == 0 {
+            return false;
+        }
+        let (count, _) = self
+            .gone
+            .wait_timeout_while(count, timeout, |n| *n > 0)
+            .unwrap_or_else(|p| p.into_inner());
+        *count == 0
+    }
 }
 
 impl KernelBackend {
     /// Enables UMT for this process and puts every per-core eventfd in `epoll`.
     pub(crate) fn open(possible_cpus: usize, epoll: &Epoll) -> Result<KernelBackend> {
         probe()?;
+        match Self::enable(possible_cpus, epoll) {
+            // UMT is still enabled by a monitor of this process that is shutting down (its
+            // last user is a leader waiting for a turn on its core): wait for it to go.
+            Err(Error::KernelBusy) if SHUTTING_DOWN.wait_until_none(SHUTDOWN_WAIT) => {
+                Self::enable(possible_cpus, epoll)
+            }
+            other => other,
+        }
+    }
+
+    /// Marks this backend as shutting down ([`Retiring`]); once.
+    pub(crate) fn shut_down(&self) {
+        if !self.shutting_down.swap(true, Ordering::AcqRel) {
+            SHUTTING_DOWN.add(1);
+        }
+    }
+
+    fn enable(possible_cpus: usize, epoll: &Epoll) -> Result<KernelBackend> {
         let mut raw = vec![-1 as libc::c_int; possible_cpus];
         // SAFETY: `raw` is a writable array of `possible_cpus` ints, which is what the call
         // expects; probe() made sure the running kernel implements umt_enable under this number.
@@ -98,7 +163,10 @@ impl KernelBackend {
             // SAFETY: the kernel just created these descriptors for us; nothing else owns them.
             .map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) })
             .collect();
-        let backend = KernelBackend { fds };
+        let backend = KernelBackend {
+            fds,
+            shutting_down: AtomicBool::new(false),
+        };
         for (cpu, fd) in backend.fds.iter().enumerate() {
             epoll
                 .add(fd.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, cpu as u64))
@@ -195,6 +263,9 @@ impl Drop for KernelBackend {
             );
         }
         // The descriptors close when `fds` drops.
+        if self.shutting_down.load(Ordering::Acquire) {
+            SHUTTING_DOWN.add(-1);
+        }
     }
 }
 

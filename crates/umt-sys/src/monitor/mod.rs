@@ -14,7 +14,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollTimeout};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::backend::{BackendKind, Selection, Unavailable};
 use crate::cpu::{self, CpuId};
@@ -114,6 +115,10 @@ impl MonitorBuilder {
         let possible = cpu::possible_cpus()?;
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
             .map_err(|e| Error::os("epoll_create1", e))?;
+        let interrupt =
+            EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+                .map_err(|e| Error::os("eventfd", e))?;
+        watch_interrupt(&epoll, &interrupt)?;
 
         let (backend, selection) = select::open(
             self.backend,
@@ -128,6 +133,7 @@ impl MonitorBuilder {
             counts: ReadyCounts::new(possible),
             epoll,
             cpu_sets: (0..possible).map(|_| OnceLock::new()).collect(),
+            interrupt,
             registered: Mutex::new(HashSet::new()),
             pending: Mutex::new(Vec::new()),
             stats: StatCounters::default(),
@@ -172,6 +178,9 @@ pub struct Monitor {
     /// of that CPU (its eventfd, or the rings of threads registered while running there), for
     /// [`Monitor::wait_cpu`].
     cpu_sets: Box<[OnceLock<Epoll>]>,
+    /// In every wait set: once written ([`Monitor::shut_down`]), every wait returns at once.
+    /// Never read, so it stays readable.
+    interrupt: EventFd,
     /// Thread ids registered now, to reject double registration with a typed error.
     registered: Mutex<HashSet<i32>>,
     /// Events consumed outside a drain (by register/unregister): already applied to `counts`,
@@ -428,12 +437,31 @@ impl Monitor {
         }
         let set = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
             .map_err(|e| Error::os("epoll_create1", e))?;
+        watch_interrupt(&set, &self.interrupt)?;
         if let Backend::Kernel(k) = &self.backend {
             k.watch_cpu(cpu, &set)?;
         }
         // Two first uses at once: the loser's set is closed here, and everyone gets (and adds
         // rings to) the winner's.
         Ok(cell.get_or_init(|| set))
+    }
+
+    /// Announces that the monitor's owner is shutting it down:
+    /// - every wait ([`Monitor::wait`], [`Monitor::wait_cpu`]) returns at once, now and from
+    ///   now on, so the threads that wait on the monitor need not wait out their timeouts;
+    /// - with the Kernel backend, a monitor opened in this process while this one is still
+    ///   alive (a thread may hold it a moment longer) waits for it to be dropped, up to 5 s,
+    ///   instead of failing at once with [`Error::KernelBusy`].
+    ///
+    /// Drains are unaffected.
+    pub fn shut_down(&self) -> Result<()> {
+        if let Backend::Kernel(k) = &self.backend {
+            k.shut_down();
+        }
+        match self.interrupt.write(1) {
+            Ok(_) | Err(Errno::EAGAIN) => Ok(()),
+            Err(e) => Err(Error::os("write(eventfd)", e)),
+        }
     }
 
     /// The ready count of `cpu`: monitored threads running or runnable there, as of the last
@@ -519,6 +547,18 @@ impl Monitor {
             Cause::Resync | Cause::Register | Cause::Unregister | Cause::Exit => {}
         }
     }
+}
+
+/// The epoll tag of the interrupt descriptor: no CPU index or thread id takes it.
+const INTERRUPT_TAG: u64 = u64::MAX;
+
+/// Puts the interrupt descriptor in a wait set.
+fn watch_interrupt(set: &Epoll, interrupt: &EventFd) -> Result<()> {
+    set.add(
+        interrupt.as_fd(),
+        EpollEvent::new(EpollFlags::EPOLLIN, INTERRUPT_TAG),
+    )
+    .map_err(|e| Error::os("epoll_ctl(ADD)", e))
 }
 
 /// Waits on `epoll` until a descriptor is ready (`true`) or `timeout` passes (`false`).
