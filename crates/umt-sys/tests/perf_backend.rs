@@ -450,6 +450,19 @@ fn a_runnable_thread_moved_by_another_is_compensated() {
 #[test]
 fn ring_overflow_is_detected_and_counts_resynchronised() {
     let _serial = serial();
+    overflow_is_detected(false);
+}
+
+/// The same after the thread muted once: the records a mute drops are reported lost too, and
+/// that must not hide a real loss later (it did: every later LOST record was put down to
+/// muting, and `lost_records` stayed 0).
+#[test]
+fn ring_overflow_after_a_mute_is_counted_lost() {
+    let _serial = serial();
+    overflow_is_detected(true);
+}
+
+fn overflow_is_detected(mute_first: bool) {
     let monitor = Monitor::builder()
         .backend(BackendKind::Perf)
         .ring_pages(1)
@@ -460,13 +473,22 @@ fn ring_overflow_is_detected_and_counts_resynchronised() {
         s.spawn(|| {
             cpu::pin_current_thread(target).unwrap();
             monitor.register_current_thread().unwrap();
+            if mute_first {
+                monitor.mute_current_thread().unwrap();
+                std::thread::yield_now();
+                monitor.unmute_current_thread().unwrap();
+            }
             // Each sleep is two records of 32 bytes: 600 of them overflow a one-page ring.
             for _ in 0..600 {
                 std::thread::sleep(Duration::from_micros(1));
             }
             monitor.drain().unwrap();
+            // The kernel reports what it dropped once a record fits again: after this block.
+            std::thread::sleep(Duration::from_micros(1));
+            monitor.drain().unwrap();
             let stats = monitor.stats();
             assert!(stats.overflows > 0, "{stats:?}");
+            assert!(stats.lost_records > 0, "{stats:?}");
             // Each overflow re-read the thread's state, even where that changed no count.
             assert!(stats.resyncs >= stats.overflows, "{stats:?}");
             // Running now, on `target`, and nowhere else.

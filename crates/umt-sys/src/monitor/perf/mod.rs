@@ -106,8 +106,6 @@ struct Own {
     fd: RawFd,
     /// The CPU the thread was on when it muted, while it is muted.
     muted_on: Option<CpuId>,
-    /// `SlotInner::has_muted`.
-    has_muted: Arc<AtomicBool>,
     /// The slot, for the rare unmute that must re-read the ring. Weak: a monitor dropped with
     /// its threads still registered must still close their descriptors.
     slot: Weak<Slot>,
@@ -209,14 +207,13 @@ impl PerfBackend {
         let peek = RingPeek::new(fd, page_size() + self.ring_bytes)?;
         let tracker = Tracker::start(cpu, &mut sink_for(tid, sink, None));
         let fd = sampler.as_raw_fd();
-        let has_muted = Arc::new(AtomicBool::new(false));
         let slot = Arc::new(Slot {
             tid,
             cpu,
             inner: Mutex::new(SlotInner {
                 sampler,
                 tracker: Some(tracker),
-                has_muted: has_muted.clone(),
+                overflow_pending: false,
             }),
         });
         OWN.with_borrow_mut(|all| {
@@ -224,7 +221,6 @@ impl PerfBackend {
                 backend: self.id,
                 fd,
                 muted_on: None,
-                has_muted,
                 slot: Arc::downgrade(&slot),
                 peek,
             })
@@ -259,7 +255,6 @@ impl PerfBackend {
             // leave the thread on `cpu`, or on a CPU that `unmute` will see differ from it.
             let cpu = cpu::current_cpu()?;
             set_paused(own.fd, true)?;
-            own.has_muted.store(true, Ordering::Relaxed);
             own.muted_on = Some(cpu);
             Ok(())
         })

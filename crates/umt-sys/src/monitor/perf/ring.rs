@@ -3,8 +3,7 @@
 
 use std::io;
 use std::os::fd::{BorrowedFd, RawFd};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::sys::mman;
 use perf_event::Sampler;
@@ -104,9 +103,24 @@ pub(super) fn set_paused(fd: RawFd, paused: bool) -> Result<()> {
 pub(super) struct SlotInner {
     pub(super) sampler: Sampler,
     pub(super) tracker: Option<Tracker>,
-    /// Set once the thread has muted. Every mute in which the kernel dropped records is then
-    /// reported by a `PERF_RECORD_LOST`, which needs no resync: a muted thread is running.
-    pub(super) has_muted: Arc<AtomicBool>,
+    /// A pass found the ring full, and the `PERF_RECORD_LOST` that reports what the kernel
+    /// dropped meanwhile has not been read yet (the kernel writes it once a record fits).
+    pub(super) overflow_pending: bool,
+}
+
+/// Which of a pass's `PERF_RECORD_LOST` counts (`lost_seen`) are real losses, given whether
+/// the pass found the ring full and whether an earlier one did (`pending`, updated).
+///
+/// The kernel drops a record when the ring is full, and also while the thread is muted (its
+/// output paused): both are reported the same way, by a LOST record before the next record
+/// that fits. Only the first is a loss, and it always comes with a full ring, which every pass
+/// checks by its fill level; so a LOST record decides nothing, and counts only after an
+/// overflow. (A flag set at the first mute, which made every later LOST record the mutes',
+/// hid every real loss from `lost_records` once the thread had muted.)
+pub(super) fn real_losses(lost_seen: u64, overflowed: bool, pending: &mut bool) -> u64 {
+    let real = if overflowed || *pending { lost_seen } else { 0 };
+    *pending = overflowed || (*pending && lost_seen == 0);
+    real
 }
 
 pub(super) fn sink_for<'a>(
@@ -147,10 +161,9 @@ impl SlotInner {
         let SlotInner {
             sampler,
             tracker,
-            has_muted,
+            overflow_pending,
         } = self;
-        let mut lost = 0u64;
-        let mut saw_lost = false;
+        let mut lost_seen = 0u64;
         let mut bytes = 0usize;
         while let Some(record) = sampler.next_record() {
             bytes += record.len() + std::mem::size_of::<u64>();
@@ -171,29 +184,53 @@ impl SlotInner {
                         tr.switch_in(cpu, &mut emit);
                     }
                 }
-                PERF_RECORD_LOST => {
-                    saw_lost = true;
-                    lost += parse_lost(&body).unwrap_or(1);
-                }
+                PERF_RECORD_LOST => lost_seen += parse_lost(&body).unwrap_or(1),
                 _ => {}
             }
         }
         // The fill level only grows between passes, so a pass that found less than a full ring
-        // minus one record proves no record was dropped since the previous pass.
+        // minus one record proves no record was dropped since the previous pass (records
+        // dropped while muted aside, which change no count: a muted thread is running).
         let overflowed = bytes + MAX_RECORD_LEN >= ring_bytes;
-        // Records dropped while the thread was muted are reported lost; a real loss comes with a
-        // full ring, which `overflowed` catches whatever the LOST records say.
-        if saw_lost && has_muted.load(Ordering::Relaxed) {
-            saw_lost = false;
-            lost = 0;
-        }
-        if (saw_lost || overflowed)
-            && let Some(tr) = tracker.as_mut()
-        {
+        let lost = real_losses(lost_seen, overflowed, overflow_pending);
+        if overflowed && let Some(tr) = tracker.as_mut() {
             // The ring is empty now, so the thread's present state is the one to adopt.
             tr.resync(proc_thread_state(tid), &mut sink_for(tid, sink, None));
             resyncs.fetch_add(1, Ordering::Relaxed);
         }
         Consumed { lost, overflowed }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lost_records_count_only_after_an_overflow() {
+        let mut pending = false;
+        assert_eq!(real_losses(5, false, &mut pending), 0, "a mute's drops");
+        assert_eq!(
+            real_losses(0, true, &mut pending),
+            0,
+            "full: its report is to come"
+        );
+        assert!(pending);
+        assert_eq!(
+            real_losses(7, false, &mut pending),
+            7,
+            "the overflow's report"
+        );
+        assert!(!pending);
+        assert_eq!(
+            real_losses(3, false, &mut pending),
+            0,
+            "a later mute's drops"
+        );
+        assert_eq!(
+            real_losses(4, true, &mut pending),
+            4,
+            "report and overflow together"
+        );
     }
 }
