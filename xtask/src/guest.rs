@@ -86,7 +86,7 @@ fn test_script(files: &[GuestFile]) -> String {
         }
     }
     let mut s = String::from(
-        "set -o pipefail\nexport UMT_TEST_BACKEND=kernel\nfail=0\necho 'TAP version 13'\necho \"1..",
+        "set -o pipefail\nexport UMT_TEST_BACKEND=kernel UMT_REQUIRE_MONITOR=kernel\nfail=0\necho 'TAP version 13'\necho \"1..",
     );
     s.push_str(&format!("{}\"\n", suites.len()));
     s.push_str("echo \"# kernel $(uname -r), $(nproc) CPUs\"\n");
@@ -224,7 +224,7 @@ mod tests {
         let s = test_script(&files);
         assert!(s.contains("echo \"1..3\""), "{s}");
         assert!(s.contains("/work/tests/umt-rt-blocking --test-threads=1"));
-        assert!(s.contains("export UMT_TEST_BACKEND=kernel"));
+        assert!(s.contains("export UMT_TEST_BACKEND=kernel UMT_REQUIRE_MONITOR=kernel"));
         assert!(!s.contains("abi_kernel_patch"));
         assert!(!s.contains("umt-bench-lib"));
     }

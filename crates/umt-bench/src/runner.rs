@@ -288,6 +288,19 @@ pub fn measure(
     let (elapsed, io_bytes) = work(&engine)?;
     let after = stats(&engine);
     drop(engine);
+    if let Some(st) = &after
+        && runner.backend().is_some_and(|b| b != BackendKind::Disabled)
+    {
+        let workers = st.workers.iter().filter(|w| !w.leader).count();
+        if st.monitored_workers < workers {
+            return Err(BenchError::Runtime(format!(
+                "{runner}: only {} of its {workers} workers could be monitored (see the \
+                 warning above: out of file descriptors? raise the limit with `ulimit -n`), \
+                 so its row would not show what umt does",
+                st.monitored_workers
+            )));
+        }
+    }
     let seconds = elapsed.as_secs_f64().max(1e-9);
     let (polled, oversubscribed, activity) = match (&before, &after) {
         (Some(b), Some(a)) => (

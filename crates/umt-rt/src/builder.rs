@@ -6,6 +6,7 @@ use std::time::Duration;
 use umt_sys::{BackendKind, CpuId, Monitor};
 
 use crate::config::{Config, LeaderPolicy, NameFn};
+use crate::diag::Warning;
 use crate::registry::Registry;
 use crate::runtime::Runtime;
 
@@ -49,6 +50,12 @@ pub enum BuildError {
     /// A thread could not be started.
     #[error("could not start a runtime thread: {0}")]
     Spawn(#[from] std::io::Error),
+    /// No monitor could run, and [`Builder::require_monitor`] was set.
+    #[error(
+        "no monitor can run here and the runtime requires one ({0}): grant what the reasons \
+         name, or drop Builder::require_monitor to run without one"
+    )]
+    MonitorRequired(umt_sys::Selection),
 }
 
 /// Configures a [`Runtime`].
@@ -62,6 +69,7 @@ pub struct Builder {
     thread_name: NameFn,
     handoff: bool,
     leader_runs_tasks: bool,
+    require_monitor: bool,
 }
 
 impl std::fmt::Debug for Builder {
@@ -74,6 +82,7 @@ impl std::fmt::Debug for Builder {
             .field("leader_policy", &self.leader_policy)
             .field("handoff", &self.handoff)
             .field("leader_runs_tasks", &self.leader_runs_tasks)
+            .field("require_monitor", &self.require_monitor)
             .finish_non_exhaustive()
     }
 }
@@ -90,6 +99,7 @@ impl Default for Builder {
             thread_name: Box::new(|cpu, k| format!("umt-worker-{cpu}.{k}")),
             handoff: false,
             leader_runs_tasks: false,
+            require_monitor: false,
         }
     }
 }
@@ -175,6 +185,16 @@ impl Builder {
         self
     }
 
+    /// Whether a runtime without a monitor is an error (default `false`). With
+    /// [`BackendKind::Auto`], a machine where neither the UMT kernel nor perf events can run
+    /// gets a runtime without a monitor, a classic pool whose blocked workers leave their
+    /// cores idle, and a warning on stderr that says why and how to fix it. With this set, it
+    /// gets [`BuildError::MonitorRequired`] instead.
+    pub fn require_monitor(mut self, required: bool) -> Self {
+        self.require_monitor = required;
+        self
+    }
+
     /// Names worker threads from their CPU and their index among the core's workers.
     pub fn thread_name(
         mut self,
@@ -213,6 +233,10 @@ impl Builder {
             .backend(self.monitor)
             .ring_pages(self.ring_pages)
             .build()?;
+        let fell_back = !monitor.is_active() && self.monitor != BackendKind::Disabled;
+        if fell_back && self.require_monitor {
+            return Err(BuildError::MonitorRequired(monitor.selection().clone()));
+        }
         let leader_policy = self
             .leader_policy
             .unwrap_or(LeaderPolicy::default_for(monitor.backend()));
@@ -230,6 +254,15 @@ impl Builder {
         // From here on, dropping `rt` on an error stops whatever was started.
         let rt = Runtime::from_registry(Arc::new(Registry::new(config, monitor)));
         let reg = rt.registry();
+        if fell_back {
+            reg.warnings.warn(Warning::NoMonitor, || {
+                format!(
+                    "runs without a monitor, so a worker that blocks leaves its core idle: {} \
+                     (Builder::require_monitor makes this an error)",
+                    reg.monitor.selection()
+                )
+            });
+        }
         for core in 0..reg.cores() {
             crate::worker::start(reg, core * reg.config.cap)?;
         }

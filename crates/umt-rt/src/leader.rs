@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::config::LeaderPolicy;
+use crate::diag::Warning;
 use crate::pool::Fill;
 use crate::registry::Registry;
 use crate::starter::StartRequests;
@@ -37,12 +38,18 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
     // core that woke it, while the core that needed it idled until the next load balance
     // (1-3 ms).
     if let Err(e) = umt_sys::cpu::pin_current_thread(cpu) {
-        tracing::warn!("umt-rt: leader of CPU {cpu} runs unpinned: {e}");
+        reg.warnings.warn(Warning::Unpinned, || {
+            format!("the leader of CPU {cpu} runs unpinned: {e}")
+        });
     }
     if cfg.leader_policy != LeaderPolicy::Normal
         && let Err(e) = umt_sys::cpu::set_current_thread_idle_policy()
     {
-        tracing::warn!("umt-rt: leader of CPU {cpu} keeps the normal policy: {e}");
+        reg.warnings.warn(Warning::LeaderPolicy, || {
+            format!(
+                "the leader of CPU {cpu} keeps the normal policy, so it preempts busy workers: {e}"
+            )
+        });
     }
     // The periodic scan only corrects counts that missed an event. While scans find nothing,
     // the timeout doubles (up to 64 periods) so a busy, non-blocking program is not
@@ -69,7 +76,9 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
         if poll {
             poll_pause(&reg, own, last_busy.elapsed() < max_timeout, max_timeout);
         } else if let Err(e) = reg.monitor.wait_cpu(cpu, Some(timeout)) {
-            tracing::warn!("umt-rt: leader wait failed: {e}");
+            reg.warnings.warn(Warning::Leader, || {
+                format!("the leader of CPU {cpu} cannot wait on the monitor, it polls: {e}")
+            });
             std::thread::sleep(cfg.scan_period);
         }
         reg.counters
@@ -92,7 +101,9 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
                         .fetch_add(n as u64, Ordering::Relaxed);
                 }
             }
-            Err(e) => tracing::warn!("umt-rt: leader drain failed: {e}"),
+            Err(e) => reg.warnings.warn(Warning::Leader, || {
+                format!("the leader of CPU {cpu} cannot drain the monitor: {e}")
+            }),
         }
         // L3: the own core, with no ready worker while work is queued (or a task of a
         // surrendered worker waits), gets one. Whether work is queued is read only then: it

@@ -66,6 +66,8 @@ mod core_time;
 #[cfg(not(loom))]
 mod deps;
 #[cfg(not(loom))]
+mod diag;
+#[cfg(not(loom))]
 mod job;
 #[cfg(not(loom))]
 mod join;

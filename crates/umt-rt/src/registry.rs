@@ -10,6 +10,7 @@ use umt_sys::Monitor;
 
 use crate::config::Config;
 use crate::core_time::CoreTime;
+use crate::diag::Warnings;
 use crate::job::Job;
 use crate::pool::{LEADER_BIT, Notifier, Pools};
 use crate::sync::{AtomicBool, Mutex};
@@ -38,6 +39,8 @@ pub(crate) struct Slot {
     /// Times this worker yielded its core at a scheduling point for handoff. Written by the
     /// worker only.
     pub(crate) handoffs: AtomicU64,
+    /// The worker registered with the monitor. Set by the worker when it starts.
+    pub(crate) monitored: std::sync::atomic::AtomicBool,
 }
 
 /// Counters of the leaders, the starter and the workers' drains.
@@ -76,6 +79,8 @@ pub(crate) struct Registry {
     pub(crate) counters: CachePadded<Counters>,
     /// Per-core time accounting, written by the leaders.
     pub(crate) core_time: Box<[CachePadded<CoreTime>]>,
+    /// The warnings already said (each kind once).
+    pub(crate) warnings: Warnings,
     /// Handles of the workers and the starter thread, joined at shutdown.
     pub(crate) threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Handles of the leaders, joined at shutdown if they exit in time (see `Runtime`'s
@@ -114,6 +119,7 @@ impl Registry {
                     tasks_run: AtomicU64::new(0),
                     surrenders: AtomicU64::new(0),
                     handoffs: AtomicU64::new(0),
+                    monitored: std::sync::atomic::AtomicBool::new(false),
                 })
             })
             .collect();
@@ -128,6 +134,7 @@ impl Registry {
             monitor,
             terminate: AtomicBool::new(false),
             counters: CachePadded::default(),
+            warnings: Warnings::default(),
             threads: Mutex::new(Vec::new()),
             leader_threads: Mutex::new(Vec::new()),
             starter: OnceLock::new(),

@@ -192,7 +192,9 @@ impl Drop for Runtime {
         // Leaders waiting on the monitor return at once, polling leaders that sleep until a
         // worker of their core becomes active are unparked.
         if let Err(e) = reg.monitor.shut_down() {
-            tracing::warn!("umt-rt: cannot wake the leaders for shutdown: {e}");
+            reg.warnings.warn(crate::diag::Warning::Shutdown, || {
+                format!("cannot wake the leaders for shutdown: {e}")
+            });
         }
         for leader in reg.leaders.get().into_iter().flatten() {
             leader.unpark();

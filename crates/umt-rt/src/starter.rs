@@ -58,7 +58,9 @@ fn serve(reg: &Arc<Registry>, requests: Receiver<usize>) {
                 reg.counters.workers_created.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => {
-                tracing::warn!("umt-rt: could not start a spare worker: {e}");
+                reg.warnings.warn(crate::diag::Warning::SpareStart, || {
+                    format!("cannot start a spare worker, a blocked core stays idle: {e}")
+                });
                 reg.pools.unreserve(core);
             }
         }

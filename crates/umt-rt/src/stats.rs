@@ -41,6 +41,12 @@ pub struct Stats {
     ///
     /// [`Builder::leader_runs_tasks`]: crate::Builder::leader_runs_tasks
     pub leader_tasks: u64,
+    /// Worker threads registered with the monitor, of those started (`workers`, leaders
+    /// that run tasks aside: they are never monitored). All of them when the monitor is on and
+    /// nothing went wrong; none with the monitor off. A worker
+    /// that could not register (out of file descriptors, say) leaves its core idle when it
+    /// blocks; the runtime says so once on stderr.
+    pub monitored_workers: usize,
     /// Per core.
     pub cores: Vec<CoreStats>,
     /// Per worker thread started.
@@ -80,6 +86,8 @@ pub struct WorkerStats {
     pub cpu: CpuId,
     /// `false` for the initial worker of its core, `true` for spares the leader created.
     pub spare: bool,
+    /// It registered with the monitor (see [`Stats::monitored_workers`]).
+    pub monitored: bool,
     /// `true` for a core's leader, listed when leaders run tasks
     /// ([`Builder::leader_runs_tasks`](crate::Builder::leader_runs_tasks)).
     pub leader: bool,
@@ -100,6 +108,7 @@ pub(crate) fn snapshot(reg: &Registry) -> Stats {
             let w = WorkerStats {
                 cpu: cpus[s.core],
                 spare: s.spare,
+                monitored: s.monitored.load(Ordering::Relaxed),
                 leader: s.leader,
                 tasks_run: s.tasks_run.load(Ordering::Relaxed),
                 surrenders: s.surrenders.load(Ordering::Relaxed),
@@ -140,6 +149,7 @@ pub(crate) fn snapshot(reg: &Registry) -> Stats {
         leader_wakeups: c.leader_wakeups.load(Ordering::Relaxed),
         leader_poll_time: Duration::from_nanos(c.leader_poll_ns.load(Ordering::Relaxed)),
         surrenders: workers.iter().map(|w| w.surrenders).sum(),
+        monitored_workers: workers.iter().filter(|w| w.monitored && !w.leader).count(),
         handoffs: reg
             .slots
             .iter()

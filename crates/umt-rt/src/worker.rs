@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use crossbeam_deque::{Steal, Worker};
 use umt_sys::CpuId;
 
+use crate::diag::Warning;
 use crate::job::Job;
 use crate::pool::Notifier;
 use crate::registry::{Registry, Slot};
@@ -90,17 +91,25 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
     let _ = slot.notifier.set(Notifier::new(std::thread::current()));
     let cpu = reg.config.cpus[slot.core];
     if let Err(e) = umt_sys::cpu::pin_current_thread(cpu) {
-        tracing::warn!("umt-rt: worker {index} runs unpinned: {e}");
+        reg.warnings.warn(Warning::Unpinned, || {
+            format!("worker {index} runs unpinned, not only on CPU {cpu}: {e}")
+        });
     }
     let monitored = reg.monitored() && {
         match reg.monitor.register_current_thread() {
             Ok(()) => true,
             Err(e) => {
-                tracing::warn!("umt-rt: worker {index} is not monitored: {e}");
+                reg.warnings.warn(Warning::Unmonitored, || {
+                    format!(
+                        "worker {index} on CPU {cpu} is not monitored, so its core idles when \
+                         it blocks: {e} (Stats::monitored_workers counts the monitored ones)"
+                    )
+                });
                 false
             }
         }
     };
+    slot.monitored.store(monitored, Ordering::Relaxed);
     let Some(deque) = lock(&slot.deque).take() else {
         return;
     };
@@ -260,10 +269,13 @@ impl WorkerCtx {
         match self.reg.monitor.mute_current_thread() {
             Ok(()) => true,
             Err(e) => {
-                tracing::warn!(
-                    "umt-rt: worker {} cannot mute its switch records: {e}",
-                    self.index
-                );
+                self.reg.warnings.warn(Warning::Mute, || {
+                    format!(
+                        "worker {} cannot mute its switch records: {e}; it pays a record per \
+                         context switch while it looks for work",
+                        self.index
+                    )
+                });
                 self.muting.set(false);
                 false
             }
@@ -273,10 +285,12 @@ impl WorkerCtx {
     /// Reports this worker's switches again, before it runs a job or sleeps.
     fn unmute(&self) {
         if let Err(e) = self.reg.monitor.unmute_current_thread() {
-            tracing::warn!(
-                "umt-rt: worker {} cannot unmute its switch records: {e}",
-                self.index
-            );
+            self.reg.warnings.warn(Warning::Mute, || {
+                format!(
+                    "worker {} cannot unmute its switch records: {e}",
+                    self.index
+                )
+            });
             self.muting.set(false);
         }
     }
@@ -553,9 +567,16 @@ mod tests {
     /// and the leader would never refill its core when it blocked.
     #[test]
     fn muted_spinning_leaves_exact_ready_counts() {
-        let Ok(rt) = Runtime::builder().monitor(BackendKind::Perf).build() else {
-            eprintln!("skipped: no perf backend here");
-            return;
+        let rt = match Runtime::builder().monitor(BackendKind::Perf).build() {
+            Ok(rt) => rt,
+            // The rule of the integration tests (`tests/common`): skip, unless required.
+            Err(e) if std::env::var("UMT_REQUIRE_MONITOR").is_ok_and(|b| b == "perf") => {
+                panic!("UMT_REQUIRE_MONITOR=perf, but: {e}")
+            }
+            Err(e) => {
+                eprintln!("skipped: {e}");
+                return;
+            }
         };
         for _ in 0..2000 {
             assert_eq!(rt.install(|| tree(6)), 64);

@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use umt_rt::{BackendKind, LeaderPolicy, Runtime};
 
+mod common;
+use common::{monitored_backend, skip_unmonitored};
+
 fn serial() -> MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
@@ -101,16 +104,12 @@ fn drop_joins_every_thread_and_closes_every_fd() {
 #[test]
 fn drop_does_not_wait_for_leaders_that_cannot_run() {
     let _serial = serial();
-    let Ok(probe) = Runtime::builder()
-        .monitor(BackendKind::Auto)
+    let probe = Runtime::builder()
+        .monitor(monitored_backend())
         .leader_policy(LeaderPolicy::Poll)
         .build()
-    else {
-        eprintln!("skipped: no runtime");
-        return;
-    };
-    if probe.backend() == BackendKind::Disabled {
-        eprintln!("skipped: no monitor here ({})", probe.selection());
+        .unwrap();
+    if skip_unmonitored(&probe) {
         return;
     }
     let cpus = probe.cpus().to_vec();
@@ -131,7 +130,7 @@ fn drop_does_not_wait_for_leaders_that_cannot_run() {
         }
         for _ in 0..3 {
             let rt = Runtime::builder()
-                .monitor(BackendKind::Auto)
+                .monitor(monitored_backend())
                 .leader_policy(LeaderPolicy::Poll)
                 .build()
                 .unwrap();

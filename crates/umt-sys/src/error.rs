@@ -61,6 +61,16 @@ pub enum Error {
         pages: usize,
     },
 
+    /// The process ran out of file descriptors (`EMFILE`, or the system's, `ENFILE`).
+    #[error(
+        "{what} failed: out of file descriptors: raise the limit with `ulimit -n` (each \
+         monitored thread holds one, each CPU's wait set one)"
+    )]
+    OutOfFiles {
+        /// The operation that failed.
+        what: &'static str,
+    },
+
     /// A system call failed unexpectedly.
     #[error("{what} failed: {source}")]
     Os {
@@ -74,9 +84,29 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn os(what: &'static str, source: impl Into<io::Error>) -> Self {
-        Error::Os {
-            what,
-            source: source.into(),
+        let source = source.into();
+        match source.raw_os_error() {
+            Some(libc::EMFILE | libc::ENFILE) => Error::OutOfFiles { what },
+            _ => Error::Os { what, source },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_out_of_descriptors_says_what_to_do() {
+        let e = Error::os("epoll_create1", io::Error::from_raw_os_error(libc::EMFILE));
+        assert!(matches!(
+            e,
+            Error::OutOfFiles {
+                what: "epoll_create1"
+            }
+        ));
+        assert!(e.to_string().contains("ulimit -n"), "{e}");
+        let e = Error::os("read", io::Error::from_raw_os_error(libc::EIO));
+        assert!(matches!(e, Error::Os { .. }));
     }
 }

@@ -7,9 +7,12 @@ use std::time::{Duration, Instant};
 
 use umt_sys::{BackendKind, CpuId, Error, Monitor, cpu};
 
-/// The Kernel monitor, or `None` (skip) when this kernel has no UMT and it was not forced.
+/// The Kernel monitor, or `None` (skip) when this kernel has no UMT and it was not forced
+/// (`UMT_TEST_BACKEND=kernel` or `UMT_REQUIRE_MONITOR=kernel`).
 fn kernel_monitor() -> Option<Monitor> {
-    let forced = std::env::var("UMT_TEST_BACKEND").is_ok_and(|b| b == "kernel");
+    let forced = ["UMT_TEST_BACKEND", "UMT_REQUIRE_MONITOR"]
+        .iter()
+        .any(|v| std::env::var(v).is_ok_and(|b| b == "kernel"));
     match Monitor::new(BackendKind::Kernel) {
         Ok(m) => Some(m),
         Err(e) if forced => panic!("UMT_TEST_BACKEND=kernel but: {e}"),

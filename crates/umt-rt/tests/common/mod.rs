@@ -1,12 +1,39 @@
 //! Helpers shared by the integration tests.
+//!
+//! The rule for tests that need a monitor: they skip, saying why on stderr, where no event
+//! source can run; with `UMT_REQUIRE_MONITOR=perf|kernel` (CI sets it) a missing one fails
+//! them instead, so a run never passes without exercising the mechanism.
 
-use umt_rt::BackendKind;
+#![allow(dead_code)] // each test binary uses its own part
 
-/// The backend of the monitored runs: `UMT_TEST_BACKEND=kernel|perf|auto` (default auto), so
-/// the same tests run against the UMT kernel inside the patched guest.
+use umt_rt::{BackendKind, Runtime};
+
+/// The backend the run must exercise: `UMT_REQUIRE_MONITOR=perf|kernel`, if set.
+pub fn required_backend() -> Option<BackendKind> {
+    std::env::var("UMT_REQUIRE_MONITOR")
+        .ok()
+        .and_then(|b| b.parse().ok())
+}
+
+/// The backend of the monitored runs: `UMT_TEST_BACKEND=kernel|perf|auto`, else the required
+/// one, else auto; so the same tests run against the UMT kernel inside the patched guest.
 pub fn monitored_backend() -> BackendKind {
     std::env::var("UMT_TEST_BACKEND")
         .ok()
         .and_then(|b| b.parse().ok())
+        .or_else(required_backend)
         .unwrap_or(BackendKind::Auto)
+}
+
+/// `true` when `rt` runs without a monitor, so the calling test must skip: it said why. Fails
+/// the test instead when a monitor is required.
+pub fn skip_unmonitored(rt: &Runtime) -> bool {
+    if rt.backend() != BackendKind::Disabled {
+        return false;
+    }
+    if let Some(b) = required_backend() {
+        panic!("UMT_REQUIRE_MONITOR={b}, but: {}", rt.selection());
+    }
+    eprintln!("skipped: no monitor here ({})", rt.selection());
+    true
 }

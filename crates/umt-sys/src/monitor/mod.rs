@@ -390,7 +390,9 @@ impl Monitor {
         match &self.backend {
             Backend::Kernel(k) => k.drain_cpu(cpu, &mut sink)?,
             Backend::Perf(p) => {
-                let outcome = p.drain_cpu(cpu, &self.epoll, self.cpu_set(cpu)?, &mut sink)?;
+                // No wait set yet: no thread ever registered on `cpu`, nothing to retire.
+                let set = self.cpu_sets.get(cpu).and_then(OnceLock::get);
+                let outcome = p.drain_cpu(cpu, &self.epoll, set, &mut sink)?;
                 self.count_losses(&outcome);
                 self.forget_exited(outcome.exited);
             }

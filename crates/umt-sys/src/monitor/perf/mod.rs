@@ -379,11 +379,14 @@ impl PerfBackend {
         &self,
         cpu: CpuId,
         epoll: &Epoll,
-        cpu_set: &Epoll,
+        cpu_set: Option<&Epoll>,
         sink: &mut dyn FnMut(MonitorEvent),
     ) -> Result<DrainOutcome> {
         let mut outcome = DrainOutcome::default();
         self.consume_bucket(cpu, &mut outcome, sink);
+        let Some(cpu_set) = cpu_set else {
+            return Ok(outcome);
+        };
         let drains = self.buckets.get(cpu).map_or(0, |b| {
             let n = b.drains.load(Ordering::Relaxed);
             b.drains.store(n.wrapping_add(1), Ordering::Relaxed);

@@ -1,0 +1,78 @@
+//! Warnings a user must see: the runtime is not doing its whole job (no monitor, a worker
+//! that could not be monitored or pinned, a leader that failed). Through `tracing` when the
+//! application installed a subscriber; otherwise one line on stderr, since a warning nobody
+//! sees is a silent degradation. Each kind is said once per runtime: a failure that repeats
+//! (one per worker, one per leader iteration) would flood stderr.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// What went wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum Warning {
+    /// The monitor fell back to Disabled.
+    NoMonitor,
+    /// A worker could not register with the monitor.
+    Unmonitored,
+    /// A worker or a leader could not be pinned to its CPU.
+    Unpinned,
+    /// A worker's mute or unmute failed.
+    Mute,
+    /// A leader could not take the idle policy.
+    LeaderPolicy,
+    /// A leader's wait or drain failed.
+    Leader,
+    /// The starter could not start a spare worker.
+    SpareStart,
+    /// Shutdown could not wake the leaders.
+    Shutdown,
+}
+
+/// The kinds already said, for one runtime.
+#[derive(Debug, Default)]
+pub(crate) struct Warnings(AtomicU32);
+
+impl Warnings {
+    /// Says `message()` unless a warning of this kind was said before.
+    pub(crate) fn warn(&self, kind: Warning, message: impl FnOnce() -> String) {
+        let bit = 1 << kind as u32;
+        if self.0.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+            emit(&message());
+        }
+    }
+
+    /// Whether a warning of this kind was said.
+    #[cfg(test)]
+    pub(crate) fn said(&self, kind: Warning) -> bool {
+        self.0.load(Ordering::Relaxed) & (1 << kind as u32) != 0
+    }
+}
+
+/// One warning: to the application's `tracing` subscriber, or else to stderr.
+pub(crate) fn emit(message: &str) {
+    if tracing::dispatcher::has_been_set() {
+        tracing::warn!("umt-rt: {message}");
+    } else {
+        eprintln!("umt-rt: {message}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_is_said_once() {
+        let w = Warnings::default();
+        let mut said = 0;
+        for _ in 0..3 {
+            w.warn(Warning::Unmonitored, || {
+                said += 1;
+                "a worker is not monitored".into()
+            });
+        }
+        assert_eq!(said, 1);
+        assert!(w.said(Warning::Unmonitored));
+        assert!(!w.said(Warning::Unpinned));
+    }
+}
