@@ -47,6 +47,9 @@ pub struct Stats {
     /// that could not register (out of file descriptors, say) leaves its core idle when it
     /// blocks; the runtime says so once on stderr.
     pub monitored_workers: usize,
+    /// What the monitor saw: blocks, unblocks, migrations, and the ring overflows that forced
+    /// a resynchronisation (make `Builder::ring_pages` larger if they are frequent).
+    pub monitor: umt_sys::MonitorStats,
     /// Per core.
     pub cores: Vec<CoreStats>,
     /// Per worker thread started.
@@ -150,6 +153,7 @@ pub(crate) fn snapshot(reg: &Registry) -> Stats {
         leader_poll_time: Duration::from_nanos(c.leader_poll_ns.load(Ordering::Relaxed)),
         surrenders: workers.iter().map(|w| w.surrenders).sum(),
         monitored_workers: workers.iter().filter(|w| w.monitored && !w.leader).count(),
+        monitor: reg.monitor.stats(),
         handoffs: reg
             .slots
             .iter()

@@ -163,3 +163,58 @@ fn detached_spawns_under_stress_all_complete() {
     assert_eq!(sum, (0..20_000).sum());
     assert_eq!(count.load(Ordering::Relaxed), 20_000);
 }
+
+/// Rings too small for what happens: a task blocks thousands of times on a core that another
+/// thread keeps busy, so its leader cannot drain and its one-page ring overflows. The counts
+/// are resynchronised from `/proc`, and once every worker sleeps the core counts none ready.
+#[test]
+fn overflowed_rings_leave_exact_counts() {
+    let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
+    let rt = Runtime::builder()
+        .cores([cpu])
+        .monitor(monitored_backend())
+        .leader_policy(LeaderPolicy::Poll)
+        .ring_pages(1)
+        .build()
+        .unwrap();
+    if skip_unmonitored(&rt) || rt.backend() != BackendKind::Perf {
+        eprintln!("skipped: rings are the perf backend's");
+        return;
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // Keeps the core busy while the task blocks: the leader runs only when it idles.
+        s.spawn(|| {
+            umt_sys::cpu::pin_current_thread(cpu).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        // 3000 blocks, no scheduling point: 6000 records against a ring of 128.
+        rt.install(|| {
+            for _ in 0..3000 {
+                std::thread::sleep(Duration::from_micros(1));
+            }
+        });
+        stop.store(true, Ordering::Relaxed);
+    });
+    // Every worker sleeps in the pool now, and the core idles: its leader drains the full
+    // ring, resynchronises the task's worker from `/proc`, and finds the core with none ready.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let st = rt.stats();
+        if st.cores[0].ready_workers == 0 && st.monitor.overflows > 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{st:#?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let st = rt.stats();
+    assert_eq!(st.cores[0].active_workers, 0, "{st:#?}");
+    assert!(
+        st.monitor.resyncs >= st.monitor.overflows,
+        "{:?}",
+        st.monitor
+    );
+    assert!(st.monitor.lost_records > 0, "{:?}", st.monitor);
+}
