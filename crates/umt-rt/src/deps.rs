@@ -4,10 +4,14 @@
 //! that conflicts with it: read after write, write after read, write after write. Keys are
 //! hashed to 64 bits; two keys that collide only add an ordering, never remove one, and
 //! dependencies always point from earlier to later tasks, so a collision cannot deadlock.
+//!
+//! A task that panics *fails*, and so does every task that depends on a failed one: a failed
+//! task whose turn comes is cancelled, not run, since what it would read is partial. The
+//! scope counts the cancelled tasks and re-raises the first panic once all have finished.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::job::Job;
@@ -68,11 +72,16 @@ fn hash_key(key: &impl Hash) -> u64 {
 pub(crate) struct DepNode {
     /// Unfinished predecessors, plus one while the task is being registered.
     pending: AtomicUsize,
+    /// A predecessor failed: the task must be cancelled, not run. Set before the
+    /// predecessor's release, so the release that makes the task ready also shows it.
+    cancelled: AtomicBool,
     state: Mutex<NodeState>,
 }
 
 struct NodeState {
     done: bool,
+    /// Finished by panicking, or cancelled: its successors must not run.
+    failed: bool,
     successors: Vec<Arc<DepNode>>,
     job: Option<Job>,
 }
@@ -81,8 +90,10 @@ impl DepNode {
     pub(crate) fn new() -> Arc<DepNode> {
         Arc::new(DepNode {
             pending: AtomicUsize::new(1),
+            cancelled: AtomicBool::new(false),
             state: Mutex::new(NodeState {
                 done: false,
+                failed: false,
                 successors: Vec::new(),
                 job: None,
             }),
@@ -107,22 +118,37 @@ impl DepNode {
         }
     }
 
-    /// Marks the task finished; returns the successors that became ready, with their jobs.
-    pub(crate) fn finish(&self) -> Vec<Job> {
+    /// Whether a predecessor failed, so the task must be cancelled instead of run.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+
+    /// Marks the task finished, `failed` if it panicked or was cancelled (its successors are
+    /// then cancelled too); returns the successors that became ready, with their jobs.
+    pub(crate) fn finish(&self, failed: bool) -> Vec<Job> {
         let successors = {
             let mut s = self.lock();
             s.done = true;
+            s.failed = failed;
             std::mem::take(&mut s.successors)
         };
+        if failed {
+            for s in &successors {
+                s.cancelled.store(true, Ordering::Release);
+            }
+        }
         successors.iter().filter_map(|s| s.release()).collect()
     }
 
-    /// Makes `succ` wait for this task unless it is already finished.
+    /// Makes `succ` wait for this task unless it is already finished; if it finished by
+    /// failing, `succ` is cancelled.
     fn add_successor(&self, succ: &Arc<DepNode>) {
         let mut s = self.lock();
         if !s.done {
             succ.pending.fetch_add(1, Ordering::AcqRel);
             s.successors.push(succ.clone());
+        } else if s.failed {
+            succ.cancelled.store(true, Ordering::Release);
         }
     }
 }

@@ -57,6 +57,8 @@ pub(crate) struct Counters {
     pub(crate) monitor_events: AtomicU64,
     /// Nanoseconds of CPU the leaders spent in polling iterations that found nothing to do.
     pub(crate) leader_poll_ns: AtomicU64,
+    /// Tasks cancelled because a task they depend on panicked.
+    pub(crate) tasks_cancelled: AtomicU64,
 }
 
 /// Everything the runtime's threads share.

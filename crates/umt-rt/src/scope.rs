@@ -45,6 +45,8 @@ struct ScopeState {
     latch: Latch,
     /// The first panic of a task, re-raised by the scope.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// Tasks cancelled because a task they depend on failed.
+    cancelled: AtomicUsize,
     /// Dataflow dependencies between this scope's tasks.
     deps: Mutex<DepTable>,
     /// The runtime the tasks run on; `None` runs each task on the spawning thread, at once.
@@ -86,6 +88,7 @@ where
         pending: AtomicUsize::new(1),
         latch: Latch::new(Waiter::current()),
         panic: Mutex::new(None),
+        cancelled: AtomicUsize::new(0),
         deps: Mutex::new(DepTable::default()),
         registry: registry.cloned(),
     };
@@ -98,6 +101,13 @@ where
     // Even if the body panicked: tasks may borrow from frames the panic would unwind.
     state.latch.wait();
     let task_panic = state.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let cancelled = state.cancelled.load(Ordering::Acquire);
+    if cancelled > 0 {
+        crate::diag::emit(&format!(
+            "a task panicked: {cancelled} tasks of its scope that depend on its data were \
+             cancelled, not run; the scope re-raises the panic"
+        ));
+    }
     // The body's own panic first, then the first task's.
     match (result, task_panic) {
         (Err(p), _) | (Ok(_), Some(p)) => resume_unwind(p),
@@ -124,6 +134,11 @@ impl<'scope> Scope<'scope> {
 
     /// Spawns a task that runs only after every earlier task of this scope that conflicts with
     /// its `accesses` has finished (read after write, write after read, write after write).
+    ///
+    /// If one of those panicked (or was itself cancelled), this task is cancelled instead of
+    /// run: the data it would use is partial. The scope re-raises the first panic once every
+    /// task has finished, says how many were cancelled on stderr, and
+    /// [`Stats::tasks_cancelled`](crate::Stats::tasks_cancelled) counts them.
     ///
     /// ```
     /// use std::sync::Mutex;
@@ -166,14 +181,25 @@ impl<'scope> Scope<'scope> {
             _marker: PhantomData,
         };
         let task = move || {
-            if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(&scope))) {
-                scope.state().store_panic(p);
-            }
             let state = scope.state();
+            // A task that depends on a failed one is cancelled: what it would read is partial.
+            let failed = if node.as_ref().is_some_and(|n| n.is_cancelled()) {
+                state.cancelled.fetch_add(1, Ordering::AcqRel);
+                if let Some(reg) = &state.registry {
+                    reg.counters.tasks_cancelled.fetch_add(1, Ordering::Relaxed);
+                }
+                drop(f);
+                true
+            } else if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(&scope))) {
+                state.store_panic(p);
+                true
+            } else {
+                false
+            };
             if let Some(node) = node {
-                // Successors are released even after a panic: the scope re-raises it once all
-                // have run.
-                for job in node.finish() {
+                // Successors are released even after a failure (cancelled if so): the scope
+                // re-raises the panic once all have finished.
+                for job in node.finish(failed) {
                     state.submit(job);
                 }
             }

@@ -36,6 +36,9 @@ pub struct Stats {
     /// Spare workers started (beyond the initial one per core): by the starter thread, at a
     /// leader's request.
     pub workers_created: u64,
+    /// Tasks cancelled instead of run, because a task whose data they read or write panicked
+    /// ([`Scope::spawn_with`](crate::Scope::spawn_with)).
+    pub tasks_cancelled: u64,
     /// Tasks the leaders ran themselves ([`Builder::leader_runs_tasks`]; counted in
     /// `tasks_run` too).
     ///
@@ -165,6 +168,7 @@ pub(crate) fn snapshot(reg: &Registry) -> Stats {
             .filter(|w| w.leader)
             .map(|w| w.tasks_run)
             .sum(),
+        tasks_cancelled: c.tasks_cancelled.load(Ordering::Relaxed),
         cores,
         workers,
     }

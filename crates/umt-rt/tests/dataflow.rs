@@ -113,3 +113,41 @@ fn a_wavefront_runs_in_dependency_order_with_the_monitor_on() {
         .collect();
     assert_eq!(parallel(&rt, &specs), sequential(&specs));
 }
+
+/// A task that panics leaves its data partial: the tasks that read or write it afterwards
+/// (directly, or through another cancelled task; spawned before or after it finished) are
+/// cancelled, not run. Independent tasks run. The scope re-raises the panic, and the stats
+/// count the cancelled tasks.
+#[test]
+fn dependents_of_a_panicked_task_are_cancelled() {
+    for backend in [BackendKind::Disabled, BackendKind::Auto] {
+        let rt = Runtime::builder().monitor(backend).build().unwrap();
+        let ran = std::sync::Mutex::new(Vec::new());
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let rt = &rt;
+            rt.scope(|s| {
+                let ran = &ran;
+                let log = move |name: &'static str| ran.lock().unwrap().push(name);
+                s.spawn_with([Access::write("a")], |_| panic!("the writer of a fails"));
+                s.spawn_with([Access::read("a")], move |_| log("reads a"));
+                s.spawn_with([Access::read("a"), Access::write("b")], move |_| {
+                    log("a to b")
+                });
+                s.spawn_with([Access::read("b")], move |_| log("reads b"));
+                s.spawn_with([Access::write("c")], move |_| log("writes c"));
+                s.spawn(move |s| {
+                    // Spawned once the four tasks above finished (run or cancelled), so after
+                    // the writer of `a` panicked: cancelled too.
+                    while rt.stats().tasks_cancelled as usize + ran.lock().unwrap().len() < 4 {
+                        umt_rt::yield_now(); // runs the others meanwhile, on one core too
+                    }
+                    s.spawn_with([Access::read("a")], move |_| log("reads a late"));
+                });
+            })
+        }));
+        let panic = result.expect_err("the scope re-raises the task's panic");
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&"the writer of a fails"));
+        assert_eq!(ran.into_inner().unwrap(), ["writes c"], "{backend}");
+        assert_eq!(rt.stats().tasks_cancelled, 4, "{backend}");
+    }
+}
