@@ -122,9 +122,6 @@ pub fn heat(p: &HeatParams) -> Result<Calibration, BenchError> {
     };
     let io = best_of_two(|| {
         let out = heat::io_only(&rt, &one_checkpoint)?;
-        for (_, path) in &out.checkpoints {
-            let _ = std::fs::remove_file(path);
-        }
         Ok(out.elapsed.as_secs_f64())
     })?;
     Ok(Calibration::new("heat", rt.cpus().len(), step, io))

@@ -27,6 +27,9 @@ pub struct Options {
     pub umt: UmtOptions,
     /// Show a progress bar on a terminal.
     pub progress: bool,
+    /// Check every runner's result against the sequential reference, bit for bit (computed
+    /// once per comparison, outside the timed runs).
+    pub verify: bool,
 }
 
 impl Options {
@@ -43,7 +46,12 @@ impl Options {
             }
             return Ok(out);
         }
-        for r in asked {
+        for (i, r) in asked.iter().enumerate() {
+            if asked[..i].contains(r) {
+                return Err(BenchError::InvalidParam(format!(
+                    "runtime {r} is named twice: name each once"
+                )));
+            }
             r.available()
                 .map_err(|why| BenchError::Runtime(format!("{r}: {why}")))?;
         }
@@ -70,32 +78,29 @@ pub fn heat(p: &HeatParams, opts: &Options) -> Result<Report, BenchError> {
     let work = (p.n * p.n * p.iters) as f64;
     let (iters, iof) = (p.iters, p.iof.unwrap_or(0));
     let tight = |compute, io| bound::heat_tight(compute, io, iters, iof);
-    compare(
-        "heat",
-        "cells/s",
-        work,
-        params,
-        opts,
-        tight,
-        |kind, engine| {
-            let out = match (kind, engine) {
-                (Kind::Runtime(_), e) => runner::run_heat(e, p, &opts.umt)?,
-                (Kind::ComputeOnly, Engine::Umt(rt)) => heat::run(
-                    rt,
-                    &HeatParams {
-                        iof: None,
-                        ..p.clone()
-                    },
-                )?,
-                (Kind::IoOnly, Engine::Umt(rt)) => heat::io_only(rt, p)?,
-                _ => return Err(BenchError::Runtime("bound runs use umt-rt".into())),
-            };
-            for (_, path) in &out.checkpoints {
-                let _ = std::fs::remove_file(path);
+    let reference = opts.verify.then(|| heat::sequential(p, p.iters));
+    let once = |kind, engine: &Engine| {
+        let out = match (kind, engine) {
+            (Kind::Runtime(r), e) => {
+                let out = runner::run_heat(e, p, &opts.umt)?;
+                if let Some(want) = &reference {
+                    check_same(r, "grid", &out.matrix, want)?;
+                }
+                out
             }
-            Ok((out.elapsed, out.bytes_written))
-        },
-    )
+            (Kind::ComputeOnly, Engine::Umt(rt)) => heat::run(
+                rt,
+                &HeatParams {
+                    iof: None,
+                    ..p.clone()
+                },
+            )?,
+            (Kind::IoOnly, Engine::Umt(rt)) => heat::io_only(rt, p)?,
+            _ => return Err(BenchError::Runtime("bound runs use umt-rt".into())),
+        };
+        Ok((out.elapsed, out.bytes_written))
+    };
+    compare("heat", "cells/s", work, params, opts, tight, once)
 }
 
 /// Compares the FWI mock-up on every runner of `opts`.
@@ -107,27 +112,52 @@ pub fn fwi(p: &FwiParams, opts: &Options) -> Result<Report, BenchError> {
     });
     let work = p.cell_updates() / 1000.0;
     let tight = |compute, io| bound::fwi_tight(compute, io, p.steps, p.iof);
-    compare(
-        "fwi",
-        "kcells/s",
-        work,
-        params,
-        opts,
-        tight,
-        |kind, engine| {
-            let part = match kind {
-                Kind::Runtime(_) => Part::All,
-                Kind::ComputeOnly => Part::ComputeOnly,
-                Kind::IoOnly => Part::IoOnly,
-            };
-            let out = match (part, engine) {
-                (Part::All, e) => runner::run_fwi(e, p)?,
-                (part, Engine::Umt(rt)) => fwi::run(rt, p, part)?,
-                _ => return Err(BenchError::Runtime("bound runs use umt-rt".into())),
-            };
-            Ok((out.elapsed, out.io_bytes))
-        },
-    )
+    let reference = opts.verify.then(|| fwi::sequential(p));
+    let once = |kind, engine: &Engine| {
+        let part = match kind {
+            Kind::Runtime(_) => Part::All,
+            Kind::ComputeOnly => Part::ComputeOnly,
+            Kind::IoOnly => Part::IoOnly,
+        };
+        let out = match (kind, engine) {
+            (Kind::Runtime(r), e) => {
+                let out = runner::run_fwi(e, p)?;
+                if let Some((v, s, img)) = &reference {
+                    check_same(r, "velocity", &out.velocity, v)?;
+                    check_same(r, "stress", &out.stress, s)?;
+                    check_same(r, "image", &out.image, img)?;
+                }
+                out
+            }
+            (_, Engine::Umt(rt)) => fwi::run(rt, p, part)?,
+            _ => return Err(BenchError::Runtime("bound runs use umt-rt".into())),
+        };
+        Ok((out.elapsed, out.io_bytes))
+    };
+    compare("fwi", "kcells/s", work, params, opts, tight, once)
+}
+
+/// `got`, a runner's `what`, is bit for bit the sequential reference `want`.
+fn check_same(runner: Runner, what: &str, got: &[f64], want: &[f64]) -> Result<(), BenchError> {
+    if got.len() != want.len() {
+        return Err(BenchError::Corrupt(format!(
+            "{runner}: its {what} has {} values, the sequential reference {}",
+            got.len(),
+            want.len()
+        )));
+    }
+    match got
+        .iter()
+        .zip(want)
+        .position(|(a, b)| a.to_bits() != b.to_bits())
+    {
+        None => Ok(()),
+        Some(i) => Err(BenchError::Corrupt(format!(
+            "{runner}: its {what} differs from the sequential reference at value {i} ({} \
+             against {})",
+            got[i], want[i]
+        ))),
+    }
 }
 
 /// Runs every kind `repeat` times, alternating, and builds the report. `once` runs one kind on
@@ -145,7 +175,12 @@ fn compare(
     let runners = &opts.runners;
     let mut kinds: Vec<Kind> = runners.iter().map(|&r| Kind::Runtime(r)).collect();
     kinds.extend([Kind::ComputeOnly, Kind::IoOnly]);
-    let repeat = opts.repeat.max(1);
+    if opts.repeat == 0 {
+        return Err(BenchError::InvalidParam(
+            "repeat must be at least 1: each runner runs that many times".into(),
+        ));
+    }
+    let repeat = opts.repeat;
     let bar = progress_bar(workload, (repeat * kinds.len()) as u64, opts.progress);
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); kinds.len()];
     for _ in 0..repeat {
@@ -172,6 +207,7 @@ fn compare(
         .map(|(k, r)| RunReport::new(r.name(), &samples[k], work, (bound, tight)))
         .collect();
     params["repeat"] = repeat.into();
+    params["verified"] = opts.verify.into();
     params["leader"] = opts.umt.leader.map_or("default", LeaderPolicy::name).into();
     params["handoff"] = opts.umt.handoff.into();
     params["leader_runs_tasks"] = opts.umt.leader_runs_tasks.into();
@@ -218,6 +254,7 @@ mod tests {
             repeat: 2,
             umt: UmtOptions::default(),
             progress: false,
+            verify: true,
         };
         let p = HeatParams {
             n: 64,
@@ -242,6 +279,8 @@ mod tests {
             Options::available_runners(&[Runner::Baseline]).unwrap(),
             [Runner::Baseline]
         );
+        let twice = Options::available_runners(&[Runner::Baseline, Runner::Baseline]);
+        assert!(twice.unwrap_err().to_string().contains("named twice"));
         assert!(!Options::available_runners(&[]).unwrap().is_empty());
     }
 }

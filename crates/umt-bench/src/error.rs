@@ -10,7 +10,8 @@ pub enum BenchError {
     /// A parameter is out of range.
     #[error("invalid parameter: {0}")]
     InvalidParam(String),
-    /// The directory's filesystem refuses `O_DIRECT` (tmpfs does, for example).
+    /// The directory's filesystem refuses `O_DIRECT` (tmpfs did before Linux 6.6, for
+    /// example).
     #[error(
         "{dir} does not support O_DIRECT ({source}): pick a directory on a disk with --dir, \
          or use buffered I/O (--buffered)"
@@ -27,6 +28,14 @@ pub enum BenchError {
     /// Data read back differs from what was written.
     #[error("verification failed: {0}")]
     Corrupt(String),
+    /// The process ran out of file descriptors.
+    #[error("{what} {path}: out of file descriptors: raise the limit with `ulimit -n`")]
+    OutOfFiles {
+        /// The operation.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+    },
     /// A file operation failed.
     #[error("{what} {path}: {source}")]
     Io {
@@ -40,12 +49,13 @@ pub enum BenchError {
 }
 
 impl BenchError {
-    /// A file operation on `path` failed.
+    /// A file operation on `path` failed (out of file descriptors is told apart: its fix is
+    /// known).
     pub fn io(what: &'static str, path: &Path, source: std::io::Error) -> BenchError {
-        BenchError::Io {
-            what,
-            path: path.to_path_buf(),
-            source,
+        let path = path.to_path_buf();
+        match source.raw_os_error() {
+            Some(libc::EMFILE | libc::ENFILE) => BenchError::OutOfFiles { what, path },
+            _ => BenchError::Io { what, path, source },
         }
     }
 }

@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 use umt_rt::{Access, Runtime, Scope};
 
 use crate::error::{BenchError, Errors};
-use crate::io::{AlignedBuf, DIRECT_ALIGN, IoMode, create_file, read_f64s_into, write_buf};
+use crate::io::{
+    AlignedBuf, DIRECT_ALIGN, IoMode, TempPath, create_file, read_f64s_into, write_buf,
+};
 
 /// Stencil radius in Y.
 pub const RADIUS: usize = 4;
@@ -63,6 +65,20 @@ impl FwiParams {
         if self.iof == 0 {
             return bad("iof must be at least 1".into());
         }
+        if self.iof > self.steps {
+            return bad(format!(
+                "iof {} is more than steps {}: no snapshot would be taken; use an iof of at \
+                 most {1}",
+                self.iof, self.steps
+            ));
+        }
+        if self.memory_bytes().is_none() {
+            return bad(format!(
+                "a volume of {} x {} x {} cells is too large for this machine to address: use \
+                 a smaller one",
+                self.nz, self.nx, self.ny
+            ));
+        }
         if self.io == IoMode::Direct && !(self.slice_cells() * 8).is_multiple_of(DIRECT_ALIGN) {
             return bad(format!(
                 "a Y-slice of {} x {} cells is not a multiple of {DIRECT_ALIGN} bytes, as O_DIRECT \
@@ -81,6 +97,20 @@ impl FwiParams {
         let seq = RUN_ID.fetch_add(1, Ordering::Relaxed);
         self.dir
             .join(format!("umt-fwi-{}-{seq}.snap", std::process::id()))
+    }
+
+    /// Bytes of memory a run needs, about: five volumes (velocity, stress, their adjoints, the
+    /// image) and a sixth of staged copies, counted with no overflow (`None` when it does not
+    /// fit a u64, or the snapshot file's size does not).
+    pub fn memory_bytes(&self) -> Option<u64> {
+        let cells = [self.nz, self.nx, self.ny]
+            .into_iter()
+            .try_fold(1u64, |acc, n| acc.checked_mul(u64::try_from(n).ok()?))?;
+        let volume = cells.checked_mul(8)?;
+        // The snapshot file: every snapshot of every slice.
+        volume.checked_mul(u64::try_from(self.steps / self.iof.max(1)).ok()?)?;
+        usize::try_from(volume).ok()?;
+        volume.checked_mul(6)
     }
 
     /// Cells of one Y-slice.
@@ -279,17 +309,15 @@ impl FwiRun {
     }
 }
 
-/// Ends a run: removes the snapshot file, returns the first error any task reported, else
-/// what the run produced.
+/// Ends a run: the first error any task reported, else what the run produced. (The snapshot
+/// file goes with its path.)
 pub(crate) fn finish(
     elapsed: Duration,
     st: &State,
-    path: &Path,
     snaps: &Snapshots,
     io_bytes: u64,
     errors: &Errors,
 ) -> Result<FwiRun, BenchError> {
-    let _ = std::fs::remove_file(path);
     errors.first()?;
     Ok(FwiRun {
         elapsed,
@@ -609,10 +637,14 @@ pub(crate) fn run_with(
 ) -> Result<FwiRun, BenchError> {
     p.validate()?;
     let st = State::new(p);
-    let path = p.new_snapshot_path();
-    let file = match part {
-        Part::ComputeOnly => None,
-        _ => Some(create_file(&path, p.io, p.snapshot_bytes())?),
+    let (path, file) = match part {
+        Part::ComputeOnly => (None, None),
+        _ => {
+            let (path, file) = TempPath::create(p.new_snapshot_path(), |path| {
+                create_file(path, p.io, p.snapshot_bytes())
+            })?;
+            (Some(path), Some(file))
+        }
     };
     let snaps = Snapshots::new(p);
     let errors = Errors::default();
@@ -624,7 +656,8 @@ pub(crate) fn run_with(
         snaps: &snaps,
         errors: &errors,
         file: file.as_ref(),
-        path: &path,
+        // Read only with a file, which comes with its path.
+        path: path.as_deref().unwrap_or(Path::new("")),
         staging: &staging,
         io,
         compute,
@@ -649,7 +682,7 @@ pub(crate) fn run_with(
     } else {
         0
     };
-    finish(elapsed, &st, &path, &snaps, io_bytes, &errors)
+    finish(elapsed, &st, &snaps, io_bytes, &errors)
 }
 
 /// The sequential reference: the same updates in program order, snapshots kept in memory.
@@ -712,6 +745,14 @@ mod tests {
     fn bad_parameters_are_explained() {
         let mut p = params(4, 0);
         assert!(p.validate().unwrap_err().to_string().contains("iof"));
+        p.iof = 5;
+        let e = p.validate().unwrap_err().to_string();
+        assert!(e.contains("no snapshot would be taken"), "{e}");
+        p.iof = 1;
+        (p.nz, p.nx) = (1 << 32, 1 << 32);
+        let e = p.validate().unwrap_err().to_string();
+        assert!(e.contains("too large"), "{e}");
+        (p.nz, p.nx) = (16, 32);
         p.iof = 1;
         p.nz = 3;
         p.io = IoMode::Direct;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use umt_rt::{Access, Runtime};
 
 use crate::error::{BenchError, Errors};
-use crate::io::{AlignedBuf, DIRECT_ALIGN, IoMode, create_file};
+use crate::io::{AlignedBuf, DIRECT_ALIGN, IoMode, TempPath, create_file};
 
 /// Dependency tag of a block's checkpoint staging copy.
 const STAGE: u8 = 1;
@@ -62,8 +62,26 @@ impl HeatParams {
                 self.block, self.n
             ));
         }
+        if self.iters == 0 {
+            return bad("iters must be at least 1: a run of no iteration measures nothing".into());
+        }
         if self.iof == Some(0) {
             return bad("iof must be at least 1 (or no checkpoints)".into());
+        }
+        if let Some(iof) = self.iof
+            && iof > self.iters
+        {
+            return bad(format!(
+                "iof {iof} is more than iters {}: no checkpoint would be written; use an iof of \
+                 at most {0}",
+                self.iters
+            ));
+        }
+        if self.memory_bytes().is_none() {
+            return bad(format!(
+                "a {0}x{0} grid is too large for this machine to address: use a smaller size",
+                self.n
+            ));
         }
         if self.io == IoMode::Direct && !(self.block * self.block * 8).is_multiple_of(DIRECT_ALIGN)
         {
@@ -75,6 +93,13 @@ impl HeatParams {
             ));
         }
         Ok(())
+    }
+
+    /// Bytes of memory a run needs, about: the grid and one checkpoint's copies (the staged
+    /// writers copy blocks out), counted with no overflow (`None` when it does not fit a u64).
+    pub fn memory_bytes(&self) -> Option<u64> {
+        let n = u64::try_from(self.n).ok()?;
+        n.checked_mul(n)?.checked_mul(8)?.checked_mul(2)
     }
 
     /// Blocks per side.
@@ -311,16 +336,19 @@ pub(crate) fn block_deps(bi: usize, bj: usize, nb: usize) -> Vec<Access> {
     deps
 }
 
-/// A checkpoint file, created for writing: (iteration, path, file).
-pub(crate) type Checkpoint = (usize, PathBuf, File);
+/// A checkpoint file, created for writing: (iteration, path, file). The path removes the
+/// file when dropped.
+pub(crate) type Checkpoint = (usize, TempPath, File);
 
 /// Creates the checkpoint files of a run.
 pub(crate) fn create_checkpoints(p: &HeatParams) -> Result<Vec<Checkpoint>, BenchError> {
     p.checkpoint_iters()
         .into_iter()
         .map(|it| {
-            let path = p.new_checkpoint_path(it);
-            create_file(&path, p.io, p.checkpoint_bytes()).map(|f| (it, path, f))
+            let (path, file) = TempPath::create(p.new_checkpoint_path(it), |path| {
+                create_file(path, p.io, p.checkpoint_bytes())
+            })?;
+            Ok((it, path, file))
         })
         .collect()
 }
@@ -349,8 +377,9 @@ pub struct HeatRun {
     pub elapsed: Duration,
     /// The final grid, row-major.
     pub matrix: Vec<f64>,
-    /// Checkpoint files written, with their iteration.
-    pub checkpoints: Vec<(usize, PathBuf)>,
+    /// Checkpoint files written, with their iteration. Each is removed when its path is
+    /// dropped.
+    pub checkpoints: Vec<(usize, TempPath)>,
     /// Bytes written to checkpoints.
     pub bytes_written: u64,
 }
@@ -506,6 +535,19 @@ mod tests {
         );
         let p = params(64, 32, 1, Some(0));
         assert!(p.validate().unwrap_err().to_string().contains("iof"));
+        let p = params(64, 32, 0, None);
+        assert!(
+            p.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("iters must be")
+        );
+        let p = params(64, 32, 4, Some(5));
+        let e = p.validate().unwrap_err().to_string();
+        assert!(e.contains("no checkpoint would be written"), "{e}");
+        let p = params(1 << 40, 1 << 20, 1, None);
+        let e = p.validate().unwrap_err().to_string();
+        assert!(e.contains("too large"), "{e}");
         let mut p = params(60, 20, 1, None);
         p.io = IoMode::Direct;
         assert!(
@@ -551,7 +593,6 @@ mod tests {
                 m.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
                 "checkpoint of iteration {it} differs from the grid at that iteration"
             );
-            std::fs::remove_file(path).unwrap();
         }
         assert_eq!(out.bytes_written, 3 * 128 * 128 * 8);
     }

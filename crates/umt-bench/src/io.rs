@@ -2,7 +2,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::BenchError;
 
@@ -26,6 +26,134 @@ impl IoMode {
         } else {
             IoMode::Buffered
         }
+    }
+}
+
+/// The files the benchmark created and has not removed yet (see [`TempPath`]), and whether
+/// the process is stopping (then no file is created any more).
+static LIVE_FILES: std::sync::Mutex<(Vec<PathBuf>, bool)> =
+    std::sync::Mutex::new((Vec::new(), false));
+
+/// A file a run creates (a checkpoint, a snapshot): removed when this is dropped, on every
+/// way out of the run (its end, an error, a panic), and by [`remove_files_on_interrupt`]'s
+/// handler if the process is stopped first. A full disk stays full no longer than the run.
+#[derive(Debug)]
+pub struct TempPath(PathBuf);
+
+impl TempPath {
+    /// Creates the file at `path` with `create`, and takes charge of it. Creation and the
+    /// interrupt handler exclude each other, so no file is created after the handler's
+    /// clean-up; once it started, this fails.
+    pub fn create<T>(
+        path: PathBuf,
+        create: impl FnOnce(&Path) -> Result<T, BenchError>,
+    ) -> Result<(TempPath, T), BenchError> {
+        let mut live = lock_live();
+        if live.1 {
+            return Err(BenchError::Runtime("interrupted".into()));
+        }
+        live.0.push(path.clone());
+        let guard = TempPath(path);
+        // On failure, `guard` removes what `create` may have left, once the lock is free.
+        match create(&guard) {
+            Ok(made) => Ok((guard, made)),
+            Err(e) => {
+                drop(live);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for TempPath {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempPath {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        let mut live = lock_live();
+        if let Some(i) = live.0.iter().position(|p| *p == self.0) {
+            live.0.swap_remove(i);
+        }
+    }
+}
+
+fn lock_live() -> std::sync::MutexGuard<'static, (Vec<PathBuf>, bool)> {
+    LIVE_FILES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// On Ctrl-C (or `SIGTERM`), removes every file the runs created and not yet removed, and
+/// ends the process with status 130. For the command line; call it once.
+pub fn remove_files_on_interrupt() -> Result<(), BenchError> {
+    ctrlc::set_handler(|| {
+        // Held until the process ends: no file is created after this clean-up.
+        let mut live = lock_live();
+        live.1 = true;
+        for path in live.0.drain(..) {
+            let _ = std::fs::remove_file(path);
+        }
+        eprintln!("umt-bench: interrupted; the files of the run were removed");
+        std::process::exit(130);
+    })
+    .map_err(|e| BenchError::Runtime(format!("cannot handle Ctrl-C: {e}")))
+}
+
+/// Bytes of memory this machine can give now without swapping (`MemAvailable`), if known.
+pub fn memory_available() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Refuses a run that needs more memory than the machine has available, before it allocates.
+pub fn check_memory(what: &str, needed: u64) -> Result<(), BenchError> {
+    match memory_available() {
+        Some(available) if needed > available => Err(BenchError::InvalidParam(format!(
+            "{what} needs about {} of memory, and this machine has {} available: make it smaller",
+            human_bytes(needed),
+            human_bytes(available)
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// `bytes` in the largest binary unit that keeps it at least 1.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// The name of the memory-backed filesystem `dir` is on (tmpfs, ramfs), if it is on one: I/O
+/// there is a memory copy, and a comparison of how runtimes overlap I/O means nothing.
+pub fn memory_filesystem(dir: &Path) -> Option<&'static str> {
+    use nix::sys::statfs::{FsType, TMPFS_MAGIC, statfs};
+    // Neither nix nor libc name ramfs's magic number (`include/uapi/linux/magic.h`).
+    let ramfs = FsType(0x8584_58f6);
+    let fs = statfs(dir).ok()?.filesystem_type();
+    if fs == TMPFS_MAGIC {
+        Some("tmpfs")
+    } else if fs == ramfs {
+        Some("ramfs")
+    } else {
+        None
     }
 }
 
@@ -261,18 +389,51 @@ mod tests {
         );
     }
 
+    /// `/dev/shm` is tmpfs, which Linux 6.6 and later accept `O_DIRECT` on: it must be named
+    /// as memory, whatever `O_DIRECT` does there.
     #[test]
-    fn tmpfs_refuses_direct_io_with_a_clear_error() {
+    fn tmpfs_is_recognised_as_memory() {
         let shm = Path::new("/dev/shm");
         if !shm.is_dir() {
             return;
         }
-        match probe_direct(shm) {
-            Err(e @ BenchError::NoDirectIo { .. }) => {
-                assert!(e.to_string().contains("--buffered"), "{e}")
-            }
-            other => eprintln!("/dev/shm accepted O_DIRECT here: {other:?}"),
-        }
+        assert_eq!(memory_filesystem(shm), Some("tmpfs"));
+        assert_eq!(
+            memory_filesystem(&std::env::temp_dir()),
+            None,
+            "/tmp is on a disk here"
+        );
+    }
+
+    #[test]
+    fn files_of_a_run_are_removed_with_their_guard() {
+        let path = std::env::temp_dir().join(format!("umt-io-guard-{}.bin", std::process::id()));
+        let (guard, _file) =
+            TempPath::create(path.clone(), |p| create_file(p, IoMode::Buffered, 4096)).unwrap();
+        assert!(path.exists());
+        assert!(lock_live().0.contains(&path));
+        drop(guard);
+        assert!(!path.exists());
+        assert!(!lock_live().0.contains(&path));
+        // A creation that fails leaves nothing either.
+        let failed = TempPath::create(path.clone(), |p| {
+            create_file(p, IoMode::Buffered, 0)?;
+            Err::<(), _>(BenchError::Runtime("preallocation failed".into()))
+        });
+        assert!(failed.is_err());
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn memory_needs_are_checked_and_said_in_units() {
+        assert_eq!(human_bytes(512), "512.0 B");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+        assert!(check_memory("a small run", 1 << 20).is_ok());
+        let e = check_memory("heat --size 1048576", u64::MAX)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("heat --size 1048576 needs about"), "{e}");
+        assert!(e.contains("available"), "{e}");
     }
 
     #[test]

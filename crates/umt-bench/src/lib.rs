@@ -84,7 +84,6 @@ pub(crate) mod testutil {
                 same(&m, &crate::heat::sequential(&p, *it)),
                 "checkpoint {it}"
             );
-            std::fs::remove_file(path).unwrap();
         }
     }
 

@@ -19,7 +19,9 @@ use umt_bench::compare::{self, Options};
 use umt_bench::error::BenchError;
 use umt_bench::fwi::FwiParams;
 use umt_bench::heat::HeatParams;
-use umt_bench::io::{IoMode, probe_direct};
+use umt_bench::io::{
+    IoMode, check_memory, memory_filesystem, probe_direct, remove_files_on_interrupt,
+};
 use umt_bench::report::Report;
 use umt_bench::runner::{Runner, UmtOptions};
 use umt_rt::LeaderPolicy;
@@ -81,6 +83,13 @@ struct Common {
     /// Run on the first N CPUs of this process's affinity mask (default: all of them).
     #[arg(long)]
     cores: Option<usize>,
+    /// Accept a --dir on a memory-backed filesystem (tmpfs, ramfs): its I/O is a memory
+    /// copy, so the comparison shows no overlap of computation with a device.
+    #[arg(long)]
+    allow_memory_dir: bool,
+    /// Also check every runner's result against the sequential reference, bit for bit.
+    #[arg(long)]
+    verify: bool,
 }
 
 #[derive(Args, Clone)]
@@ -148,17 +157,43 @@ impl Common {
                 staged_checkpoints: self.staged_checkpoints,
             },
             progress: true,
+            verify: self.verify,
         })
     }
 
-    /// The checkpoint directory and how to write there.
+    /// The checkpoint directory and how to write there. A directory in memory is refused
+    /// unless asked for: since Linux 6.6 tmpfs accepts O_DIRECT, and its I/O is a memcpy.
     fn io(&self) -> Result<(PathBuf, IoMode), BenchError> {
         let dir = self.dir.clone().unwrap_or_else(std::env::temp_dir);
+        if let Some(fs) = memory_filesystem(&dir)
+            && !self.allow_memory_dir
+        {
+            return Err(BenchError::InvalidParam(format!(
+                "{} is on {fs}, in memory: its I/O would be a memory copy and the comparison \
+                 would show no I/O to overlap; use a directory on a disk with --dir, or pass \
+                 --allow-memory-dir",
+                dir.display()
+            )));
+        }
         if self.buffered {
             return Ok((dir, IoMode::Buffered));
         }
         probe_direct(&dir)?;
         Ok((dir, IoMode::Direct))
+    }
+
+    /// Checks what can be checked before any run: the repeat count and that the JSON file can
+    /// be written (it is created now, and filled at the end).
+    fn check(&self) -> Result<(), BenchError> {
+        if self.repeat == 0 {
+            return Err(BenchError::InvalidParam(
+                "--repeat must be at least 1: each runner runs that many times".into(),
+            ));
+        }
+        if let Some(path) = &self.json {
+            std::fs::File::create(path).map_err(|e| BenchError::io("creating", path, e))?;
+        }
+        Ok(())
     }
 }
 
@@ -180,40 +215,51 @@ fn period_and_length(
 }
 
 fn run_heat(a: &HeatArgs) -> Result<Report, BenchError> {
+    let opts = a.common.options()?;
     let (dir, io) = a.common.io()?;
     let mut p = HeatParams {
         n: a.size,
         block: a.block,
-        iters: 1,
+        // Checked now as far as given; the period and the length may be calibrated below.
+        iters: a.iters.unwrap_or(a.iof.unwrap_or(1).max(1)),
         iof: a.iof,
         io,
         dir,
     };
     p.validate()?;
+    // Before calibration, which allocates the grid too.
+    check_memory(
+        &format!("heat --size {}", p.n),
+        p.memory_bytes().unwrap_or(u64::MAX),
+    )?;
     let (iof, iters) = period_and_length(a.iof, a.iters, || calibrate::heat(&p))?;
     p.iof = Some(iof);
     p.iters = iters;
     p.validate()?;
-    compare::heat(&p, &a.common.options()?)
+    compare::heat(&p, &opts)
 }
 
 fn run_fwi(a: &FwiArgs) -> Result<Report, BenchError> {
+    let opts = a.common.options()?;
     let (dir, io) = a.common.io()?;
     let mut p = FwiParams {
         nz: a.nz,
         nx: a.nx,
         ny: a.ny,
-        steps: 1,
-        iof: 1,
+        // Checked now as far as given; the period and the length may be calibrated below.
+        steps: a.steps.unwrap_or(a.iof.unwrap_or(1).max(1)),
+        iof: a.iof.unwrap_or(1),
         io,
         dir,
     };
     p.validate()?;
+    let what = format!("fwi --nz {} --nx {} --ny {}", p.nz, p.nx, p.ny);
+    check_memory(&what, p.memory_bytes().unwrap_or(u64::MAX))?;
     let (iof, steps) = period_and_length(a.iof, a.steps, || calibrate::fwi(&p))?;
     p.iof = iof;
     p.steps = steps;
     p.validate()?;
-    compare::fwi(&p, &a.common.options()?)
+    compare::fwi(&p, &opts)
 }
 
 /// Restricts this process, and so every thread it starts from now on, to the first `n`
@@ -257,9 +303,16 @@ fn main() -> ExitCode {
         Cmd::Fwi(a) => a.common.cores,
         Cmd::Compare(c) => c.cores,
     };
-    if let Some(n) = cores
-        && let Err(e) = use_cores(n)
-    {
+    let common = match &cli.command {
+        Cmd::Heat(a) => &a.common,
+        Cmd::Fwi(a) => &a.common,
+        Cmd::Compare(c) => c,
+    };
+    let prepared = cores
+        .map_or(Ok(()), use_cores)
+        .and_then(|()| common.check())
+        .and_then(|()| remove_files_on_interrupt());
+    if let Err(e) = prepared {
         eprintln!("umt-bench: {e}");
         return ExitCode::from(2);
     }

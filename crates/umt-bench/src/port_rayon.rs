@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use crate::error::{BenchError, Errors};
 use crate::fwi::{self, FwiParams, FwiRun, Snapshots, State};
 use crate::heat::{Grid, HeatParams, HeatRun};
-use crate::io::{AlignedBuf, create_file, read_f64s_into, write_buf};
+use crate::io::{AlignedBuf, TempPath, create_file, read_f64s_into, write_buf};
 
 /// A pool of `threads` threads.
 pub fn pool(threads: usize) -> Result<rayon::ThreadPool, BenchError> {
@@ -62,8 +62,9 @@ pub fn heat(pool: &rayon::ThreadPool, p: &HeatParams) -> Result<HeatRun, BenchEr
 pub fn fwi(pool: &rayon::ThreadPool, p: &FwiParams) -> Result<FwiRun, BenchError> {
     p.validate()?;
     let st = State::new(p);
-    let path = p.new_snapshot_path();
-    let file = create_file(&path, p.io, p.snapshot_bytes())?;
+    let (path, file) = TempPath::create(p.new_snapshot_path(), |path| {
+        create_file(path, p.io, p.snapshot_bytes())
+    })?;
     let snaps = Snapshots::new(p);
     let ny = p.ny;
     let errors = Errors::default();
@@ -107,7 +108,7 @@ pub fn fwi(pool: &rayon::ThreadPool, p: &FwiParams) -> Result<FwiRun, BenchError
         }
     });
     let elapsed = start.elapsed();
-    fwi::finish(elapsed, &st, &path, &snaps, 2 * p.snapshot_bytes(), &errors)
+    fwi::finish(elapsed, &st, &snaps, 2 * p.snapshot_bytes(), &errors)
 }
 
 #[cfg(test)]

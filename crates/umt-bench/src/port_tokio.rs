@@ -3,7 +3,6 @@
 //!
 //! Same kernels, same files, same results as the umt-rt versions (bit-identical).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,7 +11,7 @@ use tokio::task::JoinSet;
 use crate::error::{BenchError, Errors};
 use crate::fwi::{self, FwiParams, FwiRun, Snapshots, State};
 use crate::heat::{Grid, HeatParams, HeatRun};
-use crate::io::{AlignedBuf, create_file, read_f64s_into, write_buf};
+use crate::io::{AlignedBuf, TempPath, create_file, read_f64s_into, write_buf};
 
 /// A multi-thread runtime with `workers` workers.
 pub fn runtime(workers: usize) -> Result<tokio::runtime::Runtime, BenchError> {
@@ -82,8 +81,10 @@ pub fn fwi(rt: &tokio::runtime::Runtime, p: &FwiParams) -> Result<FwiRun, BenchE
     p.validate()?;
     let st = Arc::new(State::new(p));
     let pa = Arc::new(p.clone());
-    let path: Arc<PathBuf> = Arc::new(p.new_snapshot_path());
-    let file = Arc::new(create_file(&path, p.io, p.snapshot_bytes())?);
+    let (path, file) = TempPath::create(p.new_snapshot_path(), |path| {
+        create_file(path, p.io, p.snapshot_bytes())
+    })?;
+    let (path, file) = (Arc::new(path), Arc::new(file));
     let snaps = Arc::new(Snapshots::new(p));
     let ny = p.ny;
     let errors = Arc::new(Errors::default());
@@ -140,7 +141,7 @@ pub fn fwi(rt: &tokio::runtime::Runtime, p: &FwiParams) -> Result<FwiRun, BenchE
         }
     });
     let elapsed = start.elapsed();
-    fwi::finish(elapsed, &st, &path, &snaps, 2 * p.snapshot_bytes(), &errors)
+    fwi::finish(elapsed, &st, &snaps, 2 * p.snapshot_bytes(), &errors)
 }
 
 #[cfg(test)]

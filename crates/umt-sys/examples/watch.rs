@@ -90,8 +90,19 @@ fn run_worker(
     monitor.unregister_current_thread()
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
+/// Says what went wrong, and what to do about it (umt-sys's messages carry the fix), rather
+/// than the `Debug` form `main` would print for an error it returns.
+fn main() -> std::process::ExitCode {
+    match watch(Args::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("watch: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn watch(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let monitor = Monitor::new(args.backend)?;
     let sel = monitor.selection();
     println!("backend: {} (requested {})", sel.chosen, sel.requested);

@@ -1,0 +1,272 @@
+//! umt-bench refuses what makes no sense before it allocates or runs, says why, and leaves no
+//! file behind on any way out: an error, a write that fails, Ctrl-C.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn bench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_umt-bench"))
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    output(bench().args(args).output().expect("runs"))
+}
+
+fn output(out: Output) -> (i32, String, String) {
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A fresh, empty directory on the disk, removed when dropped.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let dir = std::env::temp_dir().join(format!("umt-refusals-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        Dir(dir)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+
+    fn files(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(&self.0)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect()
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A small heat run in `dir`, with `extra` arguments.
+fn small_heat<'a>(dir: &'a Dir, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "heat",
+        "--size",
+        "512",
+        "--block",
+        "128",
+        "--iters",
+        "4",
+        "--iof",
+        "2",
+        "--repeat",
+        "1",
+        "--buffered",
+        "--dir",
+        dir.path(),
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[test]
+fn sizes_that_overflow_or_exceed_memory_are_refused_before_allocating() {
+    let (code, _, err) = run(&["fwi", "--nz", "4294967296", "--nx", "4294967296"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("too large"), "{err}");
+    let started = Instant::now();
+    let (code, _, err) = run(&["heat", "--size", "1048576", "--block", "512"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("needs about") && err.contains("available"),
+        "{err}"
+    );
+    // Refused at once: nothing was allocated (16 TiB would take the machine down).
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn counts_that_measure_nothing_are_refused_with_the_reason() {
+    let dir = Dir::new("counts");
+    for (args, reason) in [
+        (vec!["--iters", "0"], "iters must be at least 1"),
+        (vec!["--repeat", "0"], "--repeat must be at least 1"),
+        (vec!["--runtimes", "baseline,baseline"], "named twice"),
+        (
+            vec!["--iters", "4", "--iof", "8"],
+            "no checkpoint would be written",
+        ),
+    ] {
+        let mut all = vec!["heat", "--buffered", "--dir", dir.path()];
+        all.extend(args.iter().copied());
+        let (code, out, err) = run(&all);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(reason), "{args:?}: {err}");
+        assert!(
+            !err.contains("calibrated"),
+            "refused before calibrating: {err}"
+        );
+        assert!(out.is_empty(), "{out}");
+    }
+    let (code, _, err) = run(&["fwi", "--steps", "2", "--iof", "3", "--buffered"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no snapshot would be taken"), "{err}");
+    assert!(dir.files().is_empty());
+}
+
+/// tmpfs accepts O_DIRECT since Linux 6.6, and its I/O is a memory copy: refused unless
+/// asked for.
+#[test]
+fn a_directory_in_memory_is_refused_unless_allowed() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    }
+    let (code, _, err) = run(&["heat", "--dir", "/dev/shm", "--buffered"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("tmpfs") && err.contains("--allow-memory-dir"),
+        "{err}"
+    );
+    let args = [
+        "heat",
+        "--size",
+        "256",
+        "--block",
+        "64",
+        "--iters",
+        "2",
+        "--iof",
+        "1",
+        "--repeat",
+        "1",
+        "--runtimes",
+        "baseline",
+        "--buffered",
+        "--dir",
+        "/dev/shm",
+        "--allow-memory-dir",
+    ];
+    let (code, out, err) = run(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("baseline"), "{out}");
+}
+
+#[test]
+fn an_unwritable_json_path_fails_before_the_runs() {
+    let dir = Dir::new("json");
+    let (code, out, err) = run(&small_heat(&dir, &["--json", "/nonexistent/umt/out.json"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("/nonexistent/umt/out.json"), "{err}");
+    assert!(out.is_empty(), "nothing ran: {out}");
+}
+
+/// A run whose files cannot be written (here: the file size limit, as a full disk would do)
+/// fails with the error, and removes the files it had created.
+#[test]
+fn a_failed_write_leaves_no_file_behind() {
+    let dir = Dir::new("full");
+    // 1 MiB files at most, where a checkpoint takes 2 MiB; SIGXFSZ ignored, so the write or
+    // the preallocation fails with EFBIG instead of killing the process.
+    let script = format!(
+        "trap '' XFSZ; ulimit -f 1024; exec {} {}",
+        env!("CARGO_BIN_EXE_umt-bench"),
+        small_heat(&dir, &["--runtimes", "baseline"]).join(" ")
+    );
+    let (code, _, err) = output(Command::new("sh").args(["-c", &script]).output().unwrap());
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("File too large"), "{err}");
+    assert!(dir.files().is_empty(), "left behind: {:?}", dir.files());
+}
+
+/// Ctrl-C in the middle of a run removes the checkpoint files, and the process says so.
+#[test]
+fn ctrl_c_leaves_no_file_behind() {
+    let dir = Dir::new("ctrl-c");
+    let child = bench()
+        .args([
+            "heat",
+            "--size",
+            "1024",
+            "--block",
+            "256",
+            "--iters",
+            "400",
+            "--iof",
+            "2",
+            "--repeat",
+            "5",
+            "--runtimes",
+            "baseline",
+            "--buffered",
+            "--dir",
+            dir.path(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while dir.files().is_empty() {
+        assert!(Instant::now() < deadline, "no checkpoint file appeared");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let (code, _, err) = output(child.wait_with_output().unwrap());
+    assert_eq!(code, 130, "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(dir.files().is_empty(), "left behind: {:?}", dir.files());
+}
+
+#[test]
+fn verify_checks_every_runner_against_the_sequential_reference() {
+    let dir = Dir::new("verify");
+    let json = dir.0.join("out.json");
+    let mut args = small_heat(&dir, &["--runtimes", "baseline,rayon,tokio", "--verify"]);
+    args.extend(["--json", json.to_str().unwrap()]);
+    let (code, out, err) = run(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("tokio"), "{out}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(doc["params"]["verified"], true);
+}
+
+/// With few file descriptors, a umt-perf row is either exact (every worker monitored) or
+/// refused with the reason: never shown while workers went unmonitored.
+#[test]
+fn few_descriptors_never_give_a_silently_degraded_row() {
+    if umt_sys::Monitor::probe(umt_sys::BackendKind::Perf).is_err() {
+        eprintln!("skipped: needs perf events");
+        return;
+    }
+    let dir = Dir::new("fds");
+    let mut refused = 0;
+    for limit in [10, 12, 14, 16, 20, 30, 64] {
+        let script = format!(
+            "ulimit -n {limit}; exec {} {}",
+            env!("CARGO_BIN_EXE_umt-bench"),
+            small_heat(&dir, &["--runtimes", "umt-perf"]).join(" ")
+        );
+        let (code, out, err) = output(Command::new("sh").args(["-c", &script]).output().unwrap());
+        match code {
+            0 => assert!(out.contains("umt-perf"), "{limit}: {out}"),
+            2 => {
+                refused += 1;
+                assert!(
+                    err.contains("file descriptors") || err.contains("ulimit -n"),
+                    "{limit}: {err}"
+                );
+            }
+            _ => panic!("{limit}: exit {code}: {err}"),
+        }
+    }
+    assert!(refused > 0, "some limit is too low for every worker");
+    assert!(dir.files().is_empty());
+}
