@@ -14,6 +14,13 @@
 //! With the monitor off ([`BackendKind::Disabled`]) it is a classic one-worker-per-core pool,
 //! the baseline the benchmarks compare against.
 //!
+//! When the runtime cannot do its whole job it says so, once per kind and runtime: through
+//! `tracing` if the application installed a subscriber, else one line on stderr (no monitor
+//! could run, and why; a worker not monitored or not pinned; a leader that failed).
+//! [`Stats::monitored_workers`] and [`Stats::monitor`] show the same at run time, and
+//! [`Builder::require_monitor`] turns a missing monitor into [`BuildError::MonitorRequired`]
+//! for applications that would rather not start than lose the overlap.
+//!
 //! How the leaders learn of a block follows the monitor's backend
 //! ([`LeaderPolicy::default_for`]): with the UMT kernel they wait for its per-core eventfd;
 //! with the perf backend, whose signal per event is an interrupt (a VM exit in a virtual

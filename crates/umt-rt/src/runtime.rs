@@ -182,7 +182,7 @@ const LEADER_EXIT_WAIT: Duration = Duration::from_millis(20);
 impl Drop for Runtime {
     /// Stops the runtime: the workers run every queued task, then every worker and the
     /// starter thread are joined. The leaders are woken and joined too, unless they cannot
-    /// get a CPU within [`LEADER_EXIT_WAIT`]: at `SCHED_IDLE` a leader runs only when its core
+    /// get a CPU within 20 ms (`LEADER_EXIT_WAIT`): at `SCHED_IDLE` a leader runs only when its core
     /// has nothing else to run, and under load from other processes that can take a second
     /// or more (20 runtimes dropped under two `yes`: 36.8 s when every drop waited). Those exit
     /// at their next turn, and release the monitor then.
