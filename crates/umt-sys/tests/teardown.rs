@@ -12,7 +12,18 @@ fn dropping_a_monitor_closes_every_fd() {
     for backend in [BackendKind::Auto, BackendKind::Perf, BackendKind::Disabled] {
         let before = open_fds();
         {
-            let monitor = Monitor::new(backend).unwrap();
+            let monitor = match Monitor::new(backend) {
+                Ok(m) => m,
+                // Where perf events are denied, the explicit Perf request fails (Auto falls
+                // back). Only a run that requires the perf backend treats that as a failure.
+                Err(e) if std::env::var("UMT_REQUIRE_MONITOR").is_ok_and(|b| b == "perf") => {
+                    panic!("UMT_REQUIRE_MONITOR=perf, but: {e}")
+                }
+                Err(e) => {
+                    eprintln!("skipped {backend}: {e}");
+                    continue;
+                }
+            };
             std::thread::scope(|s| {
                 for _ in 0..3 {
                     s.spawn(|| {
