@@ -19,7 +19,10 @@ fn serial() -> MutexGuard<'static, ()> {
 /// The runtime's threads alive in this process. Only those named `umt-*`: the test harness
 /// starts and ends its own threads (one per test) while a test runs.
 fn threads() -> usize {
-    thread_names().iter().filter(|n| n.starts_with("umt-")).count()
+    thread_names()
+        .iter()
+        .filter(|n| n.starts_with("umt-"))
+        .count()
 }
 
 fn fds() -> usize {
