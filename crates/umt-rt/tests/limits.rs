@@ -3,7 +3,7 @@
 //! a time, since they share that limit.
 
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
-use umt_rt::{BackendKind, BuildError, Runtime};
+use umt_rt::{BackendKind, BuildError, LeaderPolicy, Runtime};
 
 mod common;
 use common::required_backend;
@@ -86,11 +86,16 @@ fn a_runtime_short_of_descriptors_says_what_it_cannot_do() {
         other => panic!("expected MonitorRequired, got {other:?}"),
     }
 
-    // 2. Enough for the monitor and for one worker's ring (its perf event and its CPU's wait
-    // set), not for the second: the second runs unmonitored, and the stats say so.
-    let rt = with_spare_fds(4, || {
+    // 2. The monitor takes two descriptors (its epoll, its eventfd); a worker two more (its
+    // ring's perf event, then its CPU's wait set), and gives back the first if the second
+    // fails. Polling leaders open none. Five are one short for both workers, whichever order
+    // they open them in: exactly one runs unmonitored, and the stats say so.
+    let two_cpus = umt_sys::cpu::process_cpus().unwrap()[..2].to_vec();
+    let rt = with_spare_fds(5, || {
         let rt = Runtime::builder()
+            .cores(two_cpus)
             .monitor(BackendKind::Perf)
+            .leader_policy(LeaderPolicy::Poll)
             .max_workers_per_core(1)
             .build()
             .unwrap();
@@ -110,6 +115,7 @@ fn a_runtime_short_of_descriptors_says_what_it_cannot_do() {
     assert_eq!(st.workers.len(), 2, "{st:#?}");
     assert_eq!(st.monitored_workers, 1, "{st:#?}");
     assert_eq!(st.workers.iter().filter(|w| w.monitored).count(), 1);
+    assert_eq!(st.monitor.registered, 1, "{st:#?}");
 }
 
 /// The child of [`a_fallback_is_said_on_stderr_once`]: builds two runtimes that fall back.

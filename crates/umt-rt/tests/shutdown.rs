@@ -94,7 +94,8 @@ fn drop_joins_every_thread_and_closes_every_fd() {
                 .iter()
                 .filter(|n| n.starts_with("umt-worker"))
                 .count();
-            assert_eq!(workers, started, "{backend}: workers are threads");
+            // The starter may be starting one more spare at this moment: named, not yet counted.
+            assert!(workers >= started, "{backend}: workers are threads");
             drop(rt);
             assert_eq!(
                 done.load(std::sync::atomic::Ordering::SeqCst),
@@ -113,6 +114,8 @@ fn drop_joins_every_thread_and_closes_every_fd() {
 #[test]
 fn drop_does_not_wait_for_leaders_that_cannot_run() {
     let _serial = serial();
+    // Before the probe: its leaders, too, may exit a moment after its drop.
+    let (t0, f0) = (threads(), fds());
     let probe = Runtime::builder()
         .monitor(monitored_backend())
         .leader_policy(LeaderPolicy::Poll)
@@ -123,7 +126,6 @@ fn drop_does_not_wait_for_leaders_that_cannot_run() {
     }
     let cpus = probe.cpus().to_vec();
     drop(probe);
-    let (t0, f0) = (settled(threads, threads()), fds());
     let stop = AtomicBool::new(false);
     let mut detached = 0;
     std::thread::scope(|s| {
