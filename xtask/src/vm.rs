@@ -6,7 +6,7 @@
 //! 3. Boot QEMU: console (`ttyS0`, kernel log) to `console.log`, the command's output
 //!    (`ttyS1`) to `output.log`, which is streamed to our stdout while the guest runs; an ext4
 //!    scratch disk on virtio-blk is mounted at `/scratch` and is the guest's `TMPDIR`
-//!    (tmpfs has no O_DIRECT on every kernel).
+//!    (on tmpfs, which accepts `O_DIRECT` since Linux 6.6, I/O is a memory copy that never blocks).
 //! 4. `/init` runs the command, prints `UMT-XTASK-EXIT=<status>` and powers off (ACPI).
 //!
 //! KVM is used when a probe boot under KVM reaches `/init` within a timeout; otherwise TCG.

@@ -52,7 +52,7 @@ fn as_bytes_mut(pages: &mut [Page]) -> &mut [u8] {
 }
 
 /// Creates a 4 MiB file and opens it for direct reads (falls back to buffered reads when the
-/// filesystem refuses `O_DIRECT`, for example tmpfs).
+/// filesystem refuses `O_DIRECT`: tmpfs before Linux 6.6, some FUSE and network filesystems).
 fn open_data_file(dir: &std::path::Path) -> std::io::Result<(File, PathBuf, bool)> {
     let path = dir.join(format!("umt-watch-{}.dat", std::process::id()));
     let mut f = File::create(&path)?;
