@@ -23,8 +23,39 @@ const BAD_KERNEL_LINES: &[&str] = &[
     "UBSAN: ",
 ];
 
-/// Seconds one suite may take in the guest (TCG is slow) before it counts as hung.
-const SUITE_TIMEOUT_S: u32 = 1200;
+/// Seconds one suite may take in the guest before it counts as hung: on the plain kernel
+/// under TCG every suite takes under a minute; the debug kernel (KASAN, lockdep) is ~20x slower.
+const SUITE_TIMEOUT_S: u32 = 300;
+const DEBUG_SUITE_TIMEOUT_S: u32 = 1800;
+
+/// `suite LIMIT CMD...`: runs CMD; if it is still running after LIMIT seconds, prints what
+/// each of its threads is doing (state, wait channel, kernel stack: what a hang report needs)
+/// and kills it. A plain `timeout` would say nothing about where it hung.
+const SUITE_FN: &str = r#"suite() {
+	limit=$1; shift
+	"$@" &
+	p=$!
+	(
+		n=0
+		while [ $n -lt "$limit" ]; do
+			sleep 1
+			kill -0 $p 2>/dev/null || exit 0
+			n=$((n + 1))
+		done
+		echo "HUNG: $1 still running after $limit s; its threads:"
+		for t in /proc/$p/task/*; do
+			echo "thread $(cat $t/comm) $(grep State: $t/status) wchan $(cat $t/wchan) syscall $(cat $t/syscall)"
+			sed 's/^/    /' $t/stack
+		done
+		kill -9 $p
+	) &
+	w=$!
+	wait $p
+	r=$?
+	kill $w 2>/dev/null
+	return $r
+}
+"#;
 
 /// Test executables that check host-side sources rather than kernel behaviour.
 const HOST_ONLY_TESTS: &[&str] = &["umt-sys-abi_kernel_patch"];
@@ -58,11 +89,16 @@ fn patched_kernel(vm: &VmArgs) -> Result<(Kernel, Vec<GuestFile>)> {
 
 /// The guest script of `vm test`: a TAP stream of suites, each suite's own output nested
 /// under `# `.
-fn test_script(files: &[GuestFile]) -> String {
+fn test_script(files: &[GuestFile], debug: bool) -> String {
+    let limit = if debug {
+        DEBUG_SUITE_TIMEOUT_S
+    } else {
+        SUITE_TIMEOUT_S
+    };
     let mut suites: Vec<(String, String)> = vec![
         (
             "kernel selftests: tools/testing/selftests/umt".into(),
-            format!("timeout {SUITE_TIMEOUT_S} /work/selftests/umt_test"),
+            format!("suite {limit} /work/selftests/umt_test"),
         ),
         (
             "umt-sys watch example selects the Kernel backend".into(),
@@ -81,11 +117,12 @@ fn test_script(files: &[GuestFile]) -> String {
                 format!("{name} (Kernel backend forced)"),
                 // One UMT state per process: tests that each build a Kernel monitor or
                 // runtime must not overlap.
-                format!("timeout {SUITE_TIMEOUT_S} {} --test-threads=1", f.dest),
+                format!("suite {limit} {} --test-threads=1", f.dest),
             ));
         }
     }
-    let mut s = String::from(
+    let mut s = String::from(SUITE_FN);
+    s.push_str(
         "set -o pipefail\nexport UMT_TEST_BACKEND=kernel UMT_REQUIRE_MONITOR=kernel\nfail=0\necho 'TAP version 13'\necho \"1..",
     );
     s.push_str(&format!("{}\"\n", suites.len()));
@@ -104,7 +141,7 @@ fn test_script(files: &[GuestFile]) -> String {
 /// `cargo xtask vm test`.
 pub(crate) fn test(vm_args: &VmArgs) -> Result<i32> {
     let (k, files) = patched_kernel(vm_args)?;
-    let script = test_script(&files);
+    let script = test_script(&files, vm_args.debug);
     let label = if vm_args.debug { "test-debug" } else { "test" };
     let o = vm::boot(vm_args, &k.bzimage, &files, &script, label, true)?;
     let console = fs::read_to_string(&o.console).unwrap_or_default();
@@ -221,9 +258,10 @@ mod tests {
                 executable: true,
             },
         ];
-        let s = test_script(&files);
+        let s = test_script(&files, false);
         assert!(s.contains("echo \"1..3\""), "{s}");
-        assert!(s.contains("/work/tests/umt-rt-blocking --test-threads=1"));
+        assert!(s.contains("suite 300 /work/tests/umt-rt-blocking --test-threads=1"));
+        assert!(test_script(&files, true).contains("suite 1800 /work/tests/umt-rt-blocking"));
         assert!(s.contains("export UMT_TEST_BACKEND=kernel UMT_REQUIRE_MONITOR=kernel"));
         assert!(!s.contains("abi_kernel_patch"));
         assert!(!s.contains("umt-bench-lib"));
