@@ -168,6 +168,7 @@ fn watch(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 Cause::Unregister => "unregister",
                 Cause::Exit => "exit",
                 Cause::Resync => "resync",
+                Cause::Counted => "counted",
             };
             // The kernel's timestamp of the switch when the backend has one, else the time seen.
             let at_ms = ev.time_ns.map_or(start.elapsed().as_secs_f64() * 1e3, |t| {

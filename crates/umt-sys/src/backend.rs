@@ -7,11 +7,15 @@ use std::str::FromStr;
 /// Which backend to use, as asked by the user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum BackendKind {
-    /// The best available: Kernel, else Perf, else Disabled.
+    /// The best available: Kernel, else Bpf, else Perf, else Disabled.
     #[default]
     Auto,
     /// The UMT kernel extension (`umt_enable`, `umt_thread_ctrl`, per-core eventfds).
     Kernel,
+    /// BPF programs on the scheduler's tracepoints keep per-CPU ready counts in shared memory
+    /// and wake a waiter only when a CPU it watches runs out of ready threads; for stock
+    /// kernels (Linux >= 5.18 with BTF), with CAP_BPF and CAP_PERFMON.
+    Bpf,
     /// Context-switch records from `perf_event_open`, for stock kernels (Linux >= 4.3).
     Perf,
     /// No monitoring: no events, ready counts stay 0 (the benchmark baseline).
@@ -24,6 +28,7 @@ impl BackendKind {
         match self {
             BackendKind::Auto => "auto",
             BackendKind::Kernel => "kernel",
+            BackendKind::Bpf => "bpf",
             BackendKind::Perf => "perf",
             BackendKind::Disabled => "disabled",
         }
@@ -38,7 +43,7 @@ impl fmt::Display for BackendKind {
 
 /// Error of parsing a [`BackendKind`] from text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown monitor backend {0:?}: use auto, kernel, perf or off")]
+#[error("unknown monitor backend {0:?}: use auto, kernel, bpf, perf or off")]
 pub struct ParseBackendError(String);
 
 impl FromStr for BackendKind {
@@ -48,6 +53,7 @@ impl FromStr for BackendKind {
         match s.trim().to_ascii_lowercase().as_str() {
             "auto" => Ok(BackendKind::Auto),
             "kernel" | "umt" => Ok(BackendKind::Kernel),
+            "bpf" | "ebpf" => Ok(BackendKind::Bpf),
             "perf" | "perf-switch" | "perfswitch" => Ok(BackendKind::Perf),
             "off" | "disabled" | "none" => Ok(BackendKind::Disabled),
             _ => Err(ParseBackendError(s.to_owned())),

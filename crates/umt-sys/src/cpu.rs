@@ -49,6 +49,29 @@ pub fn possible_cpus() -> Result<usize> {
     }
 }
 
+/// The CPUs online now (`/sys/devices/system/cpu/online`), ascending; without sysfs, the
+/// process's affinity mask.
+pub fn online_cpus() -> Result<Vec<CpuId>> {
+    match fs::read_to_string("/sys/devices/system/cpu/online") {
+        Ok(text) => parse_cpu_list(&text).ok_or_else(|| {
+            Error::os(
+                "parsing /sys/devices/system/cpu/online",
+                std::io::Error::new(std::io::ErrorKind::InvalidData, text.trim().to_owned()),
+            )
+        }),
+        Err(_) => process_cpus(),
+    }
+}
+
+/// The size of a memory page in bytes.
+pub(crate) fn page_size() -> usize {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(4096)
+}
+
 /// Parses a kernel CPU list such as `0-3,8,10-11` into ascending CPU ids.
 pub fn parse_cpu_list(text: &str) -> Option<Vec<CpuId>> {
     let mut cpus = Vec::new();

@@ -61,6 +61,16 @@ pub enum Error {
         pages: usize,
     },
 
+    /// The Bpf backend's thread table is full.
+    #[error(
+        "the Bpf monitor already has {max} threads registered: unregister threads that no \
+         longer need monitoring, or use one monitor per {max} threads"
+    )]
+    TooManyThreads {
+        /// The table's size.
+        max: u32,
+    },
+
     /// The process ran out of file descriptors (`EMFILE`, or the system's, `ENFILE`).
     #[error(
         "{what} failed: out of file descriptors: raise the limit with `ulimit -n` (each \

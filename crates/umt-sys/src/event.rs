@@ -34,6 +34,9 @@ pub enum Cause {
     Unregister,
     /// The thread exited while registered; what it contributed was taken back.
     Exit,
+    /// Counted in shared memory by the Bpf backend's programs: what changed since the last
+    /// drain (the programs do not say which thread).
+    Counted,
     /// Records were lost; the thread's state was re-read from `/proc` and the counts fixed.
     Resync,
 }

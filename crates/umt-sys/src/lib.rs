@@ -7,8 +7,12 @@
 //! - [`abi`]: the User-Monitored Threads (UMT) ABI shared with the kernel patch in
 //!   `kernel-patch/`: syscall numbers, flags, and the per-core event word ([`Events`]).
 //! - [`Monitor`]: per-core block/unblock events and ready counts for the threads registered with
-//!   it, from one of three backends that look the same to the caller:
+//!   it, from one of four backends that look the same to the caller:
 //!   - **Kernel**: the UMT extension (one eventfd per core, counted by the scheduler);
+//!   - **Bpf**: BPF programs on the scheduler's tracepoints keep the ready counts in memory
+//!     this process maps, and wake a waiter only when its core runs out of ready threads
+//!     ([`Monitor::counts_are_live`]); stock Linux >= 5.18 with BTF, CAP_BPF + CAP_PERFMON,
+//!     and clang at build time (the `bpf` feature, on by default);
 //!   - **Perf**: `perf_event_open` context-switch records, on any stock Linux >= 4.3 with
 //!     `perf_event_paranoid <= 2`;
 //!   - **Disabled**: no monitoring, the baseline.
@@ -70,4 +74,4 @@ pub use backend::{BackendKind, ParseBackendError, Selection, Unavailable};
 pub use cpu::CpuId;
 pub use error::{Error, Result};
 pub use event::{Cause, MonitorEvent};
-pub use monitor::{DEFAULT_RING_PAGES, Monitor, MonitorBuilder, MonitorStats};
+pub use monitor::{BPF_MAX_THREADS, DEFAULT_RING_PAGES, Monitor, MonitorBuilder, MonitorStats};

@@ -32,8 +32,9 @@ fn auto_explains_every_rejection() {
     assert_ne!(sel.chosen, BackendKind::Auto);
     let expected_rejections: &[BackendKind] = match sel.chosen {
         BackendKind::Kernel => &[],
-        BackendKind::Perf => &[BackendKind::Kernel],
-        _ => &[BackendKind::Kernel, BackendKind::Perf],
+        BackendKind::Bpf => &[BackendKind::Kernel],
+        BackendKind::Perf => &[BackendKind::Kernel, BackendKind::Bpf],
+        _ => &[BackendKind::Kernel, BackendKind::Bpf, BackendKind::Perf],
     };
     let rejected: Vec<_> = sel.rejected.iter().map(|u| u.backend).collect();
     assert_eq!(rejected, expected_rejections);
@@ -46,9 +47,11 @@ fn auto_explains_every_rejection() {
     if !kernel_has_umt() {
         assert_ne!(sel.chosen, BackendKind::Kernel);
     }
+    let bpf = Monitor::probe(BackendKind::Bpf).is_ok();
+    assert_eq!(sel.chosen == BackendKind::Bpf, !kernel_has_umt() && bpf);
     assert_eq!(
         sel.chosen == BackendKind::Perf,
-        !kernel_has_umt() && Monitor::probe(BackendKind::Perf).is_ok()
+        !kernel_has_umt() && !bpf && Monitor::probe(BackendKind::Perf).is_ok()
     );
 }
 
@@ -86,13 +89,14 @@ fn backend_names_parse() {
         ("auto", BackendKind::Auto),
         ("kernel", BackendKind::Kernel),
         ("perf", BackendKind::Perf),
+        ("bpf", BackendKind::Bpf),
         ("off", BackendKind::Disabled),
         ("Disabled", BackendKind::Disabled),
     ] {
         assert_eq!(text.parse::<BackendKind>().unwrap(), kind);
     }
     let err = "fast".parse::<BackendKind>().unwrap_err();
-    assert!(err.to_string().contains("auto, kernel, perf or off"));
+    assert!(err.to_string().contains("auto, kernel, bpf, perf or off"));
 }
 
 /// Once the monitor is shutting down, every wait on it returns at once, those of the CPU wait sets

@@ -2,6 +2,7 @@
 //! backend this machine supports. The protocol is described step by step in `README.md` beside
 //! this file.
 
+mod bpf;
 mod kernel;
 mod perf;
 mod select;
@@ -24,6 +25,7 @@ use crate::event::{Cause, MonitorEvent};
 use crate::ready::ReadyCounts;
 use select::Backend;
 
+pub use bpf::BPF_MAX_THREADS;
 pub use perf::DEFAULT_RING_PAGES;
 
 /// Counters of what a monitor has seen since it was created.
@@ -45,6 +47,9 @@ pub struct MonitorStats {
     pub resyncs: u64,
     /// Threads currently registered.
     pub registered: u64,
+    /// Wake-ups the Bpf backend sent: one each time a CPU whose waiter had armed it ran out
+    /// of ready threads (the other backends signal every event; their drains count those).
+    pub wakeups: u64,
 }
 
 #[derive(Debug, Default)]
@@ -214,6 +219,7 @@ impl Monitor {
     pub fn probe(backend: BackendKind) -> std::result::Result<(), Unavailable> {
         match backend {
             BackendKind::Kernel => kernel::probe(),
+            BackendKind::Bpf => bpf::probe(),
             BackendKind::Perf => perf::probe(),
             BackendKind::Auto | BackendKind::Disabled => Ok(()),
         }
@@ -244,6 +250,14 @@ impl Monitor {
         !matches!(self.backend, Backend::Disabled)
     }
 
+    /// `true` when the ready counts live in memory the kernel updates (Bpf): [`Monitor::ready`]
+    /// is then current without a drain, drains only consume wake-ups, and a wait returns only
+    /// when a CPU runs out of ready threads (not at every event). The other backends deliver
+    /// events, which a drain applies to the counts.
+    pub fn counts_are_live(&self) -> bool {
+        matches!(self.backend, Backend::Bpf(_))
+    }
+
     /// Starts monitoring the calling thread. It counts as ready on its current core.
     pub fn register_current_thread(&self) -> Result<()> {
         let tid = cpu::current_tid();
@@ -252,6 +266,7 @@ impl Monitor {
         }
         let res = match &self.backend {
             Backend::Kernel(k) => k.register(),
+            Backend::Bpf(b) => b.register(tid),
             Backend::Perf(p) => p.register(tid, &self.epoll, &|cpu| self.cpu_set(cpu), &mut |e| {
                 self.record_pending(e)
             }),
@@ -271,6 +286,7 @@ impl Monitor {
         }
         let res = match &self.backend {
             Backend::Kernel(k) => k.unregister(),
+            Backend::Bpf(b) => b.unregister(tid),
             Backend::Perf(p) => p.unregister(tid, &self.epoll, &mut |e| self.record_pending(e)),
             Backend::Disabled => Ok(()),
         };
@@ -295,7 +311,7 @@ impl Monitor {
     pub fn mute_current_thread(&self) -> Result<()> {
         match &self.backend {
             Backend::Perf(p) => p.mute(),
-            Backend::Kernel(_) | Backend::Disabled => Ok(()),
+            Backend::Kernel(_) | Backend::Bpf(_) | Backend::Disabled => Ok(()),
         }
     }
 
@@ -307,7 +323,7 @@ impl Monitor {
     pub fn unmute_current_thread(&self) -> Result<()> {
         match &self.backend {
             Backend::Perf(p) => p.unmute(&mut |e| self.record_pending(e)),
-            Backend::Kernel(_) | Backend::Disabled => Ok(()),
+            Backend::Kernel(_) | Backend::Bpf(_) | Backend::Disabled => Ok(()),
         }
     }
 
@@ -333,6 +349,14 @@ impl Monitor {
         };
         match &self.backend {
             Backend::Kernel(k) => k.drain(&self.epoll, &mut sink)?,
+            Backend::Bpf(b) => {
+                // The counts are live: the events only describe them, for watchers.
+                b.drain(&mut |ev| {
+                    on_event(&ev);
+                    n += 1;
+                });
+                self.forget_exited(b.exited());
+            }
             Backend::Perf(p) => {
                 let outcome = p.drain(&self.epoll, &mut sink)?;
                 self.count_losses(&outcome);
@@ -366,7 +390,7 @@ impl Monitor {
                 let outcome = p.drain_own(&mut sink)?;
                 self.count_losses(&outcome);
             }
-            Backend::Disabled => {}
+            Backend::Bpf(_) | Backend::Disabled => {}
         }
         Ok(n)
     }
@@ -389,6 +413,8 @@ impl Monitor {
         };
         match &self.backend {
             Backend::Kernel(k) => k.drain_cpu(cpu, &mut sink)?,
+            // The wake-ups read; the counts need no drain.
+            Backend::Bpf(b) => n = b.drain_cpu(cpu),
             Backend::Perf(p) => {
                 // No wait set yet: no thread ever registered on `cpu`, nothing to retire.
                 let set = self.cpu_sets.get(cpu).and_then(OnceLock::get);
@@ -413,8 +439,18 @@ impl Monitor {
     ///
     /// epoll counts whole milliseconds: the timeout is rounded up, so a sub-millisecond one
     /// waits a millisecond instead of returning at once.
+    ///
+    /// With the Bpf backend ([`Monitor::counts_are_live`]), it returns early only when a CPU
+    /// ran out of ready threads since the last [`Monitor::drain_with`].
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
-        wait_on(&self.epoll, timeout)
+        match &self.backend {
+            Backend::Bpf(b) => {
+                let woken = b.arm_all() || wait_on(&self.epoll, timeout)?;
+                b.disarm_all();
+                Ok(woken)
+            }
+            _ => wait_on(&self.epoll, timeout),
+        }
     }
 
     /// [`Monitor::wait`], woken only by what concerns `cpu`: with the Kernel backend, its
@@ -423,8 +459,20 @@ impl Monitor {
     /// `SCHED_IDLE` runs exactly when that core has nothing else to run: when its workers have
     /// blocked. Another waiter's drain may consume the readiness first (perf rings report it
     /// once); that drain has then applied the events.
+    ///
+    /// With the Bpf backend it returns early only when `cpu` ran out of ready threads since
+    /// its last [`Monitor::drain_cpu`] (then at once), or does so while this waits: the one
+    /// moment its waiter must act. Every other change is in [`Monitor::ready`] already.
     pub fn wait_cpu(&self, cpu: CpuId, timeout: Option<Duration>) -> Result<bool> {
-        wait_on(self.cpu_set(cpu)?, timeout)
+        let set = self.cpu_set(cpu)?;
+        match &self.backend {
+            Backend::Bpf(b) => {
+                let woken = b.arm_cpu(cpu) || wait_on(set, timeout)?;
+                b.disarm_cpu(cpu);
+                Ok(woken)
+            }
+            _ => wait_on(set, timeout),
+        }
     }
 
     /// The wait set of `cpu`, created (with the Kernel backend's eventfd of `cpu` in it) on
@@ -440,8 +488,10 @@ impl Monitor {
         let set = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
             .map_err(|e| Error::os("epoll_create1", e))?;
         watch_interrupt(&set, &self.interrupt)?;
-        if let Backend::Kernel(k) = &self.backend {
-            k.watch_cpu(cpu, &set)?;
+        match &self.backend {
+            Backend::Kernel(k) => k.watch_cpu(cpu, &set)?,
+            Backend::Bpf(b) => b.watch_cpu(cpu, &set)?,
+            Backend::Perf(_) | Backend::Disabled => {}
         }
         // Two first uses at once: the loser's set is closed here, and everyone gets (and adds
         // rings to) the winner's.
@@ -467,29 +517,43 @@ impl Monitor {
     }
 
     /// The ready count of `cpu`: monitored threads running or runnable there, as of the last
-    /// drain.
+    /// drain (with the Bpf backend: now, read from the shared counters).
     #[inline]
     pub fn ready(&self, cpu: CpuId) -> i64 {
-        self.counts.get(cpu)
+        match &self.backend {
+            Backend::Bpf(b) => b.ready(cpu),
+            _ => self.counts.get(cpu),
+        }
     }
 
     /// All ready counts, indexed by CPU id (one entry per possible CPU).
     pub fn ready_counts(&self) -> Vec<i64> {
-        self.counts.snapshot()
+        match &self.backend {
+            Backend::Bpf(b) => (0..self.cpu_sets.len()).map(|c| b.ready(c)).collect(),
+            _ => self.counts.snapshot(),
+        }
     }
 
     /// Counters of what the monitor has seen.
     pub fn stats(&self) -> MonitorStats {
         let s = &self.stats;
+        let bpf = match &self.backend {
+            Backend::Bpf(b) => {
+                self.forget_exited(b.exited());
+                Some(b.totals())
+            }
+            _ => None,
+        };
         MonitorStats {
-            blocks: s.blocks.load(Ordering::Relaxed),
-            unblocks: s.unblocks.load(Ordering::Relaxed),
-            migrations: s.migrations.load(Ordering::Relaxed),
+            blocks: bpf.map_or_else(|| s.blocks.load(Ordering::Relaxed), |t| t.blocks),
+            unblocks: bpf.map_or_else(|| s.unblocks.load(Ordering::Relaxed), |t| t.unblocks),
+            migrations: bpf.map_or_else(|| s.migrations.load(Ordering::Relaxed), |t| t.migrations),
+            wakeups: bpf.map_or(0, |t| t.notes),
             lost_records: s.lost_records.load(Ordering::Relaxed),
             overflows: s.overflows.load(Ordering::Relaxed),
             resyncs: match &self.backend {
                 Backend::Perf(p) => p.resyncs(),
-                Backend::Kernel(_) | Backend::Disabled => 0,
+                Backend::Kernel(_) | Backend::Bpf(_) | Backend::Disabled => 0,
             },
             registered: self.lock_registered().len() as u64,
         }
@@ -536,7 +600,7 @@ impl Monitor {
         self.counts.apply(ev.cpu, ev.events);
         let s = &self.stats;
         match ev.cause {
-            Cause::Kernel | Cause::Switch => {
+            Cause::Kernel | Cause::Switch | Cause::Counted => {
                 s.blocks
                     .fetch_add(u64::from(ev.events.blocked), Ordering::Relaxed);
                 s.unblocks

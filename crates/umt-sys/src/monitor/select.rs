@@ -3,18 +3,19 @@
 
 use nix::sys::epoll::Epoll;
 
-use super::{kernel, perf};
+use super::{bpf, kernel, perf};
 use crate::backend::{BackendKind, Selection, Unavailable};
 use crate::error::{Error, Result};
 
 /// The backend a monitor runs on.
 pub(super) enum Backend {
     Kernel(kernel::KernelBackend),
+    Bpf(Box<bpf::BpfBackend>),
     Perf(perf::PerfBackend),
     Disabled,
 }
 
-/// Opens the backend `requested` asks for: `Auto` tries Kernel, then Perf, and falls back to
+/// Opens the backend `requested` asks for: `Auto` tries Kernel, then Bpf, then Perf, and falls back to
 /// Disabled, recording why each was rejected; an explicit backend that cannot run is an error.
 pub(super) fn open(
     requested: BackendKind,
@@ -24,8 +25,9 @@ pub(super) fn open(
     signal_each_event: bool,
 ) -> Result<(Backend, Selection)> {
     let order: &[BackendKind] = match requested {
-        BackendKind::Auto => &[BackendKind::Kernel, BackendKind::Perf],
+        BackendKind::Auto => &[BackendKind::Kernel, BackendKind::Bpf, BackendKind::Perf],
         BackendKind::Kernel => &[BackendKind::Kernel],
+        BackendKind::Bpf => &[BackendKind::Bpf],
         BackendKind::Perf => &[BackendKind::Perf],
         BackendKind::Disabled => &[],
     };
@@ -35,6 +37,9 @@ pub(super) fn open(
         let attempt = match kind {
             BackendKind::Kernel => {
                 kernel::KernelBackend::open(possible_cpus, epoll).map(Backend::Kernel)
+            }
+            BackendKind::Bpf => {
+                bpf::BpfBackend::open(possible_cpus, Some(epoll)).map(|b| Backend::Bpf(Box::new(b)))
             }
             _ => perf::PerfBackend::open(possible_cpus, ring_pages, signal_each_event)
                 .map(Backend::Perf),

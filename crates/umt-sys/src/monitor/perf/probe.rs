@@ -39,13 +39,7 @@ pub(crate) fn probe() -> std::result::Result<(), Unavailable> {
     }
 }
 
-pub(super) fn page_size() -> usize {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .and_then(|p| usize::try_from(p).ok())
-        .unwrap_or(4096)
-}
+pub(super) use crate::cpu::page_size;
 
 pub(super) fn read_paranoid() -> Option<i32> {
     std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")

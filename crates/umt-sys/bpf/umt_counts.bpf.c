@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * umt_counts: per-CPU ready counts of one process's monitored threads, kept by BPF programs on
+ * the scheduler's tracepoints in memory that the process maps, with a wake-up only when a
+ * CPU's ready count drops to zero while the process waits for it. The loader is
+ * `crates/umt-sys/src/monitor/bpf/`; the protocol, step by step, is in
+ * `crates/umt-sys/src/monitor/README.md` ("The Bpf backend").
+ *
+ * Self-contained on purpose: it needs clang and nothing else (no libbpf headers, no
+ * vmlinux.h). The kernel structures it reads are declared below with only the fields it uses;
+ * clang records CO-RE relocations for them and the loader resolves them against the running
+ * kernel's BTF.
+ *
+ * Needs Linux >= 5.18 (sched_switch's prev_state argument) with BTF, and BPF atomics (5.12).
+ */
+
+typedef unsigned int __u32;
+typedef int __s32;
+typedef unsigned long long __u64;
+typedef long long __s64;
+typedef _Bool bool;
+
+#define SEC(name) __attribute__((section(name), used))
+#define __uint(name, val) int (*name)[val]
+#define __type(name, val) typeof(val) *name
+
+/* The stable ABI values this file needs, from include/uapi/linux/bpf.h. */
+#define BPF_MAP_TYPE_HASH 1
+#define BPF_MAP_TYPE_ARRAY 2
+#define BPF_MAP_TYPE_PERF_EVENT_ARRAY 4
+#define BPF_F_MMAPABLE (1U << 10)
+#define BPF_F_CURRENT_CPU 0xffffffffULL
+
+static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
+static __u32 (*bpf_get_smp_processor_id)(void) = (void *)8;
+static long (*bpf_perf_event_output)(void *ctx, void *map, __u64 flags, void *data,
+				     __u64 size) = (void *)25;
+
+/* Only the fields read here; the loader relocates their offsets (CO-RE). */
+struct thread_info {
+	__u32 cpu;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	struct thread_info thread_info;
+	__s32 pid;
+	__s32 tgid;
+} __attribute__((preserve_access_index));
+
+/*
+ * One per possible CPU, 64 bytes so that CPUs do not share a cache line. Must match
+ * `CpuCounts` in the loader.
+ */
+struct umt_cpu {
+	__s64 ready;		/* monitored threads running or runnable on this CPU */
+	__u64 blocks;		/* cumulative: a monitored thread blocked here */
+	__u64 unblocks;		/* cumulative: a blocked monitored thread was woken onto here */
+	__u64 migrations;	/* cumulative: a ready monitored thread moved here */
+	__u64 drops;		/* cumulative: the ready count reached zero */
+	__u64 notes;		/* cumulative: wake-ups sent for this CPU */
+	__u64 armed;		/* written by the process: 1 while a waiter sleeps for this CPU */
+	__u64 busy_armed;	/* likewise, for a rise above one */
+};
+
+/* A thread's state word, in `slots`; every change is one compare-and-swap. */
+#define ST_CPU_MASK 0xffffffffULL
+#define ST_READY (1ULL << 32)	/* running or runnable on ST_CPU */
+#define ST_ACTIVE (1ULL << 33)	/* registered; cleared by unregister or exit */
+#define ST_EXITED (1ULL << 34)	/* the thread exited while registered */
+
+/* Kinds of wake-up record. */
+#define NOTE_IDLE 1	/* the CPU's ready count dropped to zero */
+#define NOTE_BUSY 2	/* the CPU's ready count rose to two */
+
+struct note {
+	__u32 cpu;
+	__u32 kind;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct umt_cpu);
+	__uint(max_entries, 1);	/* set to the number of possible CPUs by the loader */
+} counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1);	/* set to the slot capacity by the loader */
+} slots SEC(".maps");
+
+/* Monitored thread id -> its slot in `slots`. Written by the process; deleted at exit. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);	/* set to the slot capacity by the loader */
+} threads SEC(".maps");
+
+/* One perf buffer per CPU: the wake-ups for a waiter of that CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+	__uint(max_entries, 1);	/* set to the number of possible CPUs by the loader */
+} notes SEC(".maps");
+
+/* The process whose threads count; set by the loader. */
+const volatile __s32 target_tgid = 0;
+
+char _license[] SEC("license") = "GPL";
+
+static __attribute__((always_inline)) struct umt_cpu *cpu_counts(__u32 cpu)
+{
+	return bpf_map_lookup_elem(&counts, &cpu);
+}
+
+/* The state word of a monitored thread of the target process, or NULL. */
+static __attribute__((always_inline)) __u64 *thread_slot(struct task_struct *p)
+{
+	__u32 tid, *slot;
+
+	if (!p || p->tgid != target_tgid)
+		return 0;
+	tid = p->pid;
+	slot = bpf_map_lookup_elem(&threads, &tid);
+	if (!slot)
+		return 0;
+	return bpf_map_lookup_elem(&slots, slot);
+}
+
+/*
+ * Sends a wake-up of `kind` for `cpu` if a waiter armed it. The record goes to the buffer of
+ * the CPU this runs on (a BPF program can write no other); it is `cpu` for every drop that a
+ * block or an exit causes. A migration run from another CPU may send it elsewhere: the loader's
+ * notes name their CPU, and the waiters' timeouts cover the rest.
+ */
+static __attribute__((always_inline)) void notify(void *ctx, struct umt_cpu *c, __u32 cpu,
+						  __u32 kind)
+{
+	struct note n = { .cpu = cpu, .kind = kind };
+	__u64 *armed = kind == NOTE_IDLE ? &c->armed : &c->busy_armed;
+
+	if (!__sync_lock_test_and_set(armed, 0))
+		return;
+	__sync_fetch_and_add(&c->notes, 1);
+	bpf_perf_event_output(ctx, &notes, BPF_F_CURRENT_CPU, &n, sizeof(n));
+}
+
+/* Adds `delta` (+1 or -1) to `cpu`'s ready count; a drop to zero counts, and may wake. */
+static __attribute__((always_inline)) void add_ready(void *ctx, __u32 cpu, __s64 delta)
+{
+	struct umt_cpu *c = cpu_counts(cpu);
+	__s64 old;
+
+	if (!c)
+		return;
+	old = __sync_fetch_and_add(&c->ready, delta);
+	if (delta < 0 && old == 1) {
+		__sync_fetch_and_add(&c->drops, 1);
+		notify(ctx, c, cpu, NOTE_IDLE);
+	} else if (delta > 0 && old == 1) {
+		notify(ctx, c, cpu, NOTE_BUSY);
+	}
+}
+
+static __attribute__((always_inline)) void count(__u32 cpu, int which)
+{
+	struct umt_cpu *c = cpu_counts(cpu);
+
+	if (!c)
+		return;
+	if (which == 0)
+		__sync_fetch_and_add(&c->blocks, 1);
+	else if (which == 1)
+		__sync_fetch_and_add(&c->unblocks, 1);
+	else
+		__sync_fetch_and_add(&c->migrations, 1);
+}
+
+/*
+ * A ready thread found running on `cpu` while its word says another CPU (it moved while this
+ * was not looking, for example between its registration and its first switch): move its count.
+ */
+static __attribute__((always_inline)) void settle_running(void *ctx, __u64 *st, __u32 cpu)
+{
+	__u64 old = *st, want;
+
+	if (!(old & ST_ACTIVE))
+		return;
+	if ((old & ST_READY) && (old & ST_CPU_MASK) == cpu)
+		return;
+	want = (old & ~ST_CPU_MASK) | ST_READY | cpu;
+	if (__sync_val_compare_and_swap(st, old, want) != old)
+		return;
+	add_ready(ctx, cpu, 1);
+	if (old & ST_READY) {
+		add_ready(ctx, old & ST_CPU_MASK, -1);
+		count(cpu, 2);
+	} else {
+		count(cpu, 1);
+	}
+}
+
+SEC("tp_btf/sched_switch")
+int umt_switch(__u64 *ctx)
+{
+	bool preempt = ctx[0];
+	struct task_struct *prev = (void *)ctx[1];
+	struct task_struct *next = (void *)ctx[2];
+	__u32 prev_state = ctx[3];
+	__u32 cpu = bpf_get_smp_processor_id();
+	__u64 *st;
+
+	/* prev blocked: it leaves the runqueue (a preempted one, or one whose sleep a signal
+	 * cancelled, reports TASK_RUNNING or preempt, and stays ready). */
+	st = thread_slot(prev);
+	if (st && !preempt && prev_state != 0) {
+		__u64 old = *st;
+
+		if ((old & ST_ACTIVE) && (old & ST_READY) &&
+		    __sync_val_compare_and_swap(st, old, (old & ~(ST_READY | ST_CPU_MASK)) | cpu) ==
+			    old) {
+			count(cpu, 0);
+			add_ready(ctx, old & ST_CPU_MASK, -1);
+		}
+	}
+	st = thread_slot(next);
+	if (st)
+		settle_running(ctx, st, cpu);
+	return 0;
+}
+
+/* A blocked thread becomes runnable on its target CPU: it counts there from now. */
+static __attribute__((always_inline)) int woken(__u64 *ctx)
+{
+	struct task_struct *p = (void *)ctx[0];
+	__u64 *st = thread_slot(p);
+	__u64 old, want;
+	__u32 cpu;
+
+	if (!st)
+		return 0;
+	old = *st;
+	if (!(old & ST_ACTIVE) || (old & ST_READY))
+		return 0;
+	cpu = p->thread_info.cpu;
+	want = (old & ~ST_CPU_MASK) | ST_READY | cpu;
+	if (__sync_val_compare_and_swap(st, old, want) != old)
+		return 0;
+	count(cpu, 1);
+	add_ready(ctx, cpu, 1);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int umt_wakeup(__u64 *ctx)
+{
+	return woken(ctx);
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int umt_wakeup_new(__u64 *ctx)
+{
+	return woken(ctx);
+}
+
+/* A ready thread moves between runqueues: its count follows. (A blocked one being woken onto
+ * another CPU also passes here; its wake-up, next, counts it on the new CPU.) */
+SEC("tp_btf/sched_migrate_task")
+int umt_migrate(__u64 *ctx)
+{
+	struct task_struct *p = (void *)ctx[0];
+	__u32 dest = ctx[1];
+	__u64 *st = thread_slot(p);
+	__u64 old, want;
+
+	if (!st)
+		return 0;
+	old = *st;
+	if (!(old & ST_ACTIVE) || !(old & ST_READY) || (old & ST_CPU_MASK) == dest)
+		return 0;
+	want = (old & ~ST_CPU_MASK) | dest;
+	if (__sync_val_compare_and_swap(st, old, want) != old)
+		return 0;
+	count(dest, 2);
+	add_ready(ctx, dest, 1);
+	add_ready(ctx, old & ST_CPU_MASK, -1);
+	return 0;
+}
+
+/* A monitored thread exits: what it contributed is taken back, and it stops counting before
+ * its last switch (which would otherwise look like a block). */
+SEC("tp_btf/sched_process_exit")
+int umt_exit(__u64 *ctx)
+{
+	struct task_struct *p = (void *)ctx[0];
+	__u64 *st = thread_slot(p);
+	__u64 old;
+	__u32 tid;
+
+	if (!st)
+		return 0;
+	/* The thread runs this itself, so nothing else changes its word meanwhile but a
+	 * process-side unregister of another thread's slot, which cannot be this one. */
+	old = *st;
+	if ((old & ST_ACTIVE) &&
+	    __sync_val_compare_and_swap(st, old, (old & ~ST_ACTIVE) | ST_EXITED) == old &&
+	    (old & ST_READY))
+		add_ready(ctx, old & ST_CPU_MASK, -1);
+	tid = p->pid;
+	bpf_map_delete_elem(&threads, &tid);
+	return 0;
+}

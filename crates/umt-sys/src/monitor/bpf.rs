@@ -1,0 +1,617 @@
+//! The Bpf backend: BPF programs on the scheduler's tracepoints keep each CPU's ready count of
+//! this process's registered threads in memory the process maps, and wake a waiter only when
+//! a CPU it armed drops to no ready thread (`README.md`, "The Bpf backend", steps B1–B6).
+//!
+//! The program is `bpf/umt_counts.bpf.c`, compiled by clang at build time (`build.rs`) and
+//! loaded with aya: a pure-Rust loader, so the crate needs no C library (libbpf, libelf) to
+//! build or run, only clang for the program itself. A build without clang still compiles; the
+//! backend then reports itself unavailable and says why.
+
+use nix::sys::epoll::Epoll;
+
+use crate::backend::{BackendKind, Unavailable};
+use crate::cpu::CpuId;
+use crate::error::Result;
+use crate::event::MonitorEvent;
+
+/// Most threads one monitor can register at once (the size of the programs' thread table).
+pub const BPF_MAX_THREADS: u32 = 16384;
+
+#[cfg(umt_bpf)]
+pub(crate) use imp::BpfBackend;
+
+#[cfg(not(umt_bpf))]
+pub(crate) use stub::BpfBackend;
+
+/// Whether the Bpf backend can run here: loads and attaches the programs, then drops them.
+pub(crate) fn probe() -> std::result::Result<(), Unavailable> {
+    match BpfBackend::open(crate::cpu::possible_cpus().unwrap_or(1), None) {
+        Ok(_) => Ok(()),
+        Err(crate::Error::Unavailable(u)) => Err(u),
+        Err(e) => Err(Unavailable::new(BackendKind::Bpf, e.to_string())),
+    }
+}
+
+#[cfg(not(umt_bpf))]
+mod stub {
+    use super::*;
+
+    /// Never built: this build has no BPF program (see `UMT_BPF_UNAVAILABLE`).
+    pub(crate) enum BpfBackend {}
+
+    impl BpfBackend {
+        pub(crate) fn open(_possible: usize, _epoll: Option<&Epoll>) -> Result<BpfBackend> {
+            Err(
+                Unavailable::new(BackendKind::Bpf, env!("UMT_BPF_UNAVAILABLE"))
+                    .with_fix(
+                        "install clang (Debian: apt-get install clang), then `cargo clean -p \
+                     umt-sys` and rebuild; umt-sys's `bpf` feature is on by default",
+                    )
+                    .into(),
+            )
+        }
+        pub(crate) fn register(&self, _tid: i32) -> Result<()> {
+            match *self {}
+        }
+        pub(crate) fn unregister(&self, _tid: i32) -> Result<()> {
+            match *self {}
+        }
+        pub(crate) fn ready(&self, _cpu: CpuId) -> i64 {
+            match *self {}
+        }
+        pub(crate) fn watch_cpu(&self, _cpu: CpuId, _set: &Epoll) -> Result<()> {
+            match *self {}
+        }
+        pub(crate) fn arm_cpu(&self, _cpu: CpuId) -> bool {
+            match *self {}
+        }
+        pub(crate) fn arm_all(&self) -> bool {
+            match *self {}
+        }
+        pub(crate) fn disarm_cpu(&self, _cpu: CpuId) {
+            match *self {}
+        }
+        pub(crate) fn disarm_all(&self) {
+            match *self {}
+        }
+        pub(crate) fn drain_cpu(&self, _cpu: CpuId) -> usize {
+            match *self {}
+        }
+        pub(crate) fn drain(&self, _sink: &mut dyn FnMut(MonitorEvent)) -> usize {
+            match *self {}
+        }
+        pub(crate) fn totals(&self) -> super::Totals {
+            match *self {}
+        }
+        pub(crate) fn exited(&self) -> Vec<i32> {
+            match *self {}
+        }
+    }
+}
+
+/// Sums over every CPU of the shared counters, for [`crate::MonitorStats`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Totals {
+    pub(crate) blocks: u64,
+    pub(crate) unblocks: u64,
+    pub(crate) migrations: u64,
+    pub(crate) notes: u64,
+}
+
+#[cfg(umt_bpf)]
+mod imp {
+    use std::collections::HashMap;
+    use std::num::NonZeroUsize;
+    use std::os::fd::AsFd;
+    use std::ptr::NonNull;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+    use aya::maps::perf::{PerfEvent, PerfEventArray, PerfEventArrayBuffer};
+    use aya::maps::{HashMap as BpfHashMap, MapData};
+    use aya::programs::BtfTracePoint;
+    use aya::{Btf, Ebpf, EbpfLoader};
+    use nix::errno::Errno;
+    use nix::sys::epoll::{EpollEvent, EpollFlags};
+    use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
+
+    use super::*;
+    use crate::abi::Events;
+    use crate::error::Error;
+    use crate::event::Cause;
+
+    /// The fix for a missing privilege.
+    const PRIVILEGE_FIX: &str = "run as root, or grant the binary the capabilities: \
+         sudo setcap cap_bpf,cap_perfmon+ep BINARY";
+
+    /// The compiled program, embedded.
+    static OBJECT: &[u8] = include_bytes!(env!("UMT_BPF_OBJECT"));
+
+    /// The programs and the tracepoints they attach to.
+    const PROGRAMS: &[(&str, &str)] = &[
+        ("umt_switch", "sched_switch"),
+        ("umt_wakeup", "sched_wakeup"),
+        ("umt_wakeup_new", "sched_wakeup_new"),
+        ("umt_migrate", "sched_migrate_task"),
+        ("umt_exit", "sched_process_exit"),
+    ];
+
+    /// A thread's state word (`slots` in the program): its CPU, and flags.
+    const ST_CPU_MASK: u64 = 0xffff_ffff;
+    const ST_READY: u64 = 1 << 32;
+    const ST_ACTIVE: u64 = 1 << 33;
+    const ST_EXITED: u64 = 1 << 34;
+    /// Bits 40..64: a registration generation, so that a program still holding a slot that
+    /// was given back and taken again cannot match the new word with an old one.
+    const ST_GEN_SHIFT: u32 = 40;
+
+    /// `struct umt_cpu` of the program: one per possible CPU, one cache line each.
+    #[repr(C, align(64))]
+    pub(crate) struct CpuCounts {
+        ready: AtomicI64,
+        blocks: AtomicU64,
+        unblocks: AtomicU64,
+        migrations: AtomicU64,
+        drops: AtomicU64,
+        notes: AtomicU64,
+        armed: AtomicU64,
+        busy_armed: AtomicU64,
+    }
+
+    const _: () = assert!(std::mem::size_of::<CpuCounts>() == 64);
+
+    /// A shared mapping of an mmapable BPF array, as a slice of `T`.
+    struct Shared<T> {
+        ptr: NonNull<T>,
+        len: usize,
+        bytes: NonZeroUsize,
+    }
+
+    // SAFETY: the mapping is plain memory, shared with the kernel; `T` is made of atomics, so
+    // every access from any thread goes through atomic operations.
+    unsafe impl<T: Sync> Send for Shared<T> {}
+    // SAFETY: as above.
+    unsafe impl<T: Sync> Sync for Shared<T> {}
+
+    impl<T> Shared<T> {
+        /// Maps the values of the array `map` (of `len` elements of `T`) read-write, shared.
+        fn map(map: &MapData, len: usize) -> Result<Shared<T>> {
+            let page = crate::cpu::page_size();
+            let bytes = (len * std::mem::size_of::<T>()).div_ceil(page) * page;
+            let bytes = NonZeroUsize::new(bytes)
+                .ok_or_else(|| Error::os("mmap(BPF array)", Errno::EINVAL))?;
+            // SAFETY: a new shared mapping of the map's fd, not overlapping anything (no
+            // address hint); the kernel sized the array's value area to at least `bytes`
+            // (mmapable arrays round it up to whole pages) and keeps it alive while mapped.
+            let ptr = unsafe {
+                mmap(
+                    None,
+                    bytes,
+                    ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                    MapFlags::MAP_SHARED,
+                    map.fd().as_fd(),
+                    0,
+                )
+            }
+            .map_err(|e| Error::os("mmap(BPF array)", e))?;
+            Ok(Shared {
+                ptr: ptr.cast(),
+                len,
+                bytes,
+            })
+        }
+
+        fn get(&self, i: usize) -> Option<&T> {
+            // SAFETY: `i < len` elements of `T` lie in the mapping, which lives as long as
+            // `self`; the kernel zero-fills it and every `T` here is valid when zeroed.
+            (i < self.len).then(|| unsafe { &*self.ptr.as_ptr().add(i) })
+        }
+    }
+
+    impl<T> Drop for Shared<T> {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in `map`, unmapped once; no reference into it outlives
+            // `self`.
+            let _ = unsafe { munmap(self.ptr.cast(), self.bytes.get()) };
+        }
+    }
+
+    /// The process-side registration table: which slot each registered thread has.
+    #[derive(Default)]
+    struct Slots {
+        of_tid: HashMap<i32, u32>,
+        free: Vec<u32>,
+        next: u32,
+        generation: u64,
+    }
+
+    /// The loaded, attached programs and the process's views of their maps.
+    pub(crate) struct BpfBackend {
+        /// Owns the programs (attached while it lives) and the maps not taken out of it.
+        _ebpf: Ebpf,
+        /// Per possible CPU: the counters the programs keep.
+        counts: Shared<CpuCounts>,
+        /// Per slot: a registered thread's state word.
+        slots: Shared<AtomicU64>,
+        /// Thread id -> slot, read by the programs.
+        threads: Mutex<BpfHashMap<MapData, u32, u32>>,
+        /// Slot allocation and the registered threads.
+        table: Mutex<Slots>,
+        /// Per possible CPU: its wake-up buffer (none for a CPU that is offline).
+        notes: Box<[Option<Mutex<PerfEventArrayBuffer<MapData>>>]>,
+        /// Per possible CPU: its `drops` when a drain of that CPU last looked.
+        seen_cpu: Box<[AtomicU64]>,
+        /// Per possible CPU: `drops` when the whole-monitor drain last looked, and the
+        /// counters it last reported.
+        seen_all: Mutex<Vec<[u64; 4]>>,
+    }
+
+    impl BpfBackend {
+        /// Loads and attaches the programs for this process. `epoll`: the monitor's wait set,
+        /// which gets every CPU's wake-up buffer.
+        pub(crate) fn open(possible: usize, epoll: Option<&Epoll>) -> Result<BpfBackend> {
+            let cpus = u32::try_from(possible).unwrap_or(u32::MAX);
+            let btf = Btf::from_sys_fs().map_err(|e| {
+                Unavailable::new(
+                    BackendKind::Bpf,
+                    format!("this kernel publishes no BTF type information ({e})"),
+                )
+                .with_fix("use a kernel built with CONFIG_DEBUG_INFO_BTF=y (Linux >= 5.18)")
+            })?;
+            let tgid = std::process::id() as i32;
+            let mut ebpf = EbpfLoader::new()
+                .btf(Some(&btf))
+                .map_max_entries("counts", cpus)
+                .map_max_entries("notes", cpus)
+                .map_max_entries("slots", BPF_MAX_THREADS)
+                .map_max_entries("threads", BPF_MAX_THREADS)
+                .override_global("target_tgid", &tgid, true)
+                .load(OBJECT)
+                .map_err(|e| load_error(&format!("loading the programs: {e}"), &e))?;
+            for (name, tracepoint) in PROGRAMS {
+                let prog: &mut BtfTracePoint = ebpf
+                    .program_mut(name)
+                    .ok_or_else(|| internal(format!("program {name} missing")))?
+                    .try_into()
+                    .map_err(|e| internal(format!("program {name}: {e}")))?;
+                prog.load(tracepoint, &btf)
+                    .map_err(|e| load_error(&format!("loading {name}: {e:#}"), &e))?;
+                prog.attach()
+                    .map_err(|e| load_error(&format!("attaching {name}: {e}"), &e))?;
+            }
+            let counts = Shared::map(map_data(&ebpf, "counts")?, possible)?;
+            let slots = Shared::map(map_data(&ebpf, "slots")?, BPF_MAX_THREADS as usize)?;
+            let threads = BpfHashMap::try_from(take_map(&mut ebpf, "threads")?)
+                .map_err(|e| internal(format!("map threads: {e}")))?;
+            let mut array = PerfEventArray::try_from(take_map(&mut ebpf, "notes")?)
+                .map_err(|e| internal(format!("map notes: {e}")))?;
+            let online = crate::cpu::online_cpus().unwrap_or_default();
+            let mut notes = Vec::with_capacity(possible);
+            for cpu in 0..possible {
+                if !online.contains(&cpu) {
+                    notes.push(None);
+                    continue;
+                }
+                let buf = array.open(cpu as u32, Some(1)).map_err(|e| {
+                    load_error(&format!("opening the wake-up buffer of CPU {cpu}: {e}"), &e)
+                })?;
+                if let Some(epoll) = epoll {
+                    epoll
+                        .add(
+                            buf.as_fd(),
+                            EpollEvent::new(EpollFlags::EPOLLIN, cpu as u64),
+                        )
+                        .map_err(|e| Error::os("epoll_ctl(ADD)", e))?;
+                }
+                notes.push(Some(Mutex::new(buf)));
+            }
+            Ok(BpfBackend {
+                _ebpf: ebpf,
+                counts,
+                slots,
+                threads: Mutex::new(threads),
+                table: Mutex::new(Slots::default()),
+                notes: notes.into_boxed_slice(),
+                seen_cpu: (0..possible).map(|_| AtomicU64::new(0)).collect(),
+                seen_all: Mutex::new(vec![[0; 4]; possible]),
+            })
+        }
+
+        /// B1: the calling thread (`tid`) counts as ready where it runs, from now on.
+        pub(crate) fn register(&self, tid: i32) -> Result<()> {
+            let mut table = lock(&self.table);
+            self.reap_exited(&mut table);
+            let slot = match table.free.pop() {
+                Some(s) => s,
+                None if table.next < BPF_MAX_THREADS => {
+                    table.next += 1;
+                    table.next - 1
+                }
+                None => {
+                    return Err(Error::TooManyThreads {
+                        max: BPF_MAX_THREADS,
+                    });
+                }
+            };
+            table.generation += 1;
+            let gen_bits = (table.generation & 0xff_ffff) << ST_GEN_SHIFT;
+            let cpu = crate::cpu::current_cpu()?;
+            let word = self.slot(slot);
+            word.store(
+                gen_bits | ST_ACTIVE | ST_READY | cpu as u64,
+                Ordering::SeqCst,
+            );
+            self.add_ready(cpu, 1);
+            // From here the programs follow the thread; a move since `cpu` was read is
+            // settled at its next block, which takes the count back where it was added.
+            if let Err(e) = lock(&self.threads).insert(tid as u32, slot, 0) {
+                word.store(0, Ordering::SeqCst);
+                self.add_ready(cpu, -1);
+                table.free.push(slot);
+                return Err(internal(format!("adding thread {tid} to the table: {e}")));
+            }
+            table.of_tid.insert(tid, slot);
+            Ok(())
+        }
+
+        /// B5: the calling thread stops counting; what it contributed is taken back.
+        pub(crate) fn unregister(&self, tid: i32) -> Result<()> {
+            let mut table = lock(&self.table);
+            let Some(slot) = table.of_tid.remove(&tid) else {
+                return Ok(());
+            };
+            let _ = lock(&self.threads).remove(&(tid as u32));
+            // A program that found the slot before the removal may still change the word:
+            // whichever compare-and-swap lands second sees the other's result.
+            let word = self.slot(slot);
+            let mut old = word.load(Ordering::SeqCst);
+            while old & ST_ACTIVE != 0 {
+                match word.compare_exchange(old, 0, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(_) => {
+                        if old & ST_READY != 0 {
+                            self.add_ready((old & ST_CPU_MASK) as usize, -1);
+                        }
+                        break;
+                    }
+                    Err(now) => old = now,
+                }
+            }
+            word.store(0, Ordering::SeqCst);
+            table.free.push(slot);
+            Ok(())
+        }
+
+        /// Threads that exited while registered (the exit program took their counts back):
+        /// their slots are given back, and their ids returned.
+        pub(crate) fn exited(&self) -> Vec<i32> {
+            let mut table = lock(&self.table);
+            self.reap_exited(&mut table)
+        }
+
+        fn reap_exited(&self, table: &mut Slots) -> Vec<i32> {
+            let gone: Vec<(i32, u32)> = table
+                .of_tid
+                .iter()
+                .filter(|&(_, &s)| self.slot(s).load(Ordering::SeqCst) & ST_EXITED != 0)
+                .map(|(&t, &s)| (t, s))
+                .collect();
+            for &(tid, slot) in &gone {
+                table.of_tid.remove(&tid);
+                self.slot(slot).store(0, Ordering::SeqCst);
+                table.free.push(slot);
+            }
+            gone.into_iter().map(|(t, _)| t).collect()
+        }
+
+        /// The live ready count of `cpu`: one load.
+        #[inline]
+        pub(crate) fn ready(&self, cpu: CpuId) -> i64 {
+            self.counts
+                .get(cpu)
+                .map_or(0, |c| c.ready.load(Ordering::Acquire))
+        }
+
+        /// Puts `cpu`'s wake-up buffer in `set`.
+        pub(crate) fn watch_cpu(&self, cpu: CpuId, set: &Epoll) -> Result<()> {
+            if let Some(Some(buf)) = self.notes.get(cpu) {
+                set.add(
+                    lock(buf).as_fd(),
+                    EpollEvent::new(EpollFlags::EPOLLIN, cpu as u64),
+                )
+                .map_err(|e| Error::os("epoll_ctl(ADD)", e))?;
+            }
+            Ok(())
+        }
+
+        /// B3: asks for a wake-up at `cpu`'s next drop to zero. Returns `true` if one
+        /// happened since `cpu` was last drained: the caller must not sleep.
+        pub(crate) fn arm_cpu(&self, cpu: CpuId) -> bool {
+            let Some(c) = self.counts.get(cpu) else {
+                return false;
+            };
+            // Dekker with the program: it adds to `drops`, then takes `armed`; this sets
+            // `armed`, then reads `drops`. Both are full barriers, so a drop either sees the
+            // arm (and wakes) or is seen here.
+            c.armed.swap(1, Ordering::SeqCst);
+            c.drops.load(Ordering::SeqCst) != self.seen_cpu[cpu].load(Ordering::SeqCst)
+        }
+
+        /// [`BpfBackend::arm_cpu`] for every CPU, against the whole-monitor drain's view.
+        pub(crate) fn arm_all(&self) -> bool {
+            let seen = lock(&self.seen_all);
+            let mut dropped = false;
+            for cpu in 0..seen.len() {
+                if let Some(c) = self.counts.get(cpu) {
+                    c.armed.swap(1, Ordering::SeqCst);
+                    dropped |= c.drops.load(Ordering::SeqCst) != seen[cpu][3];
+                }
+            }
+            dropped
+        }
+
+        /// After a wait: no wake-up is wanted until the next arm.
+        pub(crate) fn disarm_cpu(&self, cpu: CpuId) {
+            if let Some(c) = self.counts.get(cpu) {
+                c.armed.store(0, Ordering::SeqCst);
+            }
+        }
+
+        pub(crate) fn disarm_all(&self) {
+            for cpu in 0..self.seen_cpu.len() {
+                self.disarm_cpu(cpu);
+            }
+        }
+
+        /// B4: takes `cpu`'s wake-ups and notes its drops as seen. Returns the wake-ups read.
+        pub(crate) fn drain_cpu(&self, cpu: CpuId) -> usize {
+            let Some(c) = self.counts.get(cpu) else {
+                return 0;
+            };
+            self.seen_cpu[cpu].store(c.drops.load(Ordering::SeqCst), Ordering::SeqCst);
+            self.read_notes(cpu)
+        }
+
+        /// Reads (and discards) the records of `cpu`'s wake-up buffer: what they say is in the
+        /// counts already; they exist to wake the waiter.
+        fn read_notes(&self, cpu: CpuId) -> usize {
+            let Some(Some(buf)) = self.notes.get(cpu) else {
+                return 0;
+            };
+            // A buffer another drainer is reading is skipped: it is being emptied.
+            let Ok(mut buf) = buf.try_lock() else {
+                return 0;
+            };
+            let mut n = 0;
+            buf.for_each(|ev| {
+                if let PerfEvent::Sample { .. } = ev {
+                    n += 1;
+                }
+            });
+            n
+        }
+
+        /// Every CPU's counters since the last call, as events for watchers; every wake-up
+        /// buffer emptied. Returns the wake-ups read.
+        pub(crate) fn drain(&self, sink: &mut dyn FnMut(MonitorEvent)) -> usize {
+            let mut seen = lock(&self.seen_all);
+            let mut notes = 0;
+            for (cpu, last) in seen.iter_mut().enumerate() {
+                notes += self.read_notes(cpu);
+                let Some(c) = self.counts.get(cpu) else {
+                    continue;
+                };
+                let now = [
+                    c.blocks.load(Ordering::SeqCst),
+                    c.unblocks.load(Ordering::SeqCst),
+                    c.migrations.load(Ordering::SeqCst),
+                    c.drops.load(Ordering::SeqCst),
+                ];
+                let delta = |i: usize| u32::try_from(now[i] - last[i]).unwrap_or(u32::MAX);
+                if now[0] != last[0] || now[1] != last[1] {
+                    sink(MonitorEvent {
+                        cpu,
+                        events: Events {
+                            blocked: delta(0),
+                            unblocked: delta(1),
+                        },
+                        cause: Cause::Counted,
+                        tid: None,
+                        time_ns: None,
+                    });
+                }
+                if now[2] != last[2] {
+                    sink(MonitorEvent {
+                        cpu,
+                        events: Events {
+                            blocked: 0,
+                            unblocked: delta(2),
+                        },
+                        cause: Cause::Migration,
+                        tid: None,
+                        time_ns: None,
+                    });
+                }
+                *last = now;
+            }
+            notes
+        }
+
+        /// The counters summed over every CPU.
+        pub(crate) fn totals(&self) -> Totals {
+            let mut t = Totals::default();
+            for cpu in 0..self.seen_cpu.len() {
+                if let Some(c) = self.counts.get(cpu) {
+                    t.blocks += c.blocks.load(Ordering::Relaxed);
+                    t.unblocks += c.unblocks.load(Ordering::Relaxed);
+                    t.migrations += c.migrations.load(Ordering::Relaxed);
+                    t.notes += c.notes.load(Ordering::Relaxed);
+                }
+            }
+            t
+        }
+
+        fn slot(&self, slot: u32) -> &AtomicU64 {
+            self.slots
+                .get(slot as usize)
+                .expect("slots are allocated below BPF_MAX_THREADS, the mapping's length")
+        }
+
+        /// A change of `cpu`'s ready count made by the process (registration): a drop to zero
+        /// counts as one, so a waiter's next arm sees it.
+        fn add_ready(&self, cpu: CpuId, delta: i64) {
+            if let Some(c) = self.counts.get(cpu) {
+                let old = c.ready.fetch_add(delta, Ordering::SeqCst);
+                if delta < 0 && old == 1 {
+                    c.drops.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+
+    fn map_data<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a MapData> {
+        match ebpf.map(name) {
+            Some(aya::maps::Map::Array(data)) => Ok(data),
+            _ => Err(internal(format!("map {name} missing or not an array"))),
+        }
+    }
+
+    fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map> {
+        ebpf.take_map(name)
+            .ok_or_else(|| internal(format!("map {name} missing")))
+    }
+
+    /// A failure that is this crate's fault, not the machine's.
+    fn internal(what: String) -> Error {
+        Unavailable::new(
+            BackendKind::Bpf,
+            format!("umt-sys's BPF object is broken: {what}"),
+        )
+        .with_fix("please report it")
+        .into()
+    }
+
+    /// Classifies a load or attach failure: missing privilege, or a kernel too old.
+    fn load_error(what: &str, e: &dyn std::error::Error) -> Error {
+        let mut text = what.to_string();
+        let mut source = e.source();
+        while let Some(s) = source {
+            text.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        let denied = text.contains("Operation not permitted")
+            || text.contains("EPERM")
+            || text.contains("Permission denied");
+        let u = Unavailable::new(BackendKind::Bpf, text);
+        if denied {
+            u.with_fix(format!("it needs CAP_BPF and CAP_PERFMON: {PRIVILEGE_FIX}"))
+                .into()
+        } else {
+            u.with_fix("it needs Linux >= 5.18 with BTF and BPF atomics")
+                .into()
+        }
+    }
+
+    fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

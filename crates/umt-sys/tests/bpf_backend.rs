@@ -1,0 +1,378 @@
+//! The Bpf backend against the real kernel: per-CPU ready counts that match `/proc` and the
+//! Perf backend through sleeps, reads, spinning, migrations and exits; only this process's
+//! threads count; a wake-up when the only ready thread of a CPU blocks, and none while threads
+//! only compute; without privilege, a clear reason and Auto falls through.
+//!
+//! They need CAP_BPF and CAP_PERFMON (root) and a build with clang: elsewhere they skip,
+//! saying why, unless `UMT_REQUIRE_MONITOR=bpf`, which makes that a failure.
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Barrier, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use umt_sys::{BackendKind, CpuId, Monitor, cpu};
+
+/// One test at a time: each counts every block of its threads.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn required() -> bool {
+    std::env::var("UMT_REQUIRE_MONITOR").is_ok_and(|b| b == "bpf")
+}
+
+/// The Bpf monitor, or `None` (the test skips, saying why).
+fn bpf_monitor() -> Option<Monitor> {
+    match Monitor::new(BackendKind::Bpf) {
+        Ok(m) => Some(m),
+        Err(e) if required() => panic!("UMT_REQUIRE_MONITOR=bpf, but: {e}"),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+/// The calling thread's voluntary context switches: the times it blocked.
+fn voluntary_switches() -> u64 {
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD).unwrap();
+    usage.voluntary_context_switches() as u64
+}
+
+/// The state letter of thread `tid` of this process (`R`, `S`, `D`...).
+fn thread_state(tid: i32) -> char {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let after = s.rsplit_once(')')?.1;
+            after.trim_start().chars().next()
+        })
+        .unwrap_or('?')
+}
+
+/// Waits (up to 10 s) until `cond` holds; fails with `explain()` otherwise.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool, explain: impl Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out: {what}\n{}",
+            explain()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Expected ready counts: `per_cpu[c]` threads ready on CPU `c`.
+fn expected(cpus: usize, on: &[CpuId]) -> Vec<i64> {
+    let mut v = vec![0; cpus];
+    for &c in on {
+        v[c] += 1;
+    }
+    v
+}
+
+/// What the worker threads of [`counts_follow_proc_and_perf`] do next.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+enum Phase {
+    /// Read their pipe (blocked until the main thread writes).
+    Read,
+    /// Spin.
+    Spin,
+    /// Move to the next CPU while they spin: the odd ones pin themselves (they block while
+    /// the kernel moves them, so this is a block and an unblock), the even ones are moved
+    /// by the main thread while they run (a migration).
+    Move,
+    /// Exit: the even ones unregister first, the odd ones exit registered.
+    Exit,
+}
+
+impl From<u8> for Phase {
+    fn from(v: u8) -> Phase {
+        [Phase::Read, Phase::Spin, Phase::Move, Phase::Exit][usize::from(v.min(3))]
+    }
+}
+
+#[test]
+fn counts_follow_proc_and_perf() {
+    let _serial = serial();
+    let Some(bpf) = bpf_monitor() else {
+        return;
+    };
+    // The Perf backend watches the same threads where it can run, for a second opinion.
+    let perf = Monitor::new(BackendKind::Perf).ok();
+    let cpus = cpu::process_cpus().unwrap();
+    let possible = cpu::possible_cpus().unwrap();
+    let n = 4;
+    let home: Vec<CpuId> = (0..n).map(|i| cpus[i % cpus.len()]).collect();
+    let moved: Vec<CpuId> = (0..n).map(|i| cpus[(i + 1) % cpus.len()]).collect();
+    // An atomic, not a mutex: spinners contending for a lock would block on it.
+    let phase = std::sync::atomic::AtomicU8::new(Phase::Read as u8);
+    let moved_count = AtomicUsize::new(0);
+    let tids: Vec<_> = (0..n)
+        .map(|_| std::sync::atomic::AtomicI32::new(0))
+        .collect();
+    let pipes: Vec<_> = (0..n).map(|_| std::io::pipe().unwrap()).collect();
+    let (readers, mut writers): (Vec<_>, Vec<_>) = pipes.into_iter().unzip();
+    let registered = Barrier::new(n + 1);
+    let before = bpf.stats();
+
+    let ready_of = |m: &Monitor| {
+        if !m.counts_are_live() {
+            m.drain().unwrap();
+        }
+        m.ready_counts()
+    };
+    let check = |what: &str, on: &[CpuId]| {
+        let want = expected(possible, on);
+        wait_until(
+            &format!("bpf counts {what}"),
+            || bpf.ready_counts() == want,
+            || format!("want {want:?}, bpf {:?}", bpf.ready_counts()),
+        );
+        if let Some(p) = &perf {
+            wait_until(
+                &format!("perf counts {what}"),
+                || ready_of(p) == want,
+                || format!("want {want:?}, perf {:?}", p.ready_counts()),
+            );
+        }
+    };
+
+    std::thread::scope(|s| {
+        for (i, mut rx) in readers.into_iter().enumerate() {
+            let (bpf, perf, phase, registered) = (&bpf, &perf, &phase, &registered);
+            let (home, moved, moved_count, tid) = (home[i], moved[i], &moved_count, &tids[i]);
+            s.spawn(move || {
+                cpu::pin_current_thread(home).unwrap();
+                tid.store(cpu::current_tid(), Ordering::SeqCst);
+                bpf.register_current_thread().unwrap();
+                if let Some(p) = perf {
+                    p.register_current_thread().unwrap();
+                }
+                registered.wait();
+                let mut byte = [0u8; 1];
+                rx.read_exact(&mut byte).unwrap();
+                let mut did_move = false;
+                loop {
+                    let now = phase.load(Ordering::SeqCst);
+                    match Phase::from(now) {
+                        Phase::Read | Phase::Spin => std::hint::spin_loop(),
+                        Phase::Move if !did_move => {
+                            if i % 2 == 1 {
+                                cpu::pin_current_thread(moved).unwrap();
+                            }
+                            did_move = true;
+                            moved_count.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Phase::Move => std::hint::spin_loop(),
+                        Phase::Exit => break,
+                    }
+                }
+                if i % 2 == 0 {
+                    bpf.unregister_current_thread().unwrap();
+                    if let Some(p) = perf {
+                        p.unregister_current_thread().unwrap();
+                    }
+                }
+            });
+        }
+        registered.wait();
+        // Every thread blocked in its read: nothing is ready.
+        wait_until(
+            "every reader sleeps",
+            || {
+                tids.iter()
+                    .all(|t| thread_state(t.load(Ordering::SeqCst)) == 'S')
+            },
+            String::new,
+        );
+        check("with every thread blocked", &[]);
+        // Woken: each spins on its own CPU.
+        phase.store(Phase::Spin as u8, Ordering::SeqCst);
+        for w in &mut writers {
+            w.write_all(b"x").unwrap();
+        }
+        check("with every thread spinning at home", &home);
+        // Each moves to the next CPU while it runs.
+        for (i, tid) in tids.iter().enumerate().filter(|(i, _)| i % 2 == 0) {
+            let mut set = nix::sched::CpuSet::new();
+            set.set(moved[i]).unwrap();
+            let pid = nix::unistd::Pid::from_raw(tid.load(Ordering::SeqCst));
+            nix::sched::sched_setaffinity(pid, &set).unwrap();
+        }
+        phase.store(Phase::Move as u8, Ordering::SeqCst);
+        wait_until(
+            "every thread moved",
+            || moved_count.load(Ordering::SeqCst) == n,
+            String::new,
+        );
+        check("after the moves", &moved);
+        phase.store(Phase::Exit as u8, Ordering::SeqCst);
+    });
+    // Half unregistered, half exited registered: nothing is left, anywhere.
+    check("after every thread ended", &[]);
+    let st = bpf.stats();
+    assert_eq!(st.registered, 0, "{st:?}");
+    // Every block was followed by an unblock.
+    assert_eq!(
+        st.blocks - before.blocks,
+        st.unblocks - before.unblocks,
+        "{st:?}"
+    );
+    assert!(st.blocks - before.blocks >= n as u64, "{st:?}");
+    // The threads moved while running were migrations.
+    assert!(st.migrations - before.migrations >= n as u64 / 2, "{st:?}");
+}
+
+#[test]
+fn other_processes_change_nothing() {
+    let _serial = serial();
+    let Some(bpf) = bpf_monitor() else {
+        return;
+    };
+    let cpus = cpu::process_cpus().unwrap();
+    let possible = cpu::possible_cpus().unwrap();
+    // Another process that blocks and wakes a few thousand times a second, on every CPU.
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", "while :; do sleep 0.001; done"])
+        .spawn()
+        .unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let (bpf, stop, cpu0) = (&bpf, &stop, cpus[0]);
+        let spinner = s.spawn(move || {
+            cpu::pin_current_thread(cpu0).unwrap();
+            let before = bpf.stats().blocks;
+            let switches = voluntary_switches();
+            bpf.register_current_thread().unwrap();
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_millis(300) && !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+            let counts = bpf.ready_counts();
+            bpf.unregister_current_thread().unwrap();
+            // Only this thread's own blocks (a lock it slept on while registering) count.
+            let own = voluntary_switches() - switches;
+            (bpf.stats().blocks - before, own, counts)
+        });
+        let (blocks, own, counts) = spinner.join().unwrap();
+        assert!(
+            blocks <= own,
+            "{blocks} blocks counted, this thread blocked {own} times"
+        );
+        assert_eq!(counts, expected(possible, &[cpus[0]]));
+    });
+    stop.store(true, Ordering::Relaxed);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn a_wakeup_comes_only_when_the_last_ready_thread_of_a_cpu_blocks() {
+    let _serial = serial();
+    let Some(bpf) = bpf_monitor() else {
+        return;
+    };
+    let c = *cpu::process_cpus().unwrap().last().unwrap();
+    let (mut rx, mut tx) = std::io::pipe().unwrap();
+    let (go_block, done) = (AtomicUsize::new(0), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let (bpf, go_block, done) = (&bpf, &go_block, &done);
+        s.spawn(move || {
+            cpu::pin_current_thread(c).unwrap();
+            bpf.register_current_thread().unwrap();
+            let mut rounds = 0;
+            while !done.load(Ordering::SeqCst) {
+                if go_block.load(Ordering::SeqCst) > rounds {
+                    rounds += 1;
+                    let mut b = [0u8; 1];
+                    rx.read_exact(&mut b).unwrap();
+                }
+                std::hint::spin_loop();
+            }
+            bpf.unregister_current_thread().unwrap();
+        });
+        wait_until("the thread counts", || bpf.ready(c) == 1, String::new);
+        bpf.drain_cpu(c).unwrap();
+        // Computing only: every wait times out, and nothing is sent.
+        for _ in 0..3 {
+            assert!(!bpf.wait_cpu(c, Some(Duration::from_millis(50))).unwrap());
+            bpf.drain_cpu(c).unwrap();
+        }
+        assert_eq!(bpf.stats().wakeups, 0, "{:?}", bpf.stats());
+        for round in 1..=2u64 {
+            // The only ready thread of `c` blocks: the waiter wakes, once.
+            go_block.fetch_add(1, Ordering::SeqCst);
+            assert!(bpf.wait_cpu(c, Some(Duration::from_secs(10))).unwrap());
+            assert_eq!(bpf.ready(c), 0);
+            assert_eq!(bpf.drain_cpu(c).unwrap(), 1, "one wake-up record");
+            assert_eq!(bpf.stats().wakeups, round);
+            // Still blocked: nothing new, so the next wait sleeps to its timeout.
+            assert!(!bpf.wait_cpu(c, Some(Duration::from_millis(50))).unwrap());
+            tx.write_all(b"x").unwrap();
+            wait_until("the thread runs again", || bpf.ready(c) == 1, String::new);
+            bpf.drain_cpu(c).unwrap();
+        }
+        done.store(true, Ordering::SeqCst);
+    });
+}
+
+/// The child side of [`without_privilege_bpf_is_unavailable_and_auto_falls_through`].
+fn unprivileged_checks() {
+    let u = Monitor::probe(BackendKind::Bpf).expect_err("Bpf must not load without privilege");
+    assert_eq!(u.backend, BackendKind::Bpf);
+    let text = u.to_string();
+    assert!(text.contains("setcap cap_bpf,cap_perfmon+ep"), "{text}");
+    let m = Monitor::new(BackendKind::Auto).unwrap();
+    assert_ne!(m.backend(), BackendKind::Bpf);
+    let sel = m.selection();
+    assert!(
+        sel.rejected.iter().any(|r| r.backend == BackendKind::Bpf),
+        "{sel}"
+    );
+    let e = Monitor::new(BackendKind::Bpf).unwrap_err();
+    assert!(matches!(e, umt_sys::Error::Unavailable(_)), "{e:?}");
+}
+
+#[test]
+fn without_privilege_bpf_is_unavailable_and_auto_falls_through() {
+    if std::env::var_os("UMT_BPF_UNPRIVILEGED_CHILD").is_some() {
+        unprivileged_checks();
+        return;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        // Already unprivileged (unless granted the capabilities).
+        if Monitor::probe(BackendKind::Bpf).is_err() {
+            unprivileged_checks();
+        }
+        return;
+    }
+    // As root: the same checks in a child running as nobody.
+    use std::os::unix::process::CommandExt;
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "without_privilege_bpf_is_unavailable_and_auto_falls_through",
+            "--nocapture",
+        ])
+        .env("UMT_BPF_UNPRIVILEGED_CHILD", "1")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() && text.contains("Permission denied") && !text.contains("panicked") {
+        eprintln!("skipped: nobody cannot run this test binary here: {text}");
+        return;
+    }
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 passed"), "{text}");
+}
