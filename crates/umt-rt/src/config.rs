@@ -48,7 +48,8 @@ impl LeaderPolicy {
     /// [`LeaderPolicy::Poll`] with Perf, whose signal per event is a self-interrupt (a VM exit
     /// in a virtual machine) paid at every context switch of a worker; [`LeaderPolicy::Idle`]
     /// with Kernel, which signals only blocks and unblocks and raises no interrupt, and where
-    /// polling would cost a `read` per scheduling point.
+    /// polling would cost a `read` per scheduling point; [`LeaderPolicy::Idle`] with Bpf,
+    /// which wakes a leader only when its core runs out of ready workers.
     pub const fn default_for(backend: umt_sys::BackendKind) -> LeaderPolicy {
         match backend {
             umt_sys::BackendKind::Perf => LeaderPolicy::Poll,

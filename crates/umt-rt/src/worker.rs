@@ -498,8 +498,9 @@ impl WorkerCtx {
         // More ready workers than active ones: the count is stale. A worker of this core
         // parked (surrendered, or out of work) and its block is still in its ring, which only
         // its core's leader drains, and the leader runs when the core idles. Drain the core
-        // now, or every scheduling point would try to surrender, in vain.
-        if ready > self.reg.pools.active(self.core) as i64 {
+        // now, or every scheduling point would try to surrender, in vain. (Live counts, Bpf:
+        // never stale, and their drain would take the leader's wake-ups.)
+        if ready > self.reg.pools.active(self.core) as i64 && !monitor.counts_are_live() {
             self.drained(monitor.drain_cpu(self.cpu));
             ready = monitor.ready(self.cpu);
         }

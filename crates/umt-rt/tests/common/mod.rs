@@ -37,3 +37,15 @@ pub fn skip_unmonitored(rt: &Runtime) -> bool {
     eprintln!("skipped: no monitor here ({})", rt.selection());
     true
 }
+
+/// Asserts that blocks reached `rt`: as events its drains handed out (Kernel, Perf), or in
+/// the live counts (Bpf, which sends a wake-up only to a leader that sleeps, and a polling
+/// leader never does).
+pub fn assert_blocks_seen(rt: &Runtime) {
+    let st = rt.stats();
+    let live = rt.backend() == BackendKind::Bpf;
+    assert!(
+        st.monitor_events > 0 || (live && st.monitor.blocks > 0),
+        "{st:#?}"
+    );
+}
