@@ -6,7 +6,7 @@
 //! - [`heat`]: 2D Gauss-Seidel heat diffusion with periodic `O_DIRECT` checkpoints (IV-E);
 //! - [`fwi`]: the FWI mock-up, 3D velocity/stress propagation whose forward phase writes
 //!   snapshots and whose backward phase reads them back (IV-D);
-//! - [`runner`]: the runtimes compared (`baseline`, `umt-perf`, `umt-kernel`, `rayon`,
+//! - [`runner`]: the runtimes compared (`baseline`, `umt-perf`, `umt-kernel`, `umt-bpf`, `rayon`,
 //!   `rayon-2x`, `rayon-4x`, `tokio`, `io-uring`; the ports are [`port_rayon`], [`port_tokio`],
 //!   [`port_uring`]) and one timed run;
 //! - [`compare`]: every runner and the two bound runs, alternating, into a [`report::Report`];

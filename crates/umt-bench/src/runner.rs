@@ -20,6 +20,9 @@ pub enum Runner {
     UmtPerf,
     /// umt-rt with the UMT kernel extension (the patched kernel of `kernel-patch/`).
     UmtKernel,
+    /// umt-rt with the Bpf backend (stock kernel, CAP_BPF + CAP_PERFMON): ready counts kept
+    /// by BPF programs in shared memory, a wake-up only when a core runs out of ready workers.
+    UmtBpf,
     /// rayon, one thread per core.
     Rayon,
     /// rayon with twice as many threads as cores (the usual cure for blocking I/O).
@@ -51,7 +54,7 @@ pub struct UmtOptions {
 /// A built runtime of some kind, ready for one run.
 #[derive(Debug)]
 pub enum Engine {
-    /// umt-rt (baseline, umt-perf, umt-kernel).
+    /// umt-rt (baseline, umt-perf, umt-kernel, umt-bpf).
     Umt(Runtime),
     /// A rayon pool.
     Rayon(rayon::ThreadPool),
@@ -63,10 +66,11 @@ pub enum Engine {
 
 impl Runner {
     /// Every runner, in table order.
-    pub const ALL: [Runner; 8] = [
+    pub const ALL: [Runner; 9] = [
         Runner::Baseline,
         Runner::UmtPerf,
         Runner::UmtKernel,
+        Runner::UmtBpf,
         Runner::Rayon,
         Runner::Rayon2x,
         Runner::Rayon4x,
@@ -80,6 +84,7 @@ impl Runner {
             Runner::Baseline => "baseline",
             Runner::UmtPerf => "umt-perf",
             Runner::UmtKernel => "umt-kernel",
+            Runner::UmtBpf => "umt-bpf",
             Runner::Rayon => "rayon",
             Runner::Rayon2x => "rayon-2x",
             Runner::Rayon4x => "rayon-4x",
@@ -93,6 +98,7 @@ impl Runner {
             Runner::Baseline => Some(BackendKind::Disabled),
             Runner::UmtPerf => Some(BackendKind::Perf),
             Runner::UmtKernel => Some(BackendKind::Kernel),
+            Runner::UmtBpf => Some(BackendKind::Bpf),
             _ => None,
         }
     }
@@ -133,7 +139,9 @@ impl Runner {
             Runner::Rayon4x => crate::port_rayon::pool(4 * cores).map(Engine::Rayon),
             Runner::Tokio => crate::port_tokio::runtime(cores).map(Engine::Tokio),
             Runner::IoUring => umt().map(Engine::Uring),
-            Runner::Baseline | Runner::UmtPerf | Runner::UmtKernel => umt().map(Engine::Umt),
+            Runner::Baseline | Runner::UmtPerf | Runner::UmtKernel | Runner::UmtBpf => {
+                umt().map(Engine::Umt)
+            }
         }
     }
 }
@@ -331,7 +339,7 @@ mod tests {
         }
         let err = "rayon-3x".parse::<Runner>().unwrap_err();
         assert!(
-            err.contains("baseline, umt-perf, umt-kernel, rayon"),
+            err.contains("baseline, umt-perf, umt-kernel, umt-bpf, rayon"),
             "{err}"
         );
     }
