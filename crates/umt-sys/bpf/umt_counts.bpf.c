@@ -60,7 +60,7 @@ struct umt_cpu {
 	__u64 drops;		/* cumulative: the ready count reached zero */
 	__u64 notes;		/* cumulative: wake-ups sent for this CPU */
 	__u64 armed;		/* written by the process: 1 while a waiter sleeps for this CPU */
-	__u64 busy_armed;	/* likewise, for a rise above one */
+	__u64 unused;
 };
 
 /* A thread's state word, in `slots`; every change is one compare-and-swap. */
@@ -69,13 +69,10 @@ struct umt_cpu {
 #define ST_ACTIVE (1ULL << 33)	/* registered; cleared by unregister or exit */
 #define ST_EXITED (1ULL << 34)	/* the thread exited while registered */
 
-/* Kinds of wake-up record. */
-#define NOTE_IDLE 1	/* the CPU's ready count dropped to zero */
-#define NOTE_BUSY 2	/* the CPU's ready count rose to two */
-
+/* A wake-up record: this CPU's ready count dropped to zero. */
 struct note {
 	__u32 cpu;
-	__u32 kind;
+	__u32 drops;
 };
 
 struct {
@@ -135,38 +132,30 @@ static __attribute__((always_inline)) __u64 *thread_slot(struct task_struct *p)
 }
 
 /*
- * Sends a wake-up of `kind` for `cpu` if a waiter armed it. The record goes to the buffer of
- * the CPU this runs on (a BPF program can write no other); it is `cpu` for every drop that a
- * block or an exit causes. A migration run from another CPU may send it elsewhere: the loader's
- * notes name their CPU, and the waiters' timeouts cover the rest.
+ * `cpu`'s ready count dropped to zero: counts it, and wakes its waiter if one armed it. The
+ * record goes to the buffer of the CPU this runs on (a BPF program can write no other); that
+ * is `cpu` for every drop a block or an exit causes. A migration run from another CPU sends
+ * it there instead: the waiter of `cpu` then sees the drop at its next wait or timeout
+ * (monitor/README.md, "The Bpf backend", races).
  */
-static __attribute__((always_inline)) void notify(void *ctx, struct umt_cpu *c, __u32 cpu,
-						  __u32 kind)
+static __attribute__((always_inline)) void dropped(void *ctx, struct umt_cpu *c, __u32 cpu)
 {
-	struct note n = { .cpu = cpu, .kind = kind };
-	__u64 *armed = kind == NOTE_IDLE ? &c->armed : &c->busy_armed;
+	struct note n = { .cpu = cpu };
 
-	if (!__sync_lock_test_and_set(armed, 0))
+	n.drops = __sync_fetch_and_add(&c->drops, 1) + 1;
+	if (!__sync_lock_test_and_set(&c->armed, 0))
 		return;
 	__sync_fetch_and_add(&c->notes, 1);
 	bpf_perf_event_output(ctx, &notes, BPF_F_CURRENT_CPU, &n, sizeof(n));
 }
 
-/* Adds `delta` (+1 or -1) to `cpu`'s ready count; a drop to zero counts, and may wake. */
+/* Adds `delta` (+1 or -1) to `cpu`'s ready count. */
 static __attribute__((always_inline)) void add_ready(void *ctx, __u32 cpu, __s64 delta)
 {
 	struct umt_cpu *c = cpu_counts(cpu);
-	__s64 old;
 
-	if (!c)
-		return;
-	old = __sync_fetch_and_add(&c->ready, delta);
-	if (delta < 0 && old == 1) {
-		__sync_fetch_and_add(&c->drops, 1);
-		notify(ctx, c, cpu, NOTE_IDLE);
-	} else if (delta > 0 && old == 1) {
-		notify(ctx, c, cpu, NOTE_BUSY);
-	}
+	if (c && __sync_fetch_and_add(&c->ready, delta) == 1 && delta < 0)
+		dropped(ctx, c, cpu);
 }
 
 static __attribute__((always_inline)) void count(__u32 cpu, int which)

@@ -155,7 +155,7 @@ mod imp {
         drops: AtomicU64,
         notes: AtomicU64,
         armed: AtomicU64,
-        busy_armed: AtomicU64,
+        _unused: AtomicU64,
     }
 
     const _: () = assert!(std::mem::size_of::<CpuCounts>() == 64);
