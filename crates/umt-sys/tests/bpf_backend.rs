@@ -344,11 +344,21 @@ fn without_privilege_bpf_is_unavailable_and_auto_falls_through() {
         unprivileged_checks();
         return;
     }
+    let here = Monitor::probe(BackendKind::Bpf);
     if !nix::unistd::geteuid().is_root() {
         // Already unprivileged (unless granted the capabilities).
-        if Monitor::probe(BackendKind::Bpf).is_err() {
+        if here.as_ref().is_err_and(|u| u.reason.contains("not permitted")) {
             unprivileged_checks();
         }
+        return;
+    }
+    if let Err(u) = here {
+        // Not for lack of privilege (no BTF, no BPF in this kernel, a filter): nothing to
+        // take away.
+        if required() {
+            panic!("UMT_REQUIRE_MONITOR=bpf, but: {u}");
+        }
+        eprintln!("skipped: {u}");
         return;
     }
     // As root: the same checks in a child running as nobody.
