@@ -347,7 +347,10 @@ fn without_privilege_bpf_is_unavailable_and_auto_falls_through() {
     let here = Monitor::probe(BackendKind::Bpf);
     if !nix::unistd::geteuid().is_root() {
         // Already unprivileged (unless granted the capabilities).
-        if here.as_ref().is_err_and(|u| u.reason.contains("not permitted")) {
+        if here
+            .as_ref()
+            .is_err_and(|u| u.reason.contains("not permitted"))
+        {
             unprivileged_checks();
         }
         return;
