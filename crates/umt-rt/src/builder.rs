@@ -56,11 +56,32 @@ pub enum BuildError {
          name, or drop Builder::require_monitor to run without one"
     )]
     MonitorRequired(umt_sys::Selection),
+    /// [`Builder::build_global`] after the global runtime was built (by an earlier
+    /// `build_global`, or on first use by a free function outside a runtime).
+    #[error(
+        "the global runtime is already built: call Builder::build_global once, before the \
+         first join, scope or spawn outside a runtime"
+    )]
+    GlobalAlreadyBuilt,
+    /// [`Builder::num_threads`] with more threads than the process has CPUs.
+    #[error(
+        "{asked} threads asked for, but this process may run on {available} CPUs: ask for at most {available}"
+    )]
+    TooManyThreads {
+        /// The number asked for.
+        asked: usize,
+        /// The CPUs of the process's affinity mask.
+        available: usize,
+    },
+    /// Both [`Builder::cores`] and [`Builder::num_threads`].
+    #[error("both cores and num_threads were given: give one of them")]
+    CoresAndNumThreads,
 }
 
 /// Configures a [`Runtime`].
 pub struct Builder {
     cores: Option<Vec<CpuId>>,
+    num_threads: Option<usize>,
     monitor: BackendKind,
     max_workers_per_core: usize,
     scan_period: Duration,
@@ -76,6 +97,7 @@ impl std::fmt::Debug for Builder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Builder")
             .field("cores", &self.cores)
+            .field("num_threads", &self.num_threads)
             .field("monitor", &self.monitor)
             .field("max_workers_per_core", &self.max_workers_per_core)
             .field("scan_period", &self.scan_period)
@@ -91,6 +113,7 @@ impl Default for Builder {
     fn default() -> Self {
         Builder {
             cores: None,
+            num_threads: None,
             monitor: BackendKind::Auto,
             max_workers_per_core: 16,
             scan_period: Duration::from_millis(1),
@@ -117,6 +140,15 @@ impl Runtime {
 }
 
 impl Builder {
+    /// Runs on the first `n` CPUs of the process's affinity mask, one pinned worker each
+    /// (rayon's `num_threads`; spares come on top of those, one core at a time). Instead of
+    /// [`Builder::cores`]; `0` is [`BuildError::NoCores`], more than the mask holds is
+    /// [`BuildError::TooManyThreads`].
+    pub fn num_threads(mut self, n: usize) -> Self {
+        self.num_threads = Some(n);
+        self
+    }
+
     /// The CPUs to run on, one pinned worker each (default: every CPU of the process mask).
     pub fn cores(mut self, cpus: impl IntoIterator<Item = CpuId>) -> Self {
         self.cores = Some(cpus.into_iter().collect());
@@ -204,11 +236,40 @@ impl Builder {
         self
     }
 
+    /// Builds the runtime and makes it the global one, which [`join`](crate::join),
+    /// [`scope`](crate::scope) and [`spawn`](crate::spawn) use outside a runtime (otherwise
+    /// built on first use with the defaults). Once per process:
+    /// [`BuildError::GlobalAlreadyBuilt`] after that, or after the first such use.
+    ///
+    /// ```no_run
+    /// umt_rt::Runtime::builder().num_threads(2).build_global()?;
+    /// let (a, b) = umt_rt::join(|| 1 + 1, || 2 + 2); // on the global runtime's workers
+    /// assert_eq!((a, b), (2, 4));
+    /// # Ok::<(), umt_rt::BuildError>(())
+    /// ```
+    pub fn build_global(self) -> Result<(), BuildError> {
+        if crate::global::is_set() {
+            return Err(BuildError::GlobalAlreadyBuilt);
+        }
+        crate::global::set(self.build()?)
+    }
+
     /// Validates the configuration and starts the workers and, with the monitor on, one leader
     /// per core.
     pub fn build(self) -> Result<Runtime, BuildError> {
         let allowed = umt_sys::cpu::process_cpus()?;
-        let cpus = self.cores.unwrap_or_else(|| allowed.clone());
+        let cpus = match (self.cores, self.num_threads) {
+            (Some(_), Some(_)) => return Err(BuildError::CoresAndNumThreads),
+            (Some(cpus), None) => cpus,
+            (None, Some(n)) if n > allowed.len() => {
+                return Err(BuildError::TooManyThreads {
+                    asked: n,
+                    available: allowed.len(),
+                });
+            }
+            (None, Some(n)) => allowed[..n].to_vec(),
+            (None, None) => allowed.clone(),
+        };
         if cpus.is_empty() {
             return Err(BuildError::NoCores);
         }

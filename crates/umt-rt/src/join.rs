@@ -11,7 +11,8 @@ use crate::worker::{WorkerCtx, with_current};
 
 /// Runs `a` and `b`, potentially in parallel, and returns both results. `b` is offered to
 /// other workers while the caller runs `a`; if nobody took it, the caller runs it too. Outside
-/// a worker, both run on the calling thread, one after the other.
+/// a worker, on the global runtime (`global.rs`: built on first use, or by
+/// [`Builder::build_global`](crate::Builder::build_global)).
 ///
 /// A panic in either is propagated after both have finished.
 pub fn join<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
@@ -21,10 +22,14 @@ where
     RA: Send,
     RB: Send,
 {
-    with_current(|ctx| match ctx {
-        Some(ctx) => join_on_worker(ctx, a, b),
-        None => (a(), b()),
-    })
+    with_current(
+        |ctx| match (ctx, ctx.is_none().then(crate::global::get).flatten()) {
+            (Some(ctx), _) => join_on_worker(ctx, a, b),
+            (None, Some(rt)) => rt.join(a, b),
+            // The global runtime could not start (said on stderr).
+            (None, None) => (a(), b()),
+        },
+    )
 }
 
 fn join_on_worker<A, B, RA, RB>(ctx: &WorkerCtx, a: A, b: B) -> (RA, RB)

@@ -62,6 +62,10 @@
 //! println!("{:?}: {} surrenders, {} leader wake-ups", stats.backend, stats.surrenders, stats.leader_wakeups);
 //! # Ok::<(), umt_rt::BuildError>(())
 //! ```
+//!
+//! As in rayon, [`join`], [`scope`] and [`spawn`] also work outside a runtime: they then run
+//! on the global runtime, built on first use with the defaults, or configured once with
+//! [`Builder::build_global`].
 #![deny(missing_docs)]
 
 #[cfg(not(loom))]
@@ -74,6 +78,8 @@ mod core_time;
 mod deps;
 #[cfg(not(loom))]
 mod diag;
+#[cfg(not(loom))]
+mod global;
 #[cfg(not(loom))]
 mod job;
 #[cfg(not(loom))]
@@ -144,14 +150,60 @@ pub fn yield_now() -> Option<Yield> {
 }
 
 /// Creates a scope on the runtime of the calling worker and waits for its tasks (a nested
-/// taskwait region). Outside a worker, each task runs on the calling thread as it is spawned.
+/// taskwait region). Outside a worker, the body runs on the calling thread and the tasks on
+/// the global runtime ([`Builder::build_global`]; built on first use).
 #[cfg(not(loom))]
 pub fn scope<'scope, F, R>(f: F) -> R
 where
     F: FnOnce(&Scope<'scope>) -> R,
 {
-    let registry = worker::with_current(|ctx| ctx.map(|ctx| ctx.registry().clone()));
+    let registry = worker::with_current(|ctx| ctx.map(|ctx| ctx.registry().clone()))
+        .or_else(|| global::get().map(|rt| rt.registry().clone()));
     scope::run_scope(registry.as_ref(), f)
+}
+
+/// Starts a task that owns its data on the calling worker's runtime, or outside a worker on
+/// the global runtime ([`Builder::build_global`]; built on first use). The handle waits for
+/// it; dropping the handle detaches it (it still runs).
+///
+/// ```
+/// let h = umt_rt::spawn(|| (1..=10u64).product::<u64>());
+/// assert_eq!(h.join(), 3_628_800);
+/// ```
+#[cfg(not(loom))]
+pub fn spawn<F, T>(f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let registry = worker::with_current(|ctx| ctx.map(|ctx| ctx.registry().clone()))
+        .or_else(|| global::get().map(|rt| rt.registry().clone()));
+    match registry {
+        Some(reg) => runtime::spawn_on(&reg, f),
+        // The global runtime could not start (said on stderr): run it here.
+        None => {
+            let state = spawn::JoinState::new();
+            state.complete(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+            JoinHandle::new(state)
+        }
+    }
+}
+
+/// The number of cores (one active worker each) of the calling worker's runtime, or of the
+/// global runtime outside one (building it on first use); 1 if it could not start. Spare
+/// workers that stand in for blocked ones are not counted: at most this many run at once.
+#[cfg(not(loom))]
+pub fn current_num_threads() -> usize {
+    worker::with_current(|ctx| ctx.map(|ctx| ctx.registry().cores()))
+        .or_else(|| global::get().map(|rt| rt.registry().cores()))
+        .unwrap_or(1)
+}
+
+/// The index (`0..current_num_threads()`) of the core the calling worker serves, or `None`
+/// outside a worker. A spare standing in for a blocked worker has its core's index.
+#[cfg(not(loom))]
+pub fn current_thread_index() -> Option<usize> {
+    worker::with_current(|ctx| ctx.map(|ctx| ctx.core()))
 }
 
 /// The CPU the calling worker is bound to, or `None` outside a worker.

@@ -139,16 +139,7 @@ impl Runtime {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let state = JoinState::new();
-        let job = {
-            let state = state.clone();
-            Job::new(move || state.complete(catch_unwind(AssertUnwindSafe(f))))
-        };
-        with_current(|ctx| match ctx {
-            Some(ctx) if Arc::ptr_eq(ctx.registry(), &self.reg) => ctx.push(job),
-            _ => self.reg.inject(job),
-        });
-        JoinHandle::new(state)
+        spawn_on(&self.reg, f)
     }
 
     /// Calls `body(i)` for every `i` in `range`, split into one static chunk per core.
@@ -236,4 +227,23 @@ impl Drop for Runtime {
         }
         // Whoever is left is detached: it exits at its next turn on its core.
     }
+}
+
+/// Starts `f` on `reg`'s runtime: on the calling worker's deque when it is one of that
+/// runtime's, else through the injector.
+pub(crate) fn spawn_on<F, T>(reg: &Arc<Registry>, f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let state = JoinState::new();
+    let job = {
+        let state = state.clone();
+        Job::new(move || state.complete(catch_unwind(AssertUnwindSafe(f))))
+    };
+    with_current(|ctx| match ctx {
+        Some(ctx) if Arc::ptr_eq(ctx.registry(), reg) => ctx.push(job),
+        _ => reg.inject(job),
+    });
+    JoinHandle::new(state)
 }

@@ -197,6 +197,11 @@ impl WorkerCtx {
         self.cpu
     }
 
+    /// The index of the core this worker serves in its runtime.
+    pub(crate) fn core(&self) -> usize {
+        self.core
+    }
+
     fn slot(&self) -> &Slot {
         &self.reg.slots[self.index]
     }

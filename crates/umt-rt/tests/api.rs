@@ -63,15 +63,41 @@ fn nested_scope_inside_a_task_waits_for_its_own_tasks() {
 }
 
 #[test]
-fn scope_outside_a_runtime_runs_inline() {
-    let mut v = Vec::new();
-    umt_rt::scope(|s| {
-        s.spawn(|_| v.push(1));
-    });
-    assert_eq!(v, [1]);
-    assert_eq!(umt_rt::join(|| 1, || 2), (1, 2));
+fn outside_a_worker_there_is_no_current_worker() {
+    // (The free join, scope and spawn run on the global runtime there: tests/global.rs, in
+    // processes of their own, since a process has one.)
     assert_eq!(umt_rt::yield_now(), None);
     assert_eq!(umt_rt::current_cpu(), None);
+    assert_eq!(umt_rt::current_thread_index(), None);
+}
+
+#[test]
+fn num_threads_takes_the_first_cpus_of_the_mask() {
+    let cpus = umt_sys::cpu::process_cpus().unwrap();
+    let rt = Runtime::builder()
+        .num_threads(1)
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    assert_eq!(rt.cpus(), &cpus[..1]);
+    assert_eq!(rt.install(umt_rt::current_num_threads), 1);
+    assert_eq!(rt.install(umt_rt::current_thread_index), Some(0));
+    assert!(matches!(
+        Runtime::builder().num_threads(0).build(),
+        Err(umt_rt::BuildError::NoCores)
+    ));
+    let e = Runtime::builder()
+        .num_threads(cpus.len() + 1)
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(e, umt_rt::BuildError::TooManyThreads { asked, available } if asked == cpus.len() + 1 && available == cpus.len()),
+        "{e}"
+    );
+    assert!(matches!(
+        Runtime::builder().num_threads(1).cores([cpus[0]]).build(),
+        Err(umt_rt::BuildError::CoresAndNumThreads)
+    ));
 }
 
 #[test]
