@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use umt_sys::{BackendKind, CpuId, Monitor};
 
-use crate::config::{Config, LeaderPolicy, NameFn};
+use crate::config::{Config, LeaderPolicy, NameFn, PanicFn};
 use crate::diag::Warning;
 use crate::registry::Registry;
 use crate::runtime::Runtime;
@@ -88,6 +88,7 @@ pub struct Builder {
     leader_policy: Option<LeaderPolicy>,
     ring_pages: usize,
     thread_name: NameFn,
+    panic_handler: Option<PanicFn>,
     handoff: bool,
     leader_runs_tasks: bool,
     require_monitor: bool,
@@ -120,6 +121,7 @@ impl Default for Builder {
             leader_policy: None,
             ring_pages: umt_sys::DEFAULT_RING_PAGES,
             thread_name: Box::new(|cpu, k| format!("umt-worker-{cpu}.{k}")),
+            panic_handler: None,
             handoff: false,
             leader_runs_tasks: false,
             require_monitor: false,
@@ -227,6 +229,18 @@ impl Builder {
         self
     }
 
+    /// Receives the panic of every task started with
+    /// [`Runtime::spawn_detached`](crate::Runtime::spawn_detached) or
+    /// [`spawn_detached`](crate::spawn_detached), which have nobody to re-raise it to. Without
+    /// one, each such panic is said on stderr; either way the runtime goes on.
+    pub fn panic_handler(
+        mut self,
+        handler: impl Fn(Box<dyn std::any::Any + Send>) + Send + Sync + 'static,
+    ) -> Self {
+        self.panic_handler = Some(Box::new(handler));
+        self
+    }
+
     /// Names worker threads from their CPU and their index among the core's workers.
     pub fn thread_name(
         mut self,
@@ -309,6 +323,7 @@ impl Builder {
             scan_period: self.scan_period,
             leader_policy,
             thread_name: self.thread_name,
+            panic_handler: self.panic_handler,
             handoff: self.handoff,
             leader_runs_tasks: self.leader_runs_tasks,
         };

@@ -93,6 +93,9 @@ impl std::str::FromStr for LeaderPolicy {
 /// Names a worker thread from its CPU and its index among the core's workers.
 pub(crate) type NameFn = Box<dyn Fn(CpuId, usize) -> String + Send + Sync>;
 
+/// Receives the panic of a detached task (`Builder::panic_handler`).
+pub(crate) type PanicFn = Box<dyn Fn(Box<dyn std::any::Any + Send>) + Send + Sync>;
+
 /// The options of a built runtime, validated by the builder and read by every thread.
 pub(crate) struct Config {
     /// The CPU of each core, by core index.
@@ -111,9 +114,29 @@ pub(crate) struct Config {
     /// A leader that finds its core starved runs tasks itself instead of waking a worker
     /// (`Builder::leader_runs_tasks`).
     pub(crate) leader_runs_tasks: bool,
+    /// Receives the panics of detached tasks; `None`: they are said on stderr.
+    pub(crate) panic_handler: Option<PanicFn>,
 }
 
 impl Config {
+    /// Hands the panic of a detached task to the handler, or says it on stderr.
+    pub(crate) fn detached_panic(&self, payload: Box<dyn std::any::Any + Send>) {
+        match &self.panic_handler {
+            Some(handler) => handler(payload),
+            None => {
+                let what = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a non-string payload".to_string());
+                eprintln!(
+                    "umt-rt: a detached task panicked: {what} (Builder::panic_handler receives \
+                     these)"
+                );
+            }
+        }
+    }
+
     /// Whether leaders poll (and workers drain their own events at scheduling points).
     #[inline]
     pub(crate) fn polling(&self) -> bool {

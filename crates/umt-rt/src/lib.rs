@@ -189,6 +189,27 @@ where
     }
 }
 
+/// Starts a task with nothing to wait on (rayon's `spawn`) on the calling worker's runtime,
+/// or outside a worker on the global runtime. A panic goes to that runtime's
+/// [`Builder::panic_handler`], or to stderr.
+#[cfg(not(loom))]
+pub fn spawn_detached<F>(f: F)
+where
+    F: FnOnce() + Send + 'static,
+{
+    let registry = worker::with_current(|ctx| ctx.map(|ctx| ctx.registry().clone()))
+        .or_else(|| global::get().map(|rt| rt.registry().clone()));
+    match registry {
+        Some(reg) => runtime::spawn_detached_on(&reg, f),
+        // The global runtime could not start (said on stderr): run it here.
+        None => {
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+                eprintln!("umt-rt: a detached task panicked: {p:?}");
+            }
+        }
+    }
+}
+
 /// The number of cores (one active worker each) of the calling worker's runtime, or of the
 /// global runtime outside one (building it on first use); 1 if it could not start. Spare
 /// workers that stand in for blocked ones are not counted: at most this many run at once.

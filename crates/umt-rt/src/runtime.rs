@@ -142,6 +142,16 @@ impl Runtime {
         spawn_on(&self.reg, f)
     }
 
+    /// Starts a task that owns its data, with nothing to wait on (rayon's `spawn`). A panic
+    /// goes to [`Builder::panic_handler`](crate::Builder::panic_handler), or to stderr; the
+    /// runtime runs every queued task before it stops, detached ones included.
+    pub fn spawn_detached<F>(&self, f: F)
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        spawn_detached_on(&self.reg, f);
+    }
+
     /// Calls `body(i)` for every `i` in `range`, split into one static chunk per core.
     pub fn parallel_for<F>(&self, range: Range<usize>, body: F)
     where
@@ -246,4 +256,24 @@ where
         _ => reg.inject(job),
     });
     JoinHandle::new(state)
+}
+
+/// Starts `f` on `reg`'s runtime with nothing to wait on; its panic goes to the runtime's
+/// panic handler.
+pub(crate) fn spawn_detached_on<F>(reg: &Arc<Registry>, f: F)
+where
+    F: FnOnce() + Send + 'static,
+{
+    let job = {
+        let reg = reg.clone();
+        Job::new(move || {
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
+                reg.config.detached_panic(payload);
+            }
+        })
+    };
+    with_current(|ctx| match ctx {
+        Some(ctx) if Arc::ptr_eq(ctx.registry(), reg) => ctx.push(job),
+        _ => reg.inject(job),
+    });
 }

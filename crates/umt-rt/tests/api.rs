@@ -333,3 +333,40 @@ fn the_default_leader_policy_follows_the_backend() {
         assert_eq!(rt.leader_policy(), LeaderPolicy::Normal);
     }
 }
+
+#[test]
+fn detached_tasks_run_once_and_their_panics_reach_the_handler() {
+    let panics = std::sync::Arc::new(Mutex::new(Vec::<String>::new()));
+    let rt = {
+        let panics = panics.clone();
+        Runtime::builder()
+            .monitor(BackendKind::Disabled)
+            .panic_handler(move |p| {
+                let what = p.downcast_ref::<&str>().copied().unwrap_or("?");
+                panics.lock().unwrap().push(what.to_string());
+            })
+            .build()
+            .unwrap()
+    };
+    let ran = std::sync::Arc::new(AtomicUsize::new(0));
+    for i in 0..100 {
+        let ran = ran.clone();
+        rt.spawn_detached(move || {
+            ran.fetch_add(1, Ordering::SeqCst);
+            if i % 25 == 0 {
+                panic!("detached boom");
+            }
+        });
+    }
+    // Dropping the runtime runs every queued task first.
+    drop(rt);
+    assert_eq!(ran.load(Ordering::SeqCst), 100);
+    assert_eq!(*panics.lock().unwrap(), vec!["detached boom"; 4]);
+    // Without a handler: said on stderr, and the runtime goes on.
+    let rt = Runtime::builder()
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    rt.spawn_detached(|| panic!("nobody listens"));
+    assert_eq!(rt.join(|| 1, || 2), (1, 2));
+}

@@ -54,6 +54,10 @@ fn free_functions_run_on_workers() {
         names.iter().all(|n| n.starts_with("umt-worker")),
         "{names:?}"
     );
+    let (tx, rx) = std::sync::mpsc::channel();
+    umt_rt::spawn_detached(move || tx.send(thread_name()).unwrap());
+    let name = rx.recv().unwrap();
+    assert!(name.starts_with("umt-worker"), "{name}");
     let h = umt_rt::spawn(|| (thread_name(), 6 * 7));
     let (name, v) = h.join();
     assert_eq!(v, 42);
