@@ -119,24 +119,6 @@ pub(crate) struct Config {
 }
 
 impl Config {
-    /// Hands the panic of a detached task to the handler, or says it on stderr.
-    pub(crate) fn detached_panic(&self, payload: Box<dyn std::any::Any + Send>) {
-        match &self.panic_handler {
-            Some(handler) => handler(payload),
-            None => {
-                let what = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a non-string payload".to_string());
-                eprintln!(
-                    "umt-rt: a detached task panicked: {what} (Builder::panic_handler receives \
-                     these)"
-                );
-            }
-        }
-    }
-
     /// Whether leaders poll (and workers drain their own events at scheduling points).
     #[inline]
     pub(crate) fn polling(&self) -> bool {

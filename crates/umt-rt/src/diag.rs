@@ -57,6 +57,19 @@ pub(crate) fn emit(message: &str) {
     }
 }
 
+/// Says (as [`emit`] does) that a detached task panicked, with its message when it has one:
+/// for a runtime without `Builder::panic_handler`, or none at all.
+pub(crate) fn detached_panic(payload: Box<dyn std::any::Any + Send>) {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string payload".to_string());
+    emit(&format!(
+        "a detached task panicked: {what} (Builder::panic_handler receives these)"
+    ));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,10 +10,12 @@
 //! (`Kernel`). A program that builds its own runtime with the Kernel backend should make it
 //! the global one with `build_global`, or call the free functions only inside it.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::builder::BuildError;
+use crate::registry::Registry;
 use crate::runtime::Runtime;
+use crate::worker::with_current;
 
 /// `None` inside: the default build failed (said once on stderr); the free functions then run
 /// on the calling thread.
@@ -33,6 +35,13 @@ pub(crate) fn get() -> Option<&'static Runtime> {
             }
         })
         .as_ref()
+}
+
+/// The runtime the free functions use: the calling worker's, else the global one (`None`:
+/// the global runtime could not start).
+pub(crate) fn current_or_global() -> Option<Arc<Registry>> {
+    with_current(|ctx| ctx.map(|ctx| ctx.registry().clone()))
+        .or_else(|| get().map(|rt| rt.registry().clone()))
 }
 
 /// Whether the global runtime exists already (built, or its build attempted).

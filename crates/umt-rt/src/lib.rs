@@ -157,9 +157,7 @@ pub fn scope<'scope, F, R>(f: F) -> R
 where
     F: FnOnce(&Scope<'scope>) -> R,
 {
-    let registry = worker::with_current(|ctx| ctx.map(|ctx| ctx.registry().clone()))
-        .or_else(|| global::get().map(|rt| rt.registry().clone()));
-    scope::run_scope(registry.as_ref(), f)
+    scope::run_scope(global::current_or_global().as_ref(), f)
 }
 
 /// Starts a task that owns its data on the calling worker's runtime, or outside a worker on
@@ -176,9 +174,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let registry = worker::with_current(|ctx| ctx.map(|ctx| ctx.registry().clone()))
-        .or_else(|| global::get().map(|rt| rt.registry().clone()));
-    match registry {
+    match global::current_or_global() {
         Some(reg) => runtime::spawn_on(&reg, f),
         // The global runtime could not start (said on stderr): run it here.
         None => {
@@ -197,14 +193,12 @@ pub fn spawn_detached<F>(f: F)
 where
     F: FnOnce() + Send + 'static,
 {
-    let registry = worker::with_current(|ctx| ctx.map(|ctx| ctx.registry().clone()))
-        .or_else(|| global::get().map(|rt| rt.registry().clone()));
-    match registry {
+    match global::current_or_global() {
         Some(reg) => runtime::spawn_detached_on(&reg, f),
         // The global runtime could not start (said on stderr): run it here.
         None => {
             if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-                eprintln!("umt-rt: a detached task panicked: {p:?}");
+                diag::detached_panic(p);
             }
         }
     }
@@ -215,9 +209,7 @@ where
 /// workers that stand in for blocked ones are not counted: at most this many run at once.
 #[cfg(not(loom))]
 pub fn current_num_threads() -> usize {
-    worker::with_current(|ctx| ctx.map(|ctx| ctx.registry().cores()))
-        .or_else(|| global::get().map(|rt| rt.registry().cores()))
-        .unwrap_or(1)
+    global::current_or_global().map_or(1, |reg| reg.cores())
 }
 
 /// The index (`0..current_num_threads()`) of the core the calling worker serves, or `None`

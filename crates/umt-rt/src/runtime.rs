@@ -268,7 +268,10 @@ where
         let reg = reg.clone();
         Job::new(move || {
             if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
-                reg.config.detached_panic(payload);
+                match &reg.config.panic_handler {
+                    Some(handler) => handler(payload),
+                    None => crate::diag::detached_panic(payload),
+                }
             }
         })
     };

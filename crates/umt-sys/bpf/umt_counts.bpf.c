@@ -158,15 +158,18 @@ static __attribute__((always_inline)) void add_ready(void *ctx, __u32 cpu, __s64
 		dropped(ctx, c, cpu);
 }
 
-static __attribute__((always_inline)) void count(__u32 cpu, int which)
+/* The cumulative counters of struct umt_cpu, for count(). */
+enum counter { BLOCKS, UNBLOCKS, MIGRATIONS };
+
+static __attribute__((always_inline)) void count(__u32 cpu, enum counter which)
 {
 	struct umt_cpu *c = cpu_counts(cpu);
 
 	if (!c)
 		return;
-	if (which == 0)
+	if (which == BLOCKS)
 		__sync_fetch_and_add(&c->blocks, 1);
-	else if (which == 1)
+	else if (which == UNBLOCKS)
 		__sync_fetch_and_add(&c->unblocks, 1);
 	else
 		__sync_fetch_and_add(&c->migrations, 1);
@@ -190,9 +193,9 @@ static __attribute__((always_inline)) void settle_running(void *ctx, __u64 *st, 
 	add_ready(ctx, cpu, 1);
 	if (old & ST_READY) {
 		add_ready(ctx, old & ST_CPU_MASK, -1);
-		count(cpu, 2);
+		count(cpu, MIGRATIONS);
 	} else {
-		count(cpu, 1);
+		count(cpu, UNBLOCKS);
 	}
 }
 
@@ -215,7 +218,7 @@ int umt_switch(__u64 *ctx)
 		if ((old & ST_ACTIVE) && (old & ST_READY) &&
 		    __sync_val_compare_and_swap(st, old, (old & ~(ST_READY | ST_CPU_MASK)) | cpu) ==
 			    old) {
-			count(cpu, 0);
+			count(cpu, BLOCKS);
 			add_ready(ctx, old & ST_CPU_MASK, -1);
 		}
 	}
@@ -242,7 +245,7 @@ static __attribute__((always_inline)) int woken(__u64 *ctx)
 	want = (old & ~ST_CPU_MASK) | ST_READY | cpu;
 	if (__sync_val_compare_and_swap(st, old, want) != old)
 		return 0;
-	count(cpu, 1);
+	count(cpu, UNBLOCKS);
 	add_ready(ctx, cpu, 1);
 	return 0;
 }
@@ -277,7 +280,7 @@ int umt_migrate(__u64 *ctx)
 	want = (old & ~ST_CPU_MASK) | dest;
 	if (__sync_val_compare_and_swap(st, old, want) != old)
 		return 0;
-	count(dest, 2);
+	count(dest, MIGRATIONS);
 	add_ready(ctx, dest, 1);
 	add_ready(ctx, old & ST_CPU_MASK, -1);
 	return 0;

@@ -317,10 +317,10 @@ mod imp {
             })
         }
 
-        /// B1: the calling thread (`tid`) counts as ready where it runs, from now on.
+        /// B1: the calling thread (`tid`) counts as ready where it runs, from now on. The
+        /// monitor reaps exited threads first ([`BpfBackend::exited`]), freeing their slots.
         pub(crate) fn register(&self, tid: i32) -> Result<()> {
             let mut table = lock(&self.table);
-            self.reap_exited(&mut table);
             let slot = match table.free.pop() {
                 Some(s) => s,
                 None if table.next < BPF_MAX_THREADS => {
@@ -385,10 +385,6 @@ mod imp {
         /// their slots are given back, and their ids returned.
         pub(crate) fn exited(&self) -> Vec<i32> {
             let mut table = lock(&self.table);
-            self.reap_exited(&mut table)
-        }
-
-        fn reap_exited(&self, table: &mut Slots) -> Vec<i32> {
             let gone: Vec<(i32, u32)> = table
                 .of_tid
                 .iter()
@@ -457,7 +453,7 @@ mod imp {
         }
 
         pub(crate) fn disarm_all(&self) {
-            for cpu in 0..self.seen_cpu.len() {
+            for cpu in 0..self.counts.len {
                 self.disarm_cpu(cpu);
             }
         }
@@ -539,13 +535,11 @@ mod imp {
         /// The counters summed over every CPU.
         pub(crate) fn totals(&self) -> Totals {
             let mut t = Totals::default();
-            for cpu in 0..self.seen_cpu.len() {
-                if let Some(c) = self.counts.get(cpu) {
-                    t.blocks += c.blocks.load(Ordering::Relaxed);
-                    t.unblocks += c.unblocks.load(Ordering::Relaxed);
-                    t.migrations += c.migrations.load(Ordering::Relaxed);
-                    t.notes += c.notes.load(Ordering::Relaxed);
-                }
+            for c in (0..self.counts.len).filter_map(|cpu| self.counts.get(cpu)) {
+                t.blocks += c.blocks.load(Ordering::Relaxed);
+                t.unblocks += c.unblocks.load(Ordering::Relaxed);
+                t.migrations += c.migrations.load(Ordering::Relaxed);
+                t.notes += c.notes.load(Ordering::Relaxed);
             }
             t
         }

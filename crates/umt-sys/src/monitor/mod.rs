@@ -261,6 +261,11 @@ impl Monitor {
     /// Starts monitoring the calling thread. It counts as ready on its current core.
     pub fn register_current_thread(&self) -> Result<()> {
         let tid = cpu::current_tid();
+        if let Backend::Bpf(b) = &self.backend {
+            // Threads that exited registered give back their slots and their ids, which a
+            // new thread (this one) may be reusing.
+            self.forget_exited(b.exited());
+        }
         if !self.lock_registered().insert(tid) {
             return Err(Error::AlreadyRegistered { tid });
         }
