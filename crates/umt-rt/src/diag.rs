@@ -5,6 +5,7 @@
 //! (one per worker, one per leader iteration) would flood stderr.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, RwLock};
 
 /// What went wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,9 +49,33 @@ impl Warnings {
     }
 }
 
-/// One warning: to the application's `tracing` subscriber, or else to stderr.
+/// Where warnings go when the application chose (see [`set_warning_hook`]).
+type Hook = Arc<dyn Fn(&str) + Send + Sync>;
+
+static HOOK: RwLock<Option<Hook>> = RwLock::new(None);
+
+/// Sends umt-rt's warnings (the monitor fell back, a worker is not monitored or not pinned, a
+/// leader failed, a detached task panicked, `UMT_SCHEDULE` is invalid) to `hook`, for an
+/// application that logs through `log` or its own logger; each warning is one line, without
+/// the `umt-rt: ` prefix. Without a hook they go to the application's `tracing` subscriber if
+/// it installed one, else to stderr. A later call replaces the hook.
+///
+/// ```
+/// umt_rt::set_warning_hook(|line| eprintln!("[my-app] umt-rt says: {line}"));
+/// ```
+pub fn set_warning_hook<F>(hook: F)
+where
+    F: Fn(&str) + Send + Sync + 'static,
+{
+    *HOOK.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(hook));
+}
+
+/// One warning: to the hook, else to the application's `tracing` subscriber, else to stderr.
 pub(crate) fn emit(message: &str) {
-    if tracing::dispatcher::has_been_set() {
+    let hook = HOOK.read().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(hook) = hook {
+        hook(message);
+    } else if tracing::dispatcher::has_been_set() {
         tracing::warn!("umt-rt: {message}");
     } else {
         eprintln!("umt-rt: {message}");

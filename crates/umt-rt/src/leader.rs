@@ -109,7 +109,7 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
         // surrendered worker waits), gets one. Whether work is queued is read only then: it
         // reads the deques, whose cache lines the workers write.
         let ready = reg.monitor.ready(cpu);
-        let pending = ready <= 0 && reg.has_work();
+        let pending = ready <= 0 && reg.has_work_for(own);
         // Time accounting: the state this drain leaves holds until the next drain.
         reg.core_time[own].observe(Instant::now(), ready, pending);
         if ready <= 0 && !in_flight && (pending || reg.pools.has_surrendered(own)) {

@@ -63,11 +63,34 @@
 //! # Ok::<(), umt_rt::BuildError>(())
 //! ```
 //!
-//! As in rayon, [`join`], [`scope`] and [`spawn`] also work outside a runtime: they then run
-//! on the global runtime, built on first use with the defaults, or configured once with
-//! [`Builder::build_global`].
+//! As in rayon, [`join`], [`scope`], [`spawn`], [`broadcast`] and the parallel iterators
+//! also work outside a runtime: they then run on the global runtime, built on first use with
+//! the defaults, or configured once with [`Builder::build_global`].
+//!
+//! ## Example: parallel iterators and loop schedules
+//!
+//! ```
+//! use umt_rt::prelude::*;
+//!
+//! let mut pixels = vec![0u32; 1 << 16];
+//! // Rows whose cost varies: a schedule that rebalances (seed 003 of the papers).
+//! pixels
+//!     .par_chunks_mut(256)
+//!     .enumerate()
+//!     .schedule(Schedule::Fac2)
+//!     .for_each(|(row, px)| px.iter_mut().for_each(|p| *p = row as u32));
+//! let lit = pixels.par_iter().filter(|&&p| p % 2 == 1).count();
+//! assert_eq!(lit, 1 << 15);
+//! pixels.par_sort_unstable();
+//! assert!(pixels.windows(2).all(|w| w[0] <= w[1]));
+//! ```
+//!
+//! `UMT_SCHEDULE` (`static`, `static_steal`, `dynamic,CHUNK`, `guided,MIN`, `fac2`, `af`,
+//! `auto`) sets the schedule of every loop that does not choose one.
 #![deny(missing_docs)]
 
+#[cfg(not(loom))]
+mod broadcast;
 #[cfg(not(loom))]
 mod builder;
 #[cfg(not(loom))]
@@ -81,6 +104,8 @@ mod diag;
 #[cfg(not(loom))]
 mod global;
 #[cfg(not(loom))]
+pub mod iter;
+#[cfg(not(loom))]
 mod job;
 #[cfg(not(loom))]
 mod join;
@@ -88,15 +113,17 @@ mod join;
 mod latch;
 #[cfg(not(loom))]
 mod leader;
-#[cfg(not(loom))]
-mod parallel;
 mod pool;
 #[cfg(not(loom))]
 mod registry;
 #[cfg(not(loom))]
 mod runtime;
 #[cfg(not(loom))]
+mod schedule;
+#[cfg(not(loom))]
 mod scope;
+#[cfg(not(loom))]
+mod sort;
 #[cfg(not(loom))]
 mod spawn;
 #[cfg(not(loom))]
@@ -108,22 +135,38 @@ mod sync;
 mod worker;
 
 #[cfg(not(loom))]
+pub use broadcast::BroadcastContext;
+#[cfg(not(loom))]
 pub use builder::{BuildError, Builder, MAX_WORKERS_PER_CORE};
 #[cfg(not(loom))]
 pub use config::{LeaderPolicy, ParseLeaderPolicyError};
 #[cfg(not(loom))]
 pub use deps::{Access, Mode};
 #[cfg(not(loom))]
+pub use diag::set_warning_hook;
+#[cfg(not(loom))]
 pub use join::join;
 #[cfg(not(loom))]
 pub use runtime::Runtime;
+#[cfg(not(loom))]
+pub use schedule::{
+    AUTO_REEXPLORE, ParseScheduleError, Schedule, af_chunk, chunk_sequence, fac2_chunk,
+    guided_chunk,
+};
 #[cfg(not(loom))]
 pub use scope::Scope;
 #[cfg(not(loom))]
 pub use spawn::JoinHandle;
 #[cfg(not(loom))]
 pub use stats::{CoreStats, Stats, WorkerStats};
-pub use umt_sys::{BackendKind, CpuId};
+pub use umt_sys::{BackendKind, CpuId, Error as MonitorError, Selection, Unavailable};
+
+/// Everything a parallel loop needs, in one import: `use umt_rt::prelude::*;`.
+#[cfg(not(loom))]
+pub mod prelude {
+    pub use crate::Schedule;
+    pub use crate::iter::{IntoParallelIterator, ParIter, ParallelSlice, ParallelSliceMut};
+}
 
 /// What [`yield_now`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,6 +244,31 @@ where
                 diag::detached_panic(p);
             }
         }
+    }
+}
+
+/// Calls `f` once per core of the calling worker's runtime (or of the global runtime outside
+/// one), each call on a worker of its core, and returns the results in core order (rayon's
+/// `broadcast`: per-core setup, per-core statistics).
+///
+/// ```
+/// let cpus = umt_rt::broadcast(|ctx| (ctx.index(), umt_rt::current_cpu()));
+/// assert_eq!(cpus.len(), umt_rt::current_num_threads());
+/// for (i, (index, cpu)) in cpus.iter().enumerate() {
+///     assert_eq!(*index, i);
+///     assert!(cpu.is_some());
+/// }
+/// ```
+#[cfg(not(loom))]
+pub fn broadcast<F, R>(f: F) -> Vec<R>
+where
+    F: Fn(BroadcastContext) -> R + Sync,
+    R: Send,
+{
+    match global::current_or_global() {
+        Some(reg) => broadcast::broadcast_on(&reg, f),
+        // The global runtime could not start (said on stderr): one call, here.
+        None => vec![f(BroadcastContext::here())],
     }
 }
 

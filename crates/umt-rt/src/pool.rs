@@ -306,6 +306,19 @@ impl Pools {
         None
     }
 
+    /// Takes a parked worker of `core` if the core has no active worker (to run work only
+    /// it may run). The caller must notify it.
+    #[cfg_attr(loom, allow(dead_code))] // its caller (broadcast) is not in the loom build
+    pub(crate) fn take_from_core(&self, core: usize) -> Option<usize> {
+        let mut p = lock(&self.cores[core]);
+        if p.active != 0 {
+            return None;
+        }
+        let (w, _) = p.parked.pop()?;
+        self.activate_waking(&mut p, core, w);
+        Some(w)
+    }
+
     /// Undoes a reservation of [`Pools::fill`] when the thread could not be started.
     #[cfg_attr(loom, allow(dead_code))] // its callers (leader, starter) are not in the loom build
     pub(crate) fn unreserve(&self, core: usize) {

@@ -72,6 +72,8 @@ pub(crate) struct Registry {
     pub(crate) slots: Box<[CachePadded<Slot>]>,
     /// Work pushed from outside the pool.
     pub(crate) injector: Injector<Job>,
+    /// Per core, work only that core's workers may run (`broadcast`); not stolen.
+    pub(crate) inboxes: Box<[Injector<Job>]>,
     /// Block/unblock events and ready counts of the workers.
     pub(crate) monitor: Monitor,
     /// Set when the runtime is dropped.
@@ -133,6 +135,7 @@ impl Registry {
             config,
             slots,
             injector: Injector::new(),
+            inboxes: (0..cores).map(|_| Injector::new()).collect(),
             monitor,
             terminate: AtomicBool::new(false),
             counters: CachePadded::default(),
@@ -181,7 +184,24 @@ impl Registry {
         self.pools.wake_for_work(|w| self.notify(w));
     }
 
-    /// Whether any queue holds a job.
+    /// Queues `job` for the workers of `core` only, and wakes one if the core has none
+    /// active. The fence pairs with S2 of `Pools::sleep`, as in [`Registry::inject`]: either a
+    /// worker going to sleep sees the job (its recheck reads its core's inbox), or this sees
+    /// it in the pool.
+    pub(crate) fn inject_to_core(&self, core: usize, job: Job) {
+        self.inboxes[core].push(job);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if let Some(w) = self.pools.take_from_core(core) {
+            self.notify(w);
+        }
+    }
+
+    /// Whether a queue that a worker of `core` may take from holds a job.
+    pub(crate) fn has_work_for(&self, core: usize) -> bool {
+        !self.inboxes[core].is_empty() || self.has_work()
+    }
+
+    /// Whether any shared queue holds a job (the cores' inboxes aside).
     pub(crate) fn has_work(&self) -> bool {
         !self.injector.is_empty()
             || (0..self.cores()).any(|core| {

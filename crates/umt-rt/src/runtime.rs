@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use umt_sys::{BackendKind, CpuId, Selection};
 
+use crate::iter::IntoParallelIterator;
 use crate::job::Job;
 use crate::latch::{Latch, Waiter};
 use crate::registry::Registry;
@@ -152,23 +153,52 @@ impl Runtime {
         spawn_detached_on(&self.reg, f);
     }
 
-    /// Calls `body(i)` for every `i` in `range`, split into one static chunk per core.
+    /// Calls `body(i)` for every `i` in `range`, under the program's loop schedule
+    /// (`UMT_SCHEDULE`, else [`Schedule::StaticSteal`](crate::Schedule::StaticSteal)).
     pub fn parallel_for<F>(&self, range: Range<usize>, body: F)
     where
         F: Fn(usize) + Sync + Send,
     {
-        let chunks = self.reg.cores();
-        self.scope(|s| crate::parallel::spawn_static(s, range, chunks, &body));
+        self.install(|| range.into_par_iter().for_each(body));
     }
 
-    /// Like [`Runtime::parallel_for`] with chunks of `chunk` iterations (the last may be shorter).
+    /// Like [`Runtime::parallel_for`] in chunks of `chunk` iterations handed out one at a time
+    /// ([`Schedule::Dynamic`](crate::Schedule::Dynamic)).
     pub fn parallel_for_chunked<F>(&self, range: Range<usize>, chunk: usize, body: F)
     where
         F: Fn(usize) + Sync + Send,
     {
-        let len = range.end.saturating_sub(range.start);
-        let chunks = len.div_ceil(chunk.max(1));
-        self.scope(|s| crate::parallel::spawn_static(s, range, chunks, &body));
+        self.parallel_for_with(range, crate::Schedule::Dynamic(chunk.max(1)), body);
+    }
+
+    /// Like [`Runtime::parallel_for`] under `schedule`.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use umt_rt::{Runtime, Schedule};
+    ///
+    /// let rt = Runtime::builder().monitor(umt_rt::BackendKind::Disabled).build().unwrap();
+    /// let sum = AtomicUsize::new(0);
+    /// rt.parallel_for_with(0..100, Schedule::Guided(4), |i| {
+    ///     sum.fetch_add(i, Ordering::Relaxed);
+    /// });
+    /// assert_eq!(sum.into_inner(), 4950);
+    /// ```
+    pub fn parallel_for_with<F>(&self, range: Range<usize>, schedule: crate::Schedule, body: F)
+    where
+        F: Fn(usize) + Sync + Send,
+    {
+        self.install(|| range.into_par_iter().schedule(schedule).for_each(body));
+    }
+
+    /// Calls `f` once per core of this runtime, each on a worker of that core (see
+    /// [`broadcast`](crate::broadcast)).
+    pub fn broadcast<F, R>(&self, f: F) -> Vec<R>
+    where
+        F: Fn(crate::BroadcastContext) -> R + Sync,
+        R: Send,
+    {
+        crate::broadcast::broadcast_on(&self.reg, f)
     }
 
     /// A snapshot of the runtime's counters.

@@ -171,6 +171,19 @@ impl<'scope> Scope<'scope> {
         }
     }
 
+    /// Spawns a task that only a worker of the runtime's `core`-th core may run (inline when
+    /// the scope has no runtime).
+    pub(crate) fn spawn_on_core<F>(&self, core: usize, f: F)
+    where
+        F: FnOnce(&Scope<'scope>) + Send + 'scope,
+    {
+        let job = self.make_job(f, None);
+        match &self.state().registry {
+            Some(reg) => reg.inject_to_core(core, job),
+            None => job.run(),
+        }
+    }
+
     fn make_job<F>(&self, f: F, node: Option<Arc<DepNode>>) -> Job
     where
         F: FnOnce(&Scope<'scope>) + Send + 'scope,

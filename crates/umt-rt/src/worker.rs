@@ -315,10 +315,18 @@ impl WorkerCtx {
         self.deque.pop()
     }
 
-    /// Own deque, then the injector, then other workers' deques.
+    /// Own deque, then the core's inbox, then the injector, then other workers' deques.
     pub(crate) fn find_work(&self) -> Option<Job> {
         if let Some(job) = self.deque.pop() {
             return Some(job);
+        }
+        let inbox = &self.reg.inboxes[self.core];
+        while !inbox.is_empty() {
+            match inbox.steal() {
+                Steal::Success(job) => return Some(job),
+                Steal::Retry => continue,
+                Steal::Empty => break,
+            }
         }
         loop {
             match self.reg.injector.steal_batch_and_pop(&self.deque) {
@@ -425,7 +433,7 @@ impl WorkerCtx {
         let reg = &*self.reg;
         let recheck = || {
             done.is_some_and(|d| d())
-                || reg.has_work()
+                || reg.has_work_for(self.core)
                 || (done.is_none() && reg.terminate.load(Ordering::Acquire))
         };
         let parked = reg.pools.sleep(

@@ -1,0 +1,473 @@
+//! Parallel iterators for the everyday cases, with rayon's names where the meaning is the
+//! same: sources on slices and ranges, the adaptors `map`, `filter`, `enumerate`, `zip`, and
+//! the consumers `for_each`, `sum`, `reduce`, `collect`, `count`, `min_by_key`, `max_by_key`.
+//! Every loop runs under a [`Schedule`]. Design notes: `README.md` in this folder.
+//!
+//! ```
+//! use umt_rt::prelude::*;
+//!
+//! let mut v: Vec<u64> = (0..1000).collect();
+//! v.par_iter_mut().for_each(|x| *x *= 2);
+//! let sum: u64 = v.par_iter().map(|&x| x).sum();
+//! assert_eq!(sum, 999 * 1000);
+//!
+//! // Per loop, a schedule from the OS-vs-runtime scheduling study.
+//! let odd = (0..1000usize)
+//!     .into_par_iter()
+//!     .schedule(Schedule::Guided(16))
+//!     .filter(|i| i % 2 == 1)
+//!     .collect::<Vec<_>>();
+//! assert_eq!(odd.len(), 500);
+//! ```
+
+mod drive;
+mod producer;
+
+use std::iter::Sum;
+use std::ops::Range;
+use std::panic::Location;
+
+pub use producer::{
+    Chunks, ChunksMut, Enumerate, Filter, Indexed, Map, Producer, RangeProducer, Slice, SliceMut,
+    Zip,
+};
+
+use crate::schedule::Schedule;
+use drive::{Fold, drive};
+use producer::ProducerExt;
+
+/// A parallel iterator: a [`Producer`] of items by index, and the [`Schedule`] its loop runs
+/// under. Made by [`IntoParallelIterator::into_par_iter`], [`ParallelSlice`] or
+/// [`ParallelSliceMut`]; it runs when a consumer (`for_each`, `sum`, ...) is called: on the
+/// calling worker's runtime, or on the global one outside a runtime
+/// ([`Runtime::install`](crate::Runtime::install) picks another).
+///
+/// Items come in index order to `collect`, `reduce`, `min_by_key` and `max_by_key`
+/// (`reduce`'s operation needs to be associative, not commutative); `for_each`, `sum` and
+/// `count` see them in any order.
+#[derive(Debug, Clone)]
+#[must_use = "a parallel iterator does nothing until a consumer (for_each, sum, ...) runs it"]
+pub struct ParIter<P> {
+    producer: P,
+    schedule: Option<Schedule>,
+}
+
+impl<P: Producer> ParIter<P> {
+    fn new(producer: P) -> Self {
+        ParIter {
+            producer,
+            schedule: None,
+        }
+    }
+
+    /// Runs this loop under `schedule` instead of the program's (`UMT_SCHEDULE`, else
+    /// [`Schedule::StaticSteal`]).
+    pub fn schedule(mut self, schedule: Schedule) -> Self {
+        self.schedule = Some(schedule);
+        self
+    }
+
+    /// How many indices the loop visits (items before any `filter`).
+    pub fn len(&self) -> usize {
+        self.producer.len()
+    }
+
+    /// Whether the loop visits no index.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Applies `f` to each item.
+    pub fn map<F, R>(self, f: F) -> ParIter<Map<P, F>>
+    where
+        F: Fn(P::Item) -> R + Sync,
+    {
+        ParIter {
+            producer: Map::new(self.producer, f),
+            schedule: self.schedule,
+        }
+    }
+
+    /// Keeps the items for which `f` is true.
+    pub fn filter<F>(self, f: F) -> ParIter<Filter<P, F>>
+    where
+        F: Fn(&P::Item) -> bool + Sync,
+    {
+        ParIter {
+            producer: Filter::new(self.producer, f),
+            schedule: self.schedule,
+        }
+    }
+
+    /// Pairs each item with its index (not after `filter`).
+    pub fn enumerate(self) -> ParIter<Enumerate<P>>
+    where
+        P: Indexed,
+    {
+        ParIter {
+            producer: Enumerate::new(self.producer),
+            schedule: self.schedule,
+        }
+    }
+
+    /// Pairs the items of both, index by index, as long as the shorter. The schedule is this
+    /// iterator's (or `other`'s when only it has one).
+    pub fn zip<O>(self, other: O) -> ParIter<Zip<P, O::Producer>>
+    where
+        P: Indexed,
+        O: IntoParallelIterator,
+        O::Producer: Indexed,
+    {
+        let other = other.into_par_iter();
+        let schedule = self.schedule.or(other.schedule);
+        ParIter {
+            producer: Zip::new(self.producer, other.producer),
+            schedule,
+        }
+    }
+
+    /// Calls `f` on each item.
+    #[track_caller]
+    pub fn for_each<F>(self, f: F)
+    where
+        F: Fn(P::Item) + Sync,
+    {
+        let producer = &self.producer;
+        let fold = |(), r: Range<usize>| producer.items(r).for_each(&f);
+        self.run(
+            Location::caller(),
+            Fold {
+                identity: || (),
+                fold,
+                combine: |(), ()| (),
+                ordered: false,
+            },
+        )
+    }
+
+    /// The sum of the items, added in an unspecified order (as rayon's).
+    #[track_caller]
+    pub fn sum<S>(self) -> S
+    where
+        S: Sum<P::Item> + Sum<S> + Send,
+    {
+        let producer = &self.producer;
+        self.run(
+            Location::caller(),
+            Fold {
+                identity: || std::iter::empty::<S>().sum(),
+                fold: |acc: S, r| [acc, producer.items(r).sum()].into_iter().sum(),
+                combine: |a: S, b: S| [a, b].into_iter().sum(),
+                ordered: false,
+            },
+        )
+    }
+
+    /// How many items there are.
+    #[track_caller]
+    pub fn count(self) -> usize {
+        let producer = &self.producer;
+        self.run(
+            Location::caller(),
+            Fold {
+                identity: || 0,
+                fold: |acc: usize, r| acc + producer.items(r).count(),
+                combine: |a, b| a + b,
+                ordered: false,
+            },
+        )
+    }
+
+    /// Combines the items with `op`, in index order, starting each part from `identity()`
+    /// (which must be neutral for `op`); `identity()` when there are none. `op` must be
+    /// associative.
+    #[track_caller]
+    pub fn reduce<ID, OP>(self, identity: ID, op: OP) -> P::Item
+    where
+        P::Item: Send,
+        ID: Fn() -> P::Item + Sync,
+        OP: Fn(P::Item, P::Item) -> P::Item + Sync,
+    {
+        let producer = &self.producer;
+        let (identity, op) = (&identity, &op);
+        self.run(
+            Location::caller(),
+            Fold {
+                identity,
+                fold: |acc, r| producer.items(r).fold(acc, op),
+                combine: op,
+                ordered: true,
+            },
+        )
+    }
+
+    /// The items, in index order, in any collection (`Vec`, `String`, `HashMap`, ...).
+    #[track_caller]
+    pub fn collect<B>(self) -> B
+    where
+        P::Item: Send,
+        B: FromIterator<P::Item>,
+    {
+        let producer = &self.producer;
+        let parts: Vec<Vec<P::Item>> = self.run(
+            Location::caller(),
+            Fold {
+                identity: Vec::new,
+                fold: |mut acc: Vec<Vec<P::Item>>, r| {
+                    match acc.last_mut() {
+                        Some(v) => v.extend(producer.items(r)),
+                        None => acc.push(producer.items(r).collect()),
+                    }
+                    acc
+                },
+                combine: |mut a: Vec<Vec<P::Item>>, mut b: Vec<Vec<P::Item>>| {
+                    a.append(&mut b);
+                    a
+                },
+                ordered: true,
+            },
+        );
+        // One copy of each part into place; `Vec`'s `collect` from a `Vec` reuses it.
+        let mut all = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+        for mut part in parts {
+            all.append(&mut part);
+        }
+        all.into_iter().collect()
+    }
+
+    /// The item with the smallest key; the first of several.
+    #[track_caller]
+    pub fn min_by_key<K, F>(self, f: F) -> Option<P::Item>
+    where
+        P::Item: Send,
+        K: Ord + Send,
+        F: Fn(&P::Item) -> K + Sync,
+    {
+        self.best_by_key(Location::caller(), f, |new, old| new < old)
+    }
+
+    /// The item with the largest key; the last of several (as `Iterator::max_by_key`).
+    #[track_caller]
+    pub fn max_by_key<K, F>(self, f: F) -> Option<P::Item>
+    where
+        P::Item: Send,
+        K: Ord + Send,
+        F: Fn(&P::Item) -> K + Sync,
+    {
+        self.best_by_key(Location::caller(), f, |new, old| new >= old)
+    }
+
+    /// The item whose key `better(new, old)` prefers, scanning in index order.
+    fn best_by_key<K, F>(
+        self,
+        site: &'static Location<'static>,
+        f: F,
+        better: fn(&K, &K) -> bool,
+    ) -> Option<P::Item>
+    where
+        P::Item: Send,
+        K: Ord + Send,
+        F: Fn(&P::Item) -> K + Sync,
+    {
+        let producer = &self.producer;
+        let pick = |old: Option<(K, P::Item)>, new: Option<(K, P::Item)>| match (old, new) {
+            (Some(o), Some(n)) => Some(if better(&n.0, &o.0) { n } else { o }),
+            (o, n) => o.or(n),
+        };
+        self.run(
+            site,
+            Fold {
+                identity: || None,
+                fold: |acc, r| {
+                    producer
+                        .items(r)
+                        .map(|item| Some((f(&item), item)))
+                        .fold(acc, pick)
+                },
+                combine: pick,
+                ordered: true,
+            },
+        )
+        .map(|(_, item)| item)
+    }
+
+    fn run<A, I, F, C>(&self, site: &'static Location<'static>, how: Fold<I, F, C>) -> A
+    where
+        A: Send,
+        I: Fn() -> A + Sync,
+        F: Fn(A, Range<usize>) -> A + Sync,
+        C: Fn(A, A) -> A + Sync,
+    {
+        drive(self.producer.len(), self.schedule, site, how)
+    }
+}
+
+/// Types that become a [`ParIter`]: `Range<usize>`, `&[T]`, `&mut [T]`, `&Vec<T>`,
+/// `&mut Vec<T>`, and parallel iterators themselves.
+pub trait IntoParallelIterator {
+    /// What makes the items.
+    type Producer: Producer;
+
+    /// The parallel iterator.
+    fn into_par_iter(self) -> ParIter<Self::Producer>;
+}
+
+impl<P: Producer> IntoParallelIterator for ParIter<P> {
+    type Producer = P;
+
+    fn into_par_iter(self) -> ParIter<P> {
+        self
+    }
+}
+
+impl IntoParallelIterator for Range<usize> {
+    type Producer = RangeProducer;
+
+    fn into_par_iter(self) -> ParIter<RangeProducer> {
+        ParIter::new(RangeProducer::new(self))
+    }
+}
+
+impl<'data, T: Sync + 'data> IntoParallelIterator for &'data [T] {
+    type Producer = Slice<'data, T>;
+
+    fn into_par_iter(self) -> ParIter<Slice<'data, T>> {
+        ParIter::new(Slice::new(self))
+    }
+}
+
+impl<'data, T: Sync + 'data> IntoParallelIterator for &'data Vec<T> {
+    type Producer = Slice<'data, T>;
+
+    fn into_par_iter(self) -> ParIter<Slice<'data, T>> {
+        ParIter::new(Slice::new(self))
+    }
+}
+
+impl<'data, T: Send + 'data> IntoParallelIterator for &'data mut [T] {
+    type Producer = SliceMut<'data, T>;
+
+    fn into_par_iter(self) -> ParIter<SliceMut<'data, T>> {
+        ParIter::new(SliceMut::new(self))
+    }
+}
+
+impl<'data, T: Send + 'data> IntoParallelIterator for &'data mut Vec<T> {
+    type Producer = SliceMut<'data, T>;
+
+    fn into_par_iter(self) -> ParIter<SliceMut<'data, T>> {
+        ParIter::new(SliceMut::new(self))
+    }
+}
+
+/// Parallel iterators over a shared slice (and so over `Vec`, arrays...).
+pub trait ParallelSlice<T: Sync> {
+    /// Each element, by reference.
+    fn par_iter(&self) -> ParIter<Slice<'_, T>>;
+
+    /// Non-overlapping sub-slices of `size` elements (the last may be shorter); `size` 0 is
+    /// taken as 1.
+    fn par_chunks(&self, size: usize) -> ParIter<Chunks<'_, T>>;
+}
+
+impl<T: Sync> ParallelSlice<T> for [T] {
+    fn par_iter(&self) -> ParIter<Slice<'_, T>> {
+        ParIter::new(Slice::new(self))
+    }
+
+    fn par_chunks(&self, size: usize) -> ParIter<Chunks<'_, T>> {
+        ParIter::new(Chunks::new(self, size))
+    }
+}
+
+/// Parallel iterators and sorts over a mutable slice.
+pub trait ParallelSliceMut<T: Send> {
+    /// Each element, by mutable reference.
+    fn par_iter_mut(&mut self) -> ParIter<SliceMut<'_, T>>;
+
+    /// Non-overlapping mutable sub-slices of `size` elements (the last may be shorter);
+    /// `size` 0 is taken as 1.
+    fn par_chunks_mut(&mut self, size: usize) -> ParIter<ChunksMut<'_, T>>;
+
+    /// Sorts, keeping equal elements in order (a parallel merge sort).
+    fn par_sort(&mut self)
+    where
+        T: Ord;
+
+    /// [`ParallelSliceMut::par_sort`] with a comparison.
+    fn par_sort_by<F>(&mut self, compare: F)
+    where
+        F: Fn(&T, &T) -> std::cmp::Ordering + Sync;
+
+    /// [`ParallelSliceMut::par_sort`] by a key.
+    fn par_sort_by_key<K: Ord, F>(&mut self, key: F)
+    where
+        F: Fn(&T) -> K + Sync;
+
+    /// Sorts, equal elements in any order (a parallel merge sort with unstable leaves).
+    fn par_sort_unstable(&mut self)
+    where
+        T: Ord;
+
+    /// [`ParallelSliceMut::par_sort_unstable`] with a comparison.
+    fn par_sort_unstable_by<F>(&mut self, compare: F)
+    where
+        F: Fn(&T, &T) -> std::cmp::Ordering + Sync;
+
+    /// [`ParallelSliceMut::par_sort_unstable`] by a key.
+    fn par_sort_unstable_by_key<K: Ord, F>(&mut self, key: F)
+    where
+        F: Fn(&T) -> K + Sync;
+}
+
+impl<T: Send> ParallelSliceMut<T> for [T] {
+    fn par_iter_mut(&mut self) -> ParIter<SliceMut<'_, T>> {
+        ParIter::new(SliceMut::new(self))
+    }
+
+    fn par_chunks_mut(&mut self, size: usize) -> ParIter<ChunksMut<'_, T>> {
+        ParIter::new(ChunksMut::new(self, size))
+    }
+
+    fn par_sort(&mut self)
+    where
+        T: Ord,
+    {
+        crate::sort::merge_sort(self, &T::cmp, true);
+    }
+
+    fn par_sort_by<F>(&mut self, compare: F)
+    where
+        F: Fn(&T, &T) -> std::cmp::Ordering + Sync,
+    {
+        crate::sort::merge_sort(self, &compare, true);
+    }
+
+    fn par_sort_by_key<K: Ord, F>(&mut self, key: F)
+    where
+        F: Fn(&T) -> K + Sync,
+    {
+        crate::sort::merge_sort(self, &|a: &T, b: &T| key(a).cmp(&key(b)), true);
+    }
+
+    fn par_sort_unstable(&mut self)
+    where
+        T: Ord,
+    {
+        crate::sort::merge_sort(self, &T::cmp, false);
+    }
+
+    fn par_sort_unstable_by<F>(&mut self, compare: F)
+    where
+        F: Fn(&T, &T) -> std::cmp::Ordering + Sync,
+    {
+        crate::sort::merge_sort(self, &compare, false);
+    }
+
+    fn par_sort_unstable_by_key<K: Ord, F>(&mut self, key: F)
+    where
+        F: Fn(&T) -> K + Sync,
+    {
+        crate::sort::merge_sort(self, &|a: &T, b: &T| key(a).cmp(&key(b)), false);
+    }
+}

@@ -1,0 +1,731 @@
+//! Loop schedules (the OS-vs-runtime scheduling study, seed 003, after LB4OMP): how a parallel
+//! loop's index space `0..len` is cut into chunks and handed to the loop's participants (one
+//! per core). The chunk-size rules are written as in the literature, as pure functions
+//! ([`chunk_sequence`], [`af_chunk`]); a [`Dispenser`] hands the chunks out at run time.
+//! Design notes: `iter/README.md`, "Schedules".
+
+use std::fmt;
+use std::ops::Range;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use crossbeam_utils::CachePadded;
+
+/// How a parallel loop hands its iterations to the cores: set per loop with
+/// [`ParIter::schedule`](crate::iter::ParIter::schedule), for a whole program with the
+/// environment variable `UMT_SCHEDULE` (same spelling as [`Schedule::from_str`]: `static`,
+/// `static_steal`, `dynamic,64`, `guided,8`, `fac2`, `af`, `auto`), else
+/// [`Schedule::StaticSteal`].
+///
+/// `P` below is the number of participants (the runtime's cores, at most the loop's length),
+/// `R` the iterations not yet handed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Schedule {
+    /// One contiguous block of `ceil` or `floor(len / P)` iterations per participant, decided
+    /// up front: the least overhead and the best locality, no rebalancing.
+    Static,
+    /// `Static`'s blocks, each taken by its owner in pieces of `ceil(r / 8)`, `r` what is left
+    /// of it; a participant whose block is done steals the back half of the next non-empty
+    /// block and makes it its own (as LLVM's `static_steal`).
+    StaticSteal,
+    /// Self-scheduling: chunks of a fixed size (`dynamic,1` is the study's SS).
+    Dynamic(usize),
+    /// Guided self-scheduling (GSS, Polychronopoulos and Kuck 1987): each chunk is
+    /// `max(min, ceil(R / P))`.
+    Guided(usize),
+    /// Factoring with a factor of 2 (FAC2, Hummel, Schonberg and Flynn 1992): in batches of
+    /// `P` chunks of `ceil(R_b / (2P))`, `R_b` what was left when the batch began.
+    Fac2,
+    /// Adaptive factoring (AF, Banicescu and Liu 2000): from the mean `mu_i` and the variance
+    /// `sigma_i^2` of the iteration times measured on each participant, participant `i` gets
+    /// `(D + 2TR - sqrt(D^2 + 4DTR)) / (2 mu_i)` with `D = sum sigma_j^2 / mu_j` and
+    /// `T = 1 / sum (1 / mu_j)`; FAC2's first chunk until it has measured anything.
+    Af,
+    /// Chosen by measurement, per loop (per call site of the consumer): the first runs of a
+    /// loop try each candidate schedule once, later runs use the fastest, and every
+    /// [`AUTO_REEXPLORE`] runs the choice is measured again.
+    Auto,
+}
+
+/// Runs after which [`Schedule::Auto`] measures every candidate again.
+pub const AUTO_REEXPLORE: u32 = 256;
+
+/// The candidates [`Schedule::Auto`] tries, in order (`Dynamic`'s chunk: see
+/// [`Schedule::resolve`]).
+const AUTO_CANDIDATES: [Schedule; 6] = [
+    Schedule::StaticSteal,
+    Schedule::Static,
+    Schedule::Guided(1),
+    Schedule::Fac2,
+    Schedule::Af,
+    Schedule::Dynamic(0),
+];
+
+/// A schedule string that is not one of [`Schedule`]'s forms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown loop schedule {0:?}: use static, static_steal, dynamic[,CHUNK], guided[,MIN_CHUNK], \
+     fac2, af or auto (CHUNK and MIN_CHUNK at least 1)"
+)]
+pub struct ParseScheduleError(String);
+
+impl FromStr for Schedule {
+    type Err = ParseScheduleError;
+
+    /// `static`, `static_steal`, `dynamic` (chunk 1), `dynamic,CHUNK`, `guided` (min chunk 1),
+    /// `guided,MIN_CHUNK`, `fac2`, `af`, `auto`; case and spaces ignored.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || ParseScheduleError(s.to_string());
+        let lower = s.trim().to_ascii_lowercase();
+        let (name, arg) = match lower.split_once(',') {
+            Some((n, a)) => (n.trim(), Some(a.trim())),
+            None => (lower.as_str(), None),
+        };
+        let chunk = |arg: Option<&str>| -> Result<usize, ParseScheduleError> {
+            match arg {
+                None => Ok(1),
+                Some(a) => a.parse::<usize>().ok().filter(|&c| c >= 1).ok_or_else(bad),
+            }
+        };
+        match (name, arg) {
+            ("static", None) => Ok(Schedule::Static),
+            ("static_steal", None) => Ok(Schedule::StaticSteal),
+            ("dynamic", a) => Ok(Schedule::Dynamic(chunk(a)?)),
+            ("guided", a) => Ok(Schedule::Guided(chunk(a)?)),
+            ("fac2", None) => Ok(Schedule::Fac2),
+            ("af", None) => Ok(Schedule::Af),
+            ("auto", None) => Ok(Schedule::Auto),
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Schedule::Static => f.write_str("static"),
+            Schedule::StaticSteal => f.write_str("static_steal"),
+            Schedule::Dynamic(c) => write!(f, "dynamic,{c}"),
+            Schedule::Guided(c) => write!(f, "guided,{c}"),
+            Schedule::Fac2 => f.write_str("fac2"),
+            Schedule::Af => f.write_str("af"),
+            Schedule::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+impl Schedule {
+    /// The schedule of `UMT_SCHEDULE`, read once; `None` when unset or invalid (said once on
+    /// stderr, or through `tracing`).
+    pub fn from_env() -> Option<Schedule> {
+        static ENV: OnceLock<Option<Schedule>> = OnceLock::new();
+        *ENV.get_or_init(|| {
+            let value = std::env::var("UMT_SCHEDULE").ok()?;
+            match value.parse() {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    crate::diag::emit(&format!("UMT_SCHEDULE ignored: {e}"));
+                    None
+                }
+            }
+        })
+    }
+
+    /// The schedule of loops that set none: `UMT_SCHEDULE`, else [`Schedule::StaticSteal`].
+    pub fn program_default() -> Schedule {
+        Schedule::from_env().unwrap_or(Schedule::StaticSteal)
+    }
+
+    /// This schedule with its parameters made concrete for a loop of `len` over
+    /// `participants`: a chunk of 0 becomes `Dynamic`'s default, `max(1, len / (64 P))`.
+    fn resolve(self, len: usize, participants: usize) -> Schedule {
+        match self {
+            Schedule::Dynamic(0) => Schedule::Dynamic((len / (64 * participants.max(1))).max(1)),
+            Schedule::Guided(0) => Schedule::Guided(1),
+            s => s,
+        }
+    }
+}
+
+/// The chunk sizes, in order, that `schedule` hands out for a loop of `len` iterations over
+/// `p` participants, for the schedules whose sequence does not depend on timing or on who
+/// asks: `Static` (one block per participant), `Dynamic`, `Guided` and `Fac2`. `None` for
+/// `StaticSteal`, `Af` and `Auto`.
+pub fn chunk_sequence(schedule: Schedule, len: usize, p: usize) -> Option<Vec<usize>> {
+    let p = p.max(1);
+    let mut sizes = Vec::new();
+    let mut left = len;
+    match schedule.resolve(len, p) {
+        Schedule::Static => {
+            let parts = p.min(len.max(1));
+            sizes.extend((0..parts).map(|i| len / parts + usize::from(i < len % parts)));
+            sizes.retain(|&s| s > 0);
+        }
+        Schedule::Dynamic(c) => {
+            while left > 0 {
+                let s = c.min(left);
+                sizes.push(s);
+                left -= s;
+            }
+        }
+        Schedule::Guided(min) => {
+            while left > 0 {
+                let s = guided_chunk(left, p, min);
+                sizes.push(s);
+                left -= s;
+            }
+        }
+        Schedule::Fac2 => {
+            while left > 0 {
+                let s = fac2_chunk(left, p);
+                for _ in 0..p {
+                    let s = s.min(left);
+                    if s == 0 {
+                        break;
+                    }
+                    sizes.push(s);
+                    left -= s;
+                }
+            }
+        }
+        Schedule::StaticSteal | Schedule::Af | Schedule::Auto => return None,
+    }
+    Some(sizes)
+}
+
+/// GSS: `max(min, ceil(R / P))`, at most `R`.
+pub fn guided_chunk(remaining: usize, p: usize, min: usize) -> usize {
+    remaining.div_ceil(p.max(1)).max(min.max(1)).min(remaining)
+}
+
+/// FAC2: the chunk of a batch that begins with `R` iterations left, `ceil(R / (2P))`.
+pub fn fac2_chunk(remaining: usize, p: usize) -> usize {
+    remaining.div_ceil(2 * p.max(1))
+}
+
+/// AF's chunk for participant `me` with `remaining` iterations left, from each participant's
+/// mean iteration time `mu[j]` and its variance `var[j]` (any unit, the same for all):
+/// `(D + 2TR - sqrt(D^2 + 4DTR)) / (2 mu_me)`, `D = sum var_j / mu_j`, `T = 1 / sum 1/mu_j`.
+/// At least 1 and at most `remaining`; a zero or missing mean counts as the smallest positive
+/// one measured (or 1).
+pub fn af_chunk(mu: &[f64], var: &[f64], me: usize, remaining: usize) -> usize {
+    if remaining == 0 {
+        return 0;
+    }
+    let floor = mu
+        .iter()
+        .copied()
+        .filter(|m| *m > 0.0 && m.is_finite())
+        .fold(f64::INFINITY, f64::min);
+    let floor = if floor.is_finite() { floor } else { 1.0 };
+    let mu_of = |j: usize| mu.get(j).copied().filter(|m| *m > 0.0).unwrap_or(floor);
+    let d: f64 = (0..mu.len())
+        .map(|j| var.get(j).copied().unwrap_or(0.0).max(0.0) / mu_of(j))
+        .sum();
+    let t = 1.0 / (0..mu.len()).map(|j| 1.0 / mu_of(j)).sum::<f64>();
+    let r = remaining as f64;
+    let k = (d + 2.0 * t * r - (d * d + 4.0 * d * t * r).sqrt()) / (2.0 * mu_of(me));
+    if k.is_finite() {
+        (k.ceil() as usize).clamp(1, remaining)
+    } else {
+        remaining.div_ceil(2 * mu.len().max(1))
+    }
+}
+
+/// A participant's place in a loop: who it is, and the chunk it is running (for the
+/// schedules that learn from chunk times).
+#[derive(Debug)]
+pub(crate) struct Cursor {
+    participant: usize,
+    /// `Static`: the participant took its block.
+    done: bool,
+    /// The chunk handed out last and when: `Af` measures it at the next request.
+    running: Option<(usize, Instant)>,
+}
+
+impl Cursor {
+    pub(crate) fn new(participant: usize) -> Cursor {
+        Cursor {
+            participant,
+            done: false,
+            running: None,
+        }
+    }
+}
+
+/// Hands out the chunks of one loop run: each index of `0..len` exactly once, whoever asks.
+#[derive(Debug)]
+pub(crate) struct Dispenser {
+    len: usize,
+    participants: usize,
+    kind: Kind,
+    /// Set when a participant's body panicked: the others stop taking chunks.
+    stop: AtomicBool,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Static,
+    /// Per participant its unclaimed block `[lo, hi)`, packed `lo << 32 | hi`.
+    Steal(Box<[CachePadded<AtomicU64>]>),
+    Dynamic {
+        next: CachePadded<AtomicUsize>,
+        chunk: usize,
+    },
+    /// Precomputed chunk ends (`Guided`, `Fac2`): the k-th request gets chunk k.
+    Table {
+        ends: Vec<usize>,
+        next: CachePadded<AtomicUsize>,
+    },
+    Af(Mutex<AfState>),
+}
+
+/// What `Af` has measured, under one lock (taken once per chunk).
+#[derive(Debug)]
+struct AfState {
+    next: usize,
+    /// Per participant: chunks measured, mean and sum of squared deviations (Welford) of the
+    /// chunks' per-iteration times in ns, and the mean chunk size.
+    samples: Vec<(u64, f64, f64, f64)>,
+}
+
+impl Dispenser {
+    /// A dispenser of `0..len` for `participants` under `schedule` (not `Auto`: the driver
+    /// resolves it first). Beyond `u32::MAX` iterations `StaticSteal` is `Dynamic`.
+    pub(crate) fn new(schedule: Schedule, len: usize, participants: usize) -> Dispenser {
+        let p = participants.max(1);
+        let kind = match schedule.resolve(len, p) {
+            Schedule::Static => Kind::Static,
+            Schedule::StaticSteal if u32::try_from(len).is_ok() => Kind::Steal(
+                (0..p)
+                    .map(|i| {
+                        let r = static_block(len, p, i);
+                        CachePadded::new(AtomicU64::new(pack(r.start, r.end)))
+                    })
+                    .collect(),
+            ),
+            Schedule::StaticSteal | Schedule::Auto => Kind::Dynamic {
+                next: CachePadded::new(AtomicUsize::new(0)),
+                chunk: (len / (64 * p)).max(1),
+            },
+            Schedule::Dynamic(c) => Kind::Dynamic {
+                next: CachePadded::new(AtomicUsize::new(0)),
+                chunk: c.clamp(1, len.max(1)),
+            },
+            s @ (Schedule::Guided(_) | Schedule::Fac2) => {
+                let sizes = chunk_sequence(s, len, p).unwrap_or_default();
+                let ends = sizes
+                    .iter()
+                    .scan(0, |end, s| {
+                        *end += s;
+                        Some(*end)
+                    })
+                    .collect();
+                Kind::Table {
+                    ends,
+                    next: CachePadded::new(AtomicUsize::new(0)),
+                }
+            }
+            Schedule::Af => Kind::Af(Mutex::new(AfState {
+                next: 0,
+                samples: vec![(0, 0.0, 0.0, 0.0); p],
+            })),
+        };
+        Dispenser {
+            len,
+            participants: p,
+            kind,
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// Stops handing out chunks (a participant panicked).
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// The next chunk for `cursor`'s participant, `None` once the loop is all handed out.
+    pub(crate) fn next(&self, cursor: &mut Cursor) -> Option<Range<usize>> {
+        if self.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let me = cursor.participant;
+        match &self.kind {
+            Kind::Static => {
+                if std::mem::replace(&mut cursor.done, true) {
+                    return None;
+                }
+                Some(static_block(self.len, self.participants, me)).filter(|r| !r.is_empty())
+            }
+            Kind::Steal(blocks) => self.next_steal(blocks, me),
+            Kind::Dynamic { next, chunk } => {
+                let start = next.fetch_add(*chunk, Ordering::Relaxed);
+                (start < self.len).then(|| start..(start + chunk).min(self.len))
+            }
+            Kind::Table { ends, next } => {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let end = *ends.get(k)?;
+                Some(k.checked_sub(1).map_or(0, |j| ends[j])..end)
+            }
+            Kind::Af(state) => {
+                let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some((size, started)) = cursor.running.take() {
+                    let per_iter = started.elapsed().as_nanos() as f64 / size as f64;
+                    let (n, mean, m2, msize) = &mut st.samples[me];
+                    *n += 1;
+                    let delta = per_iter - *mean;
+                    *mean += delta / *n as f64;
+                    *m2 += delta * (per_iter - *mean);
+                    *msize += (size as f64 - *msize) / *n as f64;
+                }
+                let remaining = self.len - st.next;
+                if remaining == 0 {
+                    return None;
+                }
+                let size = af_next(&st.samples, me, remaining, self.participants);
+                let start = st.next;
+                st.next += size;
+                cursor.running = Some((size, Instant::now()));
+                Some(start..start + size)
+            }
+        }
+    }
+
+    fn next_steal(&self, blocks: &[CachePadded<AtomicU64>], me: usize) -> Option<Range<usize>> {
+        let own = &blocks[me];
+        loop {
+            // The owner takes from the front of its block.
+            let mut cur = own.load(Ordering::Acquire);
+            loop {
+                let (lo, hi) = unpack(cur);
+                if lo >= hi {
+                    break;
+                }
+                let end = lo + (hi - lo).div_ceil(8);
+                match own.compare_exchange_weak(
+                    cur,
+                    pack(end, hi),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Some(lo..end),
+                    Err(now) => cur = now,
+                }
+            }
+            // Empty: steal the back half of the first non-empty block after ours, and make it
+            // ours (nobody else writes an empty block: thieves skip them).
+            let n = blocks.len();
+            let stolen = (1..n).find_map(|k| {
+                let victim = &blocks[(me + k) % n];
+                let mut cur = victim.load(Ordering::Acquire);
+                loop {
+                    let (lo, hi) = unpack(cur);
+                    if lo >= hi {
+                        return None;
+                    }
+                    let mid = lo + (hi - lo) / 2;
+                    match victim.compare_exchange_weak(
+                        cur,
+                        pack(lo, mid),
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => return Some(mid..hi),
+                        Err(now) => cur = now,
+                    }
+                }
+            })?;
+            own.store(pack(stolen.start, stolen.end), Ordering::Release);
+        }
+    }
+}
+
+/// `Af`'s next chunk for `me` from the samples so far: FAC2's first chunk until someone has
+/// measured a chunk; participants without samples count as the average of those with.
+fn af_next(samples: &[(u64, f64, f64, f64)], me: usize, remaining: usize, p: usize) -> usize {
+    let measured: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|s| s.0 > 0)
+        .map(|&(n, mean, m2, msize)| {
+            // The chunks' per-iteration times average `msize` iterations: their variance is
+            // the iterations' divided by `msize`.
+            let var = if n > 1 {
+                m2 / (n - 1) as f64 * msize
+            } else {
+                0.0
+            };
+            (mean, var)
+        })
+        .collect();
+    if measured.is_empty() {
+        return fac2_chunk(remaining, p).clamp(1, remaining);
+    }
+    let k = measured.len() as f64;
+    let avg = (
+        measured.iter().map(|m| m.0).sum::<f64>() / k,
+        measured.iter().map(|m| m.1).sum::<f64>() / k,
+    );
+    let (mu, var): (Vec<f64>, Vec<f64>) = samples
+        .iter()
+        .map(|&(n, mean, m2, msize)| match n {
+            0 => avg,
+            1 => (mean, avg.1),
+            _ => (mean, m2 / (n - 1) as f64 * msize),
+        })
+        .unzip();
+    af_chunk(&mu, &var, me, remaining)
+}
+
+/// `Static`'s block for participant `i`: the first `len % p` blocks are one longer.
+fn static_block(len: usize, p: usize, i: usize) -> Range<usize> {
+    let (base, extra) = (len / p, len % p);
+    let start = i * base + i.min(extra);
+    start..start + base + usize::from(i < extra)
+}
+
+fn pack(lo: usize, hi: usize) -> u64 {
+    ((lo as u64) << 32) | hi as u64
+}
+
+fn unpack(v: u64) -> (usize, usize) {
+    ((v >> 32) as usize, (v & u64::from(u32::MAX)) as usize)
+}
+
+/// What [`Schedule::Auto`] learned per loop: keyed by the consumer's call site.
+#[derive(Debug, Default)]
+struct AutoState {
+    /// Best time per iteration seen for each candidate (ns), `NaN` until tried.
+    cost: [f64; AUTO_CANDIDATES.len()],
+    /// The next candidate to try, or `AUTO_CANDIDATES.len()` once all were.
+    trial: usize,
+    /// Runs since the last exploration ended.
+    runs: u32,
+}
+
+type AutoTable = std::collections::HashMap<usize, AutoState>;
+
+fn auto_table() -> &'static Mutex<AutoTable> {
+    static TABLE: OnceLock<Mutex<AutoTable>> = OnceLock::new();
+    TABLE.get_or_init(Default::default)
+}
+
+/// The schedule `Auto` runs next at `site`, and the index of the candidate (to report its
+/// time with [`auto_record`]).
+pub(crate) fn auto_pick(site: &'static std::panic::Location<'static>) -> (Schedule, usize) {
+    let mut table = auto_table().lock().unwrap_or_else(|e| e.into_inner());
+    let st = table
+        .entry(site as *const _ as usize)
+        .or_insert_with(|| AutoState {
+            cost: [f64::NAN; AUTO_CANDIDATES.len()],
+            ..AutoState::default()
+        });
+    if st.trial >= AUTO_CANDIDATES.len() {
+        st.runs += 1;
+        if st.runs >= AUTO_REEXPLORE {
+            st.trial = 0;
+            st.runs = 0;
+            st.cost = [f64::NAN; AUTO_CANDIDATES.len()];
+        }
+    }
+    let k = if st.trial < AUTO_CANDIDATES.len() {
+        st.trial
+    } else {
+        best(&st.cost)
+    };
+    (AUTO_CANDIDATES[k], k)
+}
+
+/// Reports the time per iteration (ns) of a run of candidate `k` at `site`.
+pub(crate) fn auto_record(site: &'static std::panic::Location<'static>, k: usize, per_iter: f64) {
+    let mut table = auto_table().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(st) = table.get_mut(&(site as *const _ as usize)) {
+        let c = &mut st.cost[k];
+        *c = if c.is_nan() {
+            per_iter
+        } else {
+            c.min(per_iter)
+        };
+        if st.trial == k && st.trial < AUTO_CANDIDATES.len() {
+            st.trial += 1;
+        }
+    }
+}
+
+/// The candidate with the lowest measured cost (untried ones last).
+fn best(cost: &[f64]) -> usize {
+    (0..cost.len())
+        .filter(|&k| !cost[k].is_nan())
+        .min_by(|&a, &b| cost[a].total_cmp(&cost[b]))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parses_every_form_and_prints_it_back() {
+        for (s, want) in [
+            ("static", Schedule::Static),
+            ("static_steal", Schedule::StaticSteal),
+            ("dynamic", Schedule::Dynamic(1)),
+            ("dynamic,64", Schedule::Dynamic(64)),
+            (" Guided , 8 ", Schedule::Guided(8)),
+            ("guided", Schedule::Guided(1)),
+            ("fac2", Schedule::Fac2),
+            ("AF", Schedule::Af),
+            ("auto", Schedule::Auto),
+        ] {
+            assert_eq!(s.parse::<Schedule>(), Ok(want), "{s}");
+            assert_eq!(want.to_string().parse::<Schedule>(), Ok(want));
+        }
+        for bad in [
+            "",
+            "stat",
+            "dynamic,0",
+            "dynamic,x",
+            "guided,-1",
+            "static,4",
+            "af,2",
+        ] {
+            let e = bad.parse::<Schedule>().unwrap_err();
+            assert!(e.to_string().contains("use static"), "{e}");
+        }
+    }
+
+    /// Chunk sequences from the rules as the literature states them, worked by hand.
+    #[test]
+    fn chunk_sequences_match_the_literature() {
+        let seq = |s, n, p| chunk_sequence(s, n, p).unwrap();
+        // Static: blocks of ceil / floor (OpenMP static without chunk).
+        assert_eq!(seq(Schedule::Static, 10, 4), [3, 3, 2, 2]);
+        assert_eq!(seq(Schedule::Static, 3, 4), [1, 1, 1]);
+        assert_eq!(seq(Schedule::Static, 0, 4), Vec::<usize>::new());
+        // SS and dynamic,k.
+        assert_eq!(seq(Schedule::Dynamic(1), 3, 2), [1, 1, 1]);
+        assert_eq!(seq(Schedule::Dynamic(4), 10, 2), [4, 4, 2]);
+        // GSS, P = 4, N = 100: ceil(R/4).
+        assert_eq!(
+            seq(Schedule::Guided(1), 100, 4),
+            [25, 19, 14, 11, 8, 6, 5, 3, 3, 2, 1, 1, 1, 1]
+        );
+        // GSS with a minimum chunk of 4.
+        assert_eq!(
+            seq(Schedule::Guided(4), 100, 4),
+            [25, 19, 14, 11, 8, 6, 5, 4, 4, 4]
+        );
+        // FAC2, P = 4, N = 100: batches of 4 chunks of ceil(R/8): 13 (R=100), 6 (R=48),
+        // 3 (R=24), 2 (R=12), 1 (R=4).
+        assert_eq!(
+            seq(Schedule::Fac2, 100, 4),
+            [
+                13, 13, 13, 13, 6, 6, 6, 6, 3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1
+            ]
+        );
+        // FAC2, P = 2, N = 10: ceil(10/4) = 3, then R = 4: 1 each, then R = 2: 1, 1.
+        assert_eq!(seq(Schedule::Fac2, 10, 2), [3, 3, 1, 1, 1, 1]);
+        assert_eq!(chunk_sequence(Schedule::Af, 10, 2), None);
+    }
+
+    #[test]
+    fn af_chunks_follow_the_formula() {
+        // No variance: each participant gets its share of what is left, by speed.
+        assert_eq!(af_chunk(&[1.0, 1.0], &[0.0, 0.0], 0, 100), 50);
+        assert_eq!(af_chunk(&[1.0, 3.0], &[0.0, 0.0], 0, 100), 75);
+        assert_eq!(af_chunk(&[1.0, 3.0], &[0.0, 0.0], 1, 100), 25);
+        // Variance shrinks the chunk: D = 2, T = 0.5, R = 100:
+        // (2 + 100 - sqrt(4 + 400)) / 2 = 40.95 -> 41.
+        assert_eq!(af_chunk(&[1.0, 1.0], &[1.0, 1.0], 0, 100), 41);
+        // Bounds and degenerate input.
+        assert_eq!(af_chunk(&[1.0], &[1e12], 0, 100), 1);
+        assert_eq!(af_chunk(&[0.0, 0.0], &[0.0, 0.0], 0, 10), 5);
+        assert_eq!(af_chunk(&[1.0], &[0.0], 0, 0), 0);
+    }
+
+    #[test]
+    fn auto_tries_each_candidate_then_keeps_the_fastest() {
+        let site = std::panic::Location::caller();
+        let mut tried = Vec::new();
+        for _ in 0..AUTO_CANDIDATES.len() {
+            let (s, k) = auto_pick(site);
+            tried.push(s);
+            // Fac2 is the fastest.
+            auto_record(site, k, if s == Schedule::Fac2 { 1.0 } else { 5.0 });
+        }
+        assert_eq!(tried, AUTO_CANDIDATES);
+        for _ in 0..10 {
+            let (s, k) = auto_pick(site);
+            assert_eq!(s, Schedule::Fac2);
+            auto_record(site, k, 1.0);
+        }
+    }
+
+    fn all_schedules() -> impl Strategy<Value = Schedule> {
+        prop_oneof![
+            Just(Schedule::Static),
+            Just(Schedule::StaticSteal),
+            (0usize..40).prop_map(Schedule::Dynamic),
+            (0usize..40).prop_map(Schedule::Guided),
+            Just(Schedule::Fac2),
+            Just(Schedule::Af),
+        ]
+    }
+
+    proptest! {
+        /// However the participants interleave, every index is handed out exactly once.
+        #[test]
+        fn every_index_is_handed_out_exactly_once(
+            schedule in all_schedules(),
+            len in 0usize..3000,
+            p in 1usize..9,
+            order in proptest::collection::vec(0usize..64, 1..64),
+        ) {
+            let d = Dispenser::new(schedule, len, p);
+            let mut cursors: Vec<Cursor> = (0..p).map(Cursor::new).collect();
+            let mut live: Vec<usize> = (0..p).collect();
+            let mut seen = vec![0u8; len];
+            let mut step = 0;
+            while !live.is_empty() {
+                let pick = order[step % order.len()] % live.len();
+                step += 1;
+                match d.next(&mut cursors[live[pick]]) {
+                    Some(r) => {
+                        prop_assert!(!r.is_empty() && r.end <= len, "{:?}", r);
+                        for i in r { seen[i] += 1; }
+                    }
+                    None => { live.remove(pick); }
+                }
+            }
+            prop_assert!(seen.iter().all(|&c| c == 1));
+        }
+
+        #[test]
+        fn sequences_cover_the_loop(len in 0usize..5000, p in 1usize..17, c in 1usize..50) {
+            for s in [Schedule::Static, Schedule::Dynamic(c), Schedule::Guided(c), Schedule::Fac2] {
+                let seq = chunk_sequence(s, len, p).unwrap();
+                prop_assert_eq!(seq.iter().sum::<usize>(), len);
+                prop_assert!(seq.iter().all(|&x| x > 0));
+                if let Schedule::Guided(_) | Schedule::Fac2 = s {
+                    // Non-increasing: large chunks early, small late.
+                    prop_assert!(seq.windows(2).all(|w| w[0] >= w[1]));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn static_steal_threads_steal_when_their_block_is_done() {
+        let d = Dispenser::new(Schedule::StaticSteal, 64, 2);
+        let (mut a, mut b) = (Cursor::new(0), Cursor::new(1));
+        // Participant 0 runs its whole block and then takes from 1's.
+        let mut mine = 0;
+        while let Some(r) = d.next(&mut a) {
+            mine += r.len();
+        }
+        assert_eq!(mine, 64);
+        assert_eq!(d.next(&mut b), None);
+    }
+}

@@ -1,0 +1,359 @@
+//! Parallel iterators, loop schedules, sorts and broadcast, each against a sequential
+//! reference: every iterator and consumer, every schedule, empty / one-element / odd lengths,
+//! panics in closures.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+use proptest::prelude::*;
+use umt_rt::prelude::*;
+use umt_rt::{BackendKind, Runtime};
+
+mod common;
+
+/// One runtime for the property tests (a runtime per case would dominate their time).
+fn rt() -> &'static Runtime {
+    static RT: OnceLock<Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        Runtime::builder()
+            .monitor(BackendKind::Disabled)
+            .build()
+            .unwrap()
+    })
+}
+
+fn schedules() -> impl Strategy<Value = Schedule> {
+    prop_oneof![
+        Just(Schedule::Static),
+        Just(Schedule::StaticSteal),
+        (1usize..50).prop_map(Schedule::Dynamic),
+        (1usize..50).prop_map(Schedule::Guided),
+        Just(Schedule::Fac2),
+        Just(Schedule::Af),
+        Just(Schedule::Auto),
+    ]
+}
+
+const ALL: [Schedule; 8] = [
+    Schedule::Static,
+    Schedule::StaticSteal,
+    Schedule::Dynamic(1),
+    Schedule::Dynamic(7),
+    Schedule::Guided(3),
+    Schedule::Fac2,
+    Schedule::Af,
+    Schedule::Auto,
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn consumers_match_the_sequential_reference(
+        v in proptest::collection::vec(-1000i32..1000, 0..1500),
+        s in schedules(),
+    ) {
+        rt().install(|| {
+            let doubled: Vec<i64> = v.par_iter().schedule(s).map(|&x| 2 * x as i64).collect();
+            assert_eq!(doubled, v.iter().map(|&x| 2 * x as i64).collect::<Vec<_>>());
+            let odd: Vec<&i32> = v.par_iter().schedule(s).filter(|x| *x % 2 != 0).collect();
+            assert_eq!(odd, v.iter().filter(|x| *x % 2 != 0).collect::<Vec<_>>());
+            let sum: i64 = v.par_iter().schedule(s).map(|&x| x as i64).sum();
+            assert_eq!(sum, v.iter().map(|&x| x as i64).sum::<i64>());
+            assert_eq!(
+                v.par_iter().schedule(s).filter(|x| **x > 0).count(),
+                v.iter().filter(|x| **x > 0).count()
+            );
+            // Concatenation: associative, not commutative, so the order shows.
+            let concat = v.par_iter().schedule(s).map(|&x| vec![x]).reduce(Vec::new, |mut a, b| {
+                a.extend(b);
+                a
+            });
+            assert_eq!(concat, v);
+            // Ties: the first minimum, the last maximum, as `Iterator`'s.
+            let key = |x: &&i32| x.rem_euclid(7);
+            assert_eq!(
+                v.par_iter().schedule(s).min_by_key(key).map(|x| x as *const i32),
+                v.iter().min_by_key(key).map(|x| x as *const i32)
+            );
+            assert_eq!(
+                v.par_iter().schedule(s).max_by_key(key).map(|x| x as *const i32),
+                v.iter().max_by_key(key).map(|x| x as *const i32)
+            );
+        });
+    }
+
+    #[test]
+    fn adaptors_match_the_sequential_reference(
+        v in proptest::collection::vec(any::<u16>(), 0..1200),
+        w in proptest::collection::vec(any::<u16>(), 0..1200),
+        chunk in 0usize..40,
+        start in 0usize..100,
+        s in schedules(),
+    ) {
+        rt().install(|| {
+            let zipped: Vec<(usize, u32)> = v
+                .par_iter()
+                .zip(&w)
+                .enumerate()
+                .schedule(s)
+                .map(|(i, (a, b))| (i, *a as u32 + *b as u32))
+                .collect();
+            let want: Vec<(usize, u32)> =
+                v.iter().zip(&w).enumerate().map(|(i, (a, b))| (i, *a as u32 + *b as u32)).collect();
+            assert_eq!(zipped, want);
+            let sums: Vec<u64> = v
+                .par_chunks(chunk)
+                .schedule(s)
+                .map(|c| c.iter().map(|&x| x as u64).sum())
+                .collect();
+            assert_eq!(sums, v.chunks(chunk.max(1)).map(|c| c.iter().map(|&x| x as u64).sum()).collect::<Vec<u64>>());
+            let range: Vec<usize> = (start..start + v.len()).into_par_iter().schedule(s).collect();
+            assert_eq!(range, (start..start + v.len()).collect::<Vec<_>>());
+            let mut m = v.clone();
+            m.par_iter_mut().schedule(s).for_each(|x| *x = x.wrapping_mul(3));
+            assert_eq!(m, v.iter().map(|x| x.wrapping_mul(3)).collect::<Vec<_>>());
+            let mut m = v.clone();
+            m.par_chunks_mut(chunk).enumerate().schedule(s).for_each(|(i, c)| c.fill(i as u16));
+            let mut want = v.clone();
+            want.chunks_mut(chunk.max(1)).enumerate().for_each(|(i, c)| c.fill(i as u16));
+            assert_eq!(m, want);
+        });
+    }
+
+    #[test]
+    fn sorts_match_the_standard_ones(
+        v in proptest::collection::vec(0u32..50, 0..6000),
+    ) {
+        rt().install(|| {
+            let mut want = v.clone();
+            want.sort();
+            let mut a = v.clone();
+            a.par_sort_unstable();
+            assert_eq!(a, want);
+            let mut b = v.clone();
+            b.par_sort();
+            assert_eq!(b, want);
+            // Stable: equal keys keep their order.
+            let mut pairs: Vec<(u32, usize)> = v.iter().copied().zip(0..).collect();
+            pairs.par_sort_by_key(|p| p.0);
+            let mut want_pairs: Vec<(u32, usize)> = v.iter().copied().zip(0..).collect();
+            want_pairs.sort_by_key(|p| p.0);
+            assert_eq!(pairs, want_pairs);
+        });
+    }
+
+    #[test]
+    fn every_schedule_visits_every_index_exactly_once(
+        len in 0usize..5000,
+        s in schedules(),
+    ) {
+        let seen: Vec<AtomicU8> = (0..len).map(|_| AtomicU8::new(0)).collect();
+        rt().parallel_for_with(0..len, s, |i| {
+            seen[i].fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(seen.iter().all(|c| c.load(Ordering::Relaxed) == 1));
+    }
+}
+
+#[test]
+fn large_sorts_match_the_standard_ones() {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let v: Vec<u64> = (0..300_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        })
+        .collect();
+    let mut want = v.clone();
+    want.sort_unstable();
+    for input in [
+        v.clone(),
+        want.clone(),
+        want.iter().rev().copied().collect(),
+        vec![7; 300_000],
+    ] {
+        let mut want = input.clone();
+        want.sort_unstable();
+        let mut a = input.clone();
+        rt().install(|| a.par_sort_unstable());
+        assert_eq!(a, want);
+        // Outside a runtime: on the global one.
+        let mut b = input;
+        b.par_sort();
+        assert_eq!(b, want);
+    }
+}
+
+#[test]
+fn a_panic_in_a_closure_propagates_and_the_runtime_lives_on() {
+    for s in ALL {
+        let ran = AtomicUsize::new(0);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            rt().install(|| {
+                (0..10_000usize).into_par_iter().schedule(s).for_each(|i| {
+                    ran.fetch_add(1, Ordering::Relaxed);
+                    if i == 4321 {
+                        panic!("boom at {i}");
+                    }
+                })
+            })
+        }));
+        let p = r.expect_err("the panic propagates");
+        assert_eq!(p.downcast_ref::<String>().unwrap(), "boom at 4321");
+        // The loop stopped handing out chunks; nothing ran twice.
+        assert!(ran.load(Ordering::Relaxed) <= 10_000);
+        let sum: usize = rt().install(|| (0..1000usize).into_par_iter().schedule(s).sum());
+        assert_eq!(sum, 499_500, "{s}");
+    }
+}
+
+#[test]
+fn loops_outside_a_runtime_use_the_global_one() {
+    let names: Vec<String> = (0..64usize)
+        .into_par_iter()
+        .map(|_| std::thread::current().name().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(names.len(), 64);
+    if umt_rt::current_num_threads() > 1 {
+        assert!(
+            names.iter().all(|n| n.starts_with("umt-worker")),
+            "{names:?}"
+        );
+    }
+}
+
+#[test]
+fn nested_loops_complete() {
+    let total: usize = rt().install(|| {
+        (0..64usize)
+            .into_par_iter()
+            .map(|i| {
+                (0..i)
+                    .into_par_iter()
+                    .schedule(Schedule::Dynamic(3))
+                    .sum::<usize>()
+            })
+            .sum()
+    });
+    assert_eq!(total, (0..64usize).map(|i| (0..i).sum::<usize>()).sum());
+}
+
+#[test]
+fn broadcast_calls_once_per_core_on_that_core() {
+    let runtime = rt();
+    let from_outside = runtime.broadcast(|ctx| {
+        (
+            ctx.index(),
+            ctx.num_threads(),
+            ctx.cpu(),
+            umt_rt::current_cpu(),
+        )
+    });
+    assert_eq!(from_outside.len(), runtime.cpus().len());
+    for (i, (index, n, cpu, on)) in from_outside.into_iter().enumerate() {
+        assert_eq!(index, i);
+        assert_eq!(n, runtime.cpus().len());
+        assert_eq!(cpu, runtime.cpus()[i]);
+        assert_eq!(on, Some(cpu), "call {i} ran on a worker of its core");
+        assert_eq!(umt_rt::current_thread_index(), None);
+    }
+    // From a worker, nested in a loop, many times: no call lost, none run twice.
+    let calls = AtomicUsize::new(0);
+    runtime.install(|| {
+        (0..50usize).into_par_iter().for_each(|_| {
+            let r = umt_rt::broadcast(|ctx| {
+                calls.fetch_add(1, Ordering::Relaxed);
+                (ctx.index(), umt_rt::current_thread_index())
+            });
+            for (i, (index, on)) in r.into_iter().enumerate() {
+                assert_eq!((index, on), (i, Some(i)));
+            }
+        })
+    });
+    assert_eq!(calls.into_inner(), 50 * runtime.cpus().len());
+}
+
+#[test]
+fn broadcast_reaches_a_core_whose_workers_are_all_parked() {
+    let runtime = Runtime::builder()
+        .monitor(common::monitored_backend())
+        .build()
+        .unwrap();
+    for _ in 0..20 {
+        // Let every worker park, then broadcast.
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let r = runtime.broadcast(|ctx| ctx.index());
+        assert_eq!(r, (0..runtime.cpus().len()).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn schedule_strings_round_trip_and_bad_ones_say_what_to_use() {
+    for s in ALL {
+        assert_eq!(s.to_string().parse::<Schedule>(), Ok(s));
+    }
+    let e = "guided,0".parse::<Schedule>().unwrap_err();
+    assert!(e.to_string().contains("MIN_CHUNK at least 1"), "{e}");
+}
+
+/// `UMT_SCHEDULE` is read once per process: the case runs in a child process.
+#[test]
+fn the_environment_sets_the_program_schedule() {
+    if std::env::var_os("UMT_ITER_CHILD").is_some() {
+        assert_eq!(Schedule::program_default(), Schedule::Guided(64));
+        let sum: usize = (0..1000usize).into_par_iter().sum();
+        assert_eq!(sum, 499_500);
+        return;
+    }
+    for (value, ok) in [("guided,64", true), ("nonsense", false)] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "the_environment_sets_the_program_schedule",
+                "--nocapture",
+            ])
+            .env("UMT_ITER_CHILD", "1")
+            .env("UMT_SCHEDULE", value)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr).to_string()
+            + &String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.success(), ok, "{text}");
+        if !ok {
+            assert!(
+                text.contains("UMT_SCHEDULE ignored: unknown loop schedule"),
+                "{text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn warnings_go_to_the_hook() {
+    use std::sync::{Arc, Mutex};
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    umt_rt::set_warning_hook(move |l| sink.lock().unwrap().push(l.to_string()));
+    let runtime = Runtime::builder()
+        .monitor(BackendKind::Disabled)
+        .panic_handler(|_| {})
+        .build()
+        .unwrap();
+    drop(runtime);
+    // A detached panic on a runtime without a handler is a warning.
+    let runtime = Runtime::builder()
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    runtime.spawn_detached(|| panic!("for the hook"));
+    drop(runtime);
+    let lines = lines.lock().unwrap();
+    assert!(
+        lines.iter().any(|l| l.contains("for the hook")),
+        "{lines:?}"
+    );
+}
