@@ -9,7 +9,9 @@
 //! - `compute/*`: a compute-only workload with the monitor on and off (the monitor must cost
 //!   nothing measurable when nothing blocks);
 //! - `blocking_mix/*`: tasks that alternate computation and blocking sleeps, where the monitor
-//!   pays off.
+//!   pays off;
+//! - `loop/*` (`--bench loops`): each loop schedule against rayon's `par_iter` on
+//!   load-imbalanced loops (rising, random, heavy-tailed iteration costs).
 #![deny(missing_docs)]
 
 /// Busy work that the optimiser cannot remove: about `n` multiply-xor steps.
