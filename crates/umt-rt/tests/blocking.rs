@@ -452,3 +452,52 @@ fn monitor_off_leaves_the_core_waiting() {
     assert_eq!(st.surrenders, 0);
     assert_eq!(st.leader_wakeups, 0);
 }
+
+/// A `broadcast` call waits in its core's inbox, which only that core's workers take from:
+/// while the core's worker blocks in the kernel, its leader must wake a spare for it.
+#[test]
+fn a_broadcast_reaches_a_core_whose_worker_is_blocked() {
+    let _serial = serial();
+    let rt = one_core_runtime(
+        monitored_backend(),
+        LeaderPolicy::default_for(monitored_backend()),
+    );
+    if skip_unmonitored(&rt) {
+        return;
+    }
+    let (reader, mut writer) = std::io::pipe().unwrap();
+    let blocked_tid = AtomicI32::new(0);
+    std::thread::scope(|t| {
+        // The first broadcast's only call blocks on the pipe.
+        let first = t.spawn(|| {
+            rt.broadcast(|_| {
+                blocked_tid.store(nix::unistd::gettid().as_raw(), Ordering::SeqCst);
+                let mut b = [0u8; 1];
+                (&reader).read_exact(&mut b).unwrap();
+            })
+        });
+        wait_for("the first call blocks in read", || {
+            let tid = blocked_tid.load(Ordering::SeqCst);
+            tid != 0 && thread_state(tid) == 'S'
+        });
+        // The second one runs on a spare of the same core, while the first still blocks.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let rt = &rt;
+        let second = t.spawn(move || tx.send(rt.broadcast(|_| nix::unistd::gettid().as_raw())));
+        let got = rx.recv_timeout(Duration::from_secs(30));
+        // Release the first call either way, so that a failure is reported, not a hang.
+        writer.write_all(&[1]).unwrap();
+        first.join().unwrap();
+        second.join().unwrap().ok();
+        let got = got.unwrap_or_else(|_| {
+            panic!(
+                "the second broadcast waited for the blocked worker\n{}",
+                threads()
+            )
+        });
+        assert_eq!(got.len(), 1);
+        assert_ne!(got[0], blocked_tid.load(Ordering::SeqCst));
+    });
+    assert!(rt.stats().leader_wakeups + rt.stats().workers_created >= 1);
+    assert_blocks_seen(&rt);
+}
