@@ -73,6 +73,7 @@ fn patched_kernel(vm: &VmArgs) -> Result<(Kernel, Vec<GuestFile>)> {
         Some(_) => bail!("`vm test` and `vm bench` build their kernels; drop --kernel"),
         None => kernel::build(&BuildArgs {
             debug: vm.debug,
+            rt: vm.rt,
             ..Default::default()
         })?,
     };
@@ -141,8 +142,13 @@ fn test_script(files: &[GuestFile], debug: bool) -> String {
 /// `cargo xtask vm test`.
 pub(crate) fn test(vm_args: &VmArgs) -> Result<i32> {
     let (k, files) = patched_kernel(vm_args)?;
-    let script = test_script(&files, vm_args.debug);
-    let label = if vm_args.debug { "test-debug" } else { "test" };
+    // Lockdep makes the RT kernel slow too: the debug limits.
+    let script = test_script(&files, vm_args.debug || vm_args.rt);
+    let label = match (vm_args.debug, vm_args.rt) {
+        (true, _) => "test-debug",
+        (false, true) => "test-rt",
+        (false, false) => "test",
+    };
     let o = vm::boot(vm_args, &k.bzimage, &files, &script, label, true)?;
     let console = fs::read_to_string(&o.console).unwrap_or_default();
     let problems = kernel_problems(&console);
@@ -186,6 +192,7 @@ pub(crate) fn bench(vm_args: &VmArgs, repeat: u32) -> Result<i32> {
     let stock = kernel::build(&BuildArgs {
         unpatched: true,
         debug: vm_args.debug,
+        rt: vm_args.rt,
         ..Default::default()
     })?;
     let pingpong = "for i in 1 2 3; do pingpong --round-trips 20000; done\n";

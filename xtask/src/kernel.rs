@@ -5,7 +5,8 @@
 //! 2. Extract it under `target/xtask/kernel/src-<hash>` and apply `kernel-patch/*.patch` in
 //!    order (a given tree is patched in place unless `kernel/sched/umt.c` shows the series is
 //!    already there).
-//! 3. Configure `tinyconfig` + `kernel.config` (+ `kernel-debug.config`), check every line
+//! 3. Configure `tinyconfig` + `kernel.config` (+ `kernel-debug.config` or `kernel-rt.config`),
+//!    check every line
 //!    of the fragments survived `olddefconfig`, build `bzImage` and the uapi headers.
 //! 4. Build `tools/testing/selftests/umt/umt_test` statically against those headers.
 //!
@@ -26,6 +27,7 @@ const DEBIAN_TARBALL: &str = "/usr/src/linux-source-6.12.tar.xz";
 const DEBIAN_PACKAGE: &str = "linux-source-6.12";
 const CONFIG: &str = include_str!("kernel.config");
 const DEBUG_CONFIG: &str = include_str!("kernel-debug.config");
+const RT_CONFIG: &str = include_str!("kernel-rt.config");
 /// Bump to invalidate every cached build when the build steps change.
 const RECIPE: &str = "umt-kernel-build-1";
 
@@ -38,13 +40,15 @@ pub(crate) struct Kernel {
     pub(crate) selftest: Option<PathBuf>,
 }
 
-/// The patch series, in order.
+/// The patch series, in order, without its cover letter (`0000-cover-letter.patch`, which
+/// changes no file).
 pub(crate) fn series() -> Result<Vec<PathBuf>> {
     let dir = workspace_root().join("kernel-patch");
     let mut patches: Vec<PathBuf> = fs::read_dir(&dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "patch"))
+        .filter(|p| p.file_name().is_none_or(|n| n != "0000-cover-letter.patch"))
         .collect();
     patches.sort();
     if patches.is_empty() {
@@ -212,13 +216,16 @@ pub(crate) fn build(args: &BuildArgs) -> Result<Kernel> {
     if args.debug {
         h.text("debug-config", DEBUG_CONFIG);
     }
+    if args.rt {
+        h.text("rt-config", RT_CONFIG);
+    }
     let key = h.finish();
-    let flavour = match (patched, args.debug) {
-        (true, false) => "umt",
-        (true, true) => "umt-debug",
-        (false, false) => "stock",
-        (false, true) => "stock-debug",
+    let variant = match (args.debug, args.rt) {
+        (true, _) => "-debug",
+        (false, true) => "-rt",
+        (false, false) => "",
     };
+    let flavour = format!("{}{variant}", if patched { "umt" } else { "stock" });
     let out = root.join(format!("build-{flavour}-{key}"));
     let bzimage = out.join("arch/x86/boot/bzImage");
     let selftest = patched.then(|| out.join("umt_test"));
@@ -248,14 +255,18 @@ pub(crate) fn build(args: &BuildArgs) -> Result<Kernel> {
     );
     let started = std::time::Instant::now();
     run_logged(&mut make(&["tinyconfig"]), &log)?;
-    // The stock kernel has no CONFIG_UMT to ask for.
+    // The stock kernel has no CONFIG_UMT to ask for; the RT one another preemption model.
     let mut fragment: String = CONFIG
         .lines()
         .filter(|l| patched || !l.starts_with("CONFIG_UMT"))
+        .filter(|l| !args.rt || !l.starts_with("CONFIG_PREEMPT_VOLUNTARY"))
         .map(|l| format!("{l}\n"))
         .collect();
     if args.debug {
         fragment.push_str(DEBUG_CONFIG);
+    }
+    if args.rt {
+        fragment.push_str(RT_CONFIG);
     }
     let config_path = out.join(".config");
     let mut config = fs::read_to_string(&config_path)?;
@@ -313,5 +324,6 @@ mod tests {
         assert_eq!(s, ["CONFIG_A=y", "# CONFIG_B is not set", "CONFIG_C=\"x\""]);
         assert!(fragment_settings(CONFIG).contains(&"CONFIG_UMT=y"));
         assert!(fragment_settings(DEBUG_CONFIG).contains(&"CONFIG_KASAN=y"));
+        assert!(fragment_settings(RT_CONFIG).contains(&"CONFIG_PREEMPT_RT=y"));
     }
 }

@@ -1,9 +1,9 @@
 //! `cargo xtask`: build the UMT kernel, boot it in QEMU, run the workspace inside.
 //!
 //! ```text
-//! cargo xtask kernel build [--source PATH] [--debug]   # patched bzImage, cached by input hash
-//! cargo xtask vm run [--kernel PATH] [--cpus N] [--mem M] -- CMD...
-//! cargo xtask vm test [--debug]                          # selftests + workspace tests in the guest
+//! cargo xtask kernel build [--source PATH] [--debug|--rt]  # patched bzImage, cached by input hash
+//! cargo xtask vm run [--kernel PATH] [--cpus N] [--mem M] [--file EXE] -- CMD...
+//! cargo xtask vm test [--debug|--rt]                     # selftests + workspace tests in the guest
 //! cargo xtask vm bench                                   # ping-pong and backends, in the guest
 //! ```
 //!
@@ -50,9 +50,12 @@ pub(crate) struct BuildArgs {
     /// unless the series is already applied).
     #[arg(long)]
     pub(crate) source: Option<PathBuf>,
-    /// Also enable PROVE_LOCKING, DEBUG_ATOMIC_SLEEP and KASAN.
-    #[arg(long)]
+    /// Also enable PROVE_LOCKING, DEBUG_ATOMIC_SLEEP, KASAN and UBSAN_BOUNDS.
+    #[arg(long, conflicts_with = "rt")]
     pub(crate) debug: bool,
+    /// Build a PREEMPT_RT kernel with PROVE_LOCKING and DEBUG_ATOMIC_SLEEP.
+    #[arg(long)]
+    pub(crate) rt: bool,
     /// Build without the UMT series (the reference kernel of `vm bench`).
     #[arg(long, hide = true)]
     pub(crate) unpatched: bool,
@@ -76,8 +79,11 @@ pub(crate) struct VmArgs {
     #[arg(long, default_value_t = 2400)]
     pub(crate) timeout: u64,
     /// Use (and build) the debug kernel.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "rt")]
     pub(crate) debug: bool,
+    /// Use (and build) the PREEMPT_RT kernel with lockdep.
+    #[arg(long)]
+    pub(crate) rt: bool,
 }
 
 #[derive(Subcommand)]
@@ -87,6 +93,9 @@ enum VmCmd {
     Run {
         #[command(flatten)]
         vm: VmArgs,
+        /// Also copy this host executable into the guest, as /work/bin/NAME (repeatable).
+        #[arg(long = "file", value_name = "PATH")]
+        files: Vec<PathBuf>,
         /// The command line to run in the guest.
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
@@ -114,7 +123,7 @@ fn main() -> ExitCode {
             println!("{}", k.bzimage.display());
             0
         }),
-        Command::Vm(VmCmd::Run { vm, cmd }) => vm::run_command(&vm, &cmd),
+        Command::Vm(VmCmd::Run { vm, files, cmd }) => vm::run_command(&vm, &files, &cmd),
         Command::Vm(VmCmd::Test { vm }) => guest::test(&vm),
         Command::Vm(VmCmd::Bench { vm, repeat }) => guest::bench(&vm, repeat),
     };

@@ -441,6 +441,7 @@ pub(crate) fn kernel_for(vm: &VmArgs) -> Result<PathBuf> {
         Some(k) => Err(anyhow!("--kernel {} does not exist", k.display())),
         None => Ok(crate::kernel::build(&crate::BuildArgs {
             debug: vm.debug,
+            rt: vm.rt,
             ..Default::default()
         })?
         .bzimage),
@@ -508,9 +509,22 @@ fn package_name(repr: &str) -> String {
 }
 
 /// `cargo xtask vm run -- CMD`.
-pub(crate) fn run_command(vm: &VmArgs, cmd: &[String]) -> Result<i32> {
+pub(crate) fn run_command(vm: &VmArgs, extra: &[PathBuf], cmd: &[String]) -> Result<i32> {
     let kernel = kernel_for(vm)?;
-    let files = workspace_payload()?;
+    let mut files = workspace_payload()?;
+    for src in extra {
+        let name = src
+            .file_name()
+            .ok_or_else(|| anyhow!("--file {}: not a file name", src.display()))?;
+        if !src.is_file() {
+            bail!("--file {}: no such file", src.display());
+        }
+        files.push(GuestFile {
+            src: src.clone(),
+            dest: format!("/work/bin/{}", name.to_string_lossy()),
+            executable: true,
+        });
+    }
     let script = format!("{}\n", shell_join(cmd));
     let o = boot(vm, &kernel, &files, &script, "run", true)?;
     eprintln!(
