@@ -11,9 +11,9 @@
 //! long umt_thread_ctrl(unsigned int op, unsigned int flags);
 //! ```
 //!
-//! 1. `umt_enable(fds, nr_fds, flags)` creates one eventfd per *possible* CPU, stores them in
-//!    the calling process and writes their descriptors to `fds[0..nr_cpu_ids]` (`fds[i]` is the
-//!    eventfd of CPU `i`). It returns the number of descriptors written. `nr_fds` smaller than
+//! 1. `umt_enable(fds, nr_fds, flags)` creates one read-only file per *possible* CPU (in ABI
+//!    version 1, an eventfd), stores them in the calling process and writes their descriptors
+//!    to `fds[0..nr_cpu_ids]` (`fds[i]` reports CPU `i`). It returns the number of descriptors written. `nr_fds` smaller than
 //!    the number of possible CPUs gives `EINVAL`; a second call while enabled gives `EBUSY`; a
 //!    bad pointer gives `EFAULT`; an unknown flag gives `EINVAL`.
 //! 2. `umt_enable(NULL, 0, UMT_DISABLE)` tears the process's UMT state down: every thread stops
@@ -29,9 +29,20 @@
 //!
 //! # The event word
 //!
-//! A `read(2)` of a per-CPU eventfd returns a `u64` and resets it: the low 32 bits count the
+//! A `read(2)` of a per-CPU file returns a `u64` and resets it: the low 32 bits count the
 //! block events of that CPU since the last read, the high 32 bits the unblock events. Each half
-//! saturates at `u32::MAX` instead of carrying into the other. See [`Events`].
+//! saturates at `u32::MAX` instead of carrying into the other: a half that reads `u32::MAX`
+//! lost counts. See [`Events`]. The unblock is counted when the thread runs again, not when it
+//! is woken.
+//!
+//! # ABI version 2: the counter page and idle-only signalling
+//!
+//! With [`UMT_COUNTER_PAGE`], `mmap` of any of the files (offset 0, `PROT_READ`, `MAP_SHARED`,
+//! [`UMT_COUNTS_SIZE`] bytes per CPU rounded up to whole pages) maps an array of
+//! [`UmtCounts`], one per CPU, that the kernel keeps current. With [`UMT_IDLE_ONLY`] a CPU's
+//! file is signalled only when its ready count drops to zero, and its word's low half counts
+//! those drops ([`UMT_SIGNAL_OVERSUB`] adds rises to two, in the high half). The files of
+//! version 2 are not eventfds: they cannot be written.
 //!
 //! # Detecting the extension
 //!
@@ -49,6 +60,13 @@ pub const SYS_UMT_THREAD_CTRL: libc::c_long = 464;
 pub const UMT_FD_CLOEXEC: u32 = 0x1;
 /// `umt_enable` flag: the eventfds are created non-blocking.
 pub const UMT_FD_NONBLOCK: u32 = 0x2;
+/// `umt_enable` flag (ABI 2): the files can be mapped, giving the [`UmtCounts`] of every CPU.
+pub const UMT_COUNTER_PAGE: u32 = 0x4;
+/// `umt_enable` flag (ABI 2, with [`UMT_COUNTER_PAGE`]): signal a CPU's file only when its
+/// ready count drops to zero.
+pub const UMT_IDLE_ONLY: u32 = 0x8;
+/// `umt_enable` flag (ABI 2, with [`UMT_IDLE_ONLY`]): also when it rises to two.
+pub const UMT_SIGNAL_OVERSUB: u32 = 0x10;
 /// `umt_enable` flag: tear the process's UMT state down (with `fds == NULL`, `nr_fds == 0`).
 pub const UMT_DISABLE: u32 = 0x8000_0000;
 
@@ -62,8 +80,31 @@ pub const UMT_EVENT_UNBLOCK_SHIFT: u32 = 32;
 /// Mask of one count (block or unblock) inside the event word, after shifting.
 pub const UMT_EVENT_COUNT_MASK: u64 = 0xffff_ffff;
 
-/// Version of this ABI, as published by the kernel in [`UMT_SYSFS_ABI_VERSION`].
-pub const UMT_ABI_VERSION: u32 = 1;
+/// Version of this ABI, as published by the kernel in [`UMT_SYSFS_ABI_VERSION`]. umt-sys also
+/// speaks version 1 (no counter page, eventfds).
+pub const UMT_ABI_VERSION: u32 = 2;
+
+/// One CPU's counters in the counter page (`struct umt_counts`): 64 bytes, updated by the
+/// kernel with atomic operations, read-only for user space.
+#[repr(C)]
+#[derive(Debug)]
+pub struct UmtCounts {
+    /// Monitored threads accounted on the CPU and not blocked (unblocks minus blocks).
+    pub ready: std::sync::atomic::AtomicI64,
+    /// Blocks counted on the CPU since `umt_enable`.
+    pub blocks: std::sync::atomic::AtomicU64,
+    /// Unblocks counted on the CPU since `umt_enable`.
+    pub unblocks: std::sync::atomic::AtomicU64,
+    /// Times the CPU's file was signalled.
+    pub signals: std::sync::atomic::AtomicU64,
+    /// Zero.
+    pub reserved: [u64; 4],
+}
+
+/// Bytes of the counters of one CPU in the counter page (`UMT_COUNTS_SIZE(1)`).
+pub const UMT_COUNTS_SIZE: usize = std::mem::size_of::<UmtCounts>();
+
+const _: () = assert!(UMT_COUNTS_SIZE == 64);
 /// The sysfs file through which a UMT kernel announces itself.
 pub const UMT_SYSFS_ABI_VERSION: &str = "/sys/kernel/umt/abi_version";
 

@@ -72,6 +72,9 @@ fn rust_side() -> BTreeMap<&'static str, u64> {
         ("UMT_FD_CLOEXEC", u64::from(abi::UMT_FD_CLOEXEC)),
         ("UMT_FD_NONBLOCK", u64::from(abi::UMT_FD_NONBLOCK)),
         ("UMT_DISABLE", u64::from(abi::UMT_DISABLE)),
+        ("UMT_COUNTER_PAGE", u64::from(abi::UMT_COUNTER_PAGE)),
+        ("UMT_IDLE_ONLY", u64::from(abi::UMT_IDLE_ONLY)),
+        ("UMT_SIGNAL_OVERSUB", u64::from(abi::UMT_SIGNAL_OVERSUB)),
         ("UMT_THREAD_MONITOR", u64::from(abi::UMT_THREAD_MONITOR)),
         ("UMT_THREAD_UNMONITOR", u64::from(abi::UMT_THREAD_UNMONITOR)),
         (
@@ -161,15 +164,18 @@ diff --git a/arch/x86/entry/syscalls/syscall_64.tbl b/arch/x86/entry/syscalls/sy
 diff --git a/include/uapi/linux/umt.h b/include/uapi/linux/umt.h
 --- /dev/null
 +++ b/include/uapi/linux/umt.h
-@@ -0,0 +1,12 @@
+@@ -0,0 +1,15 @@
 +#define UMT_FD_CLOEXEC\t\t0x1
 +#define UMT_FD_NONBLOCK\t\t0x2
++#define UMT_COUNTER_PAGE\t0x00000004\t/* map struct umt_counts[] */
++#define UMT_IDLE_ONLY\t\t0x00000008
++#define UMT_SIGNAL_OVERSUB\t0x00000010
 +#define UMT_DISABLE\t\t(1U << 31)
 +#define UMT_THREAD_MONITOR\t1
 +#define UMT_THREAD_UNMONITOR\t2 /* stop */
 +#define UMT_EVENT_UNBLOCK_SHIFT\t32
 +#define UMT_EVENT_COUNT_MASK\t0xffffffffULL
-+#define UMT_ABI_VERSION\t\t1
++#define UMT_ABI_VERSION\t\t2
 ";
 
 #[test]
@@ -181,7 +187,7 @@ fn the_checker_accepts_a_matching_series_and_rejects_a_drifted_one() {
     assert_eq!(errors.len(), 2, "{errors:?}");
     assert!(errors[0].starts_with("UMT_FD_NONBLOCK"));
     assert!(errors[1].starts_with("umt_thread_ctrl"));
-    let missing = SAMPLE.replace("+#define UMT_ABI_VERSION\t\t1\n", "");
+    let missing = SAMPLE.replace("+#define UMT_ABI_VERSION\t\t2\n", "");
     assert_eq!(
         mismatches(&missing),
         vec!["UMT_ABI_VERSION: missing from include/uapi/linux/umt.h".to_owned()]

@@ -38,12 +38,12 @@ pub fn skip_unmonitored(rt: &Runtime) -> bool {
     true
 }
 
-/// Asserts that blocks reached `rt`: as events its drains handed out (Kernel, Perf), or in
-/// the live counts (Bpf, which sends a wake-up only to a leader that sleeps, and a polling
-/// leader never does).
+/// Asserts that blocks reached `rt`: as events its drains handed out (Kernel on ABI 1, Perf),
+/// or in the live counts (Bpf, Kernel on ABI 2: they signal only a drop to zero, and a
+/// polling leader never sleeps to be woken).
 pub fn assert_blocks_seen(rt: &Runtime) {
     let st = rt.stats();
-    let live = rt.backend() == BackendKind::Bpf;
+    let live = matches!(rt.backend(), BackendKind::Bpf | BackendKind::Kernel);
     assert!(
         st.monitor_events > 0 || (live && st.monitor.blocks > 0),
         "{st:#?}"

@@ -1,7 +1,14 @@
-//! The Kernel backend: the UMT extension (`umt_enable`, `umt_thread_ctrl`, per-core eventfds).
+//! The Kernel backend: the UMT extension (`umt_enable`, `umt_thread_ctrl`, per-core files).
+//!
+//! With ABI version 2 it enables the counter page and idle-only signalling: the ready counts
+//! are read from the page the kernel keeps current ([`KernelBackend::ready`]), and a core's
+//! file wakes its waiter only when the core runs out of ready threads, as with the Bpf
+//! backend. With version 1 the files carry every event, which the drains apply.
 
 use std::fs;
+use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
@@ -10,8 +17,9 @@ use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags, EpollTimeout};
 
 use crate::abi::{
-    Events, SYS_UMT_ENABLE, SYS_UMT_THREAD_CTRL, UMT_ABI_VERSION, UMT_DISABLE, UMT_FD_CLOEXEC,
-    UMT_FD_NONBLOCK, UMT_SYSFS_ABI_VERSION, UMT_THREAD_MONITOR, UMT_THREAD_UNMONITOR,
+    Events, SYS_UMT_ENABLE, SYS_UMT_THREAD_CTRL, UMT_ABI_VERSION, UMT_COUNTER_PAGE, UMT_DISABLE,
+    UMT_FD_CLOEXEC, UMT_FD_NONBLOCK, UMT_IDLE_ONLY, UMT_SYSFS_ABI_VERSION, UMT_THREAD_MONITOR,
+    UMT_THREAD_UNMONITOR, UmtCounts,
 };
 use crate::backend::{BackendKind, Unavailable};
 use crate::error::{Error, Result};
@@ -20,23 +28,25 @@ use crate::event::{Cause, MonitorEvent};
 const FIX: &str = "boot the patched kernel from kernel-patch/ (`cargo xtask vm run -- CMD`), \
                    or use the perf backend";
 
-/// Checks that the running kernel has the UMT extension with our ABI version.
+/// Checks that the running kernel has the UMT extension with an ABI version umt-sys speaks (1
+/// or 2), and returns it.
 ///
 /// The system calls are only issued when the kernel announces itself in sysfs: mainline Linux
 /// reuses 463 and 464 for other calls, so a blind call could do something else entirely.
-pub(crate) fn probe() -> std::result::Result<(), Unavailable> {
+pub(crate) fn probe() -> std::result::Result<u32, Unavailable> {
     check_abi_file(fs::read_to_string(UMT_SYSFS_ABI_VERSION))
 }
 
 pub(crate) fn check_abi_file(
     contents: std::io::Result<String>,
-) -> std::result::Result<(), Unavailable> {
+) -> std::result::Result<u32, Unavailable> {
     let unavailable = |reason: String| Unavailable::new(BackendKind::Kernel, reason);
     match contents {
         Ok(text) => match text.trim().parse::<u32>() {
-            Ok(UMT_ABI_VERSION) => Ok(()),
+            Ok(v @ 1..=UMT_ABI_VERSION) => Ok(v),
             Ok(v) => Err(unavailable(format!(
-                "the kernel speaks UMT ABI version {v}, umt-sys speaks version {UMT_ABI_VERSION}"
+                "the kernel speaks UMT ABI version {v}, umt-sys speaks versions 1 to \
+                 {UMT_ABI_VERSION}"
             ))
             .with_fix("use the umt-sys release that matches the kernel patch")),
             Err(_) => Err(unavailable(format!(
@@ -69,10 +79,75 @@ fn not_available(errno: Errno) -> Error {
 }
 
 pub(crate) struct KernelBackend {
-    /// `fds[cpu]` is the eventfd of `cpu`.
+    /// `fds[cpu]` is the file of `cpu`.
     fds: Vec<OwnedFd>,
     /// Its owner announced that it is shutting down (`Monitor::shut_down`).
     shutting_down: AtomicBool,
+    /// ABI 2: the counter page, mapped read-only; the files then signal drops to zero only.
+    page: Option<CounterPage>,
+}
+
+/// The kernel's counter page, mapped read-only: one [`UmtCounts`] per possible CPU.
+struct CounterPage {
+    base: NonNull<UmtCounts>,
+    cpus: usize,
+    len: NonZeroUsize,
+}
+
+// SAFETY: the mapping is only read, through atomics, and lives as long as the value.
+unsafe impl Send for CounterPage {}
+// SAFETY: as above.
+unsafe impl Sync for CounterPage {}
+
+impl CounterPage {
+    /// Maps the counters of `cpus` CPUs through `fd`.
+    fn map(fd: &OwnedFd, cpus: usize) -> Result<CounterPage> {
+        let page = crate::cpu::page_size();
+        let bytes = (cpus * std::mem::size_of::<UmtCounts>()).div_ceil(page) * page;
+        let len = NonZeroUsize::new(bytes).ok_or(Error::NoSuchCpu {
+            cpu: 0,
+            possible: 0,
+        })?;
+        // SAFETY: a new shared read-only mapping of the kernel's counter page; nothing else
+        // is mapped at the address the kernel picks.
+        let addr = unsafe {
+            nix::sys::mman::mmap(
+                None,
+                len,
+                nix::sys::mman::ProtFlags::PROT_READ,
+                nix::sys::mman::MapFlags::MAP_SHARED,
+                fd,
+                0,
+            )
+        }
+        .map_err(|e| Error::os("mmap(umt counter page)", e))?;
+        Ok(CounterPage {
+            base: addr.cast(),
+            cpus,
+            len,
+        })
+    }
+
+    fn get(&self, cpu: usize) -> Option<&UmtCounts> {
+        // SAFETY: `cpu < cpus` entries lie within the mapping, which lives as long as `self`;
+        // the kernel writes them with atomic operations only, and `UmtCounts` is atomics.
+        (cpu < self.cpus).then(|| unsafe { &*self.base.as_ptr().add(cpu) })
+    }
+}
+
+impl Drop for CounterPage {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once; no reference outlives `self`.
+        let _ = unsafe { nix::sys::mman::munmap(self.base.cast(), self.len.get()) };
+    }
+}
+
+/// Sums over every CPU of the counter page, for [`crate::MonitorStats`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PageTotals {
+    pub(crate) blocks: u64,
+    pub(crate) unblocks: u64,
+    pub(crate) signals: u64,
 }
 
 /// How long opening a Kernel backend waits for a monitor of this process that is shutting
@@ -118,17 +193,46 @@ impl Retiring {
 }
 
 impl KernelBackend {
-    /// Enables UMT for this process and puts every per-core eventfd in `epoll`.
+    /// Enables UMT for this process and puts every per-core file in `epoll`.
     pub(crate) fn open(possible_cpus: usize, epoll: &Epoll) -> Result<KernelBackend> {
-        probe()?;
-        match Self::enable(possible_cpus, epoll) {
+        let version = probe()?;
+        // For measurements: `UMT_KERNEL_ABI=1` uses a version-2 kernel as version 1 (every
+        // event signalled, no counter page).
+        let version = match std::env::var("UMT_KERNEL_ABI").as_deref() {
+            Ok("1") => 1,
+            _ => version,
+        };
+        match Self::enable(possible_cpus, epoll, version) {
             // UMT is still enabled by a monitor of this process that is shutting down (its
             // last user is a leader waiting for a turn on its core): wait for it to go.
             Err(Error::KernelBusy) if SHUTTING_DOWN.wait_until_none(SHUTDOWN_WAIT) => {
-                Self::enable(possible_cpus, epoll)
+                Self::enable(possible_cpus, epoll, version)
             }
             other => other,
         }
+    }
+
+    /// Whether the ready counts live in the kernel's counter page (ABI 2).
+    pub(crate) fn counts_are_live(&self) -> bool {
+        self.page.is_some()
+    }
+
+    /// ABI 2: the ready count of `cpu`, from the counter page.
+    pub(crate) fn ready(&self, cpu: usize) -> Option<i64> {
+        let page = self.page.as_ref()?;
+        Some(page.get(cpu).map_or(0, |c| c.ready.load(Ordering::Acquire)))
+    }
+
+    /// ABI 2: the counter page's totals.
+    pub(crate) fn totals(&self) -> Option<PageTotals> {
+        let page = self.page.as_ref()?;
+        let mut t = PageTotals::default();
+        for c in (0..page.cpus).filter_map(|cpu| page.get(cpu)) {
+            t.blocks += c.blocks.load(Ordering::Relaxed);
+            t.unblocks += c.unblocks.load(Ordering::Relaxed);
+            t.signals += c.signals.load(Ordering::Relaxed);
+        }
+        Some(t)
     }
 
     /// Marks this backend as shutting down ([`Retiring`]); once.
@@ -138,8 +242,12 @@ impl KernelBackend {
         }
     }
 
-    fn enable(possible_cpus: usize, epoll: &Epoll) -> Result<KernelBackend> {
+    fn enable(possible_cpus: usize, epoll: &Epoll, version: u32) -> Result<KernelBackend> {
         let mut raw = vec![-1 as libc::c_int; possible_cpus];
+        let mut flags = UMT_FD_CLOEXEC | UMT_FD_NONBLOCK;
+        if version >= 2 {
+            flags |= UMT_COUNTER_PAGE | UMT_IDLE_ONLY;
+        }
         // SAFETY: `raw` is a writable array of `possible_cpus` ints, which is what the call
         // expects; probe() made sure the running kernel implements umt_enable under this number.
         let ret = unsafe {
@@ -147,7 +255,7 @@ impl KernelBackend {
                 SYS_UMT_ENABLE,
                 raw.as_mut_ptr(),
                 possible_cpus as libc::c_uint,
-                UMT_FD_CLOEXEC | UMT_FD_NONBLOCK,
+                flags,
             )
         };
         if ret < 0 {
@@ -163,9 +271,14 @@ impl KernelBackend {
             // SAFETY: the kernel just created these descriptors for us; nothing else owns them.
             .map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) })
             .collect();
+        let page = match fds.first() {
+            Some(fd) if flags & UMT_COUNTER_PAGE != 0 => Some(CounterPage::map(fd, fds.len())?),
+            _ => None,
+        };
         let backend = KernelBackend {
             fds,
             shutting_down: AtomicBool::new(false),
+            page,
         };
         for (cpu, fd) in backend.fds.iter().enumerate() {
             epoll
@@ -197,15 +310,25 @@ impl KernelBackend {
             .map_err(|e| Error::os("umt_thread_ctrl(UMT_THREAD_UNMONITOR)", e))
     }
 
-    /// Reads the eventfd of `cpu`, if it holds events (see `Monitor::drain_current_thread`).
+    /// Reads the file of `cpu`, if it holds events (see `Monitor::drain_current_thread`).
+    /// With the counter page, the word counts drops to zero, handed out as `Counted` events
+    /// (the counts need no drain).
     pub(crate) fn drain_cpu(&self, cpu: usize, sink: &mut dyn FnMut(MonitorEvent)) -> Result<()> {
         let Some(fd) = self.fds.get(cpu) else {
             return Ok(());
         };
-        read_eventfd(fd, cpu, sink)
+        read_file(fd, cpu, self.cause(), sink)
     }
 
-    /// Reads the eventfds that epoll reports readable.
+    fn cause(&self) -> Cause {
+        if self.page.is_some() {
+            Cause::Counted
+        } else {
+            Cause::Kernel
+        }
+    }
+
+    /// Reads the files that epoll reports readable.
     pub(crate) fn drain(&self, epoll: &Epoll, sink: &mut dyn FnMut(MonitorEvent)) -> Result<()> {
         let mut ready = [EpollEvent::empty(); 64];
         loop {
@@ -217,7 +340,7 @@ impl KernelBackend {
             for ev in &ready[..n] {
                 let cpu = ev.data() as usize;
                 if let Some(fd) = self.fds.get(cpu) {
-                    read_eventfd(fd, cpu, sink)?;
+                    read_file(fd, cpu, self.cause(), sink)?;
                 }
             }
             if n < ready.len() {
@@ -227,8 +350,14 @@ impl KernelBackend {
     }
 }
 
-/// Reads the eventfd of `cpu` once (non-blocking) and hands out what it held.
-fn read_eventfd(fd: &OwnedFd, cpu: usize, sink: &mut dyn FnMut(MonitorEvent)) -> Result<()> {
+/// Reads the file of `cpu` once (non-blocking) and hands out what it held. A half that reads
+/// `u32::MAX` saturated: counts were lost, which the monitor reports as an overflow.
+fn read_file(
+    fd: &OwnedFd,
+    cpu: usize,
+    cause: Cause,
+    sink: &mut dyn FnMut(MonitorEvent),
+) -> Result<()> {
     let mut word = [0u8; 8];
     match nix::unistd::read(fd, &mut word) {
         Ok(8) => {
@@ -237,7 +366,7 @@ fn read_eventfd(fd: &OwnedFd, cpu: usize, sink: &mut dyn FnMut(MonitorEvent)) ->
                 sink(MonitorEvent {
                     cpu,
                     events,
-                    cause: Cause::Kernel,
+                    cause,
                     tid: None,
                     time_ns: None,
                 });
@@ -246,8 +375,13 @@ fn read_eventfd(fd: &OwnedFd, cpu: usize, sink: &mut dyn FnMut(MonitorEvent)) ->
         }
         // Empty, or another drainer read it first.
         Ok(_) | Err(Errno::EAGAIN) | Err(Errno::EINTR) => Ok(()),
-        Err(e) => Err(Error::os("read(umt eventfd)", e)),
+        Err(e) => Err(Error::os("read(umt file)", e)),
     }
+}
+
+/// Whether a word's half saturated (counts were lost since the last read).
+pub(crate) fn saturated(events: Events) -> bool {
+    events.blocked == u32::MAX || events.unblocked == u32::MAX
 }
 
 impl Drop for KernelBackend {
@@ -283,9 +417,18 @@ mod tests {
 
     #[test]
     fn abi_version_is_checked() {
-        assert!(check_abi_file(Ok("1\n".into())).is_ok());
-        let u = check_abi_file(Ok("2\n".into())).unwrap_err();
-        assert!(u.reason.contains("version 2"), "{u}");
+        assert_eq!(check_abi_file(Ok("1\n".into())).unwrap(), 1);
+        assert_eq!(check_abi_file(Ok("2\n".into())).unwrap(), 2);
+        let u = check_abi_file(Ok("3\n".into())).unwrap_err();
+        assert!(u.reason.contains("version 3"), "{u}");
+        assert!(check_abi_file(Ok("0".into())).is_err());
         assert!(check_abi_file(Ok("junk".into())).is_err());
+    }
+
+    #[test]
+    fn a_saturated_half_is_seen() {
+        assert!(!saturated(Events::decode(5 | (7 << 32))));
+        assert!(saturated(Events::decode(u64::from(u32::MAX))));
+        assert!(saturated(Events::decode(u64::from(u32::MAX) << 32)));
     }
 }

@@ -47,8 +47,9 @@ pub struct MonitorStats {
     pub resyncs: u64,
     /// Threads currently registered.
     pub registered: u64,
-    /// Wake-ups the Bpf backend sent: one each time a CPU whose waiter had armed it ran out
-    /// of ready threads (the other backends signal every event; their drains count those).
+    /// Wake-ups the Bpf backend sent (one each time a CPU whose waiter had armed it ran out
+    /// of ready threads), or signals of the Kernel backend with the counter page (ABI 2: one
+    /// per drop to zero). The other backends signal every event; their drains count those.
     pub wakeups: u64,
 }
 
@@ -218,7 +219,7 @@ impl Monitor {
     /// Whether `backend` can run on this machine, and if not why and how to fix it.
     pub fn probe(backend: BackendKind) -> std::result::Result<(), Unavailable> {
         match backend {
-            BackendKind::Kernel => kernel::probe(),
+            BackendKind::Kernel => kernel::probe().map(|_| ()),
             BackendKind::Bpf => bpf::probe(),
             BackendKind::Perf => perf::probe(),
             BackendKind::Auto | BackendKind::Disabled => Ok(()),
@@ -250,12 +251,17 @@ impl Monitor {
         !matches!(self.backend, Backend::Disabled)
     }
 
-    /// `true` when the ready counts live in memory the kernel updates (Bpf): [`Monitor::ready`]
+    /// `true` when the ready counts live in memory the kernel updates (Bpf, and Kernel on a
+    /// kernel with ABI version 2): [`Monitor::ready`]
     /// is then current without a drain, drains only consume wake-ups, and a wait returns only
     /// when a CPU runs out of ready threads (not at every event). The other backends deliver
     /// events, which a drain applies to the counts.
     pub fn counts_are_live(&self) -> bool {
-        matches!(self.backend, Backend::Bpf(_))
+        match &self.backend {
+            Backend::Bpf(_) => true,
+            Backend::Kernel(k) => k.counts_are_live(),
+            Backend::Perf(_) | Backend::Disabled => false,
+        }
     }
 
     /// Starts monitoring the calling thread. It counts as ready on its current core.
@@ -527,6 +533,7 @@ impl Monitor {
     pub fn ready(&self, cpu: CpuId) -> i64 {
         match &self.backend {
             Backend::Bpf(b) => b.ready(cpu),
+            Backend::Kernel(k) => k.ready(cpu).unwrap_or_else(|| self.counts.get(cpu)),
             _ => self.counts.get(cpu),
         }
     }
@@ -535,6 +542,9 @@ impl Monitor {
     pub fn ready_counts(&self) -> Vec<i64> {
         match &self.backend {
             Backend::Bpf(b) => (0..self.cpu_sets.len()).map(|c| b.ready(c)).collect(),
+            Backend::Kernel(k) if k.counts_are_live() => {
+                (0..self.cpu_sets.len()).map(|c| self.ready(c)).collect()
+            }
             _ => self.counts.snapshot(),
         }
     }
@@ -547,6 +557,12 @@ impl Monitor {
                 self.forget_exited(b.exited());
                 Some(b.totals())
             }
+            Backend::Kernel(k) => k.totals().map(|t| bpf::Totals {
+                blocks: t.blocks,
+                unblocks: t.unblocks,
+                migrations: 0,
+                notes: t.signals,
+            }),
             _ => None,
         };
         MonitorStats {
@@ -600,8 +616,19 @@ impl Monitor {
         lock(&self.pending).push(ev);
     }
 
-    /// Applies one event to the counts and statistics.
+    /// Applies one event to the counts and statistics. The Kernel backend's events with the
+    /// counter page (`Counted`: drops to zero) describe counts that are live already.
     fn record(&self, ev: MonitorEvent) {
+        if let Backend::Kernel(k) = &self.backend {
+            if kernel::saturated(ev.events) {
+                // Counts were lost: nothing can restore them from the events (with the page,
+                // the counts are unaffected). Visible in the statistics.
+                self.stats.overflows.fetch_add(1, Ordering::Relaxed);
+            }
+            if k.counts_are_live() {
+                return;
+            }
+        }
         self.counts.apply(ev.cpu, ev.events);
         let s = &self.stats;
         match ev.cause {
