@@ -168,15 +168,6 @@ pub(crate) fn test(vm_args: &VmArgs) -> Result<i32> {
     Ok(if o.status == 0 { 0 } else { 1 })
 }
 
-/// Parses `pingpong: <ns> ns per round trip` lines.
-pub(crate) fn pingpong_values(output: &str) -> Vec<f64> {
-    output
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("pingpong: "))
-        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
-        .collect()
-}
-
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     if v.is_empty() {
@@ -185,8 +176,47 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// `cargo xtask vm bench`: the ping-pong cost of unmonitored processes on the patched and
-/// the unpatched kernel, boots alternating, then the backends compared in the patched guest.
+/// Values of `<what>: <number> ...` lines, by the section (`== name` lines) they are in.
+pub(crate) fn bench_values(output: &str, what: &str) -> Vec<(String, f64)> {
+    let mut section = String::new();
+    let prefix = format!("{what}: ");
+    output
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            if let Some(name) = l.strip_prefix("== ") {
+                section = name.to_string();
+                return None;
+            }
+            let v = l
+                .strip_prefix(&prefix)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()?;
+            Some((section.clone(), v))
+        })
+        .collect()
+}
+
+/// Monitor events per core per second of `umt-bench`'s activity lines.
+pub(crate) fn activity_events(output: &str) -> Vec<f64> {
+    output
+        .lines()
+        .filter_map(|l| {
+            let rest = l.split("per core per second: ").nth(1)?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .collect()
+}
+
+/// `cargo xtask vm bench`, in three parts:
+/// 1. what UMT costs processes that do not use it: a pipe ping-pong and a hackbench-like
+///    stress on the stock kernel, the patched one, and the patched one while another process
+///    holds UMT enabled (the hooks on), boots alternating, `repeat` boots of each;
+/// 2. the signals heat delivers to the runtime per core and second, ABI 1 (every event)
+///    against ABI 2 (idle-only), in one boot;
+/// 3. the backends compared on heat in the patched guest.
 pub(crate) fn bench(vm_args: &VmArgs, repeat: u32) -> Result<i32> {
     let (patched, files) = patched_kernel(vm_args)?;
     let stock = kernel::build(&BuildArgs {
@@ -195,33 +225,76 @@ pub(crate) fn bench(vm_args: &VmArgs, repeat: u32) -> Result<i32> {
         rt: vm_args.rt,
         ..Default::default()
     })?;
-    let pingpong = "for i in 1 2 3; do pingpong --round-trips 20000; done\n";
-    let mut on = Vec::new();
-    let mut off = Vec::new();
+    let runs =
+        "for i in 1 2 3; do pingpong --round-trips 20000; hackbench --groups 4 --loops 50; done\n";
+    let off = format!("echo '== off'\n{runs}");
+    let on =
+        format!("echo '== on'\npingpong --hold-umt 3600 & sleep 1\n{runs}kill %1 2>/dev/null\n");
+    let mut values: Vec<(String, String, f64)> = Vec::new();
     for r in 0..repeat.max(1) {
-        for (k, sink, label) in [(&patched, &mut on, "patched"), (&stock, &mut off, "stock")] {
-            let o = vm::boot(vm_args, &k.bzimage, &files, pingpong, "bench", false)?;
+        for (k, label, script) in [
+            (&patched, "patched", format!("{off}{on}")),
+            (&stock, "stock", off.clone()),
+        ] {
+            let o = vm::boot(vm_args, &k.bzimage, &files, &script, "bench", false)?;
             let text = fs::read_to_string(&o.output).context("reading the guest output")?;
-            let values = pingpong_values(&text);
-            if o.status != 0 || values.is_empty() {
-                bail!("ping-pong failed on the {label} kernel:\n{text}");
+            let mut got = 0;
+            for what in ["pingpong", "hackbench"] {
+                for (section, v) in bench_values(&text, what) {
+                    let name = match (label, section.as_str()) {
+                        ("stock", _) => "stock".to_string(),
+                        (_, "on") => "patched, UMT on in another process".to_string(),
+                        _ => "patched, UMT unused".to_string(),
+                    };
+                    values.push((what.to_string(), name, v));
+                    got += 1;
+                }
             }
-            eprintln!("xtask: repeat {}: {label}: {values:?} ns", r + 1);
-            sink.extend(values);
+            if o.status != 0 || got == 0 {
+                bail!("the bench failed on the {label} kernel:\n{text}");
+            }
+            eprintln!("xtask: repeat {}: {label}: {got} values", r + 1);
         }
     }
-    let (m_on, m_off) = (median(&mut on), median(&mut off));
-    println!(
-        "ping-pong round trip, two unmonitored processes on one CPU (median of {} runs each):",
-        on.len()
-    );
-    println!("  stock   kernel: {m_off:8.0} ns");
-    println!("  patched kernel: {m_on:8.0} ns");
-    println!("  overhead: {:+.2}%", (m_on / m_off - 1.0) * 100.0);
+    for (what, unit) in [
+        ("pingpong", "ns per round trip"),
+        ("hackbench", "ms per run"),
+    ] {
+        let med = |name: &str| {
+            let mut v: Vec<f64> = values
+                .iter()
+                .filter(|(w, n, _)| w == what && n == name)
+                .map(|x| x.2)
+                .collect();
+            (median(&mut v), v.len())
+        };
+        let (base, n) = med("stock");
+        println!("{what} ({unit}, median of {n} runs, boots alternating):");
+        println!("  {:<38} {base:10.1}", "stock");
+        for name in ["patched, UMT unused", "patched, UMT on in another process"] {
+            let (m, _) = med(name);
+            println!("  {name:<38} {m:10.1}   {:+.1}%", (m / base - 1.0) * 100.0);
+        }
+    }
     // Small sizes: the guest may be emulated (TCG), where computing is several times slower.
-    let compare = "umt-bench heat --size 1024 --block 128 --iters 8 --iof 2 --repeat 3 \
-                   --runtimes baseline,umt-kernel,umt-perf --dir /scratch\n";
-    let o = vm::boot(vm_args, &patched.bzimage, &files, compare, "bench", true)?;
+    let heat = "umt-bench heat --size 1024 --block 128 --iters 8 --iof 2 --repeat 3 --dir /scratch";
+    let signals = format!(
+        "echo '== abi1'\nUMT_KERNEL_ABI=1 {heat} --runtimes umt-kernel\n\
+         echo '== abi2'\n{heat} --runtimes umt-kernel\n"
+    );
+    let o = vm::boot(vm_args, &patched.bzimage, &files, &signals, "bench", true)?;
+    let text = fs::read_to_string(&o.output).context("reading the guest output")?;
+    let (abi1, abi2) = text.split_once("== abi2").unwrap_or((&text, ""));
+    let (e1, e2) = (activity_events(abi1), activity_events(abi2));
+    if let (Some(a), Some(b)) = (e1.first(), e2.first()) {
+        println!(
+            "heat, signals to the runtime per core per second: ABI 1 {a:.0}, ABI 2 idle-only \
+             {b:.0} ({:.1}x fewer)",
+            a / b.max(1e-9)
+        );
+    }
+    let compare = format!("{heat} --runtimes baseline,umt-kernel,umt-perf\n");
+    let o = vm::boot(vm_args, &patched.bzimage, &files, &compare, "bench", true)?;
     Ok(o.status)
 }
 
@@ -241,9 +314,16 @@ mod tests {
     }
 
     #[test]
-    fn pingpong_lines_parse() {
-        let out = "x\npingpong: 1234.5 ns per round trip (20000 round trips)\npingpong: 99 ns\n";
-        assert_eq!(pingpong_values(out), vec![1234.5, 99.0]);
+    fn bench_lines_parse() {
+        let out = "x\n== off\npingpong: 1234.5 ns per round trip (20000 round trips)\n\
+                   hackbench: 12.5 ms (4 groups)\n== on\npingpong: 99 ns\n";
+        assert_eq!(
+            bench_values(out, "pingpong"),
+            vec![("off".into(), 1234.5), ("on".into(), 99.0)]
+        );
+        assert_eq!(bench_values(out, "hackbench"), vec![("off".into(), 12.5)]);
+        let act = "umt-kernel, per core per second: 110 monitor events, 5 leader iterations\n";
+        assert_eq!(activity_events(act), vec![110.0]);
     }
 
     #[test]

@@ -23,6 +23,10 @@ struct Args {
     /// Run as the echoing child on this CPU (used internally).
     #[arg(long, hide = true)]
     echo_on: Option<usize>,
+    /// Instead: enable UMT (the Kernel backend, which turns the kernel's hooks on for every
+    /// process) and hold it this many seconds, for measuring the others meanwhile.
+    #[arg(long, value_name = "SECONDS")]
+    hold_umt: Option<u64>,
 }
 
 const WARMUP: u32 = 1000;
@@ -41,6 +45,13 @@ fn echo(cpu: usize, total: u64) -> Result<(), Box<dyn std::error::Error>> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
+    if let Some(seconds) = args.hold_umt {
+        let monitor = umt_sys::Monitor::new(umt_sys::BackendKind::Kernel)?;
+        monitor.register_current_thread()?;
+        println!("pingpong: holding UMT enabled for {seconds} s");
+        std::thread::sleep(std::time::Duration::from_secs(seconds));
+        return Ok(());
+    }
     let total = u64::from(WARMUP + args.round_trips);
     if let Some(cpu) = args.echo_on {
         return echo(cpu, total);
