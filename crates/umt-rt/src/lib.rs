@@ -22,7 +22,7 @@
 //! for applications that would rather not start than lose the overlap.
 //!
 //! How the leaders learn of a block follows the monitor's backend
-//! ([`LeaderPolicy::default_for`]): with the UMT kernel they wait for its per-core eventfd;
+//! ([`LeaderPolicy::default_for`]): with the UMT kernel they wait for its per-core file;
 //! with the perf backend, whose signal per event is an interrupt (a VM exit in a virtual
 //! machine) at every context switch, they poll whenever their core idles instead, and
 //! fine-grained fork-join pays a little per scheduling point. Each leader looks after its own

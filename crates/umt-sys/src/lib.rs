@@ -8,7 +8,9 @@
 //!   `kernel-patch/`: syscall numbers, flags, and the per-core event word ([`Events`]).
 //! - [`Monitor`]: per-core block/unblock events and ready counts for the threads registered with
 //!   it, from one of four backends that look the same to the caller:
-//!   - **Kernel**: the UMT extension (one eventfd per core, counted by the scheduler);
+//!   - **Kernel**: the UMT extension (one read-only file per core, counted by the scheduler;
+//!     on ABI version 2 the ready counts in a page the process maps, and a signal only when a
+//!     core runs out of ready threads);
 //!   - **Bpf**: BPF programs on the scheduler's tracepoints keep the ready counts in memory
 //!     this process maps, and wake a waiter only when its core runs out of ready threads
 //!     ([`Monitor::counts_are_live`]); stock Linux >= 5.18 with BTF, CAP_BPF + CAP_PERFMON,
