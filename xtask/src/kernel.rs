@@ -259,7 +259,11 @@ pub(crate) fn build(args: &BuildArgs) -> Result<Kernel> {
     let mut fragment: String = CONFIG
         .lines()
         .filter(|l| patched || !l.starts_with("CONFIG_UMT"))
-        .filter(|l| !args.rt || !l.starts_with("CONFIG_PREEMPT_VOLUNTARY"))
+        .filter(|l| {
+            !args.rt
+                || !(l.starts_with("CONFIG_PREEMPT_VOLUNTARY")
+                    || l.starts_with("CONFIG_JUMP_LABEL"))
+        })
         .map(|l| format!("{l}\n"))
         .collect();
     if args.debug {
