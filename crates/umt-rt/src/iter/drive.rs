@@ -41,10 +41,9 @@ where
     let cores = reg.as_ref().map_or(1, |r| r.cores());
     // D1: a loop that one participant can do alone runs inline, without tasks.
     let participants = cores.min(len);
-    if participants <= 1 {
+    let Some(reg) = reg.filter(|_| participants > 1) else {
         return (how.fold)((how.identity)(), 0..len);
-    }
-    let reg = reg.expect("more than one core means a runtime");
+    };
     let schedule = schedule.unwrap_or_else(Schedule::program_default);
     let (schedule, auto) = match schedule {
         Schedule::Auto => {

@@ -101,9 +101,7 @@ pub(crate) struct Totals {
 #[cfg(umt_bpf)]
 mod imp {
     use std::collections::HashMap;
-    use std::num::NonZeroUsize;
     use std::os::fd::AsFd;
-    use std::ptr::NonNull;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
@@ -111,14 +109,13 @@ mod imp {
     use aya::maps::{HashMap as BpfHashMap, MapData};
     use aya::programs::BtfTracePoint;
     use aya::{Btf, Ebpf, EbpfLoader};
-    use nix::errno::Errno;
     use nix::sys::epoll::{EpollEvent, EpollFlags};
-    use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
 
     use super::*;
     use crate::abi::Events;
     use crate::error::Error;
     use crate::event::Cause;
+    use crate::monitor::shared::Shared;
 
     /// The fix for a missing privilege.
     const PRIVILEGE_FIX: &str = "run as root, or grant the binary the capabilities: \
@@ -159,62 +156,6 @@ mod imp {
     }
 
     const _: () = assert!(std::mem::size_of::<CpuCounts>() == 64);
-
-    /// A shared mapping of an mmapable BPF array, as a slice of `T`.
-    struct Shared<T> {
-        ptr: NonNull<T>,
-        len: usize,
-        bytes: NonZeroUsize,
-    }
-
-    // SAFETY: the mapping is plain memory, shared with the kernel; `T` is made of atomics, so
-    // every access from any thread goes through atomic operations.
-    unsafe impl<T: Sync> Send for Shared<T> {}
-    // SAFETY: as above.
-    unsafe impl<T: Sync> Sync for Shared<T> {}
-
-    impl<T> Shared<T> {
-        /// Maps the values of the array `map` (of `len` elements of `T`) read-write, shared.
-        fn map(map: &MapData, len: usize) -> Result<Shared<T>> {
-            let page = crate::cpu::page_size();
-            let bytes = (len * std::mem::size_of::<T>()).div_ceil(page) * page;
-            let bytes = NonZeroUsize::new(bytes)
-                .ok_or_else(|| Error::os("mmap(BPF array)", Errno::EINVAL))?;
-            // SAFETY: a new shared mapping of the map's fd, not overlapping anything (no
-            // address hint); the kernel sized the array's value area to at least `bytes`
-            // (mmapable arrays round it up to whole pages) and keeps it alive while mapped.
-            let ptr = unsafe {
-                mmap(
-                    None,
-                    bytes,
-                    ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-                    MapFlags::MAP_SHARED,
-                    map.fd().as_fd(),
-                    0,
-                )
-            }
-            .map_err(|e| Error::os("mmap(BPF array)", e))?;
-            Ok(Shared {
-                ptr: ptr.cast(),
-                len,
-                bytes,
-            })
-        }
-
-        fn get(&self, i: usize) -> Option<&T> {
-            // SAFETY: `i < len` elements of `T` lie in the mapping, which lives as long as
-            // `self`; the kernel zero-fills it and every `T` here is valid when zeroed.
-            (i < self.len).then(|| unsafe { &*self.ptr.as_ptr().add(i) })
-        }
-    }
-
-    impl<T> Drop for Shared<T> {
-        fn drop(&mut self) {
-            // SAFETY: the mapping made in `map`, unmapped once; no reference into it outlives
-            // `self`.
-            let _ = unsafe { munmap(self.ptr.cast(), self.bytes.get()) };
-        }
-    }
 
     /// The process-side registration table: which slot each registered thread has.
     #[derive(Default)]
@@ -279,8 +220,18 @@ mod imp {
                 prog.attach()
                     .map_err(|e| load_error(&format!("attaching {name}: {e}"), &e))?;
             }
-            let counts = Shared::map(map_data(&ebpf, "counts")?, possible)?;
-            let slots = Shared::map(map_data(&ebpf, "slots")?, BPF_MAX_THREADS as usize)?;
+            let counts = Shared::map(
+                map_data(&ebpf, "counts")?.fd().as_fd(),
+                possible,
+                true,
+                "mmap(BPF array)",
+            )?;
+            let slots = Shared::map(
+                map_data(&ebpf, "slots")?.fd().as_fd(),
+                BPF_MAX_THREADS as usize,
+                true,
+                "mmap(BPF array)",
+            )?;
             let threads = BpfHashMap::try_from(take_map(&mut ebpf, "threads")?)
                 .map_err(|e| internal(format!("map threads: {e}")))?;
             let mut array = PerfEventArray::try_from(take_map(&mut ebpf, "notes")?)
@@ -453,7 +404,7 @@ mod imp {
         }
 
         pub(crate) fn disarm_all(&self) {
-            for cpu in 0..self.counts.len {
+            for cpu in 0..self.counts.len() {
                 self.disarm_cpu(cpu);
             }
         }
@@ -535,7 +486,7 @@ mod imp {
         /// The counters summed over every CPU.
         pub(crate) fn totals(&self) -> Totals {
             let mut t = Totals::default();
-            for c in (0..self.counts.len).filter_map(|cpu| self.counts.get(cpu)) {
+            for c in (0..self.counts.len()).filter_map(|cpu| self.counts.get(cpu)) {
                 t.blocks += c.blocks.load(Ordering::Relaxed);
                 t.unblocks += c.unblocks.load(Ordering::Relaxed);
                 t.migrations += c.migrations.load(Ordering::Relaxed);

@@ -6,9 +6,7 @@
 //! backend. With version 1 the files carry every event, which the drains apply.
 
 use std::fs;
-use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
@@ -24,6 +22,7 @@ use crate::abi::{
 use crate::backend::{BackendKind, Unavailable};
 use crate::error::{Error, Result};
 use crate::event::{Cause, MonitorEvent};
+use crate::monitor::shared::Shared;
 
 const FIX: &str = "boot the patched kernel from kernel-patch/ (`cargo xtask vm run -- CMD`), \
                    or use the perf backend";
@@ -83,63 +82,9 @@ pub(crate) struct KernelBackend {
     fds: Vec<OwnedFd>,
     /// Its owner announced that it is shutting down (`Monitor::shut_down`).
     shutting_down: AtomicBool,
-    /// ABI 2: the counter page, mapped read-only; the files then signal drops to zero only.
-    page: Option<CounterPage>,
-}
-
-/// The kernel's counter page, mapped read-only: one [`UmtCounts`] per possible CPU.
-struct CounterPage {
-    base: NonNull<UmtCounts>,
-    cpus: usize,
-    len: NonZeroUsize,
-}
-
-// SAFETY: the mapping is only read, through atomics, and lives as long as the value.
-unsafe impl Send for CounterPage {}
-// SAFETY: as above.
-unsafe impl Sync for CounterPage {}
-
-impl CounterPage {
-    /// Maps the counters of `cpus` CPUs through `fd`.
-    fn map(fd: &OwnedFd, cpus: usize) -> Result<CounterPage> {
-        let page = crate::cpu::page_size();
-        let bytes = (cpus * std::mem::size_of::<UmtCounts>()).div_ceil(page) * page;
-        let len = NonZeroUsize::new(bytes).ok_or(Error::NoSuchCpu {
-            cpu: 0,
-            possible: 0,
-        })?;
-        // SAFETY: a new shared read-only mapping of the kernel's counter page; nothing else
-        // is mapped at the address the kernel picks.
-        let addr = unsafe {
-            nix::sys::mman::mmap(
-                None,
-                len,
-                nix::sys::mman::ProtFlags::PROT_READ,
-                nix::sys::mman::MapFlags::MAP_SHARED,
-                fd,
-                0,
-            )
-        }
-        .map_err(|e| Error::os("mmap(umt counter page)", e))?;
-        Ok(CounterPage {
-            base: addr.cast(),
-            cpus,
-            len,
-        })
-    }
-
-    fn get(&self, cpu: usize) -> Option<&UmtCounts> {
-        // SAFETY: `cpu < cpus` entries lie within the mapping, which lives as long as `self`;
-        // the kernel writes them with atomic operations only, and `UmtCounts` is atomics.
-        (cpu < self.cpus).then(|| unsafe { &*self.base.as_ptr().add(cpu) })
-    }
-}
-
-impl Drop for CounterPage {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`, unmapped once; no reference outlives `self`.
-        let _ = unsafe { nix::sys::mman::munmap(self.base.cast(), self.len.get()) };
-    }
+    /// ABI 2: the counter page (one [`UmtCounts`] per possible CPU), mapped read-only; the
+    /// files then signal drops to zero only.
+    page: Option<Shared<UmtCounts>>,
 }
 
 /// Sums over every CPU of the counter page, for [`crate::MonitorStats`].
@@ -227,7 +172,7 @@ impl KernelBackend {
     pub(crate) fn totals(&self) -> Option<PageTotals> {
         let page = self.page.as_ref()?;
         let mut t = PageTotals::default();
-        for c in (0..page.cpus).filter_map(|cpu| page.get(cpu)) {
+        for c in (0..page.len()).filter_map(|cpu| page.get(cpu)) {
             t.blocks += c.blocks.load(Ordering::Relaxed);
             t.unblocks += c.unblocks.load(Ordering::Relaxed);
             t.signals += c.signals.load(Ordering::Relaxed);
@@ -272,7 +217,12 @@ impl KernelBackend {
             .map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) })
             .collect();
         let page = match fds.first() {
-            Some(fd) if flags & UMT_COUNTER_PAGE != 0 => Some(CounterPage::map(fd, fds.len())?),
+            Some(fd) if flags & UMT_COUNTER_PAGE != 0 => Some(Shared::map(
+                fd.as_fd(),
+                fds.len(),
+                false,
+                "mmap(umt counter page)",
+            )?),
             _ => None,
         };
         let backend = KernelBackend {

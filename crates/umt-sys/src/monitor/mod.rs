@@ -6,6 +6,7 @@ mod bpf;
 mod kernel;
 mod perf;
 mod select;
+mod shared;
 
 use std::collections::HashSet;
 use std::fmt;
