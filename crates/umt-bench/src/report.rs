@@ -104,6 +104,7 @@ fn median_activity(samples: &[Sample]) -> Option<Activity> {
     let m = |f: fn(&Activity) -> f64| median(&all.iter().map(f).collect::<Vec<_>>());
     (!all.is_empty()).then(|| Activity {
         monitor_events: m(|a| a.monitor_events),
+        signals: m(|a| a.signals),
         leader_iterations: m(|a| a.leader_iterations),
         leader_wakeups: m(|a| a.leader_wakeups),
         spares_started: m(|a| a.spares_started),
@@ -181,9 +182,11 @@ impl Report {
             if let Some(a) = &r.activity {
                 let _ = write!(
                     out,
-                    "{}, per core per second: {:.0} monitor events, {:.0} leader iterations, \
-                     {:.1} wake-ups, {:.2} spares started, {:.1} surrenders",
+                    "{}, per core per second: {:.0} signals, {:.0} monitor events, \
+                     {:.0} leader iterations, {:.1} wake-ups, {:.2} spares started, \
+                     {:.1} surrenders",
                     r.runtime,
+                    a.signals,
                     a.monitor_events,
                     a.leader_iterations,
                     a.leader_wakeups,
@@ -290,7 +293,7 @@ mod tests {
         assert!((r.runs[1].activity.unwrap().monitor_events - 110.0).abs() < 1e-9);
         assert!(
             r.table()
-                .contains("umt-perf, per core per second: 110 monitor events")
+                .contains("umt-perf, per core per second: 0 signals, 110 monitor events")
         );
     }
 }

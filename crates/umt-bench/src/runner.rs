@@ -227,8 +227,13 @@ pub struct Sample {
 /// how often workers block.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct Activity {
-    /// Block and unblock events drained from the monitor.
+    /// Reads of the monitor that found events (a read takes every event that arrived since
+    /// the last one).
     pub monitor_events: f64,
+    /// Notifications the monitor's backend sent to the runtime
+    /// ([`umt_sys::MonitorStats::wakeups`]): every block and unblock without a counter
+    /// page, the drops to zero with one.
+    pub signals: f64,
     /// Iterations of the leaders.
     pub leader_iterations: f64,
     /// Parked workers the leaders woke for a core with no ready worker.
@@ -254,6 +259,7 @@ impl Activity {
         let rate = |a: u64, b: u64| a.saturating_sub(b) as f64 / (seconds * cores);
         Activity {
             monitor_events: rate(after.monitor_events, before.monitor_events),
+            signals: rate(after.monitor.wakeups, before.monitor.wakeups),
             leader_iterations: rate(after.leader_iterations, before.leader_iterations),
             leader_wakeups: rate(after.leader_wakeups, before.leader_wakeups),
             spares_started: rate(after.workers_created, before.workers_created),

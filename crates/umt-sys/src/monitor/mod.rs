@@ -48,9 +48,11 @@ pub struct MonitorStats {
     pub resyncs: u64,
     /// Threads currently registered.
     pub registered: u64,
-    /// Wake-ups the Bpf backend sent (one each time a CPU whose waiter had armed it ran out
-    /// of ready threads), or signals of the Kernel backend with the counter page (ABI 2: one
-    /// per drop to zero). The other backends signal every event; their drains count those.
+    /// Notifications the backend sent to user space: the Bpf backend's wake-ups (one each
+    /// time a CPU whose waiter had armed it ran out of ready threads), the Kernel backend's
+    /// signals with the counter page (ABI 2: one per drop to zero). Without the page (ABI 1)
+    /// and with the Perf backend every event is signalled: `blocks + unblocks`. Each one may
+    /// wake a leader; reads batch the ones that arrive while it runs.
     pub wakeups: u64,
 }
 
@@ -570,7 +572,10 @@ impl Monitor {
             blocks: bpf.map_or_else(|| s.blocks.load(Ordering::Relaxed), |t| t.blocks),
             unblocks: bpf.map_or_else(|| s.unblocks.load(Ordering::Relaxed), |t| t.unblocks),
             migrations: bpf.map_or_else(|| s.migrations.load(Ordering::Relaxed), |t| t.migrations),
-            wakeups: bpf.map_or(0, |t| t.notes),
+            wakeups: match bpf {
+                Some(t) => t.notes,
+                None => s.blocks.load(Ordering::Relaxed) + s.unblocks.load(Ordering::Relaxed),
+            },
             lost_records: s.lost_records.load(Ordering::Relaxed),
             overflows: s.overflows.load(Ordering::Relaxed),
             resyncs: match &self.backend {
