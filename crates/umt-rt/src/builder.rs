@@ -92,6 +92,7 @@ pub struct Builder {
     handoff: bool,
     leader_runs_tasks: bool,
     require_monitor: bool,
+    trace: bool,
 }
 
 impl std::fmt::Debug for Builder {
@@ -106,6 +107,7 @@ impl std::fmt::Debug for Builder {
             .field("handoff", &self.handoff)
             .field("leader_runs_tasks", &self.leader_runs_tasks)
             .field("require_monitor", &self.require_monitor)
+            .field("trace", &self.trace)
             .finish_non_exhaustive()
     }
 }
@@ -125,6 +127,7 @@ impl Default for Builder {
             handoff: false,
             leader_runs_tasks: false,
             require_monitor: false,
+            trace: false,
         }
     }
 }
@@ -229,6 +232,16 @@ impl Builder {
         self
     }
 
+    /// Records what every worker and leader does, with times, for
+    /// [`Runtime::take_trace`](crate::Runtime::take_trace) (default off). Each thread writes
+    /// to a buffer of its own: a clock read and a store per task start and end, park,
+    /// surrender and drain, and a lock per 4096 records or park. Off, it costs a test of a
+    /// flag. The records stay in memory until taken: take them regularly in a long run.
+    pub fn trace(mut self, on: bool) -> Self {
+        self.trace = on;
+        self
+    }
+
     /// Receives the panic of every task started with
     /// [`Runtime::spawn_detached`](crate::Runtime::spawn_detached) or
     /// [`spawn_detached`](crate::spawn_detached), which have nobody to re-raise it to. Without
@@ -326,6 +339,7 @@ impl Builder {
             panic_handler: self.panic_handler,
             handoff: self.handoff,
             leader_runs_tasks: self.leader_runs_tasks,
+            trace: self.trace,
         };
         // From here on, dropping `rt` on an error stops whatever was started.
         let rt = Runtime::from_registry(Arc::new(Registry::new(config, monitor)));

@@ -116,6 +116,8 @@ pub(crate) struct Config {
     pub(crate) leader_runs_tasks: bool,
     /// Receives the panics of detached tasks; `None`: they are said on stderr.
     pub(crate) panic_handler: Option<PanicFn>,
+    /// Threads record [`crate::TraceRecord`]s (`Builder::trace`).
+    pub(crate) trace: bool,
 }
 
 impl Config {
@@ -135,6 +137,7 @@ impl std::fmt::Debug for Config {
             .field("leader_policy", &self.leader_policy)
             .field("handoff", &self.handoff)
             .field("leader_runs_tasks", &self.leader_runs_tasks)
+            .field("trace", &self.trace)
             .finish_non_exhaustive()
     }
 }

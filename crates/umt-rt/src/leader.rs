@@ -10,6 +10,7 @@ use crate::diag::Warning;
 use crate::pool::Fill;
 use crate::registry::Registry;
 use crate::starter::StartRequests;
+use crate::trace::{LocalTrace, TraceKind, TraceThread};
 use crate::worker::WorkerCtx;
 
 /// Starts the leader of core `core`; its handle joins the registry's, for shutdown.
@@ -71,7 +72,17 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
     } else {
         None
     };
+    // This thread's trace records (`Builder::trace`), handed over before each wait.
+    let trace = LocalTrace::default();
+    let record = |kind: TraceKind| {
+        if let Some(rec) = &reg.trace {
+            trace.record(rec, own, TraceThread::Leader, kind, reg.monitor.ready(cpu));
+        }
+    };
     while !reg.terminate.load(Ordering::Acquire) {
+        if let Some(rec) = &reg.trace {
+            trace.flush(rec);
+        }
         // L1: wait for events of the own core or the scan timeout; or poll (see `poll_pause`).
         if poll {
             poll_pause(&reg, own, last_busy.elapsed() < max_timeout, max_timeout);
@@ -84,6 +95,10 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
         reg.counters
             .leader_iterations
             .fetch_add(1, Ordering::Relaxed);
+        // A polling leader's iterations are too many to record; its drains are recorded.
+        if !poll {
+            record(TraceKind::LeaderWake);
+        }
         // L2. Read before draining: a woken worker ends its wake in flight only once it runs,
         // when its unblock is in the kernel's counts, so with no wake in flight here every
         // woken worker is in the drain below. A wake that starts after this read changes the
@@ -99,6 +114,7 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
                     reg.counters
                         .monitor_events
                         .fetch_add(n as u64, Ordering::Relaxed);
+                    record(TraceKind::Drained);
                 }
             }
             Err(e) => reg.warnings.warn(Warning::Leader, || {
@@ -121,7 +137,11 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
                 Some(ctx) if pending && reg.pools.leader_view(own).0 == seen => {
                     ctx.follow();
                 }
-                _ => fill(&reg, own, seen, &starter),
+                _ => {
+                    if fill(&reg, own, seen, &starter) {
+                        record(TraceKind::SpareWoken);
+                    }
+                }
             }
             quiet = false;
         }
@@ -143,6 +163,9 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
             cpu_at_start = now_cpu;
         }
     }
+    if let Some(rec) = &reg.trace {
+        trace.flush(rec);
+    }
 }
 
 /// Step L3 for `core`, seen with no ready worker while work is queued: gives it a running
@@ -151,18 +174,22 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
 /// nothing if a worker of the core became active since `seen` (see [`Pools::fill`]).
 ///
 /// [`Pools::fill`]: crate::pool::Pools::fill
-fn fill(reg: &Registry, core: usize, seen: u64, starter: &StartRequests) {
+/// Returns whether a worker was woken or asked for.
+fn fill(reg: &Registry, core: usize, seen: u64, starter: &StartRequests) -> bool {
     match reg.pools.fill(core, seen) {
         Fill::Woke(w) => {
             reg.counters.leader_wakeups.fetch_add(1, Ordering::Relaxed);
             reg.notify(w);
+            true
         }
         Fill::Reserved(k) => {
-            if !starter.request(core * reg.config.cap + k) {
+            let asked = starter.request(core * reg.config.cap + k);
+            if !asked {
                 reg.pools.unreserve(core);
             }
+            asked
         }
-        Fill::Changed | Fill::Full => {}
+        Fill::Changed | Fill::Full => false,
     }
 }
 

@@ -131,6 +131,7 @@ mod starter;
 #[cfg(not(loom))]
 mod stats;
 mod sync;
+mod trace;
 #[cfg(not(loom))]
 mod worker;
 
@@ -158,7 +159,8 @@ pub use scope::Scope;
 #[cfg(not(loom))]
 pub use spawn::JoinHandle;
 #[cfg(not(loom))]
-pub use stats::{CoreStats, Stats, WorkerStats};
+pub use stats::{CoreStats, Stats, WorkerStats, coefficient_of_variation};
+pub use trace::{CoreAccount, CoreState, Span, Trace, TraceKind, TraceRecord, TraceThread};
 pub use umt_sys::{BackendKind, CpuId, Error as MonitorError, Selection, Unavailable};
 
 /// Everything a parallel loop needs, in one import: `use umt_rt::prelude::*;`.

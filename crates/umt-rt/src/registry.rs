@@ -41,6 +41,8 @@ pub(crate) struct Slot {
     pub(crate) handoffs: AtomicU64,
     /// The worker registered with the monitor. Set by the worker when it starts.
     pub(crate) monitored: std::sync::atomic::AtomicBool,
+    /// The thread's kernel id, for its `/proc` figures; 0 until it starts.
+    pub(crate) tid: std::sync::atomic::AtomicI32,
 }
 
 /// Counters of the leaders, the starter and the workers' drains.
@@ -95,6 +97,10 @@ pub(crate) struct Registry {
     /// The leader of each core, set once all have started; with polling leaders a worker
     /// that becomes active unparks its core's leader (see [`Registry::poke_leader`]).
     pub(crate) leaders: OnceLock<Vec<std::thread::Thread>>,
+    /// When the runtime was built (`Stats::elapsed`).
+    pub(crate) started: std::time::Instant,
+    /// Where threads hand their trace records over (`Builder::trace`); `None` when off.
+    pub(crate) trace: Option<crate::trace::Recorder>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -108,6 +114,7 @@ impl std::fmt::Debug for Registry {
 impl Registry {
     pub(crate) fn new(config: Config, monitor: Monitor) -> Registry {
         let (cores, cap) = (config.cpus.len(), config.cap);
+        let config_trace = config.trace;
         let slots: Box<[CachePadded<Slot>]> = (0..cores * (cap + 1))
             .map(|i| {
                 let deque = Worker::new_lifo();
@@ -124,6 +131,7 @@ impl Registry {
                     surrenders: AtomicU64::new(0),
                     handoffs: AtomicU64::new(0),
                     monitored: std::sync::atomic::AtomicBool::new(false),
+                    tid: std::sync::atomic::AtomicI32::new(0),
                 })
             })
             .collect();
@@ -144,6 +152,8 @@ impl Registry {
             leader_threads: Mutex::new(Vec::new()),
             starter: OnceLock::new(),
             leaders: OnceLock::new(),
+            started: std::time::Instant::now(),
+            trace: config_trace.then(crate::trace::Recorder::new),
         }
     }
 

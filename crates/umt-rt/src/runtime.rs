@@ -205,6 +205,31 @@ impl Runtime {
     pub fn stats(&self) -> Stats {
         crate::stats::snapshot(&self.reg)
     }
+
+    /// The trace records handed over since the last call, by time ([`crate::Trace`]), or
+    /// `None` if the runtime was built without [`Builder::trace`](crate::Builder::trace).
+    ///
+    /// A worker hands its records over when it parks. Called outside the runtime's tasks,
+    /// this first waits until every worker is parked (at most 100 ms), so the trace of a
+    /// computation that has returned is whole; from inside a task it holds what was handed
+    /// over so far, and the rest comes with the next call.
+    pub fn take_trace(&self) -> Option<crate::Trace> {
+        let rec = self.reg.trace.as_ref()?;
+        if !with_current(|w| w.is_some()) {
+            let deadline = Instant::now() + Duration::from_millis(100);
+            while (0..self.reg.cores()).any(|c| self.reg.pools.counts(c).0 > 0)
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        Some(crate::Trace::new(
+            self.reg.config.cpus.clone(),
+            self.reg.monitor.is_active(),
+            rec.take(),
+            rec.now(),
+        ))
+    }
 }
 
 /// How long `Drop` waits for the leaders to exit before it lets them exit on their own.

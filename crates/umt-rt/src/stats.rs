@@ -53,10 +53,36 @@ pub struct Stats {
     /// What the monitor saw: blocks, unblocks, migrations, and the ring overflows that forced
     /// a resynchronisation (make `Builder::ring_pages` larger if they are frequent).
     pub monitor: umt_sys::MonitorStats,
+    /// Time since the runtime was built.
+    pub elapsed: Duration,
     /// Per core.
     pub cores: Vec<CoreStats>,
     /// Per worker thread started.
     pub workers: Vec<WorkerStats>,
+}
+
+impl Stats {
+    /// The coefficient of variation across cores of a per-core figure (standard deviation
+    /// over mean; 0 when the mean is 0): how unevenly the cores fared, as in the
+    /// OS-versus-runtime study (seed 003). For example
+    /// `stats.cov(|c| c.cpu_time.as_secs_f64())`.
+    pub fn cov(&self, f: impl Fn(&CoreStats) -> f64) -> f64 {
+        coefficient_of_variation(&self.cores.iter().map(f).collect::<Vec<_>>())
+    }
+}
+
+/// Standard deviation (of the population) over mean; 0 for no values or a zero mean.
+pub fn coefficient_of_variation(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    if mean == 0.0 {
+        return 0.0;
+    }
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+    var.sqrt() / mean.abs()
 }
 
 /// Counters of one core.
@@ -83,6 +109,19 @@ pub struct CoreStats {
     /// Time with more than one ready worker (the price UMT pays). An estimate, see
     /// [`CoreStats::idle_with_work`].
     pub oversubscribed: Duration,
+    /// CPU time its workers used (exact, from the kernel: the sum of [`WorkerStats::cpu_time`]).
+    pub cpu_time: Duration,
+    /// Time none of its workers ran: [`Stats::elapsed`] less `cpu_time` (its leader, other
+    /// processes, or nothing ran).
+    pub idle_time: Duration,
+    /// Time its workers waited on the run queue while runnable: with workers pinned, the
+    /// time one waited for another of the core (exact oversubscription, from the kernel's
+    /// `schedstat`; `None` on a kernel without `CONFIG_SCHED_INFO`).
+    pub runqueue_wait: Option<Duration>,
+    /// Context switches of its workers by blocking (I/O, locks, parking).
+    pub voluntary_switches: u64,
+    /// Context switches of its workers by preemption.
+    pub involuntary_switches: u64,
 }
 
 /// Counters of one worker thread.
@@ -101,11 +140,28 @@ pub struct WorkerStats {
     pub tasks_run: u64,
     /// Times it surrendered its core.
     pub surrenders: u64,
+    /// What the kernel's scheduler did with the thread (`None` if `/proc` could not be
+    /// read).
+    pub sched: Option<umt_sys::cpu::ThreadSched>,
 }
 
-/// Reads every counter of `reg`.
+/// Reads every counter of `reg`. Monitor events not drained yet are drained first, so that
+/// the counts are current whatever the leaders did (a `SCHED_IDLE` leader of a busy core may
+/// not have run for a long time).
 pub(crate) fn snapshot(reg: &Registry) -> Stats {
     let cpus = &reg.config.cpus;
+    if !reg.monitor.counts_are_live() {
+        for &cpu in cpus {
+            if let Ok(n) = reg.monitor.drain_cpu(cpu)
+                && n > 0
+            {
+                reg.counters
+                    .monitor_events
+                    .fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }
+    }
+    let elapsed = reg.started.elapsed();
     let workers: Vec<(usize, WorkerStats)> = reg
         .slots
         .iter()
@@ -118,6 +174,10 @@ pub(crate) fn snapshot(reg: &Registry) -> Stats {
                 leader: s.leader,
                 tasks_run: s.tasks_run.load(Ordering::Relaxed),
                 surrenders: s.surrenders.load(Ordering::Relaxed),
+                sched: match s.tid.load(Ordering::Relaxed) {
+                    0 => None,
+                    tid => umt_sys::cpu::thread_sched(tid).ok(),
+                },
             };
             (s.core, w)
         })
@@ -130,7 +190,18 @@ pub(crate) fn snapshot(reg: &Registry) -> Stats {
             let t = &reg.core_time[core];
             let ns =
                 |n: &std::sync::atomic::AtomicU64| Duration::from_nanos(n.load(Ordering::Relaxed));
+            let sched: Vec<umt_sys::cpu::ThreadSched> = workers
+                .iter()
+                .filter(|(c, _)| *c == core)
+                .filter_map(|(_, w)| w.sched)
+                .collect();
+            let cpu_time: Duration = sched.iter().map(|s| s.cpu_time).sum();
             CoreStats {
+                cpu_time,
+                idle_time: elapsed.saturating_sub(cpu_time),
+                runqueue_wait: sched.iter().map(|s| s.runqueue_wait).sum(),
+                voluntary_switches: sched.iter().map(|s| s.voluntary_switches).sum(),
+                involuntary_switches: sched.iter().map(|s| s.involuntary_switches).sum(),
                 cpu,
                 workers: created,
                 active_workers: active,
@@ -169,6 +240,7 @@ pub(crate) fn snapshot(reg: &Registry) -> Stats {
             .map(|w| w.tasks_run)
             .sum(),
         tasks_cancelled: c.tasks_cancelled.load(Ordering::Relaxed),
+        elapsed,
         cores,
         workers,
     }

@@ -12,6 +12,7 @@ use crate::job::Job;
 use crate::pool::Notifier;
 use crate::registry::{Registry, Slot};
 use crate::sync::lock;
+use crate::trace::{LocalTrace, TraceKind, TraceThread};
 
 thread_local! {
     /// The context of the worker running on this thread, null outside `WorkerCtx::main_loop`.
@@ -70,6 +71,8 @@ pub(crate) struct WorkerCtx {
     muting: Cell<bool>,
     /// State of the victim-selection generator (xorshift).
     rng: Cell<u64>,
+    /// This thread's trace records not handed over yet (`Builder::trace`).
+    trace: LocalTrace,
 }
 
 /// Starts the thread of slot `index`; its handle joins the registry's, for shutdown.
@@ -110,6 +113,8 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         }
     };
     slot.monitored.store(monitored, Ordering::Relaxed);
+    slot.tid
+        .store(umt_sys::cpu::current_tid(), Ordering::Relaxed);
     let Some(deque) = lock(&slot.deque).take() else {
         return;
     };
@@ -128,12 +133,14 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         rng: Cell::new(0x9e37_79b9_7f4a_7c15 ^ (index as u64 + 1)),
         index,
         reg: reg.clone(),
+        trace: LocalTrace::default(),
     };
     {
         CURRENT.with(|c| c.set(&ctx));
         let _clear = CurrentGuard;
         ctx.main_loop();
     }
+    ctx.flush_trace();
     if monitored {
         let _ = reg.monitor.unregister_current_thread();
     }
@@ -158,6 +165,7 @@ impl WorkerCtx {
             rng: Cell::new(0x9e37_79b9_7f4a_7c15 ^ (index as u64 + 1)),
             index,
             reg: reg.clone(),
+            trace: LocalTrace::default(),
         })
     }
 
@@ -182,6 +190,7 @@ impl WorkerCtx {
         if self.deque.is_empty() {
             pools.set_leader_stealable(self.core, false);
         }
+        self.flush_trace();
         ran
     }
 
@@ -200,6 +209,26 @@ impl WorkerCtx {
     /// The index of the core this worker serves in its runtime.
     pub(crate) fn core(&self) -> usize {
         self.core
+    }
+
+    /// Records `kind` with the core's ready count, if the runtime traces.
+    #[inline]
+    fn record(&self, kind: TraceKind) {
+        if let Some(rec) = &self.reg.trace {
+            let thread = match self.role {
+                Role::Leader => TraceThread::Leader,
+                Role::Worker => TraceThread::Worker(self.index),
+            };
+            let ready = self.reg.monitor.ready(self.cpu);
+            self.trace.record(rec, self.core, thread, kind, ready);
+        }
+    }
+
+    /// Hands this thread's trace records over (before it parks, when it exits).
+    pub(crate) fn flush_trace(&self) {
+        if let Some(rec) = &self.reg.trace {
+            self.trace.flush(rec);
+        }
     }
 
     fn slot(&self) -> &Slot {
@@ -404,7 +433,9 @@ impl WorkerCtx {
         // Only this worker writes its counter: a plain increment, no locked instruction.
         let run = &self.slot().tasks_run;
         run.store(run.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        self.record(TraceKind::TaskStart);
         job.run();
+        self.record(TraceKind::TaskEnd);
         self.sched_point();
         true
     }
@@ -436,6 +467,10 @@ impl WorkerCtx {
                 || reg.has_work_for(self.core)
                 || (done.is_none() && reg.terminate.load(Ordering::Acquire))
         };
+        if reg.trace.is_some() {
+            self.record(TraceKind::Park);
+            self.flush_trace();
+        }
         let parked = reg.pools.sleep(
             self.core,
             self.index,
@@ -443,6 +478,7 @@ impl WorkerCtx {
             |w| reg.notify(w),
             recheck,
         );
+        self.record(TraceKind::Unpark);
         if parked {
             reg.poke_leader(self.core);
         }
@@ -531,6 +567,7 @@ impl WorkerCtx {
             reg.counters
                 .monitor_events
                 .fetch_add(n as u64, Ordering::Relaxed);
+            self.record(TraceKind::Drained);
             let ready = reg.monitor.ready(self.cpu);
             reg.core_time[self.core].observe(std::time::Instant::now(), ready, false);
         }
@@ -550,11 +587,17 @@ impl WorkerCtx {
             // worker's block is drained.
             let ready = self.reg.monitor.ready(self.cpu) - 1;
             self.reg.core_time[self.core].observe(std::time::Instant::now(), ready, false);
+            if self.reg.trace.is_some() {
+                self.record(TraceKind::Surrender);
+                self.record(TraceKind::Park);
+                self.flush_trace();
+            }
         };
         let pools = &self.reg.pools;
         if !pools.surrender(self.core, self.index, self.notifier(), count) {
             return false;
         }
+        self.record(TraceKind::Unpark);
         self.reg.poke_leader(self.core);
         true
     }

@@ -115,7 +115,7 @@ fn spawn_returns_through_the_handle_and_as_a_future() {
         assert_eq!(h.join(), 42);
         let hs: Vec<_> = (0..50).map(|i| rt.spawn(move || i * i)).collect();
         let sum: usize = hs.into_iter().map(|h| h.join()).sum();
-        assert_eq!(sum, (0..50).map(|i| i * i).sum());
+        assert_eq!(sum, (0..50).map(|i| i * i).sum::<usize>());
         let fut = rt.spawn(|| String::from("async"));
         assert_eq!(futures_executor::block_on(fut), "async");
         // Joining from inside a worker runs other tasks meanwhile.

@@ -433,6 +433,79 @@ fn handoff_yields_at_scheduling_points_while_a_worker_is_blocked() {
     }
 }
 
+/// The trace of the scenario shows, on the core, the interval where the reader was blocked
+/// while work waited (`CoreState::Blocked`), the leader waking a worker in it, and the core's
+/// states adding up to the trace's length.
+#[test]
+fn the_trace_shows_the_blocked_core_and_the_spare_woken_in_it() {
+    use umt_rt::{CoreState, TraceKind, TraceThread};
+    let _serial = serial();
+    let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
+    let rt = Runtime::builder()
+        .cores([cpu])
+        .monitor(monitored_backend())
+        .trace(true)
+        .build()
+        .unwrap();
+    if skip_unmonitored(&rt) {
+        return;
+    }
+    run_scenario(
+        &rt,
+        |sc| {
+            wait_for_or(
+                "every filler ran during the block",
+                || sc.fillers_done.load(Ordering::SeqCst) == FILLERS,
+                || format!("{:#?}", rt.stats()),
+            );
+        },
+        |_| {},
+    );
+    let trace = rt.take_trace().unwrap();
+    let spans = trace.spans(0);
+    let state_at = |t: u64| {
+        spans
+            .iter()
+            .find(|s| s.start_ns <= t && t < s.end_ns)
+            .map(|s| s.state)
+    };
+    let woken: Vec<u64> = trace
+        .records()
+        .iter()
+        .filter(|r| r.kind == TraceKind::SpareWoken && r.thread == TraceThread::Leader)
+        .map(|r| r.time_ns)
+        .collect();
+    assert!(
+        woken
+            .iter()
+            .any(|&t| state_at(t) == Some(CoreState::Blocked)),
+        "no worker woken while the core was blocked: {woken:?}\n{spans:#?}"
+    );
+    let account = &trace.accounting()[0];
+    assert!(account.blocked > Duration::ZERO, "{account:?}");
+    assert!(account.blocked_workers >= account.blocked, "{account:?}");
+    assert_eq!(
+        account.total(),
+        Duration::from_nanos(trace.end_ns() - trace.start_ns())
+    );
+    // Every task ran once and was recorded once, start and end, on the thread that ran it.
+    let count = |kind| trace.records().iter().filter(|r| r.kind == kind).count();
+    assert!(count(TraceKind::TaskStart) >= FILLERS + 3);
+    assert_eq!(count(TraceKind::TaskStart), count(TraceKind::TaskEnd));
+    assert_eq!(count(TraceKind::TaskStart) as u64, rt.stats().tasks_run);
+    #[cfg(feature = "json")]
+    {
+        let json: serde_json::Value = serde_json::from_str(&trace.to_chrome_json()).unwrap();
+        let cores = json["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == "process_name")
+            .count();
+        assert_eq!(cores, 1);
+    }
+}
+
 #[test]
 fn monitor_off_leaves_the_core_waiting() {
     let _serial = serial();

@@ -240,7 +240,10 @@ fn nested_loops_complete() {
             })
             .sum()
     });
-    assert_eq!(total, (0..64usize).map(|i| (0..i).sum::<usize>()).sum());
+    assert_eq!(
+        total,
+        (0..64usize).map(|i| (0..i).sum::<usize>()).sum::<usize>()
+    );
 }
 
 #[test]

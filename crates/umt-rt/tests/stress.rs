@@ -158,7 +158,7 @@ fn detached_spawns_under_stress_all_complete() {
         })
         .collect();
     let sum: usize = handles.into_iter().map(|h| h.join()).sum();
-    assert_eq!(sum, (0..20_000).sum());
+    assert_eq!(sum, (0..20_000).sum::<usize>());
     assert_eq!(count.load(Ordering::Relaxed), 20_000);
 }
 

@@ -162,9 +162,130 @@ pub fn current_thread_cpu_time() -> Result<std::time::Duration> {
         .map_err(|e| Error::os("clock_gettime(CLOCK_THREAD_CPUTIME_ID)", e))
 }
 
+/// What the scheduler did with one thread of this process, from `/proc/self/task/<tid>/`:
+/// exact figures kept by the kernel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadSched {
+    /// Time it ran on a CPU (to the nanosecond from `schedstat`; in clock ticks from `stat`
+    /// on a kernel without `CONFIG_SCHED_INFO`).
+    pub cpu_time: std::time::Duration,
+    /// Time it waited on a run queue, runnable but not running: with one thread per core
+    /// pinned, the time another thread of the core held it (oversubscription). `None` on a
+    /// kernel without `CONFIG_SCHED_INFO` (no `schedstat` file).
+    pub runqueue_wait: Option<std::time::Duration>,
+    /// Times it gave up its CPU by blocking (I/O, a lock, a futex, parking).
+    pub voluntary_switches: u64,
+    /// Times it was preempted while runnable.
+    pub involuntary_switches: u64,
+}
+
+/// [`ThreadSched`] of the thread `tid` of this process; an error if it has exited (or
+/// `/proc` is not mounted).
+pub fn thread_sched(tid: i32) -> Result<ThreadSched> {
+    let read = |file: &str| std::fs::read_to_string(format!("/proc/self/task/{tid}/{file}"));
+    let os = |e| Error::os("reading /proc/self/task/<tid>/{schedstat,stat,status}", e);
+    let bad = || {
+        Error::os(
+            "parsing /proc/self/task/<tid>/{schedstat,stat}",
+            std::io::Error::from(std::io::ErrorKind::InvalidData),
+        )
+    };
+    let (cpu_time, runqueue_wait) = match read("schedstat") {
+        Ok(text) => {
+            let (run, wait) = parse_schedstat(&text).ok_or_else(bad)?;
+            (run, Some(wait))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+                .ok()
+                .flatten()
+                .filter(|&t| t > 0)
+                .unwrap_or(100) as u64;
+            let ticks = parse_stat_cpu_ticks(&read("stat").map_err(os)?).ok_or_else(bad)?;
+            (
+                std::time::Duration::from_nanos(ticks.saturating_mul(1_000_000_000 / tick)),
+                None,
+            )
+        }
+        Err(e) => return Err(os(e)),
+    };
+    let status = read("status").map_err(os)?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    Ok(ThreadSched {
+        cpu_time,
+        runqueue_wait,
+        voluntary_switches: field("voluntary_ctxt_switches"),
+        involuntary_switches: field("nonvoluntary_ctxt_switches"),
+    })
+}
+
+/// The first two fields of a `schedstat` file: nanoseconds on a CPU, nanoseconds waiting on
+/// a run queue.
+fn parse_schedstat(text: &str) -> Option<(std::time::Duration, std::time::Duration)> {
+    let mut f = text.split_whitespace().map(|v| v.parse::<u64>());
+    let run = f.next()?.ok()?;
+    let wait = f.next()?.ok()?;
+    Some((
+        std::time::Duration::from_nanos(run),
+        std::time::Duration::from_nanos(wait),
+    ))
+}
+
+/// `utime + stime` (clock ticks) of a `stat` file: fields 14 and 15, counted after the
+/// command name, which may hold spaces and parentheses (so from its last `)`).
+fn parse_stat_cpu_ticks(text: &str) -> Option<u64> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace().skip(11);
+    let utime: u64 = f.next()?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schedstat_parses() {
+        assert_eq!(
+            parse_schedstat("1500 20 7\n"),
+            Some((
+                std::time::Duration::from_nanos(1500),
+                std::time::Duration::from_nanos(20)
+            ))
+        );
+        assert_eq!(parse_schedstat("x 1 2"), None);
+        assert_eq!(parse_schedstat("5"), None);
+        let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 7 3 0 0 20 0 1 0";
+        assert_eq!(parse_stat_cpu_ticks(stat), Some(10));
+        assert_eq!(parse_stat_cpu_ticks("42 (x) S 1"), None);
+    }
+
+    #[test]
+    fn own_thread_sched_is_read() {
+        let before = thread_sched(current_tid()).unwrap();
+        // Without schedstat the CPU time moves in clock ticks: work until it moves.
+        let mut x = 0u64;
+        let start = std::time::Instant::now();
+        while thread_sched(current_tid()).unwrap().cpu_time == before.cpu_time
+            && start.elapsed() < std::time::Duration::from_secs(20)
+        {
+            for i in 0..1_000_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        let after = thread_sched(current_tid()).unwrap();
+        assert!(after.cpu_time > before.cpu_time);
+        assert!(after.voluntary_switches > before.voluntary_switches);
+        assert!(thread_sched(i32::MAX).is_err());
+    }
 
     #[test]
     fn thread_cpu_time_grows_with_work() {

@@ -1,0 +1,279 @@
+//! The trace recorder: what every worker and leader did, when, for timelines and for exact
+//! per-core accounting ([`Builder::trace`](crate::Builder::trace), off by default).
+//!
+//! Each thread appends [`TraceRecord`]s to a buffer of its own, without a lock or an atomic
+//! read-modify-write; it hands the buffer over (one lock) when it is full, before it parks,
+//! and when it exits. [`Runtime::take_trace`](crate::Runtime::take_trace) collects what was
+//! handed over, sorted by time, as a [`Trace`]: its [`Trace::spans`] say in which
+//! [`CoreState`] each core was from one record to the next, [`Trace::accounting`] sums them
+//! per core, and `Trace::to_chrome_json` (feature `json`) writes the trace-event JSON that
+//! Perfetto (<https://ui.perfetto.dev>) and `chrome://tracing` open.
+//!
+//! ```
+//! let rt = umt_rt::Runtime::builder().num_threads(2).trace(true).build()?;
+//! rt.scope(|s| {
+//!     for _ in 0..8 {
+//!         s.spawn(|_| {
+//!             std::hint::black_box((0..10_000u64).sum::<u64>());
+//!         });
+//!     }
+//! });
+//! let trace = rt.take_trace().expect("tracing is on");
+//! let starts = trace
+//!     .records()
+//!     .iter()
+//!     .filter(|r| r.kind == umt_rt::TraceKind::TaskStart)
+//!     .count();
+//! assert!(starts >= 8); // the scope's own task, and the eight
+//! for core in trace.accounting() {
+//!     println!("CPU {}: {:?} running tasks, {:?} idle", core.cpu, core.application, core.idle);
+//! }
+//! #[cfg(feature = "json")]
+//! std::fs::write("/tmp/umt-trace.json", trace.to_chrome_json()).unwrap(); // open in Perfetto
+//! # Ok::<(), umt_rt::BuildError>(())
+//! ```
+
+#[cfg(feature = "json")]
+mod chrome;
+mod timeline;
+
+use std::cell::RefCell;
+use std::time::Instant;
+
+use umt_sys::CpuId;
+
+use crate::sync::{Mutex, lock};
+
+pub use timeline::{CoreAccount, CoreState, Span};
+
+/// What happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TraceKind {
+    /// A worker started a task.
+    TaskStart,
+    /// The task it started last ended (tasks nest: a task that waits for a `join` runs
+    /// others meanwhile).
+    TaskEnd,
+    /// A worker parked in its core's idle pool (no work, or it surrendered).
+    Park,
+    /// A parked worker runs again.
+    Unpark,
+    /// A worker surrendered its core, which had more than one ready worker; it parks next.
+    Surrender,
+    /// The core's leader woke a parked worker (or asked for a new spare) because the core had
+    /// no ready worker while work waited.
+    SpareWoken,
+    /// The core's leader woke up: on a monitor signal, its scan timer, or a poll.
+    LeaderWake,
+    /// A drain applied monitor events; the record's `ready` is the count they left.
+    Drained,
+}
+
+/// The thread that recorded a [`TraceRecord`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TraceThread {
+    /// A worker, by its index among the runtime's worker slots (stable for the runtime's
+    /// life; [`crate::Stats::workers`] lists the started ones).
+    Worker(usize),
+    /// The leader of the record's core (its tasks, with
+    /// [`Builder::leader_runs_tasks`](crate::Builder::leader_runs_tasks), are recorded as
+    /// the leader's too).
+    Leader,
+}
+
+/// One event of a [`Trace`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceRecord {
+    /// Nanoseconds since the runtime was built (`CLOCK_MONOTONIC`).
+    pub time_ns: u64,
+    /// The core (index into [`Trace::cpus`]).
+    pub core: usize,
+    /// Who recorded it.
+    pub thread: TraceThread,
+    /// What happened.
+    pub kind: TraceKind,
+    /// The core's ready count as the monitor showed it at that moment (0 with the monitor
+    /// off). It lags the kernel by a drain: backends whose counts live in shared memory
+    /// (the UMT kernel's counter page, Bpf) show them as they are, the others as of the
+    /// last drain, which a leader does as soon as the monitor signals it.
+    pub ready: i64,
+}
+
+/// A collected trace ([`Runtime::take_trace`](crate::Runtime::take_trace)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trace {
+    cpus: Vec<CpuId>,
+    monitored: bool,
+    end_ns: u64,
+    records: Vec<TraceRecord>,
+}
+
+impl Trace {
+    /// A trace of the given records (sorted here by time), for `cpus` (a record's `core`
+    /// indexes it), ending at `end_ns`. `monitored` says whether the ready counts are real:
+    /// without a monitor, a blocked worker cannot be told from a running one. Records of
+    /// cores beyond `cpus` are dropped.
+    pub fn new(
+        cpus: Vec<CpuId>,
+        monitored: bool,
+        mut records: Vec<TraceRecord>,
+        end_ns: u64,
+    ) -> Trace {
+        records.retain(|r| r.core < cpus.len());
+        records.sort_by_key(|r| r.time_ns);
+        let end_ns = records.last().map_or(end_ns, |r| r.time_ns.max(end_ns));
+        Trace {
+            cpus,
+            monitored,
+            end_ns,
+            records,
+        }
+    }
+
+    /// The CPU of each core.
+    pub fn cpus(&self) -> &[CpuId] {
+        &self.cpus
+    }
+
+    /// Whether the runtime had a monitor (ready counts are real).
+    pub fn monitored(&self) -> bool {
+        self.monitored
+    }
+
+    /// Every record, by time.
+    pub fn records(&self) -> &[TraceRecord] {
+        &self.records
+    }
+
+    /// The time of the first record (0 if there is none).
+    pub fn start_ns(&self) -> u64 {
+        self.records.first().map_or(0, |r| r.time_ns)
+    }
+
+    /// When the trace was taken (at least its last record's time).
+    pub fn end_ns(&self) -> u64 {
+        self.end_ns
+    }
+
+    /// The states of `core` from [`Trace::start_ns`] to [`Trace::end_ns`], back to back.
+    /// Before its first record a core counts as idle (a trace taken from a runtime with no
+    /// work in flight starts so).
+    pub fn spans(&self, core: usize) -> Vec<Span> {
+        let records: Vec<TraceRecord> = self
+            .records
+            .iter()
+            .filter(|r| r.core == core)
+            .copied()
+            .collect();
+        timeline::spans(&records, self.start_ns(), self.end_ns, self.monitored)
+    }
+
+    /// Per core, the time in each state and the tasks started, over the whole trace.
+    pub fn accounting(&self) -> Vec<CoreAccount> {
+        (0..self.cpus.len())
+            .map(|core| {
+                let records: Vec<TraceRecord> = self
+                    .records
+                    .iter()
+                    .filter(|r| r.core == core)
+                    .copied()
+                    .collect();
+                timeline::account(
+                    self.cpus[core],
+                    &records,
+                    self.start_ns(),
+                    self.end_ns,
+                    self.monitored,
+                )
+            })
+            .collect()
+    }
+
+    /// The trace as Chrome trace-event JSON: one process per core (named `core N (CPU c)`),
+    /// in it one thread per worker with its tasks as slices and its parks, surrenders and
+    /// drains as instants, one for the leader, one named `state` with the core's
+    /// [`CoreState`] spans, and a `ready` counter. Times in microseconds from the first record.
+    ///
+    /// With the `json` feature (off by default: serde_json's comparison impls for integers
+    /// make `assert_eq!(x, iter.sum())` ambiguous in crates that depend on it).
+    #[cfg(feature = "json")]
+    pub fn to_chrome_json(&self) -> String {
+        chrome::to_json(self)
+    }
+}
+
+/// Where a runtime's threads hand their trace buffers over.
+#[derive(Debug)]
+pub(crate) struct Recorder {
+    /// Time zero of the records.
+    start: Instant,
+    /// Records handed over since the last `take`.
+    handed: Mutex<Vec<TraceRecord>>,
+}
+
+/// A thread's buffer is handed over when it holds this many records.
+const BUFFER: usize = 4096;
+
+impl Recorder {
+    pub(crate) fn new() -> Recorder {
+        Recorder {
+            start: Instant::now(),
+            handed: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Nanoseconds since the runtime was built.
+    #[inline]
+    pub(crate) fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// Moves `buf`'s records over.
+    pub(crate) fn hand_over(&self, buf: &mut Vec<TraceRecord>) {
+        if !buf.is_empty() {
+            lock(&self.handed).append(buf);
+        }
+    }
+
+    /// Everything handed over since the last call.
+    pub(crate) fn take(&self) -> Vec<TraceRecord> {
+        std::mem::take(&mut *lock(&self.handed))
+    }
+}
+
+/// A thread's own trace buffer: appends need no synchronisation.
+#[derive(Debug, Default)]
+pub(crate) struct LocalTrace {
+    buf: RefCell<Vec<TraceRecord>>,
+}
+
+impl LocalTrace {
+    /// Appends a record, handing the buffer over when it is full.
+    #[inline]
+    pub(crate) fn record(
+        &self,
+        rec: &Recorder,
+        core: usize,
+        thread: TraceThread,
+        kind: TraceKind,
+        ready: i64,
+    ) {
+        let mut buf = self.buf.borrow_mut();
+        buf.push(TraceRecord {
+            time_ns: rec.now(),
+            core,
+            thread,
+            kind,
+            ready,
+        });
+        if buf.len() >= BUFFER {
+            rec.hand_over(&mut buf);
+        }
+    }
+
+    /// Hands everything over (before parking, at exit).
+    pub(crate) fn flush(&self, rec: &Recorder) {
+        rec.hand_over(&mut self.buf.borrow_mut());
+    }
+}

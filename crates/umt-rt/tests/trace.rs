@@ -1,0 +1,138 @@
+//! The trace recorder and the per-core figures of `Stats`, on real runs.
+
+use std::time::Duration;
+
+use umt_rt::{BackendKind, CoreState, Runtime, TraceKind, TraceThread};
+
+fn spin(us: u64) {
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_micros(us) {
+        std::hint::spin_loop();
+    }
+}
+
+#[test]
+fn off_by_default() {
+    let rt = Runtime::builder()
+        .num_threads(1)
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    rt.join(|| 1, || 2);
+    assert!(rt.take_trace().is_none());
+}
+
+#[test]
+fn every_task_is_recorded_once_with_nesting_balanced_per_thread() {
+    let rt = Runtime::builder()
+        .num_threads(2)
+        .monitor(BackendKind::Disabled)
+        .trace(true)
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        rt.scope(|s| {
+            for i in 0..500 {
+                s.spawn(move |_| {
+                    // Some tasks nest a join, which runs tasks inside tasks.
+                    if i % 7 == 0 {
+                        umt_rt::join(|| spin(5), || spin(5));
+                    }
+                });
+            }
+        });
+    }
+    let trace = rt.take_trace().unwrap();
+    assert!(!trace.monitored());
+    let ran = rt.stats().tasks_run;
+    let count = |kind| trace.records().iter().filter(|r| r.kind == kind).count() as u64;
+    assert_eq!(count(TraceKind::TaskStart), ran);
+    assert_eq!(count(TraceKind::TaskEnd), ran);
+    // Per thread, ends never outnumber starts at any point: the nesting is well formed.
+    let mut depth = std::collections::HashMap::new();
+    for r in trace.records() {
+        let d: &mut i64 = depth.entry(r.thread).or_default();
+        match r.kind {
+            TraceKind::TaskStart => *d += 1,
+            TraceKind::TaskEnd => *d -= 1,
+            _ => {}
+        }
+        assert!(*d >= 0, "{r:?}");
+    }
+    assert!(depth.values().all(|&d| d == 0));
+    assert!(
+        trace
+            .records()
+            .windows(2)
+            .all(|w| w[0].time_ns <= w[1].time_ns)
+    );
+    // Without a monitor: only work and idleness, adding up to the trace's length per core.
+    for a in trace.accounting() {
+        assert_eq!(a.blocked + a.oversubscribed, Duration::ZERO);
+        assert_eq!(
+            a.total(),
+            Duration::from_nanos(trace.end_ns() - trace.start_ns())
+        );
+    }
+    let tasks: u64 = trace.accounting().iter().map(|a| a.tasks).sum();
+    assert_eq!(tasks, ran);
+    // A second take holds only what happened since.
+    rt.join(|| spin(10), || spin(10));
+    let next = rt.take_trace().unwrap();
+    let starts = next
+        .records()
+        .iter()
+        .filter(|r| r.kind == TraceKind::TaskStart)
+        .count() as u64;
+    assert_eq!(starts, rt.stats().tasks_run - ran);
+    assert!(next.start_ns() >= trace.end_ns());
+}
+
+#[test]
+fn a_busy_core_is_in_the_application_state() {
+    let rt = Runtime::builder()
+        .num_threads(1)
+        .monitor(BackendKind::Disabled)
+        .trace(true)
+        .build()
+        .unwrap();
+    rt.scope(|s| s.spawn(|_| spin(20_000)));
+    let trace = rt.take_trace().unwrap();
+    let spans = trace.spans(0);
+    let longest = spans.iter().max_by_key(|s| s.end_ns - s.start_ns).unwrap();
+    assert_eq!(longest.state, CoreState::Application);
+    assert!(longest.end_ns - longest.start_ns >= 20_000_000);
+    assert!(
+        trace
+            .records()
+            .iter()
+            .all(|r| matches!(r.thread, TraceThread::Worker(_)))
+    );
+}
+
+#[test]
+fn stats_carry_the_kernels_per_core_figures() {
+    let rt = Runtime::builder()
+        .num_threads(2)
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    rt.broadcast(|_| spin(20_000));
+    let st = rt.stats();
+    assert_eq!(st.cores.len(), 2);
+    for c in &st.cores {
+        // Each core's worker computed for 20 ms.
+        assert!(c.cpu_time >= Duration::from_millis(15), "{c:?}");
+        assert!(
+            c.cpu_time + c.idle_time >= st.elapsed.min(c.cpu_time),
+            "{c:?}"
+        );
+        assert!(c.voluntary_switches + c.involuntary_switches > 0, "{c:?}");
+    }
+    assert!(st.workers.iter().all(|w| w.sched.is_some()));
+    let cov = st.cov(|c| c.cpu_time.as_secs_f64());
+    assert!(cov.is_finite() && cov >= 0.0);
+    assert_eq!(umt_rt::coefficient_of_variation(&[2.0, 2.0, 2.0]), 0.0);
+    assert!((umt_rt::coefficient_of_variation(&[1.0, 3.0]) - 0.5).abs() < 1e-12);
+    assert_eq!(umt_rt::coefficient_of_variation(&[]), 0.0);
+}
