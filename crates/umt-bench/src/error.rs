@@ -25,6 +25,14 @@ pub enum BenchError {
     /// A runtime could not be built (its monitor backend is unavailable, for example).
     #[error("cannot start the runtime {0}")]
     Runtime(String),
+    /// A picture could not be drawn or written.
+    #[error("drawing {path}: {why}: check that its directory exists and is writable")]
+    Plot {
+        /// The file.
+        path: PathBuf,
+        /// What the plotting library said.
+        why: String,
+    },
     /// Data read back differs from what was written.
     #[error("verification failed: {0}")]
     Corrupt(String),

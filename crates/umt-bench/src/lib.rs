@@ -13,6 +13,7 @@
 //! - [`bound`]: the overlap bound and the tight bound from the two bound runs;
 //! - [`calibrate`]: how often to checkpoint so that compute and I/O balance on this machine;
 //! - [`report`]: medians, speedups, percent of the overlap bound, the table and the JSON;
+//! - [`plot`]: pictures: per-core timelines of a traced run, the comparison's bars;
 //! - [`error`]: what can go wrong, and how a run's tasks report it.
 //!
 //! The `umt-bench` binary is the command line: `umt-bench heat|fwi|compare [...]`.
@@ -37,6 +38,7 @@ pub mod error;
 pub mod fwi;
 pub mod heat;
 pub mod io;
+pub mod plot;
 pub mod port_rayon;
 pub mod port_tokio;
 pub mod port_uring;

@@ -90,6 +90,16 @@ struct Common {
     /// Also check every runner's result against the sequential reference, bit for bit.
     #[arg(long)]
     verify: bool,
+    /// Trace the umt-rt runtimes and write, per workload and runtime, an SVG timeline of
+    /// every core (`WORKLOAD-RUNTIME.svg`: the state of each core over time) and a
+    /// Chrome trace (`WORKLOAD-RUNTIME.json`, for https://ui.perfetto.dev) of its last repeat
+    /// into this directory.
+    #[arg(long, value_name = "DIR")]
+    timeline: Option<PathBuf>,
+    /// Draw the speedup over baseline and the % of the tight bound of every runtime, side by
+    /// side, into this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Args, Clone)]
@@ -155,6 +165,7 @@ impl Common {
                 handoff: self.handoff,
                 leader_runs_tasks: self.leader_runs_tasks,
                 staged_checkpoints: self.staged_checkpoints,
+                trace: self.timeline.is_some(),
             },
             progress: true,
             verify: self.verify,
@@ -278,9 +289,33 @@ fn use_cores(n: usize) -> Result<(), BenchError> {
         .map_err(|e| BenchError::InvalidParam(format!("--cores {n}: {e}")))
 }
 
-fn emit(reports: &[Report], json: Option<&PathBuf>) -> Result<(), BenchError> {
+fn emit(reports: &[Report], common: &Common) -> Result<(), BenchError> {
+    let json = common.json.as_ref();
     for r in reports {
         println!("{}", r.table());
+    }
+    if let Some(dir) = &common.timeline {
+        std::fs::create_dir_all(dir).map_err(|e| BenchError::io("creating", dir, e))?;
+        for report in reports {
+            for run in &report.runs {
+                let Some(trace) = &run.trace else { continue };
+                let stem = dir.join(format!("{}-{}", report.workload, run.runtime));
+                let svg = stem.with_extension("svg");
+                let title = format!(
+                    "{} on {}: {:.3} s, per core (last repeat)",
+                    report.workload, run.runtime, run.median_seconds
+                );
+                umt_bench::plot::timeline(trace, &title, &svg)?;
+                let chrome = stem.with_extension("json");
+                std::fs::write(&chrome, trace.to_chrome_json())
+                    .map_err(|e| BenchError::io("writing", &chrome, e))?;
+                eprintln!("wrote {} and {}", svg.display(), chrome.display());
+            }
+        }
+    }
+    if let Some(path) = &common.plot {
+        umt_bench::plot::comparison(reports, path)?;
+        eprintln!("wrote {}", path.display());
     }
     if let Some(path) = json {
         let value = if reports.len() == 1 {
@@ -317,14 +352,14 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let result = match cli.command {
-        Cmd::Heat(a) => run_heat(&a).and_then(|r| emit(&[r], a.common.json.as_ref())),
-        Cmd::Fwi(a) => run_fwi(&a).and_then(|r| emit(&[r], a.common.json.as_ref())),
+        Cmd::Heat(a) => run_heat(&a).and_then(|r| emit(&[r], &a.common)),
+        Cmd::Fwi(a) => run_fwi(&a).and_then(|r| emit(&[r], &a.common)),
         Cmd::Compare(common) => {
             let heat: HeatArgs = defaults(&common, |a: &mut HeatArgs, c| a.common = c);
             let fwi: FwiArgs = defaults(&common, |a: &mut FwiArgs, c| a.common = c);
             run_heat(&heat)
                 .and_then(|h| Ok(vec![h, run_fwi(&fwi)?]))
-                .and_then(|reports| emit(&reports, common.json.as_ref()))
+                .and_then(|reports| emit(&reports, &common))
         }
     };
     match result {

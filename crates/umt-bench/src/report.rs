@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::runner::{Activity, Sample};
+use crate::runner::{Activity, CoreSample, Sample};
 
 /// The comparison of one workload on several runtimes (the `--json` document).
 #[derive(Debug, Clone, Serialize)]
@@ -51,9 +51,60 @@ pub struct RunReport {
     pub io_mib_per_s: f64,
     /// Median share of core time with more than one ready worker, in percent.
     pub oversubscription_percent: f64,
+    /// Median share of core time with no ready worker while work was queued, in percent, as
+    /// the leaders saw it (an estimate: they look when woken).
+    pub idle_with_work_percent: f64,
+    /// Share of core time in [`umt_rt::CoreState::Blocked`] (a task in progress, its worker
+    /// blocked, no other worker ready), exact from the trace of the median run, in percent
+    /// (`None` when not traced).
+    pub blocked_percent: Option<f64>,
     /// What umt-rt did, per second per core, field by field the median of the repeats (umt-rt
     /// runners with a monitor only).
     pub activity: Option<Activity>,
+    /// Per core, the run with the median time (umt-rt runners only).
+    pub cores: Vec<CoreSample>,
+    /// How unevenly the cores fared in that run: coefficients of variation across cores.
+    pub cores_cov: Option<CoresCov>,
+    /// The last repeat's trace, when traced (not in the JSON: `--timeline` writes it).
+    #[serde(skip)]
+    pub trace: Option<std::sync::Arc<umt_rt::Trace>>,
+}
+
+/// Coefficients of variation across cores (standard deviation over mean), of one run's
+/// per-core figures, as in the OS-versus-runtime study (seed 003).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CoresCov {
+    /// Of the workers' CPU time.
+    pub cpu_time: f64,
+    /// Of the time no worker ran (wall time less CPU time).
+    pub idle: f64,
+    /// Of the context switches (voluntary and involuntary).
+    pub context_switches: f64,
+    /// Of the tasks run.
+    pub tasks: f64,
+    /// Of the time blocked while work waited (traced runs only).
+    pub blocked: Option<f64>,
+}
+
+impl CoresCov {
+    fn of(cores: &[CoreSample], seconds: f64) -> Option<CoresCov> {
+        if cores.is_empty() {
+            return None;
+        }
+        let cov = |f: &dyn Fn(&CoreSample) -> f64| {
+            umt_rt::coefficient_of_variation(&cores.iter().map(f).collect::<Vec<_>>())
+        };
+        Some(CoresCov {
+            cpu_time: cov(&|c| c.cpu_seconds),
+            idle: cov(&|c| (seconds - c.cpu_seconds).max(0.0)),
+            context_switches: cov(&|c| (c.voluntary_switches + c.involuntary_switches) as f64),
+            tasks: cov(&|c| c.tasks as f64),
+            blocked: cores
+                .iter()
+                .all(|c| c.states.is_some())
+                .then(|| cov(&|c| c.states.map_or(0.0, |s| s[1]))),
+        })
+    }
 }
 
 /// Median of `v` (the upper middle for an even count); NaN when empty.
@@ -72,6 +123,7 @@ impl RunReport {
         let seconds: Vec<f64> = samples.iter().map(|s| s.seconds).collect();
         let med = median(&seconds);
         let io_bytes = samples.first().map_or(0, |s| s.io_bytes) as f64;
+        let median_sample = median_of(samples);
         RunReport {
             runtime: runtime.to_string(),
             median_seconds: med,
@@ -93,9 +145,32 @@ impl RunReport {
                     .map(|s| s.oversubscription_percent)
                     .collect::<Vec<_>>(),
             ),
+            idle_with_work_percent: median(
+                &samples
+                    .iter()
+                    .map(|s| s.idle_with_work_percent)
+                    .collect::<Vec<_>>(),
+            ),
             activity: median_activity(samples),
+            blocked_percent: median_sample.and_then(|s| {
+                let states: Vec<[f64; 4]> =
+                    s.cores.iter().map(|c| c.states).collect::<Option<_>>()?;
+                let total: f64 = states.iter().flatten().sum();
+                let blocked: f64 = states.iter().map(|s| s[1]).sum();
+                (total > 0.0).then(|| 100.0 * blocked / total)
+            }),
+            cores: median_sample.map(|s| s.cores.clone()).unwrap_or_default(),
+            cores_cov: median_sample.and_then(|s| CoresCov::of(&s.cores, s.seconds)),
+            trace: samples.last().and_then(|s| s.trace.clone()),
         }
     }
+}
+
+/// The sample whose time is the median (as [`median`] picks it).
+fn median_of(samples: &[Sample]) -> Option<&Sample> {
+    let mut by_time: Vec<&Sample> = samples.iter().collect();
+    by_time.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    by_time.get(by_time.len() / 2).copied()
 }
 
 /// Field by field, the median of the samples' activities (`None` if a sample has none).
@@ -149,7 +224,7 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "{:<12} {:>9} {:>12} {:>8} {:>9} {:>9} {:>6} {:>9} {:>8}",
+            "{:<12} {:>9} {:>12} {:>8} {:>9} {:>9} {:>6} {:>9} {:>8} {:>9}",
             "runtime",
             "median s",
             &self.fom_unit,
@@ -158,15 +233,23 @@ impl Report {
             "% tight",
             "CPU",
             "I/O MiB/s",
-            "oversub"
+            "oversub",
+            "idle+work"
         );
         for r in &self.runs {
             let speedup = r
                 .speedup_vs_baseline
                 .map_or("-".to_string(), |s| format!("{s:.2}x"));
+            // Exact from a trace; else only a monitored runtime's leaders see a core idle
+            // while work waits, and estimate it.
+            let idle_with_work = match (r.blocked_percent, r.activity) {
+                (Some(b), Some(_)) => format!("{b:.1}%"),
+                (None, Some(_)) => format!("~{:.1}%", r.idle_with_work_percent),
+                (_, None) => "-".into(),
+            };
             let _ = writeln!(
                 out,
-                "{:<12} {:>9.3} {:>12.4e} {:>8} {:>8.1}% {:>8.1}% {:>5.0}% {:>9.0} {:>7.1}%",
+                "{:<12} {:>9.3} {:>12.4e} {:>8} {:>8.1}% {:>8.1}% {:>5.0}% {:>9.0} {:>7.1}% {:>9}",
                 r.runtime,
                 r.median_seconds,
                 r.fom,
@@ -175,8 +258,23 @@ impl Report {
                 r.percent_of_tight_bound,
                 100.0 * r.cpu_utilisation,
                 r.io_mib_per_s,
-                r.oversubscription_percent
+                r.oversubscription_percent,
+                idle_with_work
             );
+        }
+        for r in &self.runs {
+            if let Some(c) = &r.cores_cov {
+                let _ = write!(
+                    out,
+                    "{}, variation across cores (c.o.v.): CPU time {:.2}, idle {:.2}, \
+                     context switches {:.2}, tasks {:.2}",
+                    r.runtime, c.cpu_time, c.idle, c.context_switches, c.tasks
+                );
+                if let Some(b) = c.blocked {
+                    let _ = write!(out, ", blocked {b:.2}");
+                }
+                out.push('\n');
+            }
         }
         for r in &self.runs {
             if let Some(a) = &r.activity {
@@ -216,10 +314,26 @@ mod tests {
             cpu_utilisation: 0.5,
             io_bytes: 1 << 20,
             oversubscription_percent: 1.0,
+            idle_with_work_percent: 2.0,
             activity: Some(Activity {
                 monitor_events: seconds * 100.0,
                 ..Activity::default()
             }),
+            cores: vec![
+                CoreSample {
+                    cpu: 0,
+                    cpu_seconds: seconds,
+                    tasks: 10,
+                    ..CoreSample::default()
+                },
+                CoreSample {
+                    cpu: 1,
+                    cpu_seconds: seconds / 2.0,
+                    tasks: 30,
+                    ..CoreSample::default()
+                },
+            ],
+            trace: None,
         }
     }
 
@@ -294,6 +408,14 @@ mod tests {
         assert!(
             r.table()
                 .contains("umt-perf, per core per second: 0 signals, 110 monitor events")
+        );
+        // Two cores, one with twice the CPU time and a third of the tasks of the other.
+        let cov = r.runs[1].cores_cov.unwrap();
+        assert!((cov.cpu_time - 1.0 / 3.0).abs() < 1e-9, "{cov:?}");
+        assert!((cov.tasks - 0.5).abs() < 1e-9, "{cov:?}");
+        assert!(
+            r.table()
+                .contains("variation across cores (c.o.v.): CPU time 0.33")
         );
     }
 }

@@ -49,6 +49,9 @@ pub struct UmtOptions {
     /// Heat's checkpoints written from staged copies ([`crate::heat::run_staged`]) instead of
     /// in place, on the umt-rt runners with a monitor.
     pub staged_checkpoints: bool,
+    /// Every umt-rt runtime (also baseline's and io-uring's) records a trace
+    /// ([`umt_rt::Builder::trace`]), which each [`Sample`] carries.
+    pub trace: bool,
 }
 
 /// A built runtime of some kind, ready for one run.
@@ -126,7 +129,8 @@ impl Runner {
             let mut b = Runtime::builder()
                 .monitor(self.backend().unwrap_or(BackendKind::Disabled))
                 .handoff(umt.handoff)
-                .leader_runs_tasks(umt.leader_runs_tasks);
+                .leader_runs_tasks(umt.leader_runs_tasks)
+                .trace(umt.trace);
             if let Some(policy) = umt.leader {
                 b = b.leader_policy(policy);
             }
@@ -206,7 +210,7 @@ pub fn run_fwi(
 }
 
 /// What one timed run measured.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     /// Wall time.
     pub seconds: f64,
@@ -219,8 +223,63 @@ pub struct Sample {
     /// Time cores had more than one ready worker, over wall time times cores, in percent, as
     /// umt-rt's leaders saw it (an estimate: see `umt_rt::CoreStats::idle_with_work`).
     pub oversubscription_percent: f64,
+    /// Time cores had no ready worker while work was queued, over wall time times cores, in
+    /// percent, as umt-rt's leaders saw it (an estimate, as `oversubscription_percent`).
+    pub idle_with_work_percent: f64,
     /// What umt-rt's monitor and leaders did, for the umt-rt runners with a monitor.
     pub activity: Option<Activity>,
+    /// Per core, what its workers did during the run (umt-rt runners only; empty otherwise).
+    pub cores: Vec<CoreSample>,
+    /// The run's trace, with [`UmtOptions::trace`] on a umt-rt runner.
+    pub trace: Option<std::sync::Arc<umt_rt::Trace>>,
+}
+
+/// One core during one run, from umt-rt's per-core statistics (the kernel's figures of its
+/// workers) and, when traced, the trace's exact accounting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct CoreSample {
+    /// The CPU.
+    pub cpu: usize,
+    /// CPU time of its workers, in seconds.
+    pub cpu_seconds: f64,
+    /// Time its workers waited on the run queue, in seconds (`None` without schedstat).
+    pub runqueue_wait_seconds: Option<f64>,
+    /// Context switches of its workers by blocking.
+    pub voluntary_switches: u64,
+    /// Context switches of its workers by preemption.
+    pub involuntary_switches: u64,
+    /// Tasks its workers ran.
+    pub tasks: u64,
+    /// The trace's time in each state, in seconds: application, blocked, oversubscribed,
+    /// idle (`None` when not traced).
+    pub states: Option<[f64; 4]>,
+}
+
+impl CoreSample {
+    /// The per-core figures between two snapshots, with the trace's accounting if any.
+    fn between(
+        before: &umt_rt::CoreStats,
+        after: &umt_rt::CoreStats,
+        account: Option<&umt_rt::CoreAccount>,
+    ) -> CoreSample {
+        let secs = |a: Duration, b: Duration| a.saturating_sub(b).as_secs_f64();
+        CoreSample {
+            cpu: after.cpu,
+            cpu_seconds: secs(after.cpu_time, before.cpu_time),
+            runqueue_wait_seconds: after
+                .runqueue_wait
+                .zip(before.runqueue_wait)
+                .map(|(a, b)| secs(a, b)),
+            voluntary_switches: after
+                .voluntary_switches
+                .saturating_sub(before.voluntary_switches),
+            involuntary_switches: after
+                .involuntary_switches
+                .saturating_sub(before.involuntary_switches),
+            tasks: after.tasks_run.saturating_sub(before.tasks_run),
+            states: account.map(|a| umt_rt::CoreState::ALL.map(|s| a.time(s).as_secs_f64())),
+        }
+    }
 }
 
 /// What umt-rt did during a run, per second and per core: the per-event work that grows with
@@ -301,6 +360,10 @@ pub fn measure(
     let before = stats(&engine);
     let (elapsed, io_bytes) = work(&engine)?;
     let after = stats(&engine);
+    let trace = match &engine {
+        Engine::Umt(rt) | Engine::Uring(rt) => rt.take_trace().map(std::sync::Arc::new),
+        _ => None,
+    };
     drop(engine);
     if let Some(st) = &after
         && runner.backend().is_some_and(|b| b != BackendKind::Disabled)
@@ -316,13 +379,35 @@ pub fn measure(
         }
     }
     let seconds = elapsed.as_secs_f64().max(1e-9);
-    let (polled, oversubscribed, activity) = match (&before, &after) {
+    let (polled, oversubscribed, idle_with_work, activity) = match (&before, &after) {
         (Some(b), Some(a)) => (
             a.leader_poll_time.saturating_sub(b.leader_poll_time),
-            a.cores.iter().map(|c| c.oversubscribed).sum::<Duration>(),
+            a.cores
+                .iter()
+                .map(|c| c.oversubscribed)
+                .sum::<Duration>()
+                .saturating_sub(b.cores.iter().map(|c| c.oversubscribed).sum()),
+            a.cores
+                .iter()
+                .map(|c| c.idle_with_work)
+                .sum::<Duration>()
+                .saturating_sub(b.cores.iter().map(|c| c.idle_with_work).sum()),
             (a.backend != BackendKind::Disabled).then(|| Activity::between(b, a, seconds, cores)),
         ),
-        _ => (Duration::ZERO, Duration::ZERO, None),
+        _ => (Duration::ZERO, Duration::ZERO, Duration::ZERO, None),
+    };
+    let accounts = trace.as_ref().map(|t| t.accounting());
+    let per_core = match (&before, &after) {
+        (Some(b), Some(a)) => b
+            .cores
+            .iter()
+            .zip(&a.cores)
+            .enumerate()
+            .map(|(i, (b, a))| {
+                CoreSample::between(b, a, accounts.as_ref().and_then(|acc| acc.get(i)))
+            })
+            .collect(),
+        _ => Vec::new(),
     };
     let cpu = cpu_time().saturating_sub(cpu_before).saturating_sub(polled);
     Ok(Sample {
@@ -330,7 +415,10 @@ pub fn measure(
         cpu_utilisation: cpu.as_secs_f64() / (seconds * cores),
         io_bytes,
         oversubscription_percent: 100.0 * oversubscribed.as_secs_f64() / (seconds * cores),
+        idle_with_work_percent: 100.0 * idle_with_work.as_secs_f64() / (seconds * cores),
         activity,
+        cores: per_core,
+        trace,
     })
 }
 

@@ -115,3 +115,67 @@ fn small_comparison_writes_table_and_json() {
     assert_eq!(run["seconds"].as_array().unwrap().len(), 2);
     assert_eq!(run["speedup_vs_baseline"], 1.0);
 }
+
+/// `--timeline` writes a picture and a Chrome trace per umt-rt runtime, `--plot` the
+/// comparison, and the JSON carries the per-core figures and their variation.
+#[test]
+fn timeline_and_plot_are_written() {
+    let dir = std::env::temp_dir().join(format!("umt-bench-timeline-{}", std::process::id()));
+    let json = dir.join("r.json");
+    let plot = dir.join("cmp.svg");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (code, out, err) = umt_bench(&[
+        "heat",
+        "--size",
+        "256",
+        "--block",
+        "64",
+        "--iters",
+        "4",
+        "--iof",
+        "2",
+        "--repeat",
+        "1",
+        "--runtimes",
+        "baseline,rayon",
+        "--buffered",
+        "--timeline",
+        dir.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("idle+work"), "{out}");
+    let svg = std::fs::read_to_string(dir.join("heat-baseline.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("core 0"),
+        "{svg:.200}"
+    );
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("heat-baseline.json")).unwrap())
+            .unwrap();
+    let cores = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .count();
+    assert!(cores >= 1);
+    // rayon is not umt-rt: no trace of it.
+    assert!(!dir.join("heat-rayon.svg").exists());
+    assert!(
+        std::fs::read_to_string(&plot)
+            .unwrap()
+            .contains("speedup over baseline")
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let run = &doc["runs"][0];
+    assert_eq!(run["cores"].as_array().unwrap().len(), cores);
+    assert!(run["cores"][0]["cpu_seconds"].as_f64().unwrap() > 0.0);
+    assert!(run["cores"][0]["states"].as_array().unwrap().len() == 4);
+    assert!(run["cores_cov"]["cpu_time"].as_f64().unwrap() >= 0.0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -208,6 +208,7 @@ impl Runtime {
 
     /// The trace records handed over since the last call, by time ([`crate::Trace`]), or
     /// `None` if the runtime was built without [`Builder::trace`](crate::Builder::trace).
+    /// The trace spans its first to its last record.
     ///
     /// A worker hands its records over when it parks. Called outside the runtime's tasks,
     /// this first waits until every worker is parked (at most 100 ms), so the trace of a
@@ -223,11 +224,19 @@ impl Runtime {
                 std::thread::sleep(Duration::from_micros(50));
             }
         }
+        let records = rec.take();
+        // The window ends with the last record (a worker parking, usually), not now: the
+        // caller's time since then is not the runtime's.
+        let end = records
+            .iter()
+            .map(|r| r.time_ns)
+            .max()
+            .unwrap_or_else(|| rec.now());
         Some(crate::Trace::new(
             self.reg.config.cpus.clone(),
             self.reg.monitor.is_active(),
-            rec.take(),
-            rec.now(),
+            records,
+            end,
         ))
     }
 }

@@ -1,0 +1,352 @@
+//! Pictures, drawn with plotters into SVG:
+//! - [`timeline`]: the UMT paper's per-core timeline (its Fig. 3 and 5) of a traced run: one
+//!   row per core, time on x, a colour per [`CoreState`];
+//! - [`comparison`]: the speedup over baseline and the percent of the tight bound of every
+//!   runtime of one or more reports, side by side.
+
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use umt_rt::{CoreState, Trace};
+
+use crate::error::BenchError;
+use crate::report::Report;
+
+/// The colour of each state; idle is the background.
+fn colour(state: CoreState) -> RGBColor {
+    match state {
+        CoreState::Application => RGBColor(46, 139, 87),
+        CoreState::Blocked => RGBColor(220, 60, 50),
+        CoreState::Oversubscribed => RGBColor(240, 170, 30),
+        CoreState::Idle => RGBColor(235, 235, 235),
+    }
+}
+
+fn plot_error(path: &Path) -> impl Fn(String) -> BenchError + '_ {
+    move |why| BenchError::Plot {
+        path: path.to_path_buf(),
+        why,
+    }
+}
+
+/// Labels of the rows or columns `0..n` at their middles (`k + 0.5`), nothing elsewhere.
+fn middle_label(v: f64, name: impl Fn(usize) -> String) -> String {
+    let k = v.floor();
+    if (v - k - 0.5).abs() < 1e-6 && k >= 0.0 {
+        name(k as usize)
+    } else {
+        String::new()
+    }
+}
+
+/// Draws `trace` as an SVG timeline into `path`: a row per core, a bar per stretch in each
+/// [`CoreState`] but idle (the background), milliseconds from the trace's start on x.
+pub fn timeline(trace: &Trace, title: &str, path: &Path) -> Result<(), BenchError> {
+    let err = plot_error(path);
+    let cores = trace.cpus().len();
+    let t0 = trace.start_ns();
+    let ms = |ns: u64| ns.saturating_sub(t0) as f64 / 1e6;
+    let end = ms(trace.end_ns()).max(1e-3);
+    let height = (90 + 40 * cores.max(1)) as u32;
+    let root = SVGBackend::new(path, (1200, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(110)
+        .build_cartesian_2d(0f64..end, 0f64..cores as f64)
+        .map_err(|e| err(e.to_string()))?;
+    let cpus = trace.cpus().to_vec();
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .x_desc("time (ms)")
+        .y_labels(2 * cores + 1)
+        .y_label_formatter(&|y| middle_label(*y, |k| format!("core {k} (CPU {})", cpus[k])))
+        .draw()
+        .map_err(|e| err(e.to_string()))?;
+    chart
+        .draw_series((0..cores).map(|core| {
+            let y = core as f64;
+            Rectangle::new(
+                [(0.0, y + 0.1), (end, y + 0.9)],
+                colour(CoreState::Idle).filled(),
+            )
+        }))
+        .map_err(|e| err(e.to_string()))?
+        .label(CoreState::Idle.name())
+        .legend(|(x, y)| {
+            Rectangle::new(
+                [(x, y - 5), (x + 12, y + 5)],
+                colour(CoreState::Idle).filled(),
+            )
+        });
+    for state in [
+        CoreState::Application,
+        CoreState::Blocked,
+        CoreState::Oversubscribed,
+    ] {
+        let bars: Vec<Rectangle<(f64, f64)>> = (0..cores)
+            .flat_map(|core| {
+                let y = core as f64;
+                trace
+                    .spans(core)
+                    .into_iter()
+                    .filter(move |s| s.state == state)
+                    .map(move |s| {
+                        Rectangle::new(
+                            [(ms(s.start_ns), y + 0.1), (ms(s.end_ns), y + 0.9)],
+                            colour(state).filled(),
+                        )
+                    })
+            })
+            .collect();
+        chart
+            .draw_series(bars)
+            .map_err(|e| err(e.to_string()))?
+            .label(state.name())
+            .legend(move |(x, y)| {
+                Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour(state).filled())
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(e.to_string()))?;
+    root.present().map_err(|e| err(e.to_string()))
+}
+
+/// The colour of the `k`-th workload's bars.
+fn workload_colour(k: usize) -> RGBColor {
+    [
+        RGBColor(52, 101, 164),
+        RGBColor(204, 102, 0),
+        RGBColor(115, 80, 160),
+        RGBColor(60, 150, 150),
+    ][k % 4]
+}
+
+/// Draws, into `path`, two bar charts side by side: every runtime's speedup over baseline
+/// and its percent of the tight bound, a bar per report (workload) for each runtime.
+pub fn comparison(reports: &[Report], path: &Path) -> Result<(), BenchError> {
+    let err = plot_error(path);
+    let mut runtimes: Vec<String> = Vec::new();
+    for r in reports.iter().flat_map(|r| &r.runs) {
+        if !runtimes.contains(&r.runtime) {
+            runtimes.push(r.runtime.clone());
+        }
+    }
+    let root = SVGBackend::new(path, (1400, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+    let panels = root.split_evenly((1, 2));
+    let speedup = |r: &crate::report::RunReport| r.speedup_vs_baseline.unwrap_or(f64::NAN);
+    let tight = |r: &crate::report::RunReport| r.percent_of_tight_bound;
+    bars(
+        &panels[0],
+        reports,
+        &runtimes,
+        "speedup over baseline",
+        1.0,
+        &speedup,
+    )
+    .map_err(&err)?;
+    bars(
+        &panels[1],
+        reports,
+        &runtimes,
+        "% of the tight bound",
+        100.0,
+        &tight,
+    )
+    .map_err(&err)?;
+    root.present().map_err(|e| err(e.to_string()))
+}
+
+/// One panel of [`comparison`]: for each runtime, a bar per report of `value`, and a dashed
+/// line at `reference`.
+fn bars(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    reports: &[Report],
+    runtimes: &[String],
+    title: &str,
+    reference: f64,
+    value: &dyn Fn(&crate::report::RunReport) -> f64,
+) -> Result<(), String> {
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let top = reports
+        .iter()
+        .flat_map(|r| &r.runs)
+        .map(value)
+        .filter(|v| v.is_finite())
+        .fold(reference, f64::max)
+        * 1.15;
+    let n = runtimes.len().max(1);
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..n as f64, 0f64..top)
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(2 * n + 1)
+        .x_label_formatter(&|x| middle_label(*x, |k| runtimes.get(k).cloned().unwrap_or_default()))
+        .draw()
+        .map_err(|x| e(&x))?;
+    let width = 0.8 / reports.len().max(1) as f64;
+    for (w, report) in reports.iter().enumerate() {
+        let c = workload_colour(w);
+        let series: Vec<Rectangle<(f64, f64)>> = report
+            .runs
+            .iter()
+            .filter_map(|r| {
+                let k = runtimes.iter().position(|n| *n == r.runtime)?;
+                let v = value(r);
+                let x0 = k as f64 + 0.1 + w as f64 * width;
+                v.is_finite()
+                    .then(|| Rectangle::new([(x0, 0.0), (x0 + width * 0.95, v)], c.filled()))
+            })
+            .collect();
+        chart
+            .draw_series(series)
+            .map_err(|x| e(&x))?
+            .label(report.workload.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+    }
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(0.0, reference), (n as f64, reference)],
+            6,
+            4,
+            BLACK.stroke_width(1),
+        ))
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|x| e(&x))
+}
+
+#[cfg(test)]
+mod tests {
+    use umt_rt::{TraceKind, TraceRecord, TraceThread};
+
+    use super::*;
+
+    /// Renders an SVG file with a real renderer (resvg), as a viewer would.
+    fn render(path: &Path) -> resvg::tiny_skia::Pixmap {
+        let data = std::fs::read(path).unwrap();
+        let tree = resvg::usvg::Tree::from_data(&data, &resvg::usvg::Options::default()).unwrap();
+        let size = tree.size().to_int_size();
+        let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height()).unwrap();
+        resvg::render(
+            &tree,
+            resvg::tiny_skia::Transform::default(),
+            &mut pixmap.as_mut(),
+        );
+        pixmap
+    }
+
+    /// Pixels of exactly `c`.
+    fn count(p: &resvg::tiny_skia::Pixmap, c: RGBColor) -> usize {
+        p.pixels()
+            .iter()
+            .filter(|px| (px.red(), px.green(), px.blue(), px.alpha()) == (c.0, c.1, c.2, 255))
+            .count()
+    }
+
+    #[test]
+    fn a_timeline_shows_each_cores_states_in_their_colours() {
+        let rec = |time_ns, core, kind, ready| TraceRecord {
+            time_ns,
+            core,
+            thread: TraceThread::Worker(core),
+            kind,
+            ready,
+        };
+        // Core 0 works, blocks for half the time, works; core 1 is oversubscribed a while.
+        let trace = Trace::new(
+            vec![0, 1],
+            true,
+            vec![
+                rec(0, 0, TraceKind::TaskStart, 1),
+                rec(2_000_000, 0, TraceKind::Drained, 0),
+                rec(6_000_000, 0, TraceKind::Drained, 1),
+                rec(8_000_000, 0, TraceKind::TaskEnd, 1),
+                rec(1_000_000, 1, TraceKind::TaskStart, 1),
+                rec(3_000_000, 1, TraceKind::Drained, 2),
+                rec(4_000_000, 1, TraceKind::Drained, 1),
+                rec(5_000_000, 1, TraceKind::TaskEnd, 1),
+            ],
+            8_000_000,
+        );
+        let dir = std::env::temp_dir().join(format!("umt-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("timeline.svg");
+        timeline(&trace, "test", &path).unwrap();
+        let p = render(&path);
+        let (work, blocked, over, idle) = (
+            count(&p, colour(CoreState::Application)),
+            count(&p, colour(CoreState::Blocked)),
+            count(&p, colour(CoreState::Oversubscribed)),
+            count(&p, colour(CoreState::Idle)),
+        );
+        // Core 0 is blocked 4 of 8 ms, core 1 oversubscribed 1 ms: the areas follow.
+        assert!(work > 1000 && blocked > 1000 && over > 100 && idle > 1000);
+        assert!(blocked > 3 * over, "{blocked} {over}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_comparison_draws_a_bar_per_runtime_and_workload() {
+        use crate::runner::Sample;
+        let sample = |seconds| Sample {
+            seconds,
+            cpu_utilisation: 0.5,
+            io_bytes: 1,
+            oversubscription_percent: 0.0,
+            idle_with_work_percent: 0.0,
+            activity: None,
+            cores: Vec::new(),
+            trace: None,
+        };
+        let report = |workload: &str, t: f64| {
+            Report {
+                workload: workload.into(),
+                params: serde_json::Value::Null,
+                fom_unit: "x".into(),
+                compute_seconds: 1.0,
+                io_seconds: 1.0,
+                bound_seconds: 1.0,
+                tight_bound_seconds: 1.2,
+                runs: vec![
+                    crate::report::RunReport::new("baseline", &[sample(2.0)], 1.0, (1.0, 1.2)),
+                    crate::report::RunReport::new("umt-perf", &[sample(t)], 1.0, (1.0, 1.2)),
+                ],
+            }
+            .with_speedups()
+        };
+        let dir = std::env::temp_dir().join(format!("umt-cmp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cmp.svg");
+        comparison(&[report("heat", 1.5), report("fwi", 1.25)], &path).unwrap();
+        let p = render(&path);
+        assert!(count(&p, workload_colour(0)) > 1000);
+        assert!(count(&p, workload_colour(1)) > 1000);
+        assert!(matches!(
+            comparison(&[], Path::new("/nonexistent/dir/x.svg")),
+            Err(BenchError::Plot { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
