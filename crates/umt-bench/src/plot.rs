@@ -51,6 +51,11 @@ pub fn timeline(trace: &Trace, title: &str, path: &Path) -> Result<(), BenchErro
     let height = (90 + 40 * cores.max(1)) as u32;
     let root = SVGBackend::new(path, (1200, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+    let title = if trace.monitored() {
+        title.to_string()
+    } else {
+        format!("{title} (no monitor: a task blocked in the kernel shows as application)")
+    };
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 18))
         .margin(10)

@@ -240,12 +240,10 @@ impl Report {
             let speedup = r
                 .speedup_vs_baseline
                 .map_or("-".to_string(), |s| format!("{s:.2}x"));
-            // Exact from a trace; else only a monitored runtime's leaders see a core idle
-            // while work waits, and estimate it.
-            let idle_with_work = match (r.blocked_percent, r.activity) {
-                (Some(b), Some(_)) => format!("{b:.1}%"),
-                (None, Some(_)) => format!("~{:.1}%", r.idle_with_work_percent),
-                (_, None) => "-".into(),
+            // Only a monitored runtime's leaders see a core idle while work waits.
+            let idle_with_work = match r.activity {
+                Some(_) => format!("{:.1}%", r.idle_with_work_percent),
+                None => "-".into(),
             };
             let _ = writeln!(
                 out,
@@ -264,11 +262,15 @@ impl Report {
         }
         for r in &self.runs {
             if let Some(c) = &r.cores_cov {
+                let _ = write!(out, "{}, per core: ", r.runtime);
+                if let (Some(b), Some(_)) = (r.blocked_percent, r.activity) {
+                    let _ = write!(out, "blocked {b:.1}% of the time (traced), ");
+                }
                 let _ = write!(
                     out,
-                    "{}, variation across cores (c.o.v.): CPU time {:.2}, idle {:.2}, \
+                    "variation across cores (c.o.v.): CPU time {:.2}, idle {:.2}, \
                      context switches {:.2}, tasks {:.2}",
-                    r.runtime, c.cpu_time, c.idle, c.context_switches, c.tasks
+                    c.cpu_time, c.idle, c.context_switches, c.tasks
                 );
                 if let Some(b) = c.blocked {
                     let _ = write!(out, ", blocked {b:.2}");
@@ -415,7 +417,7 @@ mod tests {
         assert!((cov.tasks - 0.5).abs() < 1e-9, "{cov:?}");
         assert!(
             r.table()
-                .contains("variation across cores (c.o.v.): CPU time 0.33")
+                .contains("umt-perf, per core: variation across cores (c.o.v.): CPU time 0.33")
         );
     }
 }

@@ -160,28 +160,30 @@ impl Trace {
     /// Before its first record a core counts as idle (a trace taken from a runtime with no
     /// work in flight starts so).
     pub fn spans(&self, core: usize) -> Vec<Span> {
-        let records: Vec<TraceRecord> = self
-            .records
+        timeline::spans(
+            &self.core_records(core),
+            self.start_ns(),
+            self.end_ns,
+            self.monitored,
+        )
+    }
+
+    /// The records of `core`, by time.
+    fn core_records(&self, core: usize) -> Vec<TraceRecord> {
+        self.records
             .iter()
             .filter(|r| r.core == core)
             .copied()
-            .collect();
-        timeline::spans(&records, self.start_ns(), self.end_ns, self.monitored)
+            .collect()
     }
 
     /// Per core, the time in each state and the tasks started, over the whole trace.
     pub fn accounting(&self) -> Vec<CoreAccount> {
         (0..self.cpus.len())
             .map(|core| {
-                let records: Vec<TraceRecord> = self
-                    .records
-                    .iter()
-                    .filter(|r| r.core == core)
-                    .copied()
-                    .collect();
                 timeline::account(
                     self.cpus[core],
-                    &records,
+                    &self.core_records(core),
                     self.start_ns(),
                     self.end_ns,
                     self.monitored,
