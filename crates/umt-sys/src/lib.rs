@@ -65,6 +65,7 @@
 
 pub mod abi;
 mod backend;
+pub mod clock;
 pub mod cpu;
 mod error;
 mod event;

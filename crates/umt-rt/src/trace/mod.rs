@@ -38,7 +38,6 @@ mod chrome;
 mod timeline;
 
 use std::cell::RefCell;
-use std::time::Instant;
 
 use umt_sys::CpuId;
 
@@ -85,7 +84,8 @@ pub enum TraceThread {
 /// One event of a [`Trace`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TraceRecord {
-    /// Nanoseconds since the runtime was built (`CLOCK_MONOTONIC`).
+    /// Nanoseconds since the runtime was built (`umt_sys::clock::FastClock`: the CPU's
+    /// time-stamp counter where the kernel trusts it, else `CLOCK_MONOTONIC`).
     pub time_ns: u64,
     /// The core (index into [`Trace::cpus`]).
     pub core: usize,
@@ -238,8 +238,8 @@ impl RawRecord {
 /// Where a runtime's threads hand their trace buffers over.
 #[derive(Debug)]
 pub(crate) struct Recorder {
-    /// Time zero of the records.
-    start: Instant,
+    /// Time zero of the records, and the clock they are read from.
+    clock: umt_sys::clock::FastClock,
     /// Buffers handed over since the last `take`, whole (nothing is copied).
     handed: Mutex<Vec<Vec<RawRecord>>>,
 }
@@ -250,7 +250,7 @@ const BUFFER: usize = 4096;
 impl Recorder {
     pub(crate) fn new() -> Recorder {
         Recorder {
-            start: Instant::now(),
+            clock: umt_sys::clock::FastClock::new(),
             handed: Mutex::new(Vec::new()),
         }
     }
@@ -258,7 +258,7 @@ impl Recorder {
     /// Nanoseconds since the runtime was built.
     #[inline]
     pub(crate) fn now(&self) -> u64 {
-        self.start.elapsed().as_nanos() as u64
+        self.clock.now_ns()
     }
 
     /// Takes `buf`'s records, leaving it empty.

@@ -1,0 +1,154 @@
+//! A monotonic clock cheap enough for a timestamp per task: the CPU's time-stamp counter
+//! where the kernel itself trusts it, `CLOCK_MONOTONIC` (through [`Instant`]) elsewhere.
+//!
+//! 1. At creation, if the running kernel's clocksource is `tsc` (it checked that the counter
+//!    is invariant and synchronised across CPUs), the clock reads the counter and
+//!    `CLOCK_MONOTONIC` twice, 2 ms apart, and keeps the ratio as a 32.32 fixed-point
+//!    multiplier of nanoseconds per cycle.
+//! 2. A read is then one `rdtsc` (about 9 ns in a VM here, against 22 ns for
+//!    `clock_gettime`), a subtraction and a multiplication.
+//! 3. Otherwise (another clocksource, another architecture) a read is `Instant::now()`.
+//!
+//! Times are nanoseconds since the clock was made. The calibration's error (one clock read
+//! over 2 ms, about 1e-5) scales durations, never reorders them.
+//!
+//! ```
+//! let clock = umt_sys::clock::FastClock::new();
+//! let a = clock.now_ns();
+//! let b = clock.now_ns();
+//! assert!(b >= a);
+//! ```
+
+use std::time::{Duration, Instant};
+
+/// See the module docs.
+#[derive(Debug, Clone)]
+pub struct FastClock {
+    origin: Instant,
+    source: Source,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    /// Counter value at `origin`, and nanoseconds per cycle in 32.32 fixed point.
+    Tsc {
+        start: u64,
+        mult: u64,
+    },
+    Std,
+}
+
+impl Default for FastClock {
+    fn default() -> Self {
+        FastClock::new()
+    }
+}
+
+impl FastClock {
+    /// A clock reading 0 now (calibrating for 2 ms where the counter is used).
+    pub fn new() -> FastClock {
+        match tsc_mult() {
+            Some((start, origin, mult)) => FastClock {
+                origin,
+                source: Source::Tsc { start, mult },
+            },
+            None => FastClock {
+                origin: Instant::now(),
+                source: Source::Std,
+            },
+        }
+    }
+
+    /// Whether reads use the time-stamp counter.
+    pub fn uses_tsc(&self) -> bool {
+        matches!(self.source, Source::Tsc { .. })
+    }
+
+    /// Nanoseconds since the clock was made.
+    #[inline]
+    pub fn now_ns(&self) -> u64 {
+        match self.source {
+            Source::Tsc { start, mult } => {
+                let cycles = rdtsc().saturating_sub(start);
+                ((u128::from(cycles) * u128::from(mult)) >> 32) as u64
+            }
+            Source::Std => self.origin.elapsed().as_nanos() as u64,
+        }
+    }
+}
+
+/// `(counter, the Instant it was read at, ns per cycle in 32.32)` when the kernel's
+/// clocksource is the counter.
+fn tsc_mult() -> Option<(u64, Instant, u64)> {
+    if !cfg!(target_arch = "x86_64") {
+        return None;
+    }
+    let source =
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .ok()?;
+    if source.trim() != "tsc" || !tsc_readable() {
+        return None;
+    }
+    let (t0, c0) = (Instant::now(), rdtsc());
+    std::thread::sleep(Duration::from_millis(2));
+    let (t1, c1) = (Instant::now(), rdtsc());
+    let ns = t1.duration_since(t0).as_nanos();
+    let cycles = u128::from(c1.checked_sub(c0)?);
+    if cycles == 0 {
+        return None;
+    }
+    let mult = u64::try_from((ns << 32) / cycles).ok()?;
+    Some((c0, t0, mult))
+}
+
+/// Whether this process may execute `rdtsc`: not if it asked for a signal instead
+/// (`prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`).
+fn tsc_readable() -> bool {
+    let mut state: libc::c_int = 0;
+    // SAFETY: PR_GET_TSC writes one int through the pointer, which points to `state`.
+    let ret = unsafe { libc::prctl(libc::PR_GET_TSC, &mut state as *mut libc::c_int) };
+    ret == 0 && state == libc::PR_TSC_ENABLE
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn rdtsc() -> u64 {
+    // SAFETY: `rdtsc` reads the time-stamp counter; every x86_64 CPU implements it, and user
+    // space may execute it unless the process asked the kernel to trap it, which
+    // `tsc_readable` checked before the clock chose the counter.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline]
+fn rdtsc() -> u64 {
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn it_follows_the_system_clock_and_never_goes_back() {
+        let clock = FastClock::new();
+        let t = Instant::now();
+        let a = clock.now_ns();
+        let mut last = a;
+        for _ in 0..100_000 {
+            let now = clock.now_ns();
+            assert!(now >= last);
+            last = now;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let fast = clock.now_ns() - a;
+        let std = t.elapsed().as_nanos() as f64;
+        // The two clocks agree on a 50 ms interval to a few percent (the reads around it
+        // are not simultaneous), whichever source is used.
+        assert!(
+            (fast as f64 - std).abs() / std < 0.05,
+            "fast {fast} ns, std {std} ns, tsc {}",
+            clock.uses_tsc()
+        );
+    }
+}
