@@ -506,6 +506,46 @@ fn the_trace_shows_the_blocked_core_and_the_spare_woken_in_it() {
     }
 }
 
+/// `stats()` is exact whatever the leaders did: a leader at `SCHED_IDLE` whose core another
+/// program keeps busy may not run for a long time, and its core's events wait in the monitor
+/// until someone drains them. `stats()` drains them itself (with the Bpf backend and the UMT
+/// kernel's counter page the counts are live anyway).
+#[test]
+fn stats_count_every_block_even_when_the_leader_never_runs() {
+    let _serial = serial();
+    let rt = one_core_runtime(monitored_backend(), LeaderPolicy::Idle);
+    if skip_unmonitored(&rt) {
+        return;
+    }
+    let cpu = rt.cpus()[0];
+    let stop = AtomicBool::new(false);
+    const SLEEPS: u64 = 300;
+    std::thread::scope(|ts| {
+        // Another program's busy thread on the same core: it runs whenever the worker
+        // sleeps, so the core never idles and its SCHED_IDLE leader rarely, if ever, runs.
+        ts.spawn(|| {
+            umt_sys::cpu::pin_current_thread(cpu).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        let before = rt.stats().monitor.blocks;
+        rt.install(|| {
+            for _ in 0..SLEEPS {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+        let after = rt.stats().monitor.blocks;
+        stop.store(true, Ordering::Relaxed);
+        assert!(
+            after - before >= SLEEPS,
+            "{} blocks counted for {SLEEPS} sleeps\n{:#?}",
+            after - before,
+            rt.stats()
+        );
+    });
+}
+
 #[test]
 fn monitor_off_leaves_the_core_waiting() {
     let _serial = serial();
