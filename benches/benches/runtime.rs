@@ -1,4 +1,4 @@
-//! umt-rt against rayon, and the monitor on against off.
+//! umt-rt against rayon, the monitor on against off, and the trace recorder on (`spawn`).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -44,6 +44,30 @@ fn spawn(c: &mut Criterion) {
             })
         });
     }
+    // The trace recorder on (`Builder::trace`): two records per task. Each batch's records
+    // are taken outside the timed part, as an application would take them.
+    let traced = Runtime::builder()
+        .monitor(BackendKind::Auto)
+        .trace(true)
+        .build()
+        .expect("runtime");
+    g.bench_function(format!("umt-{}-traced", traced.backend()), |b| {
+        b.iter_custom(|iters| {
+            let start = std::time::Instant::now();
+            for _ in 0..iters {
+                traced.scope(|s| {
+                    for i in 0..SPAWNS {
+                        s.spawn(move |_| {
+                            black_box(i);
+                        });
+                    }
+                });
+            }
+            let elapsed = start.elapsed();
+            black_box(traced.take_trace());
+            elapsed
+        })
+    });
     let ry = rayon_pool(cores());
     g.bench_function("rayon", |b| {
         b.iter(|| {

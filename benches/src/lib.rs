@@ -4,7 +4,8 @@
 //! cargo bench -p umt-benches --bench runtime
 //! ```
 //!
-//! - `spawn/*`: spawn-and-run overhead of empty tasks in a scope, umt-rt against rayon;
+//! - `spawn/*`: spawn-and-run overhead of empty tasks in a scope, umt-rt against rayon, and
+//!   umt-rt with the trace recorder on (`-traced`);
 //! - `join/*`: a binary tree of `join`s, umt-rt against rayon;
 //! - `compute/*`: a compute-only workload with the monitor on and off (the monitor must cost
 //!   nothing measurable when nothing blocks);
