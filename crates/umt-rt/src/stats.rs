@@ -109,7 +109,8 @@ pub struct CoreStats {
     /// Time with more than one ready worker (the price UMT pays). An estimate, see
     /// [`CoreStats::idle_with_work`].
     pub oversubscribed: Duration,
-    /// CPU time its workers used (exact, from the kernel: the sum of [`WorkerStats::cpu_time`]).
+    /// CPU time its workers used (exact, from the kernel: the sum of its workers'
+    /// [`WorkerStats::sched`]).
     pub cpu_time: Duration,
     /// Time none of its workers ran: [`Stats::elapsed`] less `cpu_time` (its leader, other
     /// processes, or nothing ran).
