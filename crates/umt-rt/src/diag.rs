@@ -27,6 +27,8 @@ pub(crate) enum Warning {
     SpareStart,
     /// Shutdown could not wake the leaders.
     Shutdown,
+    /// An onload thread could not be started or take its policy.
+    Onload,
 }
 
 /// The kinds already said, for one runtime.

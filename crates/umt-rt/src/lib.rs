@@ -113,6 +113,7 @@ mod join;
 mod latch;
 #[cfg(not(loom))]
 mod leader;
+pub mod onload;
 mod pool;
 #[cfg(not(loom))]
 mod registry;
@@ -148,6 +149,7 @@ pub use diag::set_warning_hook;
 #[cfg(not(loom))]
 pub use join::join;
 #[cfg(not(loom))]
+pub use onload::{Onload, OnloadContext, OnloadHandle, OnloadOptions};
 pub use runtime::Runtime;
 #[cfg(not(loom))]
 pub use schedule::{

@@ -97,6 +97,8 @@ pub(crate) struct Registry {
     /// The leader of each core, set once all have started; with polling leaders a worker
     /// that becomes active unparks its core's leader (see [`Registry::poke_leader`]).
     pub(crate) leaders: OnceLock<Vec<std::thread::Thread>>,
+    /// The onload threads, made by the first `Runtime::onload` (`onload/`).
+    pub(crate) onload: OnceLock<crate::onload::OnloadPool>,
     /// When the runtime was built (`Stats::elapsed`).
     pub(crate) started: std::time::Instant,
     /// Where threads hand their trace records over (`Builder::trace`); `None` when off.
@@ -152,6 +154,7 @@ impl Registry {
             leader_threads: Mutex::new(Vec::new()),
             starter: OnceLock::new(),
             leaders: OnceLock::new(),
+            onload: OnceLock::new(),
             started: std::time::Instant::now(),
             trace: config_trace.then(crate::trace::Recorder::new),
         }

@@ -201,6 +201,64 @@ impl Runtime {
         crate::broadcast::broadcast_on(&self.reg, f)
     }
 
+    /// Runs `f` on a core the application leaves idle, now or never: [`crate::Onload::Started`]
+    /// or [`crate::Onload::Rejected`] with `f` back, unrun ([`crate::onload`], steps O1–O5).
+    /// `f` runs on an onload thread of that core at `SCHED_IDLE`, which any application
+    /// thread preempts.
+    ///
+    /// ```
+    /// use umt_rt::{Onload, OnloadOptions, Runtime};
+    /// use std::time::Duration;
+    ///
+    /// let rt = Runtime::builder().num_threads(2).build()?;
+    /// // Nothing runs: both cores are idle.
+    /// match rt.onload(|ctx| println!("checksumming on CPU {}", ctx.cpu)) {
+    ///     Onload::Started(h) | Onload::Queued(h) => h.wait().ok().expect("not expired"),
+    ///     Onload::Rejected(f) => f(umt_rt::OnloadContext { index: 0, count: 1, cpu: 0, dedicated: false, ready_at_claim: 0 }),
+    /// }
+    /// // Up to 2 cores at once, waiting up to 10 ms for them.
+    /// let opts = OnloadOptions::new().cores(1, 2).deadline(Duration::from_millis(10));
+    /// if let Onload::Started(h) | Onload::Queued(h) = rt.onload_with(&opts, |ctx| {
+    ///     let _part = (ctx.index, ctx.count);
+    /// }) {
+    ///     let _ = h.wait(); // Err(f) if the deadline passed first
+    /// }
+    /// # Ok::<(), umt_rt::BuildError>(())
+    /// ```
+    pub fn onload<F>(&self, f: F) -> crate::Onload<F>
+    where
+        F: Fn(crate::OnloadContext) + Send + Sync + 'static,
+    {
+        crate::onload::onload(&self.reg, f, &crate::OnloadOptions::default())
+    }
+
+    /// [`Runtime::onload`] with a CPU set, a range of cores and a deadline.
+    pub fn onload_with<F>(&self, opts: &crate::OnloadOptions, f: F) -> crate::Onload<F>
+    where
+        F: Fn(crate::OnloadContext) + Send + Sync + 'static,
+    {
+        crate::onload::onload(&self.reg, f, opts)
+    }
+
+    /// What onloaded work did so far (all zero before the first [`Runtime::onload`]).
+    pub fn onload_stats(&self) -> crate::onload::OnloadStats {
+        match self.reg.onload.get() {
+            Some(pool) => pool.stats(),
+            None => crate::onload::OnloadStats {
+                runs: vec![0; self.reg.cores()],
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Dedicates `cores` of the runtime's cores (the last ones) to onloaded work, which then
+    /// runs there at the application's priority whether the application needs the core or
+    /// not; on the others, only in idle time (the default, 0). DYON
+    /// ([`crate::onload::Dyon`]) sets it from measurements.
+    pub fn set_onload_partition(&self, cores: usize) {
+        crate::onload::OnloadPool::of(&self.reg).set_dedicated(cores);
+    }
+
     /// A snapshot of the runtime's counters.
     pub fn stats(&self) -> Stats {
         crate::stats::snapshot(&self.reg)
@@ -253,6 +311,10 @@ impl Drop for Runtime {
     /// at their next turn, and release the monitor then.
     fn drop(&mut self) {
         let reg = &self.reg;
+        // Onloaded work first: what runs finishes, what waits goes back to its waiters.
+        if let Some(pool) = reg.onload.get() {
+            pool.shut_down();
+        }
         reg.terminate.store(true, Ordering::Release);
         // Leaders waiting on the monitor return at once, polling leaders that sleep until a
         // worker of their core becomes active are unparked.

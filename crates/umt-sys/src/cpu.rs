@@ -150,6 +150,23 @@ pub fn set_current_thread_idle_policy() -> Result<()> {
     }
 }
 
+/// Moves the calling thread back to the normal policy (`SCHED_OTHER`, nice 0): the opposite
+/// of [`set_current_thread_idle_policy`]. Unprivileged (leaving `SCHED_IDLE` for a nice
+/// value at or above the thread's is allowed since Linux 2.6.39).
+pub fn set_current_thread_normal_policy() -> Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param that outlives the call; pid 0 is the caller.
+    let ret = unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(Error::os(
+            "sched_setscheduler(SCHED_OTHER)",
+            std::io::Error::last_os_error(),
+        ))
+    }
+}
+
 /// The kernel thread id of the calling thread.
 pub fn current_tid() -> i32 {
     nix::unistd::gettid().as_raw()

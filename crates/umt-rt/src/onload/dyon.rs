@@ -1,0 +1,277 @@
+//! DYON (seed 002): the share of cores dedicated to onloaded work, chosen every period by a
+//! [`Bandit`] from a system metric.
+//!
+//! D1. The arms are the partitions `0, 1/(n-1), ..., 1` of the runtime's cores (`n` steps; the
+//!     default 5 gives 0 %, 25 %, 50 %, 75 %, 100 %). 0 % is plain onload: idle time only.
+//! D2. Every `period`, the metric is read; its change over the period, for the partition that
+//!     held during it, is that arm's reward; the bandit chooses the next partition, which
+//!     [`Runtime::set_onload_partition`](crate::Runtime::set_onload_partition) applies.
+//! D3. The metric is CPIO (cycles per I/O, lower is better: the CPU time spent per block of
+//!     I/O; without I/O in a period, the inverse of the CPU time, as the paper extends it),
+//!     of this process or of the whole system, or an application's own figure (higher is
+//!     better).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::{Bandit, Strategy};
+use crate::registry::Registry;
+
+/// What guides [`Dyon`] (step D3).
+#[derive(Clone)]
+pub enum Metric {
+    /// CPIO of this process: its CPU time (`/proc/self/stat`) per 4 KiB block it read or
+    /// wrote from storage (`/proc/self/io`).
+    ProcessCpio,
+    /// CPIO of the machine: CPU time of every CPU (`/proc/stat`) per 512-byte sector read or
+    /// written on every disk (`/proc/diskstats`).
+    SystemCpio,
+    /// The application's figure, higher is better, read once per period (a rate it keeps:
+    /// records per second, say).
+    App(Arc<dyn Fn() -> f64 + Send + Sync>),
+}
+
+impl std::fmt::Debug for Metric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Metric::ProcessCpio => "ProcessCpio",
+            Metric::SystemCpio => "SystemCpio",
+            Metric::App(_) => "App",
+        })
+    }
+}
+
+/// Cumulative CPU seconds and I/O blocks, for CPIO over a period.
+fn cpio_counters(system: bool) -> Option<(f64, f64)> {
+    let tick = 100.0; // USER_HZ: /proc reports CPU time in clock ticks of 1/100 s
+    if system {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let cpu: f64 = stat
+            .lines()
+            .next()?
+            .split_whitespace()
+            .skip(1)
+            .take(3) // user, nice, system
+            .filter_map(|v| v.parse::<f64>().ok())
+            .sum();
+        let disks = std::fs::read_to_string("/proc/diskstats").ok()?;
+        let sectors: f64 = disks
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                // Whole disks only (those in /sys/block): partitions would count twice.
+                let name = f.get(2)?;
+                if !std::path::Path::new(&format!("/sys/block/{name}")).exists() {
+                    return None;
+                }
+                let r: f64 = f.get(5)?.parse().ok()?;
+                let w: f64 = f.get(9)?.parse().ok()?;
+                Some(r + w)
+            })
+            .sum();
+        Some((cpu / tick, sectors))
+    } else {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let mut f = rest.split_whitespace().skip(11);
+        let utime: f64 = f.next()?.parse().ok()?;
+        let stime: f64 = f.next()?.parse().ok()?;
+        let io = std::fs::read_to_string("/proc/self/io").ok()?;
+        let bytes: f64 = io
+            .lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                matches!(k, "read_bytes" | "write_bytes").then(|| v.trim().parse::<f64>().ok())?
+            })
+            .sum();
+        Some(((utime + stime) / tick, bytes / 4096.0))
+    }
+}
+
+/// CPIO over a period from two counter readings, as a reward (higher is better).
+fn cpio_reward(before: (f64, f64), after: (f64, f64)) -> f64 {
+    let cpu = (after.0 - before.0).max(0.0);
+    let io = (after.1 - before.1).max(0.0);
+    if io > 0.0 {
+        -(cpu / io)
+    } else {
+        // Without I/O: (cpu)^-1, lower is better, so its negation.
+        -(1.0 / cpu.max(1e-3))
+    }
+}
+
+/// Configures a [`Dyon`].
+#[derive(Debug, Clone)]
+pub struct DyonBuilder {
+    steps: usize,
+    period: Duration,
+    metric: Metric,
+    strategy: Strategy,
+    seed: u64,
+}
+
+impl Default for DyonBuilder {
+    fn default() -> Self {
+        DyonBuilder {
+            steps: 5,
+            period: Duration::from_secs(1),
+            metric: Metric::ProcessCpio,
+            strategy: Strategy::default(),
+            seed: 0x5eed,
+        }
+    }
+}
+
+impl DyonBuilder {
+    /// Partitions in `steps` steps from 0 % to 100 % (at least 2; default 5).
+    pub fn steps(mut self, steps: usize) -> Self {
+        self.steps = steps.max(2);
+        self
+    }
+
+    /// How long each partition holds before it is judged (default 1 s; the paper warns that
+    /// a period shorter than the workload's phases cannot learn them).
+    pub fn period(mut self, period: Duration) -> Self {
+        self.period = period.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The metric (default [`Metric::ProcessCpio`]).
+    pub fn metric(mut self, metric: Metric) -> Self {
+        self.metric = metric;
+        self
+    }
+
+    /// The bandit's strategy (default epsilon-greedy, epsilon 0.1).
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+
+    /// The seed of the bandit's random choices.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Starts adapting `rt`'s partition on a thread of its own, until the [`Dyon`] is
+    /// dropped or stopped.
+    pub fn start(self, rt: &crate::Runtime) -> Dyon {
+        let reg = rt.registry().clone();
+        super::OnloadPool::of(&reg);
+        let stop = Arc::new(AtomicBool::new(false));
+        let state = Arc::new(std::sync::Mutex::new(Bandit::new(
+            self.steps,
+            self.strategy,
+            self.seed,
+        )));
+        let thread = {
+            let (stop, state) = (stop.clone(), state.clone());
+            std::thread::Builder::new()
+                .name("umt-dyon".into())
+                .spawn(move || run(&reg, &self, &stop, &state))
+                .ok()
+        };
+        Dyon {
+            stop,
+            thread,
+            bandit: state,
+        }
+    }
+}
+
+/// The controller thread (step D2).
+fn run(
+    reg: &Arc<Registry>,
+    cfg: &DyonBuilder,
+    stop: &AtomicBool,
+    bandit: &std::sync::Mutex<Bandit>,
+) {
+    let Some(pool) = reg.onload.get() else {
+        return;
+    };
+    let cores = reg.cores();
+    let partition = |arm: usize| (arm * cores + (cfg.steps - 1) / 2) / (cfg.steps - 1);
+    let read = || match &cfg.metric {
+        Metric::ProcessCpio => cpio_counters(false),
+        Metric::SystemCpio => cpio_counters(true),
+        Metric::App(f) => Some((f(), 0.0)),
+    };
+    let mut arm = super::lock(bandit).choose();
+    pool.set_dedicated(partition(arm));
+    let mut before = read();
+    while !stop.load(Ordering::Acquire) {
+        std::thread::park_timeout(cfg.period);
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        let after = read();
+        let reward = match (&cfg.metric, before, after) {
+            (Metric::App(_), _, Some((v, _))) => Some(v),
+            (_, Some(b), Some(a)) => Some(cpio_reward(b, a)),
+            _ => None,
+        };
+        let mut b = super::lock(bandit);
+        if let Some(r) = reward {
+            b.update(arm, r);
+        }
+        arm = b.choose();
+        drop(b);
+        pool.set_dedicated(partition(arm));
+        before = after;
+    }
+    pool.set_dedicated(0);
+}
+
+/// A running DYON controller ([`DyonBuilder::start`]); dropping it stops it and returns the
+/// runtime to plain onload (idle time only).
+#[derive(Debug)]
+pub struct Dyon {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    bandit: Arc<std::sync::Mutex<Bandit>>,
+}
+
+impl Dyon {
+    /// A builder with the defaults (5 steps, 1 s, process CPIO, epsilon-greedy 0.1).
+    pub fn builder() -> DyonBuilder {
+        DyonBuilder::default()
+    }
+
+    /// The bandit's state so far: pulls and mean reward of each partition.
+    pub fn bandit(&self) -> Bandit {
+        super::lock(&self.bandit).clone()
+    }
+
+    /// Stops the controller (also on drop).
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Dyon {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpio_rewards_less_cpu_per_io() {
+        let cheap = cpio_reward((0.0, 0.0), (1.0, 1000.0));
+        let dear = cpio_reward((0.0, 0.0), (2.0, 1000.0));
+        assert!(cheap > dear);
+        // Without I/O, more CPU time is better.
+        assert!(cpio_reward((0.0, 0.0), (2.0, 0.0)) > cpio_reward((0.0, 0.0), (1.0, 0.0)));
+        assert!(cpio_counters(false).is_some());
+    }
+}

@@ -1,0 +1,292 @@
+//! Onload: work that runs only where the application leaves a core idle.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{monitored_backend, skip_unmonitored};
+use umt_rt::onload::{Dyon, Metric, Strategy};
+use umt_rt::{BackendKind, Onload, OnloadOptions, Runtime};
+
+/// Keeps every core of `rt` busy with computing tasks (no blocking) until `stop`; returns
+/// once all of them run.
+fn occupy<'s, 'e: 's>(rt: &'e Runtime, stop: &'e AtomicBool, s: &'s std::thread::Scope<'s, 'e>) {
+    let running = Arc::new(AtomicUsize::new(0));
+    let n = rt.cpus().len();
+    let r = running.clone();
+    s.spawn(move || {
+        rt.broadcast(|_| {
+            r.fetch_add(1, Ordering::SeqCst);
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+    });
+    while running.load(Ordering::SeqCst) < n {
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn an_idle_runtime_runs_onloaded_work_on_its_cores() {
+    let rt = Runtime::builder()
+        .num_threads(2)
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = ran.clone();
+    let cpus = rt.cpus().to_vec();
+    // A deadline: the workers of a runtime just built may still look for work a moment.
+    let wait = OnloadOptions::new().deadline(Duration::from_secs(30));
+    let h = match rt.onload_with(&wait, move |ctx| {
+        assert!(cpus.contains(&ctx.cpu));
+        assert_eq!(umt_sys::cpu::current_cpu().unwrap(), ctx.cpu);
+        r.fetch_add(1, Ordering::SeqCst);
+    }) {
+        Onload::Started(h) | Onload::Queued(h) => h,
+        other => panic!("{other:?} on an idle runtime"),
+    };
+    assert!(h.wait().is_ok());
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    // Two cores at once: the closure runs once on each, told which part it is.
+    let parts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let p = parts.clone();
+    let opts = wait.clone().cores(2, 2);
+    match rt.onload_with(&opts, move |ctx| {
+        p.lock().unwrap().push((ctx.index, ctx.count, ctx.cpu))
+    }) {
+        Onload::Started(h) | Onload::Queued(h) => h.wait().ok().unwrap(),
+        other => panic!("{other:?}"),
+    }
+    let mut parts = parts.lock().unwrap().clone();
+    parts.sort();
+    assert_eq!(parts.len(), 2);
+    assert_eq!((parts[0].0, parts[1].0), (0, 1));
+    assert!(parts.iter().all(|p| p.1 == 2));
+    assert_ne!(parts[0].2, parts[1].2);
+    // A panic in onloaded work comes back to the waiter.
+    match rt.onload_with(&wait, |_| panic!("onloaded panic")) {
+        Onload::Started(h) | Onload::Queued(h) => {
+            let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.wait()));
+            assert!(err.is_err());
+        }
+        other => panic!("{other:?}"),
+    }
+    let st = rt.onload_stats();
+    assert_eq!(st.started + st.started_late, 3);
+    assert_eq!(st.runs.iter().sum::<u64>(), 4);
+}
+
+#[test]
+fn busy_cores_hand_the_work_back_unrun_and_deadlines_are_honoured() {
+    let rt = Runtime::builder()
+        .num_threads(2)
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        occupy(&rt, &stop, s);
+        // Without a deadline: back at once, unrun, and callable by the submitter.
+        for _ in 0..1000 {
+            let r = ran.clone();
+            match rt.onload(move |_| {
+                r.fetch_add(1, Ordering::SeqCst);
+            }) {
+                Onload::Rejected(_f) => {}
+                other => panic!("{other:?} while every core computes"),
+            }
+        }
+        // With a deadline that passes while the cores stay busy: queued, then handed back.
+        let r = ran.clone();
+        let opts = OnloadOptions::new().deadline(Duration::from_millis(20));
+        let t = Instant::now();
+        match rt.onload_with(&opts, move |_| {
+            r.fetch_add(1, Ordering::SeqCst);
+        }) {
+            Onload::Queued(h) => {
+                let f = h.wait().expect_err("the cores stayed busy");
+                assert!(t.elapsed() >= Duration::from_millis(20));
+                f(umt_rt::OnloadContext {
+                    index: 0,
+                    count: 1,
+                    cpu: 0,
+                    dedicated: false,
+                    ready_at_claim: 0,
+                });
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            ran.load(Ordering::SeqCst),
+            1,
+            "only the returned closure ran"
+        );
+        // A long deadline: the cores become idle before it, and the work runs then.
+        let r = ran.clone();
+        let opts = OnloadOptions::new().deadline(Duration::from_secs(30));
+        let h = match rt.onload_with(&opts, move |_| {
+            r.fetch_add(1, Ordering::SeqCst);
+        }) {
+            Onload::Queued(h) => h,
+            other => panic!("{other:?}"),
+        };
+        stop.store(true, Ordering::SeqCst);
+        assert!(h.wait().is_ok());
+    });
+    assert_eq!(ran.load(Ordering::SeqCst), 2);
+    let st = rt.onload_stats();
+    assert_eq!((st.started, st.rejected), (0, 1000));
+    assert_eq!((st.started_late, st.expired), (1, 1));
+}
+
+/// Dedicated cores run onloaded work even while the application computes there.
+#[test]
+fn a_partition_dedicates_cores_to_onloaded_work() {
+    let rt = Runtime::builder()
+        .num_threads(2)
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        occupy(&rt, &stop, s);
+        rt.set_onload_partition(1);
+        let last = *rt.cpus().last().unwrap();
+        match rt.onload(move |ctx| {
+            assert!(ctx.dedicated);
+            assert_eq!(ctx.cpu, last);
+        }) {
+            Onload::Started(h) => h.wait().ok().unwrap(),
+            other => panic!("{other:?} with a dedicated core"),
+        }
+        rt.set_onload_partition(0);
+        assert!(matches!(rt.onload(|_| {}), Onload::Rejected(_)));
+        stop.store(true, Ordering::SeqCst);
+    });
+    assert_eq!(rt.onload_stats().dedicated_cores, 0);
+}
+
+/// 10^5 submissions with deadlines from 0 to 200 us race with application tasks that block
+/// (sleep) and compute: each one either ran (once) or came back (once), never both, never
+/// lost; every run was on the core it claimed, which the application left idle.
+#[test]
+fn a_storm_of_submissions_is_never_lost_or_doubled() {
+    let rt = Runtime::builder()
+        .monitor(monitored_backend())
+        .build()
+        .unwrap();
+    if skip_unmonitored(&rt) {
+        return;
+    }
+    const N: usize = 100_000;
+    let ran: Arc<Vec<AtomicU64>> = Arc::new((0..N).map(|_| AtomicU64::new(0)).collect());
+    let wrong_core = Arc::new(AtomicUsize::new(0));
+    let not_idle = Arc::new(AtomicUsize::new(0));
+    let stop = AtomicBool::new(false);
+    let mut returned = vec![0u8; N];
+    std::thread::scope(|s| {
+        // The application: tasks that sleep (block) and tasks that compute, until stopped.
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                rt.scope(|sc| {
+                    for i in 0..8 {
+                        sc.spawn(move |_| {
+                            if i % 2 == 0 {
+                                std::thread::sleep(Duration::from_micros(300));
+                            } else {
+                                let t = Instant::now();
+                                while t.elapsed() < Duration::from_micros(300) {
+                                    std::hint::spin_loop();
+                                }
+                            }
+                        });
+                    }
+                });
+            }
+        });
+        let mut handles = Vec::new();
+        for (i, back) in returned.iter_mut().enumerate() {
+            let (r, w, ni) = (ran.clone(), wrong_core.clone(), not_idle.clone());
+            let f = move |ctx: umt_rt::OnloadContext| {
+                r[i].fetch_add(1, Ordering::SeqCst);
+                if umt_sys::cpu::current_cpu().ok() != Some(ctx.cpu) {
+                    w.fetch_add(1, Ordering::SeqCst);
+                }
+                if ctx.ready_at_claim > 0 && !ctx.dedicated {
+                    ni.fetch_add(1, Ordering::SeqCst);
+                }
+            };
+            let opts = OnloadOptions::new().deadline(Duration::from_micros((i % 5) as u64 * 50));
+            match rt.onload_with(&opts, f) {
+                Onload::Started(h) | Onload::Queued(h) => handles.push(h),
+                Onload::Rejected(_) => *back += 1,
+            }
+            if handles.len() > 256 {
+                for h in handles.drain(..) {
+                    // Err: the closure came back unrun (counted as expired).
+                    let _ = h.wait();
+                }
+            }
+        }
+        for h in handles.drain(..) {
+            let _ = h.wait();
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    let st = rt.onload_stats();
+    let runs: u64 = ran.iter().map(|r| r.load(Ordering::SeqCst)).sum();
+    assert!(
+        ran.iter().all(|r| r.load(Ordering::SeqCst) <= 1),
+        "a submission ran twice"
+    );
+    let rejected = returned.iter().filter(|&&b| b == 1).count() as u64;
+    assert_eq!(rejected, st.rejected);
+    // Every submission is accounted for exactly once.
+    assert_eq!(
+        st.started + st.started_late + st.rejected + st.expired,
+        N as u64,
+        "{st:?}"
+    );
+    assert_eq!(runs, st.started + st.started_late, "{st:?}");
+    assert_eq!(st.runs.iter().sum::<u64>(), runs);
+    assert_eq!(wrong_core.load(Ordering::SeqCst), 0);
+    assert_eq!(not_idle.load(Ordering::SeqCst), 0);
+    assert!(runs > 0, "the application's blocks left idle time: {st:?}");
+}
+
+/// DYON moves the partition with the application's metric: with a reward that grows with
+/// the dedicated share, it settles on 100 %.
+#[test]
+fn dyon_follows_its_metric() {
+    let rt = Runtime::builder()
+        .num_threads(2)
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    let rt = Arc::new(rt);
+    let reader = Arc::downgrade(&rt);
+    let metric = Metric::App(Arc::new(move || {
+        reader
+            .upgrade()
+            .map_or(0.0, |rt| rt.onload_stats().dedicated_cores as f64)
+    }));
+    let dyon = Dyon::builder()
+        .steps(3)
+        .period(Duration::from_millis(2))
+        .metric(metric)
+        .strategy(Strategy::EpsilonGreedy { epsilon: 0.1 })
+        .start(&rt);
+    let t = Instant::now();
+    while dyon.bandit().pulls().0 < 200 && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let b = dyon.bandit();
+    assert_eq!(b.best(), 2, "{:?} {:?}", b.counts(), b.means());
+    drop(dyon);
+    assert_eq!(rt.onload_stats().dedicated_cores, 0);
+}
