@@ -29,13 +29,18 @@ fn occupy<'s, 'e: 's>(rt: &'e Runtime, stop: &'e AtomicBool, s: &'s std::thread:
     }
 }
 
-#[test]
-fn an_idle_runtime_runs_onloaded_work_on_its_cores() {
-    let rt = Runtime::builder()
+/// Two cores, no monitor: idleness is the pools' (no active worker).
+fn two_cores() -> Runtime {
+    Runtime::builder()
         .num_threads(2)
         .monitor(BackendKind::Disabled)
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn an_idle_runtime_runs_onloaded_work_on_its_cores() {
+    let rt = two_cores();
     let ran = Arc::new(AtomicUsize::new(0));
     let r = ran.clone();
     let cpus = rt.cpus().to_vec();
@@ -82,11 +87,7 @@ fn an_idle_runtime_runs_onloaded_work_on_its_cores() {
 
 #[test]
 fn busy_cores_hand_the_work_back_unrun_and_deadlines_are_honoured() {
-    let rt = Runtime::builder()
-        .num_threads(2)
-        .monitor(BackendKind::Disabled)
-        .build()
-        .unwrap();
+    let rt = two_cores();
     let ran = Arc::new(AtomicUsize::new(0));
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -147,11 +148,7 @@ fn busy_cores_hand_the_work_back_unrun_and_deadlines_are_honoured() {
 /// Dedicated cores run onloaded work even while the application computes there.
 #[test]
 fn a_partition_dedicates_cores_to_onloaded_work() {
-    let rt = Runtime::builder()
-        .num_threads(2)
-        .monitor(BackendKind::Disabled)
-        .build()
-        .unwrap();
+    let rt = two_cores();
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         occupy(&rt, &stop, s);
@@ -263,11 +260,7 @@ fn a_storm_of_submissions_is_never_lost_or_doubled() {
 /// the dedicated share, it settles on 100 %.
 #[test]
 fn dyon_follows_its_metric() {
-    let rt = Runtime::builder()
-        .num_threads(2)
-        .monitor(BackendKind::Disabled)
-        .build()
-        .unwrap();
+    let rt = two_cores();
     let rt = Arc::new(rt);
     let reader = Arc::downgrade(&rt);
     let metric = Metric::App(Arc::new(move || {
