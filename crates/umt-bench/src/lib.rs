@@ -14,6 +14,7 @@
 //! - [`calibrate`]: how often to checkpoint so that compute and I/O balance on this machine;
 //! - [`report`]: medians, speedups, percent of the overlap bound, the table and the JSON;
 //! - [`plot`]: pictures: per-core timelines of a traced run, the comparison's bars;
+//! - [`service`]: a compression service beside heat, onloaded or spawned (seed 002);
 //! - [`error`]: what can go wrong, and how a run's tasks report it.
 //!
 //! The `umt-bench` binary is the command line: `umt-bench heat|fwi|compare [...]`.
@@ -44,6 +45,7 @@ pub mod port_tokio;
 pub mod port_uring;
 pub mod report;
 pub mod runner;
+pub mod service;
 
 /// Helpers of the unit tests.
 #[cfg(test)]

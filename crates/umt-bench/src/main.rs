@@ -5,6 +5,7 @@
 //!     [--runtimes baseline,umt-perf,umt-kernel] [--repeat N] [--dir PATH] [--json FILE]
 //! cargo run --release -p umt-bench -- fwi [--nz N] [--nx N] [--ny N] [--steps S] [--iof K] ...
 //! cargo run --release -p umt-bench -- compare      # every workload
+//! cargo run --release -p umt-bench -- onload [--rounds N] [--size N] ...  # a service beside heat
 //! ```
 //!
 //! The command line only: what a comparison does is in the library (`umt_bench::compare`).
@@ -44,6 +45,95 @@ enum Cmd {
     Fwi(FwiArgs),
     /// Every workload with its defaults (the README's main command).
     Compare(Common),
+    /// A compression service beside heat: none, onloaded (idle cores only), spawned as
+    /// ordinary tasks; heat's time for each and what the service did.
+    Onload(OnloadArgs),
+}
+
+#[derive(Args, Clone)]
+struct OnloadArgs {
+    /// Rounds (the ways alternate; the table shows medians).
+    #[arg(long, default_value_t = 7)]
+    rounds: usize,
+    /// Heat's matrix side.
+    #[arg(long, default_value_t = 4096)]
+    size: usize,
+    /// Heat's block side.
+    #[arg(long, default_value_t = 512)]
+    block: usize,
+    /// Heat's iterations (a checkpoint after each).
+    #[arg(long, default_value_t = 10)]
+    iters: usize,
+    /// A chunk is offered every this many compression times (4: a quarter of a core's
+    /// worth of work on offer).
+    #[arg(long, default_value_t = 4.0)]
+    offer_every: f64,
+    /// Directory for the checkpoint files (needs O_DIRECT unless --buffered).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Write checkpoints through the page cache instead of O_DIRECT.
+    #[arg(long)]
+    buffered: bool,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn run_onload(a: &OnloadArgs) -> Result<(), BenchError> {
+    let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let io = if a.buffered {
+        IoMode::Buffered
+    } else {
+        probe_direct(&dir)?;
+        IoMode::Direct
+    };
+    let p = HeatParams {
+        n: a.size,
+        block: a.block,
+        iters: a.iters,
+        iof: Some(1),
+        io,
+        dir,
+    };
+    p.validate()?;
+    let rt = std::sync::Arc::new(
+        umt_rt::Runtime::builder()
+            .build()
+            .map_err(|e| BenchError::Runtime(e.to_string()))?,
+    );
+    let (cost, ways) = umt_bench::service::compare(&rt, &p, a.rounds, a.offer_every)?;
+    println!(
+        "heat {}^2, {} iterations, a checkpoint each ({:?}), umt-rt on {} cores ({}); a chunk \
+         compresses in {:.1} ms, one offered every {:.1} ms",
+        p.n,
+        p.iters,
+        p.io,
+        rt.cpus().len(),
+        rt.backend(),
+        cost.as_secs_f64() * 1e3,
+        cost.as_secs_f64() * 1e3 * a.offer_every
+    );
+    println!(
+        "{:<8} {:>10} {:>9} {:>8} {:>8} {:>9}",
+        "service", "heat s", "vs none", "offered", "done", "rejected"
+    );
+    for w in &ways {
+        println!(
+            "{:<8} {:>10.3} {:>8.3}x {:>8} {:>8} {:>9}",
+            format!("{:?}", w.way).to_lowercase(),
+            w.heat_seconds,
+            w.slowdown,
+            w.offered,
+            w.done,
+            w.rejected
+        );
+    }
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&ways)
+            .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
+        std::fs::write(path, text).map_err(|e| BenchError::io("writing", path, e))?;
+    }
+    Ok(())
 }
 
 #[derive(Args, Clone)]
@@ -333,19 +423,16 @@ fn emit(reports: &[Report], common: &Common) -> Result<(), BenchError> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let cores = match &cli.command {
-        Cmd::Heat(a) => a.common.cores,
-        Cmd::Fwi(a) => a.common.cores,
-        Cmd::Compare(c) => c.cores,
-    };
     let common = match &cli.command {
-        Cmd::Heat(a) => &a.common,
-        Cmd::Fwi(a) => &a.common,
-        Cmd::Compare(c) => c,
+        Cmd::Heat(a) => Some(&a.common),
+        Cmd::Fwi(a) => Some(&a.common),
+        Cmd::Compare(c) => Some(c),
+        Cmd::Onload(_) => None,
     };
-    let prepared = cores
-        .map_or(Ok(()), use_cores)
-        .and_then(|()| common.check())
+    let prepared = common
+        .map_or(Ok(()), |c| {
+            c.cores.map_or(Ok(()), use_cores).and_then(|()| c.check())
+        })
         .and_then(|()| remove_files_on_interrupt());
     if let Err(e) = prepared {
         eprintln!("umt-bench: {e}");
@@ -361,6 +448,7 @@ fn main() -> ExitCode {
                 .and_then(|h| Ok(vec![h, run_fwi(&fwi)?]))
                 .and_then(|reports| emit(&reports, &common))
         }
+        Cmd::Onload(a) => run_onload(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
