@@ -113,6 +113,7 @@ mod join;
 mod latch;
 #[cfg(not(loom))]
 mod leader;
+#[cfg(not(loom))]
 pub mod onload;
 mod pool;
 #[cfg(not(loom))]
@@ -132,6 +133,7 @@ mod starter;
 #[cfg(not(loom))]
 mod stats;
 mod sync;
+#[cfg(not(loom))]
 mod trace;
 #[cfg(not(loom))]
 mod worker;
@@ -150,6 +152,7 @@ pub use diag::set_warning_hook;
 pub use join::join;
 #[cfg(not(loom))]
 pub use onload::{Onload, OnloadContext, OnloadHandle, OnloadOptions};
+#[cfg(not(loom))]
 pub use runtime::Runtime;
 #[cfg(not(loom))]
 pub use schedule::{
@@ -162,6 +165,7 @@ pub use scope::Scope;
 pub use spawn::JoinHandle;
 #[cfg(not(loom))]
 pub use stats::{CoreStats, Stats, WorkerStats, coefficient_of_variation};
+#[cfg(not(loom))]
 pub use trace::{CoreAccount, CoreState, Span, Trace, TraceKind, TraceRecord, TraceThread};
 pub use umt_sys::{BackendKind, CpuId, Error as MonitorError, Selection, Unavailable};
 
