@@ -283,3 +283,42 @@ fn dyon_follows_its_metric() {
     drop(dyon);
     assert_eq!(rt.onload_stats().dedicated_cores, 0);
 }
+
+/// Dropping the runtime hands queued work back to its waiters, unrun.
+#[test]
+fn shutdown_hands_queued_work_back() {
+    let rt = two_cores();
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = Arc::new(AtomicUsize::new(0));
+    for _ in 0..2 {
+        let (stop, running) = (stop.clone(), running.clone());
+        rt.spawn_detached(move || {
+            running.fetch_add(1, Ordering::SeqCst);
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+    }
+    while running.load(Ordering::SeqCst) < 2 {
+        std::thread::yield_now();
+    }
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    let opts = OnloadOptions::new().deadline(Duration::from_secs(60));
+    let h = match rt.onload_with(&opts, move |_| r.store(true, Ordering::SeqCst)) {
+        Onload::Queued(h) => h,
+        other => panic!("{other:?} while both cores compute"),
+    };
+    // The computing tasks end a moment after the drop has begun (it waits for them).
+    let releaser = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            stop.store(true, Ordering::SeqCst);
+        })
+    };
+    drop(rt);
+    releaser.join().unwrap();
+    assert!(h.wait().is_err());
+    assert!(!ran.load(Ordering::SeqCst));
+}

@@ -615,6 +615,15 @@ impl OnloadPool {
                 let _ = h.join();
             }
         }
+        // A queue pass that was dispatching while the threads stopped may have left an
+        // assignment behind: it started, so it runs, here.
+        for s in self.slots.iter() {
+            if let Some((req, ctx)) = lock(&s.job).take() {
+                s.runs.fetch_add(1, Ordering::Relaxed);
+                req.run(ctx);
+                s.busy.store(false, Ordering::Release);
+            }
+        }
     }
 }
 
@@ -629,9 +638,14 @@ fn onload_main(reg: &Arc<Registry>, core: usize) {
     let slot = &pool.slots[core];
     let _ = slot.thread.set(std::thread::current());
     pool.registered.fetch_add(1, Ordering::AcqRel);
-    while !pool.terminate.load(Ordering::Acquire) {
+    loop {
         let job = lock(&slot.job).take();
         let Some((req, ctx)) = job else {
+            // An assignment made before shutdown runs first (above); one made after this
+            // check runs on the thread that shuts down (`shut_down`).
+            if pool.terminate.load(Ordering::Acquire) {
+                break;
+            }
             pool.pump(reg);
             if lock(&slot.job).is_some() {
                 continue;
