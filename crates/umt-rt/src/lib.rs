@@ -87,6 +87,16 @@
 //!
 //! `UMT_SCHEDULE` (`static`, `static_steal`, `dynamic,CHUNK`, `guided,MIN`, `fac2`, `af`,
 //! `auto`) sets the schedule of every loop that does not choose one.
+//!
+//! ## Seeing what the cores did, and using their idle time
+//!
+//! [`Runtime::stats`] gives per core the kernel's figures of its workers (CPU time, run-queue
+//! wait, context switches) and their variation across cores ([`Stats::cov`]);
+//! [`Builder::trace`] records every task, park, surrender and drain, and
+//! [`Runtime::take_trace`] turns them into per-core states ([`CoreState`]) and their exact
+//! times ([`Trace::accounting`]), or a Perfetto trace (feature `json`). [`Runtime::onload`]
+//! runs work only on cores the application leaves idle, and [`onload::Dyon`] adapts how many
+//! cores such work may take (seed 002).
 #![deny(missing_docs)]
 
 #[cfg(not(loom))]
