@@ -259,7 +259,9 @@ impl Runtime {
         crate::onload::OnloadPool::of(&self.reg).set_dedicated(cores);
     }
 
-    /// A snapshot of the runtime's counters.
+    /// A snapshot of the runtime's counters. It drains the monitor events no leader has
+    /// drained yet, and reads two `/proc` files per worker (its per-core figures): tens of
+    /// microseconds, for a monitoring loop rather than a hot path.
     pub fn stats(&self) -> Stats {
         crate::stats::snapshot(&self.reg)
     }
