@@ -23,7 +23,8 @@ use crate::registry::Registry;
 #[derive(Clone)]
 pub enum Metric {
     /// CPIO of this process: its CPU time (`/proc/self/stat`) per 4 KiB block it read or
-    /// wrote from storage (`/proc/self/io`).
+    /// wrote from storage (`/proc/self/io`; on a kernel without I/O accounting, none is seen
+    /// and the CPU-only form applies).
     ProcessCpio,
     /// CPIO of the machine: CPU time of every CPU (`/proc/stat`) per 512-byte sector read or
     /// written on every disk (`/proc/diskstats`).
@@ -78,7 +79,9 @@ fn cpio_counters(system: bool) -> Option<(f64, f64)> {
         let mut f = rest.split_whitespace().skip(11);
         let utime: f64 = f.next()?.parse().ok()?;
         let stime: f64 = f.next()?.parse().ok()?;
-        let io = std::fs::read_to_string("/proc/self/io").ok()?;
+        // A kernel without CONFIG_TASK_IO_ACCOUNTING has no /proc/self/io: no I/O is seen,
+        // and the metric is the CPU-only one (D3).
+        let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
         let bytes: f64 = io
             .lines()
             .filter_map(|l| {
