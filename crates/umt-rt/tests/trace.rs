@@ -121,13 +121,13 @@ fn stats_carry_the_kernels_per_core_figures() {
     let st = rt.stats();
     assert_eq!(st.cores.len(), 2);
     for c in &st.cores {
-        // Each core's worker computed for 60 ms: to the nanosecond from schedstat, in clock
-        // ticks (sampled, 10 ms here) from `stat` on a kernel without it.
-        let least = match c.runqueue_wait {
-            Some(_) => Duration::from_millis(50),
-            None => Duration::from_millis(10),
-        };
-        assert!(c.cpu_time >= least, "{c:?}");
+        // Each core's worker spun for 60 ms of wall time, running or runnable throughout:
+        // with schedstat, its CPU time and run-queue wait cover them; from `stat` (no
+        // schedstat), CPU time comes in sampled clock ticks, and only its presence is sure.
+        match c.runqueue_wait {
+            Some(wait) => assert!(c.cpu_time + wait >= Duration::from_millis(55), "{c:?}"),
+            None => assert!(c.cpu_time > Duration::ZERO, "{c:?}"),
+        }
         assert!(
             c.cpu_time + c.idle_time >= st.elapsed.min(c.cpu_time),
             "{c:?}"
