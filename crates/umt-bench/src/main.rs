@@ -74,19 +74,16 @@ struct OnloadArgs {
     /// Write checkpoints through the page cache instead of O_DIRECT.
     #[arg(long)]
     buffered: bool,
+    /// Accept a --dir on a memory-backed filesystem (tmpfs, ramfs).
+    #[arg(long)]
+    allow_memory_dir: bool,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
 }
 
 fn run_onload(a: &OnloadArgs) -> Result<(), BenchError> {
-    let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let io = if a.buffered {
-        IoMode::Buffered
-    } else {
-        probe_direct(&dir)?;
-        IoMode::Direct
-    };
+    let (dir, io) = checkpoint_io(a.dir.clone(), a.buffered, a.allow_memory_dir)?;
     let p = HeatParams {
         n: a.size,
         block: a.block,
@@ -265,22 +262,7 @@ impl Common {
     /// The checkpoint directory and how to write there. A directory in memory is refused
     /// unless asked for: since Linux 6.6 tmpfs accepts O_DIRECT, and its I/O is a memcpy.
     fn io(&self) -> Result<(PathBuf, IoMode), BenchError> {
-        let dir = self.dir.clone().unwrap_or_else(std::env::temp_dir);
-        if let Some(fs) = memory_filesystem(&dir)
-            && !self.allow_memory_dir
-        {
-            return Err(BenchError::InvalidParam(format!(
-                "{} is on {fs}, in memory: its I/O would be a memory copy and the comparison \
-                 would show no I/O to overlap; use a directory on a disk with --dir, or pass \
-                 --allow-memory-dir",
-                dir.display()
-            )));
-        }
-        if self.buffered {
-            return Ok((dir, IoMode::Buffered));
-        }
-        probe_direct(&dir)?;
-        Ok((dir, IoMode::Direct))
+        checkpoint_io(self.dir.clone(), self.buffered, self.allow_memory_dir)
     }
 
     /// Checks what can be checked before any run: the repeat count and that the JSON file can
@@ -296,6 +278,32 @@ impl Common {
         }
         Ok(())
     }
+}
+
+/// The checkpoint directory (default: the temporary one) and how to write there. A directory
+/// in memory is refused unless allowed: since Linux 6.6 tmpfs accepts O_DIRECT, and its I/O
+/// is a memcpy.
+fn checkpoint_io(
+    dir: Option<PathBuf>,
+    buffered: bool,
+    allow_memory_dir: bool,
+) -> Result<(PathBuf, IoMode), BenchError> {
+    let dir = dir.unwrap_or_else(std::env::temp_dir);
+    if let Some(fs) = memory_filesystem(&dir)
+        && !allow_memory_dir
+    {
+        return Err(BenchError::InvalidParam(format!(
+            "{} is on {fs}, in memory: its I/O would be a memory copy and the comparison \
+             would show no I/O to overlap; use a directory on a disk with --dir, or pass \
+             --allow-memory-dir",
+            dir.display()
+        )));
+    }
+    if buffered {
+        return Ok((dir, IoMode::Buffered));
+    }
+    probe_direct(&dir)?;
+    Ok((dir, IoMode::Direct))
 }
 
 /// The period and the length of a run: as given, else calibrated (and said on stderr).

@@ -24,18 +24,15 @@ use std::time::{Duration, Instant};
 /// See the module docs.
 #[derive(Debug, Clone)]
 pub struct FastClock {
-    origin: Instant,
     source: Source,
 }
 
 #[derive(Debug, Clone, Copy)]
 enum Source {
-    /// Counter value at `origin`, and nanoseconds per cycle in 32.32 fixed point.
-    Tsc {
-        start: u64,
-        mult: u64,
-    },
-    Std,
+    /// Counter value at time zero, and nanoseconds per cycle in 32.32 fixed point.
+    Tsc { start: u64, mult: u64 },
+    /// Time zero.
+    Std(Instant),
 }
 
 impl Default for FastClock {
@@ -47,16 +44,11 @@ impl Default for FastClock {
 impl FastClock {
     /// A clock reading 0 now (calibrating for 2 ms where the counter is used).
     pub fn new() -> FastClock {
-        match tsc_mult() {
-            Some((start, origin, mult)) => FastClock {
-                origin,
-                source: Source::Tsc { start, mult },
-            },
-            None => FastClock {
-                origin: Instant::now(),
-                source: Source::Std,
-            },
-        }
+        let source = match tsc_mult() {
+            Some((start, mult)) => Source::Tsc { start, mult },
+            None => Source::Std(Instant::now()),
+        };
+        FastClock { source }
     }
 
     /// Whether reads use the time-stamp counter.
@@ -72,14 +64,14 @@ impl FastClock {
                 let cycles = rdtsc().saturating_sub(start);
                 ((u128::from(cycles) * u128::from(mult)) >> 32) as u64
             }
-            Source::Std => self.origin.elapsed().as_nanos() as u64,
+            Source::Std(origin) => origin.elapsed().as_nanos() as u64,
         }
     }
 }
 
-/// `(counter, the Instant it was read at, ns per cycle in 32.32)` when the kernel's
-/// clocksource is the counter.
-fn tsc_mult() -> Option<(u64, Instant, u64)> {
+/// `(counter at time zero, ns per cycle in 32.32)` when the kernel's clocksource is the
+/// counter.
+fn tsc_mult() -> Option<(u64, u64)> {
     if !cfg!(target_arch = "x86_64") {
         return None;
     }
@@ -98,7 +90,7 @@ fn tsc_mult() -> Option<(u64, Instant, u64)> {
         return None;
     }
     let mult = u64::try_from((ns << 32) / cycles).ok()?;
-    Some((c0, t0, mult))
+    Some((c0, mult))
 }
 
 /// Whether this process may execute `rdtsc`: not if it asked for a signal instead

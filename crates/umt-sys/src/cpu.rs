@@ -137,39 +137,37 @@ pub fn pin_current_thread_to(cpus: &[CpuId]) -> Result<()> {
 /// umt-rt's leader uses it so that its wake-ups cannot preempt a worker (which, with the perf
 /// backend, would produce switch records that wake the leader again).
 pub fn set_current_thread_idle_policy() -> Result<()> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `param` is a valid sched_param that outlives the call; pid 0 is the caller.
-    let ret = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-    if ret == 0 {
-        Ok(())
-    } else {
-        Err(Error::os(
-            "sched_setscheduler(SCHED_IDLE)",
-            std::io::Error::last_os_error(),
-        ))
-    }
+    set_current_thread_policy(libc::SCHED_IDLE, "sched_setscheduler(SCHED_IDLE)")
 }
 
 /// Moves the calling thread back to the normal policy (`SCHED_OTHER`, nice 0): the opposite
 /// of [`set_current_thread_idle_policy`]. Unprivileged (leaving `SCHED_IDLE` for a nice
 /// value at or above the thread's is allowed since Linux 2.6.39).
 pub fn set_current_thread_normal_policy() -> Result<()> {
+    set_current_thread_policy(libc::SCHED_OTHER, "sched_setscheduler(SCHED_OTHER)")
+}
+
+fn set_current_thread_policy(policy: libc::c_int, what: &'static str) -> Result<()> {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: `param` is a valid sched_param that outlives the call; pid 0 is the caller.
-    let ret = unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+    let ret = unsafe { libc::sched_setscheduler(0, policy, &param) };
     if ret == 0 {
         Ok(())
     } else {
-        Err(Error::os(
-            "sched_setscheduler(SCHED_OTHER)",
-            std::io::Error::last_os_error(),
-        ))
+        Err(Error::os(what, std::io::Error::last_os_error()))
     }
 }
 
 /// The kernel thread id of the calling thread.
 pub fn current_tid() -> i32 {
     nix::unistd::gettid().as_raw()
+}
+
+/// CPU time the whole process has used so far, all threads (`CLOCK_PROCESS_CPUTIME_ID`).
+pub fn process_cpu_time() -> Result<std::time::Duration> {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID)
+        .map(std::time::Duration::from)
+        .map_err(|e| Error::os("clock_gettime(CLOCK_PROCESS_CPUTIME_ID)", e))
 }
 
 /// CPU time the calling thread has used so far (`CLOCK_THREAD_CPUTIME_ID`).

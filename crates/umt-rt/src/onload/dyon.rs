@@ -22,7 +22,7 @@ use crate::registry::Registry;
 /// What guides [`Dyon`] (step D3).
 #[derive(Clone)]
 pub enum Metric {
-    /// CPIO of this process: its CPU time (`/proc/self/stat`) per 4 KiB block it read or
+    /// CPIO of this process: its CPU time (`CLOCK_PROCESS_CPUTIME_ID`) per 4 KiB block it read or
     /// wrote from storage (`/proc/self/io`; on a kernel without I/O accounting, none is seen
     /// and the CPU-only form applies).
     ProcessCpio,
@@ -74,11 +74,7 @@ fn cpio_counters(system: bool) -> Option<(f64, f64)> {
             .sum();
         Some((cpu / tick, sectors))
     } else {
-        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-        let rest = &stat[stat.rfind(')')? + 1..];
-        let mut f = rest.split_whitespace().skip(11);
-        let utime: f64 = f.next()?.parse().ok()?;
-        let stime: f64 = f.next()?.parse().ok()?;
+        let cpu = umt_sys::cpu::process_cpu_time().ok()?.as_secs_f64();
         // A kernel without CONFIG_TASK_IO_ACCOUNTING has no /proc/self/io: no I/O is seen,
         // and the metric is the CPU-only one (D3).
         let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
@@ -89,7 +85,7 @@ fn cpio_counters(system: bool) -> Option<(f64, f64)> {
                 matches!(k, "read_bytes" | "write_bytes").then(|| v.trim().parse::<f64>().ok())?
             })
             .sum();
-        Some(((utime + stime) / tick, bytes / 4096.0))
+        Some((cpu, bytes / 4096.0))
     }
 }
 
