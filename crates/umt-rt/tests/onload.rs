@@ -10,9 +10,24 @@ use common::{monitored_backend, skip_unmonitored};
 use umt_rt::onload::{Dyon, Metric, Strategy};
 use umt_rt::{BackendKind, Onload, OnloadOptions, Runtime};
 
-/// Keeps every core of `rt` busy with computing tasks (no blocking) until `stop`; returns
-/// once all of them run.
-fn occupy<'s, 'e: 's>(rt: &'e Runtime, stop: &'e AtomicBool, s: &'s std::thread::Scope<'s, 'e>) {
+/// Sets its flag when dropped: a test that panics inside `std::thread::scope` still stops the
+/// threads the scope waits for (else the failure would be a hang).
+struct Release<'a>(&'a AtomicBool);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Keeps every core of `rt` busy with computing tasks (no blocking) until the returned guard
+/// is dropped; returns once all of them run.
+#[must_use]
+fn occupy<'s, 'e: 's>(
+    rt: &'e Runtime,
+    stop: &'e AtomicBool,
+    s: &'s std::thread::Scope<'s, 'e>,
+) -> Release<'e> {
     let running = Arc::new(AtomicUsize::new(0));
     let n = rt.cpus().len();
     let r = running.clone();
@@ -24,9 +39,11 @@ fn occupy<'s, 'e: 's>(rt: &'e Runtime, stop: &'e AtomicBool, s: &'s std::thread:
             }
         });
     });
+    let release = Release(stop);
     while running.load(Ordering::SeqCst) < n {
         std::thread::yield_now();
     }
+    release
 }
 
 /// Two cores, no monitor: idleness is the pools' (no active worker).
@@ -91,7 +108,7 @@ fn busy_cores_hand_the_work_back_unrun_and_deadlines_are_honoured() {
     let ran = Arc::new(AtomicUsize::new(0));
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
-        occupy(&rt, &stop, s);
+        let busy = occupy(&rt, &stop, s);
         // Without a deadline: back at once, unrun, and callable by the submitter.
         for _ in 0..1000 {
             let r = ran.clone();
@@ -136,7 +153,7 @@ fn busy_cores_hand_the_work_back_unrun_and_deadlines_are_honoured() {
             Onload::Queued(h) => h,
             other => panic!("{other:?}"),
         };
-        stop.store(true, Ordering::SeqCst);
+        drop(busy);
         assert!(h.wait().is_ok());
     });
     assert_eq!(ran.load(Ordering::SeqCst), 2);
@@ -151,7 +168,7 @@ fn a_partition_dedicates_cores_to_onloaded_work() {
     let rt = two_cores();
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
-        occupy(&rt, &stop, s);
+        let busy = occupy(&rt, &stop, s);
         rt.set_onload_partition(1);
         let last = *rt.cpus().last().unwrap();
         match rt.onload(move |ctx| {
@@ -163,7 +180,7 @@ fn a_partition_dedicates_cores_to_onloaded_work() {
         }
         rt.set_onload_partition(0);
         assert!(matches!(rt.onload(|_| {}), Onload::Rejected(_)));
-        stop.store(true, Ordering::SeqCst);
+        drop(busy);
     });
     assert_eq!(rt.onload_stats().dedicated_cores, 0);
 }
@@ -187,6 +204,7 @@ fn a_storm_of_submissions_is_never_lost_or_doubled() {
     let stop = AtomicBool::new(false);
     let mut returned = vec![0u8; N];
     std::thread::scope(|s| {
+        let release = Release(&stop);
         // The application: tasks that sleep (block) and tasks that compute, until stopped.
         s.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
@@ -233,7 +251,7 @@ fn a_storm_of_submissions_is_never_lost_or_doubled() {
         for h in handles.drain(..) {
             let _ = h.wait();
         }
-        stop.store(true, Ordering::SeqCst);
+        drop(release);
     });
     let st = rt.onload_stats();
     let runs: u64 = ran.iter().map(|r| r.load(Ordering::SeqCst)).sum();

@@ -225,7 +225,7 @@ trait Request: Send + Sync {
     fn min_max(&self) -> (usize, usize);
     fn deadline(&self) -> Option<Instant>;
     fn is_queued(&self) -> bool;
-    /// O5: queued to expired; `false` if it was not queued any more.
+    /// O5: queued to expired, and counted; `false` if it was not queued any more.
     fn expire(&self) -> bool;
     /// Queued to running on `count` cores; `false` if it was not queued any more.
     fn start(&self, count: usize) -> bool;
@@ -254,6 +254,8 @@ impl<F: Fn(OnloadContext) + Send + Sync> Request for Shared<F> {
         let mut state = lock(&self.state);
         match std::mem::replace(&mut *state, State::Collected) {
             State::Queued(f) => {
+                // Counted before the waiter can see it: once `wait` returns, the stats hold it.
+                self.expired.fetch_add(1, Ordering::Relaxed);
                 *state = State::Expired(f);
                 self.changed.notify_all();
                 true
@@ -340,9 +342,8 @@ pub(crate) struct OnloadPool {
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Where the next claim starts looking, so that cores share the work.
     next: AtomicUsize,
-    /// Onload threads started, and those that have registered in their slot.
-    spawned: AtomicUsize,
-    registered: AtomicUsize,
+    /// Set once the first user has spawned the threads and filled the slots' handles.
+    ready: AtomicBool,
     started: AtomicU64,
     started_late: AtomicU64,
     rejected: AtomicU64,
@@ -369,8 +370,7 @@ impl OnloadPool {
             terminate: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             next: AtomicUsize::new(0),
-            spawned: AtomicUsize::new(usize::MAX),
-            registered: AtomicUsize::new(0),
+            ready: AtomicBool::new(false),
             started: AtomicU64::new(0),
             started_late: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
@@ -393,7 +393,12 @@ impl OnloadPool {
                     .name(format!("umt-onload-{}", reg.config.cpus[core]))
                     .spawn(move || onload_main(&r, core));
                 match spawned {
-                    Ok(h) => handles.push(h),
+                    // The slot gets its thread's handle here, not from the thread: a thread
+                    // that `SCHED_IDLE` keeps from running yet can already be handed work.
+                    Ok(h) => {
+                        let _ = pool.slots[core].thread.set(h.thread().clone());
+                        handles.push(h);
+                    }
                     Err(e) => reg.warnings.warn(crate::diag::Warning::Onload, || {
                         format!(
                             "no onload thread for core {core}, which takes no onloaded work: {e}"
@@ -401,8 +406,12 @@ impl OnloadPool {
                     }),
                 }
             }
-            pool.spawned.store(handles.len(), Ordering::Release);
             *lock(&pool.threads) = handles;
+            pool.ready.store(true, Ordering::Release);
+        }
+        // A concurrent first use: the spawning takes no longer than the thread creations.
+        while !pool.ready.load(Ordering::Acquire) {
+            std::thread::yield_now();
         }
         pool
     }
@@ -468,8 +477,14 @@ impl OnloadPool {
         got
     }
 
-    /// Step O3: hands `req` to the claimed cores, or releases them if it is not queued.
-    fn dispatch(&self, req: &Arc<dyn Request>, claimed: Vec<OnloadContext>) -> bool {
+    /// Step O3: hands `req` to the claimed cores and counts it in `started`, or releases them
+    /// if it is not queued.
+    fn dispatch(
+        &self,
+        req: &Arc<dyn Request>,
+        claimed: Vec<OnloadContext>,
+        started: &AtomicU64,
+    ) -> bool {
         let count = claimed.len();
         if !req.start(count) {
             for c in &claimed {
@@ -477,6 +492,8 @@ impl OnloadPool {
             }
             return false;
         }
+        // Counted before any core runs it: once its waiter returns, the stats hold it.
+        started.fetch_add(1, Ordering::Relaxed);
         for (i, mut ctx) in claimed.into_iter().enumerate() {
             let core = ctx.index;
             ctx.index = i;
@@ -511,8 +528,7 @@ impl OnloadPool {
         });
         let req: Arc<dyn Request> = shared.clone();
         let claimed = self.claim(reg, &*req);
-        if !claimed.is_empty() && self.dispatch(&req, claimed) {
-            self.started.fetch_add(1, Ordering::Relaxed);
+        if !claimed.is_empty() && self.dispatch(&req, claimed, &self.started) {
             return Onload::Started(OnloadHandle { shared });
         }
         if opts.deadline.is_some_and(|d| !d.is_zero()) {
@@ -556,9 +572,8 @@ impl OnloadPool {
                 return false;
             }
             if req.deadline().is_some_and(|d| now >= d) {
-                if req.expire() {
-                    self.expired.fetch_add(1, Ordering::Relaxed);
-                }
+                // Counted by `expire` when it was still queued, else by its waiter.
+                req.expire();
                 return false;
             }
             let claimed = self.claim(reg, &**req);
@@ -566,9 +581,7 @@ impl OnloadPool {
                 return true;
             }
             // Not dispatched: its waiter expired it meanwhile (and counted it).
-            if self.dispatch(req, claimed) {
-                self.started_late.fetch_add(1, Ordering::Relaxed);
-            }
+            self.dispatch(req, claimed, &self.started_late);
             false
         });
         self.pending_len.store(q.len(), Ordering::Release);
@@ -599,9 +612,7 @@ impl OnloadPool {
     pub(crate) fn shut_down(&self) {
         self.terminate.store(true, Ordering::Release);
         for req in lock(&self.pending).drain(..) {
-            if req.expire() {
-                self.expired.fetch_add(1, Ordering::Relaxed);
-            }
+            req.expire();
         }
         self.pending_len.store(0, Ordering::Release);
         for s in self.slots.iter() {
@@ -636,8 +647,6 @@ fn onload_main(reg: &Arc<Registry>, core: usize) {
         return;
     };
     let slot = &pool.slots[core];
-    let _ = slot.thread.set(std::thread::current());
-    pool.registered.fetch_add(1, Ordering::AcqRel);
     loop {
         let job = lock(&slot.job).take();
         let Some((req, ctx)) = job else {
@@ -680,14 +689,5 @@ pub(crate) fn onload<F>(reg: &Arc<Registry>, f: F, opts: &OnloadOptions) -> Onlo
 where
     F: Fn(OnloadContext) + Send + Sync + 'static,
 {
-    let pool = OnloadPool::of(reg);
-    // The first submissions may come before the threads registered: wait for them (a thread
-    // that could not start is said once and never registers, hence the time limit).
-    let until = Instant::now() + Duration::from_millis(100);
-    while pool.registered.load(Ordering::Acquire) < pool.spawned.load(Ordering::Acquire)
-        && Instant::now() < until
-    {
-        std::thread::yield_now();
-    }
-    pool.submit(reg, f, opts)
+    OnloadPool::of(reg).submit(reg, f, opts)
 }
