@@ -22,6 +22,8 @@
 //!   [`BackendKind::Auto`] picks the first that works, and [`Monitor::selection`] tells why the
 //!   others were rejected and how to fix that.
 //! - [`cpu`]: the process affinity mask and thread pinning.
+//! - [`uring`]: an io_uring that several threads share, for umt-rt's scheduler-centric I/O
+//!   wait (one per core).
 //!
 //! The counter semantics and the drain protocol are described step by step in
 //! `src/monitor/README.md`.
@@ -71,6 +73,7 @@ mod error;
 mod event;
 mod monitor;
 mod ready;
+pub mod uring;
 
 pub use abi::Events;
 pub use backend::{BackendKind, ParseBackendError, Selection, Unavailable};
