@@ -93,6 +93,7 @@ pub struct Builder {
     leader_runs_tasks: bool,
     require_monitor: bool,
     trace: bool,
+    io_poll_interval: Duration,
 }
 
 impl std::fmt::Debug for Builder {
@@ -108,6 +109,7 @@ impl std::fmt::Debug for Builder {
             .field("leader_runs_tasks", &self.leader_runs_tasks)
             .field("require_monitor", &self.require_monitor)
             .field("trace", &self.trace)
+            .field("io_poll_interval", &self.io_poll_interval)
             .finish_non_exhaustive()
     }
 }
@@ -128,6 +130,7 @@ impl Default for Builder {
             leader_runs_tasks: false,
             require_monitor: false,
             trace: false,
+            io_poll_interval: crate::io::DEFAULT_POLL_INTERVAL,
         }
     }
 }
@@ -183,6 +186,14 @@ impl Builder {
     /// whole milliseconds, so shorter periods round up to 1 ms).
     pub fn scan_period(mut self, period: Duration) -> Self {
         self.scan_period = period;
+        self
+    }
+
+    /// How often, at most, a core's workers look for completed I/O waits at their scheduling
+    /// points while other tasks run ([`crate::io`], step W2; default 20 us). Zero: at every
+    /// scheduling point of a core with waits.
+    pub fn io_poll_interval(mut self, interval: Duration) -> Self {
+        self.io_poll_interval = interval;
         self
     }
 
@@ -340,6 +351,7 @@ impl Builder {
             handoff: self.handoff,
             leader_runs_tasks: self.leader_runs_tasks,
             trace: self.trace,
+            io_poll_interval: self.io_poll_interval,
         };
         // From here on, dropping `rt` on an error stops whatever was started.
         let rt = Runtime::from_registry(Arc::new(Registry::new(config, monitor)));

@@ -118,6 +118,8 @@ pub(crate) struct Config {
     pub(crate) panic_handler: Option<PanicFn>,
     /// Threads record [`crate::TraceRecord`]s (`Builder::trace`).
     pub(crate) trace: bool,
+    /// Least time between two polls of a core's I/O waits (`Builder::io_poll_interval`).
+    pub(crate) io_poll_interval: Duration,
 }
 
 impl Config {
@@ -138,6 +140,7 @@ impl std::fmt::Debug for Config {
             .field("handoff", &self.handoff)
             .field("leader_runs_tasks", &self.leader_runs_tasks)
             .field("trace", &self.trace)
+            .field("io_poll_interval", &self.io_poll_interval)
             .finish_non_exhaustive()
     }
 }

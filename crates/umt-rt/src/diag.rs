@@ -29,6 +29,8 @@ pub(crate) enum Warning {
     Shutdown,
     /// An onload thread could not be started or take its policy.
     Onload,
+    /// A core could not make its io_uring: waits block in system calls.
+    Io,
 }
 
 /// The kinds already said, for one runtime.

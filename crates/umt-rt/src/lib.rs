@@ -97,6 +97,14 @@
 //! times ([`Trace::accounting`]), or a Perfetto trace (feature `json`). [`Runtime::onload`]
 //! runs work only on cores the application leaves idle, and [`onload::Dyon`] adapts how many
 //! cores such work may take (seed 002).
+//!
+//! ## Waiting for I/O: the scheduler chooses how
+//!
+//! [`io`] gives tasks one way to wait for file reads and writes, descriptor readiness and
+//! events of the application's own sources ([`io::Source`], such as MPI requests): the
+//! runtime runs other tasks meanwhile and tests the waits between them, with one poll for all
+//! of a core's waiters, and blocks in the kernel (on the core's io_uring) only when nothing
+//! else can run there (seed 004).
 #![deny(missing_docs)]
 
 #[cfg(not(loom))]
@@ -113,6 +121,8 @@ mod deps;
 mod diag;
 #[cfg(not(loom))]
 mod global;
+#[cfg(not(loom))]
+pub mod io;
 #[cfg(not(loom))]
 pub mod iter;
 #[cfg(not(loom))]

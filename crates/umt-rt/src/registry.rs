@@ -99,6 +99,8 @@ pub(crate) struct Registry {
     pub(crate) leaders: OnceLock<Vec<std::thread::Thread>>,
     /// The onload threads, made by the first `Runtime::onload` (`onload/`).
     pub(crate) onload: OnceLock<crate::onload::OnloadPool>,
+    /// The per-core rings and waits of `crate::io`, made by the first wait.
+    pub(crate) io: OnceLock<crate::io::IoCores>,
     /// When the runtime was built (`Stats::elapsed`).
     pub(crate) started: std::time::Instant,
     /// Where threads hand their trace records over (`Builder::trace`); `None` when off.
@@ -155,6 +157,7 @@ impl Registry {
             starter: OnceLock::new(),
             leaders: OnceLock::new(),
             onload: OnceLock::new(),
+            io: OnceLock::new(),
             started: std::time::Instant::now(),
             trace: config_trace.then(crate::trace::Recorder::new),
         }

@@ -240,6 +240,16 @@ impl Runtime {
         crate::onload::onload(&self.reg, f, opts)
     }
 
+    /// What the I/O waits of [`crate::io`] did on this runtime so far (all zero before the
+    /// first).
+    pub fn io_stats(&self) -> crate::io::IoStats {
+        self.reg
+            .io
+            .get()
+            .map(crate::io::IoCores::stats)
+            .unwrap_or_default()
+    }
+
     /// What onloaded work did so far (all zero before the first [`Runtime::onload`]).
     pub fn onload_stats(&self) -> crate::onload::OnloadStats {
         match self.reg.onload.get() {

@@ -73,6 +73,8 @@ pub(crate) struct WorkerCtx {
     rng: Cell<u64>,
     /// This thread's trace records not handed over yet (`Builder::trace`).
     trace: LocalTrace,
+    /// I/O waits (`crate::io`) this worker is inside, nested on its stack.
+    io_depth: Cell<u32>,
 }
 
 /// Starts the thread of slot `index`; its handle joins the registry's, for shutdown.
@@ -134,6 +136,7 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         index,
         reg: reg.clone(),
         trace: LocalTrace::default(),
+        io_depth: Cell::new(0),
     };
     {
         CURRENT.with(|c| c.set(&ctx));
@@ -166,6 +169,7 @@ impl WorkerCtx {
             index,
             reg: reg.clone(),
             trace: LocalTrace::default(),
+            io_depth: Cell::new(0),
         })
     }
 
@@ -436,6 +440,7 @@ impl WorkerCtx {
         self.record(TraceKind::TaskStart);
         job.run();
         self.record(TraceKind::TaskEnd);
+        crate::io::sched_point(&self.reg, self.core);
         self.sched_point();
         true
     }
@@ -450,6 +455,44 @@ impl WorkerCtx {
                 self.sleep(Some(done));
             }
         }
+    }
+
+    /// Waits for an I/O event (`crate::io`, steps W2 and W4): runs other work while `done()`
+    /// is false (`done` also looks at the core's waits), and calls `block` when there is none.
+    ///
+    /// A worker already `MAX_IO_NESTING` waits deep runs no more tasks in this one: each task
+    /// run in a wait sits on the waiter's stack until it returns (step W2a).
+    #[cfg(not(loom))]
+    pub(crate) fn wait_io(&self, done: &dyn Fn() -> bool, block: &dyn Fn(&WorkerCtx)) {
+        /// Deepest nesting of waits in which a worker still runs other tasks.
+        const MAX_IO_NESTING: u32 = 32;
+        self.sched_point();
+        let depth = self.io_depth.get();
+        self.io_depth.set(depth + 1);
+        // Spins for work only until the first block: a blocker that wakes without its event
+        // looks once and blocks again.
+        let mut spin = true;
+        while !done() {
+            let job = match (depth < MAX_IO_NESTING, spin) {
+                (false, _) => None,
+                (true, true) => self.find_work_or_spin(Some(done)),
+                (true, false) => self.find_work(),
+            };
+            if let Some(job) = job {
+                self.execute(job);
+                spin = true;
+            } else if !done() {
+                block(self);
+                spin = false;
+            }
+        }
+        self.io_depth.set(depth);
+    }
+
+    /// Parks until notified (a latch of this worker set, or a hand-over of `crate::io`'s
+    /// blocker role). Not in the pool: the worker stays active.
+    pub(crate) fn park_notified(&self) {
+        self.notifier().wait();
     }
 
     /// Parks in the core's idle pool until woken: by new work when the core has no active

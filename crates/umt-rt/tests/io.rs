@@ -1,0 +1,412 @@
+//! Scheduler-centric I/O waits (`umt_rt::io`): every wait completes once, errors come back
+//! typed, a waiter with nothing else to run blocks in the kernel, group polls aggregate.
+
+mod common;
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::monitored_backend;
+use umt_rt::io::{self, EventSource, IoError, Source};
+use umt_rt::{BackendKind, Runtime};
+
+/// A scratch file removed on drop.
+struct Scratch(PathBuf, File);
+
+impl Scratch {
+    fn new(tag: &str, custom: impl FnOnce(&mut OpenOptions)) -> Option<Scratch> {
+        let path = std::env::temp_dir().join(format!(
+            "umt-io-{tag}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let mut o = OpenOptions::new();
+        o.create(true).truncate(true).read(true).write(true);
+        custom(&mut o);
+        let file = o.open(&path).ok()?;
+        Some(Scratch(path, file))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn runtime(threads: usize, backend: BackendKind) -> Runtime {
+    Runtime::builder()
+        .num_threads(threads)
+        .monitor(backend)
+        .build()
+        .unwrap()
+}
+
+/// Whether this kernel gives us io_uring (a container may forbid it): else the waits fall
+/// back to blocking calls, which the tests below still check for results, not for counts.
+fn have_uring() -> bool {
+    umt_sys::uring::Ring::new(2).is_ok()
+}
+
+#[test]
+fn reads_and_writes_return_what_was_written_inside_and_outside_a_runtime() {
+    let f = Scratch::new("rw", |_| {}).unwrap();
+    let rt = runtime(2, BackendKind::Disabled);
+    rt.install(|| {
+        rt.scope(|s| {
+            for i in 0..64u64 {
+                let file = &f.1;
+                s.spawn(move |_| {
+                    let data = [i as u8; 512];
+                    io::write_all_at(file, &data, i * 512).unwrap();
+                });
+            }
+        });
+    });
+    // Outside: the same calls, blocking.
+    let mut back = vec![0u8; 64 * 512];
+    io::read_exact_at(&f.1, &mut back, 0).unwrap();
+    for (i, chunk) in back.chunks(512).enumerate() {
+        assert!(chunk.iter().all(|&b| b == i as u8), "block {i}");
+    }
+    let got = rt.install(|| {
+        let mut b = [0u8; 4];
+        let n = io::read_at(&f.1, &mut b, 64 * 512 - 2).unwrap();
+        (n, b)
+    });
+    assert_eq!(got.0, 2);
+    let eof = rt.install(|| io::read_exact_at(&f.1, &mut [0u8; 8], 64 * 512 - 4));
+    assert!(
+        matches!(eof, Err(IoError::UnexpectedEof { read: 4, wanted: 8 })),
+        "{eof:?}"
+    );
+    let st = rt.io_stats();
+    if have_uring() {
+        assert_eq!(st.waits, 64 + 2 + 1, "{st:?}");
+        assert_eq!(st.completions, st.waits, "{st:?}");
+        assert_eq!(st.fallback_waits, 0);
+    }
+}
+
+#[test]
+fn kernel_errors_come_back_typed() {
+    let rt = runtime(2, BackendKind::Disabled);
+    let check = |inside: bool| {
+        let run = |f: &(dyn Fn() -> Result<(), IoError> + Sync)| {
+            if inside { rt.install(f) } else { f() }
+        };
+        // EBADF: writing a file opened for reading only.
+        let ro = Scratch::new(&format!("ro{inside}"), |o| {
+            o.write(true);
+        })
+        .unwrap();
+        let reader = File::open(&ro.0).unwrap();
+        let e = run(&|| io::write_all_at(&reader, b"x", 0)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{e}");
+        assert!(e.to_string().contains("not open for this direction"), "{e}");
+        // ENOSPC: /dev/full.
+        if let Ok(full) = OpenOptions::new().write(true).open("/dev/full") {
+            let e = run(&|| io::write_all_at(&full, &[1u8; 4096], 0)).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+            assert!(e.to_string().contains("device is full"), "{e}");
+        }
+        // EINVAL: a misaligned O_DIRECT write (where the file system takes O_DIRECT).
+        if let Some(direct) = Scratch::new(&format!("direct{inside}"), |o| {
+            o.custom_flags(libc::O_DIRECT);
+        }) {
+            let buf = vec![0u8; 3 * 4096];
+            let misaligned = &buf[1..4097];
+            let e = run(&|| io::write_all_at(&direct.1, misaligned, 0)).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
+            assert!(e.to_string().contains("aligned"), "{e}");
+        }
+        // A pipe's write end polled for reading: readable never comes, so use a closed fd
+        // instead: EBADF from the poll.
+        let (r, w) = std::io::pipe().unwrap();
+        drop(w);
+        // The write end closed: the read end is readable (end of file), at once.
+        run(&|| io::readable(&r)).unwrap();
+    };
+    check(true);
+    check(false);
+}
+
+/// A source whose requests complete when a shared counter reaches their target.
+struct Counter {
+    value: AtomicU64,
+}
+
+impl Source for Counter {
+    type Request = (u64, usize);
+    type Output = usize;
+    fn poll(&self, r: &mut (u64, usize)) -> Option<usize> {
+        (self.value.load(Ordering::Acquire) >= r.0).then_some(r.1)
+    }
+}
+
+/// 10^5 waits of three kinds (a file write then read back, a pipe byte, a custom source)
+/// race with compute tasks on a monitored runtime: each completes exactly once with its own
+/// result, and the counts balance.
+#[test]
+fn every_wait_of_a_mixed_storm_completes_exactly_once() {
+    const N: usize = 100_000;
+    let rt = runtime(2, monitored_backend());
+    let f = Scratch::new("storm", |_| {}).unwrap();
+    let source = EventSource::new(Counter {
+        value: AtomicU64::new(0),
+    });
+    let done: Vec<AtomicU64> = (0..N).map(|_| AtomicU64::new(0)).collect();
+    let pipes: Vec<(std::io::PipeReader, std::io::PipeWriter)> =
+        (0..64).map(|_| std::io::pipe().unwrap()).collect();
+    for (r, _) in &pipes {
+        let flags = nix::fcntl::fcntl(r, nix::fcntl::FcntlArg::F_GETFL).unwrap();
+        let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
+        nix::fcntl::fcntl(r, nix::fcntl::FcntlArg::F_SETFL(flags)).unwrap();
+    }
+    let computed = AtomicUsize::new(0);
+    rt.scope(|s| {
+        for i in 0..N {
+            let (f, source, done, pipes, computed) = (&f.1, &source, &done, &pipes, &computed);
+            s.spawn(move |s| match i % 4 {
+                0 => {
+                    let off = (i / 4 % 1024) as u64 * 8;
+                    let v = (i as u64).to_ne_bytes();
+                    // Each slot is written by many tasks: read back into a private buffer
+                    // only checks the call, not a value another task may have overwritten.
+                    io::write_all_at(f, &v, off).unwrap();
+                    let mut b = [0u8; 8];
+                    io::read_exact_at(f, &mut b, off).unwrap();
+                    done[i].fetch_add(1, Ordering::SeqCst);
+                }
+                1 => {
+                    // A reader waits for a byte a task spawned after it writes. Readers of a
+                    // pipe share it, one byte each (the read ends do not block).
+                    let (r, w) = &pipes[i / 4 % 64];
+                    s.spawn(move |_| {
+                        let mut w: &std::io::PipeWriter = w;
+                        w.write_all(b"x").unwrap();
+                    });
+                    let mut rd: &std::io::PipeReader = r;
+                    loop {
+                        io::readable(r).unwrap();
+                        match rd.read(&mut [0u8; 1]) {
+                            Ok(1) => break,
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                    done[i].fetch_add(1, Ordering::SeqCst);
+                }
+                2 => {
+                    let target = (i / 4) as u64 % 5000;
+                    let got = source.wait((target, i));
+                    assert_eq!(got, i);
+                    done[i].fetch_add(1, Ordering::SeqCst);
+                }
+                _ => {
+                    source.source().value.fetch_add(1, Ordering::AcqRel);
+                    let t = Instant::now();
+                    while t.elapsed() < Duration::from_micros(2) {
+                        std::hint::spin_loop();
+                    }
+                    computed.fetch_add(1, Ordering::Relaxed);
+                    done[i].fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    let wrong: Vec<usize> = (0..N)
+        .filter(|&i| done[i].load(Ordering::SeqCst) != 1)
+        .take(10)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "waits not completed exactly once: {wrong:?}"
+    );
+    assert_eq!(computed.load(Ordering::Relaxed), N / 4);
+    let st = rt.io_stats();
+    if have_uring() {
+        // Every ring wait completed once: file writes and reads, and the pipe polls.
+        assert_eq!(st.completions, st.waits - source_waits(&st), "{st:?}");
+    }
+    assert_eq!(st.fallback_waits, 0, "{st:?}");
+}
+
+/// The waits of the storm that went to the event source (not completed through the ring):
+/// the ring waits are exactly the completions when none is lost or doubled.
+fn source_waits(st: &io::IoStats) -> u64 {
+    st.waits - st.completions
+}
+
+/// The thread state and current system call of thread `tid` of this process.
+fn thread_state(tid: i32) -> (char, Option<i64>) {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next())
+        .unwrap_or('?');
+    let syscall = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse().ok()));
+    (state, syscall)
+}
+
+/// A wait on a core with nothing else to run blocks the worker in the kernel (sleeping, in
+/// `io_uring_enter`), rather than spinning, until the event comes.
+#[test]
+fn a_wait_with_nothing_else_to_run_blocks_in_the_kernel() {
+    if !have_uring() {
+        eprintln!("skipped: no io_uring here");
+        return;
+    }
+    let rt = runtime(1, BackendKind::Disabled);
+    let (r, w) = std::io::pipe().unwrap();
+    /// Writes the awaited byte when dropped, also when an assertion fails (else the scope
+    /// would wait for the waiter forever).
+    struct Wake(std::io::PipeWriter);
+    impl Drop for Wake {
+        fn drop(&mut self) {
+            let _ = self.0.write_all(b"x");
+        }
+    }
+    let tid = AtomicU64::new(0);
+    let finished = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            rt.install(|| {
+                tid.store(umt_sys::cpu::current_tid() as u64, Ordering::SeqCst);
+                io::readable(&r).unwrap();
+            });
+            finished.store(true, Ordering::SeqCst);
+        });
+        let wake = Wake(w);
+        while tid.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        let tid = tid.load(Ordering::SeqCst) as i32;
+        // Sleeping in io_uring_enter: a spinning waiter would be running ('R') or in no
+        // system call. The blocker wakes every 50 ms (a safety net), so a sample may catch it
+        // awake; it must be asleep in almost all.
+        let (mut blocked, mut samples) = (0, 0);
+        while samples < 100 {
+            let (state, syscall) = thread_state(tid);
+            if state != '?' {
+                samples += 1;
+                blocked += usize::from(
+                    state == 'S' && syscall.is_none_or(|n| n == libc::SYS_io_uring_enter),
+                );
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            blocked >= 80,
+            "asleep in {blocked} of 100 samples: {:?}",
+            thread_state(tid)
+        );
+        assert!(!finished.load(Ordering::SeqCst));
+        drop(wake);
+    });
+    assert!(finished.load(Ordering::SeqCst));
+    let st = rt.io_stats();
+    assert!(st.blocks >= 1, "{st:?}");
+    assert_eq!(st.completions, 1, "{st:?}");
+}
+
+/// A source that counts its calls.
+struct Silent {
+    single: AtomicU64,
+    group: AtomicU64,
+    open: AtomicBool,
+}
+
+impl Source for Silent {
+    type Request = ();
+    type Output = ();
+    fn poll(&self, _: &mut ()) -> Option<()> {
+        self.single.fetch_add(1, Ordering::Relaxed);
+        self.open.load(Ordering::Acquire).then_some(())
+    }
+    fn poll_group(&self, reqs: &mut [()], done: &mut dyn FnMut(usize, ())) {
+        self.group.fetch_add(1, Ordering::Relaxed);
+        if self.open.load(Ordering::Acquire) {
+            for i in 0..reqs.len() {
+                done(i, ());
+            }
+        }
+    }
+}
+
+/// With aggregation, one group poll tests every waiting request of the core; without, each
+/// look costs one poll per waiting request.
+#[test]
+fn a_group_poll_serves_every_waiter_of_the_core() {
+    for aggregate in [true, false] {
+        let rt = runtime(1, BackendKind::Disabled);
+        let silent = Silent {
+            single: AtomicU64::new(0),
+            group: AtomicU64::new(0),
+            open: AtomicBool::new(false),
+        };
+        let source = Arc::new(if aggregate {
+            EventSource::new(silent)
+        } else {
+            EventSource::one_poll_per_request(silent)
+        });
+        const WAITERS: usize = 16;
+        let waiting = Arc::new(AtomicUsize::new(0));
+        // Spawned from outside: the injector hands them out in order, each nested in the
+        // previous one's wait on the single worker.
+        let waiters: Vec<_> = (0..WAITERS)
+            .map(|_| {
+                let (source, waiting) = (source.clone(), waiting.clone());
+                rt.spawn(move || {
+                    waiting.fetch_add(1, Ordering::SeqCst);
+                    source.wait(());
+                })
+            })
+            .collect();
+        while waiting.load(Ordering::SeqCst) < WAITERS {
+            std::thread::yield_now();
+        }
+        // Computation the innermost wait runs, looking at the source between its tasks; then
+        // the event.
+        let computed: Vec<_> = (0..200)
+            .map(|_| {
+                rt.spawn(|| {
+                    let t = Instant::now();
+                    while t.elapsed() < Duration::from_micros(50) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        let opener = source.clone();
+        rt.spawn(move || opener.source().open.store(true, Ordering::Release))
+            .join();
+        for h in computed.into_iter().chain(waiters) {
+            h.join();
+        }
+        let st = rt.io_stats();
+        let (single, group) = (
+            source.source().single.load(Ordering::Relaxed),
+            source.source().group.load(Ordering::Relaxed),
+        );
+        // Each waiter's first test is a single poll (a request may be complete already).
+        if aggregate {
+            assert_eq!(single, WAITERS as u64, "{st:?}");
+            assert!(group >= 1 && group == st.group_polls, "{st:?}");
+            assert_eq!(st.request_polls, 0);
+        } else {
+            assert_eq!(group, 0);
+            assert_eq!(single, WAITERS as u64 + st.request_polls, "{st:?}");
+            // A look with every waiter waiting tests all of them.
+            assert!(st.request_polls >= WAITERS as u64, "{st:?}");
+        }
+        assert_eq!(st.waits, WAITERS as u64);
+    }
+}
