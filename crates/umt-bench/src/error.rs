@@ -66,6 +66,14 @@ impl BenchError {
             _ => BenchError::Io { what, path, source },
         }
     }
+
+    /// [`BenchError::io`] for an error of [`umt_rt::io`]; the kernel's errno is kept.
+    pub fn wait(what: &'static str, path: &Path, e: umt_rt::io::IoError) -> BenchError {
+        match e {
+            umt_rt::io::IoError::Os { source, .. } => BenchError::io(what, path, source),
+            other => BenchError::io(what, path, std::io::Error::other(other)),
+        }
+    }
 }
 
 /// The errors the tasks of one run report. Tasks cannot return errors to the runtime, so they

@@ -499,6 +499,38 @@ impl SnapshotIo for Blocking {
     }
 }
 
+/// Snapshot I/O through umt-rt's scheduler-centric wait ([`umt_rt::io`]): the task's worker
+/// runs other tasks while its read or write is in flight (the umt-io runner).
+#[derive(Debug)]
+pub(crate) struct Waiting;
+
+impl SnapshotIo for Waiting {
+    fn write(
+        &self,
+        file: &File,
+        path: &Path,
+        offset: u64,
+        buf: AlignedBuf,
+    ) -> Result<(), BenchError> {
+        umt_rt::io::write_all_at(file, buf.as_slice(), offset)
+            .map_err(|e| BenchError::wait("writing", path, e))
+    }
+
+    fn read(
+        &self,
+        file: &File,
+        path: &Path,
+        offset: u64,
+        out: &mut [f64],
+    ) -> Result<(), BenchError> {
+        let mut buf = AlignedBuf::new(out.len() * 8);
+        umt_rt::io::read_exact_at(file, buf.as_mut_slice(), offset)
+            .map_err(|e| BenchError::wait("reading", path, e))?;
+        buf.copy_to_f64s(out);
+        Ok(())
+    }
+}
+
 /// Which parts of the workload to run: everything, or the compute or the I/O alone (the two
 /// runs of the overlap bound).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -621,6 +653,11 @@ pub fn run(rt: &Runtime, p: &FwiParams, part: Part) -> Result<FwiRun, BenchError
     run_with(rt, p, part, &Blocking)
 }
 
+/// Runs the workload on `rt`, its snapshot I/O through umt-rt's scheduler-centric wait.
+pub fn run_io(rt: &Runtime, p: &FwiParams, part: Part) -> Result<FwiRun, BenchError> {
+    run_with(rt, p, part, &Waiting)
+}
+
 /// Runs the workload on `rt`, its snapshots moved by `io`.
 ///
 /// Forward, every `iof` steps, one task per slice copies the velocity slice out (holding it
@@ -739,6 +776,14 @@ mod tests {
             dir,
             io,
         }
+    }
+
+    /// The umt-io runner: snapshots written and read through `umt_rt::io`.
+    #[test]
+    fn waiting_run_is_bit_identical() {
+        let rt = Runtime::new().unwrap();
+        crate::testutil::check_fwi_port(|p| run_io(&rt, p, Part::All));
+        assert!(rt.io_stats().waits + rt.io_stats().fallback_waits > 0);
     }
 
     #[test]

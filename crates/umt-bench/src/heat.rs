@@ -288,6 +288,19 @@ impl Grid {
             self.read(bi, bj).as_slice(),
         )
     }
+
+    /// [`Grid::write_block`] through umt-rt's scheduler-centric wait ([`umt_rt::io`]).
+    fn write_block_waiting(
+        &self,
+        bi: usize,
+        bj: usize,
+        file: &File,
+        path: &Path,
+    ) -> Result<(), BenchError> {
+        let block = self.read(bi, bj);
+        umt_rt::io::write_all_at(file, block.as_slice(), self.offset(bi, bj))
+            .map_err(|e| BenchError::wait("writing", path, e))
+    }
 }
 
 /// The grid after `iters` iterations of a sequential blocked sweep: the reference.
@@ -407,6 +420,12 @@ pub fn run_staged(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
     run_with(rt, p, Checkpoints::Staged(&write), || Ok(()))
 }
 
+/// [`run`], with each checkpoint block written in place through umt-rt's scheduler-centric
+/// wait ([`umt_rt::io`]) instead of a blocking `pwrite`: the umt-io runner.
+pub fn run_io(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
+    run_with(rt, p, Checkpoints::InPlaceWaiting, || Ok(()))
+}
+
 /// A checkpoint writer for staged blocks: `(file, path, byte offset, staged block)`.
 pub(crate) type WriteFn<'a> =
     dyn Fn(&File, &Path, u64, AlignedBuf) -> Result<(), BenchError> + Sync + 'a;
@@ -417,6 +436,9 @@ pub(crate) enum Checkpoints<'a> {
     /// block's next update waits for the write. A runtime that keeps its cores busy while a
     /// worker blocks needs nothing more, and pays no copy.
     InPlace,
+    /// As `InPlace`, the write through [`umt_rt::io`]: the writing task's worker runs other
+    /// tasks while the write is in flight, and blocks only when nothing else can run.
+    InPlaceWaiting,
     /// A task copies the block out (holding it only for the copy), and a second task hands the
     /// copy to the writer, which may return before the write completes (io_uring does).
     Staged(&'a WriteFn<'a>),
@@ -437,7 +459,7 @@ pub(crate) fn run_with(
     let errors = Errors::default();
     let staging: Vec<Staged> = match checkpoints {
         Checkpoints::Staged(_) => (0..nb * nb).map(|_| std::sync::Mutex::new(None)).collect(),
-        Checkpoints::InPlace => Vec::new(),
+        Checkpoints::InPlace | Checkpoints::InPlaceWaiting => Vec::new(),
     };
     let start = Instant::now();
     rt.scope(|s| {
@@ -458,6 +480,11 @@ pub(crate) fn run_with(
                         Checkpoints::InPlace => {
                             s.spawn_with([Access::read((bi, bj))], move |_| {
                                 errors.check(grid.write_block(bi, bj, file, path));
+                            });
+                        }
+                        Checkpoints::InPlaceWaiting => {
+                            s.spawn_with([Access::read((bi, bj))], move |_| {
+                                errors.check(grid.write_block_waiting(bi, bj, file, path));
                             });
                         }
                         Checkpoints::Staged(write) => {
@@ -564,6 +591,15 @@ mod tests {
         let m = sequential(&p, 5);
         assert!(m[0] > m[63 * 64], "top row warmer than bottom row");
         assert!(m.iter().all(|&x| (0.0..=TOP).contains(&x)));
+    }
+
+    /// The umt-io runner: checkpoints written through `umt_rt::io` on a monitored runtime
+    /// (or the blocking fallback without one) are bit-identical and read back.
+    #[test]
+    fn waiting_run_is_bit_identical_and_checkpoints_read_back() {
+        let rt = Runtime::new().unwrap();
+        crate::testutil::check_heat_port(|p| run_io(&rt, p));
+        assert!(rt.io_stats().waits + rt.io_stats().fallback_waits > 0);
     }
 
     #[test]

@@ -34,6 +34,10 @@ pub enum Runner {
     Tokio,
     /// The baseline runtime for the computation, the I/O submitted through io_uring.
     IoUring,
+    /// umt-rt with the perf backend, the I/O through its scheduler-centric wait
+    /// ([`umt_rt::io`]): the waiting task's worker runs other tasks and reaps its core's
+    /// io_uring between them, and blocks in it only when nothing else can run.
+    UmtIo,
 }
 
 /// How the umt-rt runners with a monitor run, beyond their backend (the
@@ -65,11 +69,13 @@ pub enum Engine {
     Tokio(tokio::runtime::Runtime),
     /// The baseline umt-rt runtime, for the io-uring runner.
     Uring(Runtime),
+    /// A monitored umt-rt runtime whose workloads wait for I/O through [`umt_rt::io`].
+    UmtIo(Runtime),
 }
 
 impl Runner {
     /// Every runner, in table order.
-    pub const ALL: [Runner; 9] = [
+    pub const ALL: [Runner; 10] = [
         Runner::Baseline,
         Runner::UmtPerf,
         Runner::UmtKernel,
@@ -79,6 +85,7 @@ impl Runner {
         Runner::Rayon4x,
         Runner::Tokio,
         Runner::IoUring,
+        Runner::UmtIo,
     ];
 
     /// Its name on the command line and in reports.
@@ -93,6 +100,7 @@ impl Runner {
             Runner::Rayon4x => "rayon-4x",
             Runner::Tokio => "tokio",
             Runner::IoUring => "io-uring",
+            Runner::UmtIo => "umt-io",
         }
     }
 
@@ -102,6 +110,7 @@ impl Runner {
             Runner::UmtPerf => Some(BackendKind::Perf),
             Runner::UmtKernel => Some(BackendKind::Kernel),
             Runner::UmtBpf => Some(BackendKind::Bpf),
+            Runner::UmtIo => Some(BackendKind::Perf),
             _ => None,
         }
     }
@@ -109,6 +118,12 @@ impl Runner {
     /// `Err(reason and fix)` when this machine cannot run it.
     pub fn available(self) -> Result<(), String> {
         match (self, self.backend()) {
+            (Runner::UmtIo, Some(b)) => {
+                Monitor::probe(b).map_err(|u| u.to_string())?;
+                umt_sys::uring::Ring::new(2)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
             (_, Some(b)) => Monitor::probe(b).map_err(|u| u.to_string()),
             (Runner::IoUring, _) => crate::port_uring::Uring::new()
                 .map(|_| ())
@@ -143,6 +158,7 @@ impl Runner {
             Runner::Rayon4x => crate::port_rayon::pool(4 * cores).map(Engine::Rayon),
             Runner::Tokio => crate::port_tokio::runtime(cores).map(Engine::Tokio),
             Runner::IoUring => umt().map(Engine::Uring),
+            Runner::UmtIo => umt().map(Engine::UmtIo),
             Runner::Baseline | Runner::UmtPerf | Runner::UmtKernel | Runner::UmtBpf => {
                 umt().map(Engine::Umt)
             }
@@ -193,6 +209,7 @@ pub fn run_heat(
         Engine::Rayon(pool) => crate::port_rayon::heat(pool, p),
         Engine::Tokio(rt) => crate::port_tokio::heat(rt, p),
         Engine::Uring(rt) => crate::port_uring::heat(rt, p),
+        Engine::UmtIo(rt) => crate::heat::run_io(rt, p),
     }
 }
 
@@ -206,6 +223,7 @@ pub fn run_fwi(
         Engine::Rayon(pool) => crate::port_rayon::fwi(pool, p),
         Engine::Tokio(rt) => crate::port_tokio::fwi(rt, p),
         Engine::Uring(rt) => crate::port_uring::fwi(rt, p),
+        Engine::UmtIo(rt) => crate::fwi::run_io(rt, p, crate::fwi::Part::All),
     }
 }
 
@@ -353,7 +371,7 @@ pub fn measure(
     let engine = runner.engine_with(umt)?;
     let cores = cores() as f64;
     let stats = |e: &Engine| match e {
-        Engine::Umt(rt) | Engine::Uring(rt) => Some(rt.stats()),
+        Engine::Umt(rt) | Engine::Uring(rt) | Engine::UmtIo(rt) => Some(rt.stats()),
         _ => None,
     };
     let cpu_before = cpu_time();
@@ -361,7 +379,9 @@ pub fn measure(
     let (elapsed, io_bytes) = work(&engine)?;
     let after = stats(&engine);
     let trace = match &engine {
-        Engine::Umt(rt) | Engine::Uring(rt) => rt.take_trace().map(std::sync::Arc::new),
+        Engine::Umt(rt) | Engine::Uring(rt) | Engine::UmtIo(rt) => {
+            rt.take_trace().map(std::sync::Arc::new)
+        }
         _ => None,
     };
     drop(engine);
