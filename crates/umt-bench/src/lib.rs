@@ -7,8 +7,9 @@
 //! - [`fwi`]: the FWI mock-up, 3D velocity/stress propagation whose forward phase writes
 //!   snapshots and whose backward phase reads them back (IV-D);
 //! - [`runner`]: the runtimes compared (`baseline`, `umt-perf`, `umt-kernel`, `umt-bpf`, `rayon`,
-//!   `rayon-2x`, `rayon-4x`, `tokio`, `io-uring`; the ports are [`port_rayon`], [`port_tokio`],
-//!   [`port_uring`]) and one timed run;
+//!   `rayon-2x`, `rayon-4x`, `tokio`, `io-uring`, `umt-io`; the ports are [`port_rayon`],
+//!   [`port_tokio`], [`port_uring`]; `umt-io` is umt-rt's own code with its I/O through
+//!   [`umt_rt::io`]) and one timed run;
 //! - [`compare`]: every runner and the two bound runs, alternating, into a [`report::Report`];
 //! - [`bound`]: the overlap bound and the tight bound from the two bound runs;
 //! - [`calibrate`]: how often to checkpoint so that compute and I/O balance on this machine;
