@@ -107,6 +107,7 @@
 //! else can run there (seed 004).
 #![deny(missing_docs)]
 
+mod blocker;
 #[cfg(not(loom))]
 mod broadcast;
 #[cfg(not(loom))]

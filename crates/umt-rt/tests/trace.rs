@@ -99,9 +99,14 @@ fn a_busy_core_is_in_the_application_state() {
     rt.scope(|s| s.spawn(|_| spin(20_000)));
     let trace = rt.take_trace().unwrap();
     let spans = trace.spans(0);
-    let longest = spans.iter().max_by_key(|s| s.end_ns - s.start_ns).unwrap();
-    assert_eq!(longest.state, CoreState::Application);
-    assert!(longest.end_ns - longest.start_ns >= 20_000_000);
+    // The task's 20 ms are one application span (under load the worker may also have
+    // waited longer than that to start, idle, so it need not be the longest span).
+    assert!(
+        spans
+            .iter()
+            .any(|s| s.state == CoreState::Application && s.end_ns - s.start_ns >= 20_000_000),
+        "{spans:#?}"
+    );
     assert!(
         trace
             .records()

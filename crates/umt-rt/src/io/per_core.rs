@@ -1,7 +1,7 @@
 //! A core's waits: its ring, its waiting tasks, the blocker and the standby waiters, its event
 //! sources; the look at them (steps W2, W5) and the block (W4).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use umt_sys::clock::FastClock;
 use umt_sys::uring::Ring;
 
 use super::{IoStats, Op};
+use crate::blocker::BlockerRole;
 use crate::diag::Warning;
 use crate::registry::Registry;
 use crate::sync::lock;
@@ -64,10 +65,9 @@ pub(crate) struct CoreIo {
     ring_waits: AtomicUsize,
     /// When the last look started (the clock's nanoseconds).
     last_poll: AtomicU64,
-    /// A worker of this core is blocked in the kernel for the core's waits (W4).
-    blocker: AtomicBool,
-    /// Waiting workers of this core parked while another is the blocker.
-    standby: Mutex<Vec<usize>>,
+    /// Which worker of this core blocks in the kernel for the core's waits, and who stands
+    /// by (W4).
+    blocker: BlockerRole,
     /// Event-source groups with waiting requests on this core.
     groups: Mutex<Vec<Arc<dyn GroupPoll>>>,
     groups_len: AtomicUsize,
@@ -85,8 +85,7 @@ impl IoCores {
                         waits: AtomicUsize::new(0),
                         ring_waits: AtomicUsize::new(0),
                         last_poll: AtomicU64::new(0),
-                        blocker: AtomicBool::new(false),
-                        standby: Mutex::new(Vec::new()),
+                        blocker: BlockerRole::new(),
                         groups: Mutex::new(Vec::new()),
                         groups_len: AtomicUsize::new(0),
                         backoff_ns: AtomicU64::new(0),
@@ -274,11 +273,7 @@ impl CoreIo {
     /// group polls) until something completes, then looks; the others park until the blocker
     /// completes their wait or leaves.
     pub(crate) fn block(&self, reg: &Registry, ctx: &WorkerCtx, done: &dyn Fn() -> bool) {
-        if self
-            .blocker
-            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
+        if self.blocker.try_take() {
             if !done() {
                 let io = IoCores::of(reg);
                 io.counters.blocks.fetch_add(1, Ordering::Relaxed);
@@ -311,22 +306,11 @@ impl CoreIo {
                     self.backoff_ns.store(0, Ordering::Relaxed);
                 }
             }
-            self.blocker.store(false, Ordering::SeqCst);
             // Hand over: every standby waiter looks again, one becomes the blocker.
-            for &w in lock(&self.standby).iter() {
-                reg.notify(w);
-            }
+            self.blocker.release(|w| reg.notify(w));
         } else {
-            let me = ctx.index();
-            lock(&self.standby).push(me);
-            // The blocker left before it could see us: look again instead of parking.
-            if self.blocker.load(Ordering::SeqCst) && !done() {
-                ctx.park_notified();
-            }
-            let mut standby = lock(&self.standby);
-            if let Some(i) = standby.iter().position(|&w| w == me) {
-                standby.swap_remove(i);
-            }
+            self.blocker
+                .stand_by(ctx.index(), done, || ctx.park_notified());
         }
     }
 }
