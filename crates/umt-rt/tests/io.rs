@@ -233,8 +233,11 @@ fn every_wait_of_a_mixed_storm_completes_exactly_once() {
     if have_uring() {
         // Every ring wait completed once: file writes and reads, and the pipe polls.
         assert_eq!(st.completions, st.waits - source_waits(&st), "{st:?}");
+        assert_eq!(st.fallback_waits, 0, "{st:?}");
+    } else {
+        // Every file and pipe wait blocked in its system call instead (W6).
+        assert!(st.fallback_waits >= (N / 4 * 3) as u64, "{st:?}");
     }
-    assert_eq!(st.fallback_waits, 0, "{st:?}");
 }
 
 /// The waits of the storm that went to the event source (not completed through the ring):
