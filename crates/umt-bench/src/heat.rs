@@ -131,17 +131,17 @@ impl HeatParams {
 }
 
 /// The edges of a block's neighbours that its update reads.
-struct Halo {
-    up: Vec<f64>,
-    down: Vec<f64>,
-    left: Vec<f64>,
-    right: Vec<f64>,
+pub(crate) struct Halo {
+    pub(crate) up: Vec<f64>,
+    pub(crate) down: Vec<f64>,
+    pub(crate) left: Vec<f64>,
+    pub(crate) right: Vec<f64>,
 }
 
 /// Updates one block in place (row-major), given its neighbours' facing edges: the up and left
 /// ones already hold this iteration's values, the down and right ones the previous iteration's,
 /// exactly as in a sequential sweep.
-fn update_block(cells: &mut [f64], b: usize, h: &Halo) {
+pub(crate) fn update_block(cells: &mut [f64], b: usize, h: &Halo) {
     for i in 0..b {
         for j in 0..b {
             let up = if i == 0 {

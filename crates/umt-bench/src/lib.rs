@@ -16,7 +16,9 @@
 //! - [`report`]: medians, speedups, percent of the overlap bound, the table and the JSON;
 //! - [`plot`]: pictures: per-core timelines of a traced run, the comparison's bars;
 //! - [`service`]: a compression service beside heat, onloaded or spawned (seed 002);
-//! - [`error`]: what can go wrong, and how a run's tasks report it.
+//! - [`error`]: what can go wrong, and how a run's tasks report it;
+//! - `dist` (feature `mpi`): heat across MPI ranks, with halo messages that block or that
+//!   wait through [`umt_rt::io`].
 //!
 //! The `umt-bench` binary is the command line: `umt-bench heat|fwi|compare [...]`.
 //!
@@ -36,6 +38,8 @@
 pub mod bound;
 pub mod calibrate;
 pub mod compare;
+#[cfg(feature = "mpi")]
+pub mod dist;
 pub mod error;
 pub mod fwi;
 pub mod heat;

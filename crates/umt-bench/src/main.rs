@@ -204,6 +204,12 @@ struct HeatArgs {
     /// period takes about as long as writing its checkpoint on this machine).
     #[arg(long)]
     iof: Option<usize>,
+    /// Run across the ranks of `mpirun -np N umt-bench heat --mpi ...`: each rank a band of
+    /// block rows on its own cores, halo rows as MPI messages; rank 0 prints the table. Only
+    /// the umt-rt runtimes (umt-io's messages wait through umt_rt::io); --iof defaults to 2
+    /// and --iters to 20 (no calibration). Needs a build with `--features mpi`.
+    #[arg(long)]
+    mpi: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -348,6 +354,53 @@ fn run_heat(a: &HeatArgs) -> Result<Report, BenchError> {
     compare::heat(&p, &opts)
 }
 
+/// `heat --mpi`: the comparison across MPI ranks (`umt_bench::dist`).
+#[cfg(feature = "mpi")]
+fn run_heat_mpi(a: &HeatArgs) -> Result<(), BenchError> {
+    use umt_bench::dist::{Cluster, heat};
+    let cluster = Cluster::init()?;
+    let (dir, io) = a.common.io()?;
+    let iof = a.iof.unwrap_or(2);
+    let p = HeatParams {
+        n: a.size,
+        block: a.block,
+        iters: a.iters.unwrap_or(10 * iof),
+        iof: Some(iof),
+        io,
+        dir,
+    };
+    p.validate()?;
+    let runners: Vec<Runner> = if a.common.runtimes.is_empty() {
+        Runner::ALL
+            .into_iter()
+            .filter(|&r| heat::comm_of(r).is_some() && r.available().is_ok())
+            .collect()
+    } else {
+        a.common.runtimes.clone()
+    };
+    match heat::compare(&cluster, &p, &runners, a.common.repeat, a.common.verify) {
+        Ok(Some(runs)) => print!("{}", heat::table(&p, cluster.size() as usize, &runs)),
+        Ok(None) => {}
+        // The other ranks may wait for this one in a message or a barrier: stop them all
+        // rather than leave them (and MPI_Finalize here) waiting forever.
+        Err(e) => {
+            eprintln!("umt-bench: rank {}: {e}", cluster.rank());
+            cluster.abort(2);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_heat_mpi(_: &HeatArgs) -> Result<(), BenchError> {
+    Err(BenchError::InvalidParam(
+        "this umt-bench was built without MPI: build it with `cargo build --release -p \
+         umt-bench --features mpi` (needs an MPI, e.g. Debian's libopenmpi-dev and \
+         openmpi-bin, and libclang-dev) and run it under mpirun"
+            .into(),
+    ))
+}
+
 fn run_fwi(a: &FwiArgs) -> Result<Report, BenchError> {
     let opts = a.common.options()?;
     let (dir, io) = a.common.io()?;
@@ -447,6 +500,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let result = match cli.command {
+        Cmd::Heat(a) if a.mpi => run_heat_mpi(&a),
         Cmd::Heat(a) => run_heat(&a).and_then(|r| emit(&[r], &a.common)),
         Cmd::Fwi(a) => run_fwi(&a).and_then(|r| emit(&[r], &a.common)),
         Cmd::Compare(common) => {

@@ -1,0 +1,491 @@
+//! Heat across MPI ranks: each rank owns a band of block rows; the rows along a band's edges
+//! travel as one message per block column and direction per iteration.
+//!
+//! The sweep is the sequential one (block rows top to bottom, each left to right): a block's
+//! update reads this iteration's row above and the previous iteration's row below. So, per
+//! iteration `t` and block column `bj`, rank `r`:
+//! 1. receives from `r - 1` the last row of its band's block `(r0 - 1, bj)` at `t` (tag
+//!    `2 bj + 1`), and, from `t = 2`, from `r + 1` the first row of block `(r1, bj)` at `t - 1`
+//!    (tag `2 bj`): tasks that write the ghost rows;
+//! 2. updates its blocks (the first and last block rows read the ghost rows);
+//! 3. sends the last row of `(r1 - 1, bj)` down and, but in the last iteration, the first row
+//!    of `(r0, bj)` up.
+//!
+//! The receives of iteration `t` depend on every send of iteration `t - 1` having started
+//! (dataflow keys `SENT`): a rank waiting in a receive has already posted every message its
+//! neighbours need before they can send the one it waits for, so the exchange cannot
+//! deadlock even with one worker per rank blocked in `MPI_Recv`. Sends never block the task:
+//! with [`Comm::Blocking`] they copy the row and post an `MPI_Isend` completed at the end of
+//! the run; with [`Comm::Waiting`] the task waits for its own send through [`umt_rt::io`].
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use mpi::collective::CommunicatorCollectives;
+use mpi::traits::{Communicator, Root};
+use umt_rt::{Access, Runtime};
+
+use super::{Cluster, Comm, Link, source};
+use crate::error::{BenchError, Errors};
+use crate::heat::{Halo, HeatParams, TOP, block_deps, update_block};
+use crate::io::{AlignedBuf, TempPath, create_file};
+
+/// Dataflow keys beside the blocks' `(bi, bj)`.
+const GHOST_UP: u64 = 1 << 40;
+const GHOST_DOWN: u64 = 2 << 40;
+const SENT: u64 = 3 << 40;
+
+/// The block rows `[r0, r1)` of `rank` among `size` ranks, for `nb` block rows.
+pub fn band(nb: usize, size: usize, rank: usize) -> (usize, usize) {
+    (rank * nb / size, (rank + 1) * nb / size)
+}
+
+/// This rank's blocks and the rows next to its band.
+struct Band {
+    nb: usize,
+    b: usize,
+    r0: usize,
+    r1: usize,
+    blocks: Vec<RwLock<AlignedBuf>>,
+    /// Per block column: the row above the band (from the rank above, this iteration).
+    ghost_up: Vec<RwLock<Vec<f64>>>,
+    /// Per block column: the row below the band (from the rank below, last iteration).
+    ghost_down: Vec<RwLock<Vec<f64>>>,
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Band {
+    fn new(p: &HeatParams, r0: usize, r1: usize) -> Band {
+        let (nb, b) = (p.blocks(), p.block);
+        Band {
+            nb,
+            b,
+            r0,
+            r1,
+            blocks: (0..(r1 - r0) * nb)
+                .map(|_| RwLock::new(AlignedBuf::zeroed_f64s(b * b)))
+                .collect(),
+            ghost_up: (0..nb).map(|_| RwLock::new(vec![0.0; b])).collect(),
+            // The grid starts at 0.0: the first iteration reads that from below.
+            ghost_down: (0..nb).map(|_| RwLock::new(vec![0.0; b])).collect(),
+        }
+    }
+
+    fn block(&self, bi: usize, bj: usize) -> &RwLock<AlignedBuf> {
+        &self.blocks[(bi - self.r0) * self.nb + bj]
+    }
+
+    fn row(&self, bi: usize, bj: usize, i: usize) -> Vec<f64> {
+        let b = self.b;
+        read(self.block(bi, bj)).as_f64s()[i * b..(i + 1) * b].to_vec()
+    }
+
+    fn halo(&self, bi: usize, bj: usize) -> Halo {
+        let (b, nb) = (self.b, self.nb);
+        let col = |bj: usize, j: usize| {
+            let blk = read(self.block(bi, bj));
+            let blk = blk.as_f64s();
+            (0..b).map(|i| blk[i * b + j]).collect()
+        };
+        Halo {
+            up: if bi == 0 {
+                vec![TOP; b]
+            } else if bi == self.r0 {
+                read(&self.ghost_up[bj]).clone()
+            } else {
+                self.row(bi - 1, bj, b - 1)
+            },
+            down: if bi + 1 == nb {
+                vec![0.0; b]
+            } else if bi + 1 == self.r1 {
+                read(&self.ghost_down[bj]).clone()
+            } else {
+                self.row(bi + 1, bj, 0)
+            },
+            left: if bj == 0 {
+                vec![0.0; b]
+            } else {
+                col(bj - 1, b - 1)
+            },
+            right: if bj + 1 == nb {
+                vec![0.0; b]
+            } else {
+                col(bj + 1, 0)
+            },
+        }
+    }
+
+    fn update(&self, bi: usize, bj: usize) {
+        let halo = self.halo(bi, bj);
+        update_block(write(self.block(bi, bj)).as_f64s_mut(), self.b, &halo);
+    }
+
+    /// The band's cells, row-major (the rows `r0 * b .. r1 * b` of the whole grid).
+    fn rows(&self) -> Vec<f64> {
+        let (b, nb) = (self.b, self.nb);
+        let n = b * nb;
+        let mut m = vec![0.0; (self.r1 - self.r0) * b * n];
+        for bi in self.r0..self.r1 {
+            for bj in 0..nb {
+                let blk = read(self.block(bi, bj));
+                let blk = blk.as_f64s();
+                for i in 0..b {
+                    let at = ((bi - self.r0) * b + i) * n + bj * b;
+                    m[at..at + b].copy_from_slice(&blk[i * b..(i + 1) * b]);
+                }
+            }
+        }
+        m
+    }
+
+    /// Writes block `(bi, bj)` to this rank's checkpoint file (its blocks, block-major).
+    fn write_block(
+        &self,
+        bi: usize,
+        bj: usize,
+        file: &File,
+        path: &Path,
+    ) -> Result<(), BenchError> {
+        let off = (((bi - self.r0) * self.nb + bj) * self.b * self.b * 8) as u64;
+        crate::io::write_bytes(file, path, off, read(self.block(bi, bj)).as_slice())
+    }
+}
+
+/// What one rank's run produced.
+#[derive(Debug)]
+pub struct DistRun {
+    /// Wall time between the barriers around the run (the slowest rank's time).
+    pub elapsed: Duration,
+    /// `fwi::checksum` of this rank's band of the final grid, row-major.
+    pub checksum: u64,
+    /// Seconds this rank's tasks spent in sends and receives.
+    pub seconds_in_mpi: f64,
+    /// Bytes this rank wrote to its checkpoints.
+    pub bytes_written: u64,
+}
+
+/// Tag of a row sent up (the first row of a band) for block column `bj`.
+fn tag_up(bj: usize) -> i32 {
+    (2 * bj) as i32
+}
+
+/// Tag of a row sent down (the last row of a band).
+fn tag_down(bj: usize) -> i32 {
+    (2 * bj + 1) as i32
+}
+
+/// Runs heat on `rt` as rank `cluster.rank()` of `cluster.size()`; every rank calls it with
+/// the same parameters. Checkpoints go to one file per rank and checkpoint.
+pub fn run(
+    rt: &Runtime,
+    cluster: &Cluster,
+    p: &HeatParams,
+    comm: Comm,
+) -> Result<DistRun, BenchError> {
+    p.validate()?;
+    let (rank, size) = (cluster.rank() as usize, cluster.size() as usize);
+    let nb = p.blocks();
+    if nb < size {
+        return Err(BenchError::InvalidParam(format!(
+            "{nb} block rows cannot be shared by {size} ranks: use a smaller block or fewer \
+             ranks"
+        )));
+    }
+    let (r0, r1) = band(nb, size, rank);
+    let band = Band::new(p, r0, r1);
+    let b = p.block;
+    let files: Vec<(usize, TempPath, File)> = p
+        .checkpoint_iters()
+        .into_iter()
+        .map(|it| {
+            let bytes = ((r1 - r0) * nb * b * b * 8) as u64;
+            let (path, file) = TempPath::create(p.new_checkpoint_path(it), |path| {
+                create_file(path, p.io, bytes)
+            })?;
+            Ok((it, path, file))
+        })
+        .collect::<Result<_, BenchError>>()?;
+    let link = Link::new(cluster, comm);
+    let errors = Errors::default();
+    // Blocking sends: posted, completed at the end (their rows copied).
+    let posted: Mutex<Vec<(source::RawRequest, Vec<f64>)>> = Mutex::new(Vec::new());
+    let (above, below) = (rank > 0, rank + 1 < size);
+    let (up_rank, down_rank) = (rank as i32 - 1, rank as i32 + 1);
+    cluster.world().barrier();
+    let start = Instant::now();
+    rt.scope(|s| {
+        let (band, link, errors, posted) = (&band, &link, &errors, &posted);
+        let mut next_ckpt = files.iter().peekable();
+        for t in 1..=p.iters {
+            // 1. The ghost rows, once every send of the previous iteration started.
+            let sent_before: Vec<Access> = if t >= 2 {
+                (0..2 * nb)
+                    .map(|k| Access::read((SENT, (t - 1) % 2, k)))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            for bj in 0..nb {
+                if above {
+                    let mut deps = sent_before.clone();
+                    deps.push(Access::write((GHOST_UP, bj)));
+                    s.spawn_with(deps, move |_| {
+                        link.recv(up_rank, tag_down(bj), &mut write(&band.ghost_up[bj]));
+                    });
+                }
+                if below && t >= 2 {
+                    let mut deps = sent_before.clone();
+                    deps.push(Access::write((GHOST_DOWN, bj)));
+                    s.spawn_with(deps, move |_| {
+                        link.recv(down_rank, tag_up(bj), &mut write(&band.ghost_down[bj]));
+                    });
+                }
+            }
+            // 2. The band's blocks.
+            for bi in r0..r1 {
+                for bj in 0..nb {
+                    let mut deps = block_deps(bi, bj, nb);
+                    if above && bi == r0 {
+                        deps.push(Access::read((GHOST_UP, bj)));
+                    }
+                    if below && bi + 1 == r1 {
+                        deps.push(Access::read((GHOST_DOWN, bj)));
+                    }
+                    s.spawn_with(deps, move |_| band.update(bi, bj));
+                }
+            }
+            // 3. The band's edge rows to the neighbours.
+            for bj in 0..nb {
+                let send = move |to: i32, tag: i32, row: Vec<f64>| match comm {
+                    Comm::Waiting => link.send(to, tag, &row),
+                    Comm::Blocking => {
+                        // SAFETY: the row moves into `posted`, which keeps it, unchanged,
+                        // until the request completes (waited for at the end of the run).
+                        let req = unsafe { link.post(to, tag, &row) };
+                        posted
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push((req, row));
+                    }
+                };
+                if below {
+                    let deps = [Access::read((r1 - 1, bj)), Access::write((SENT, t % 2, bj))];
+                    s.spawn_with(deps, move |_| {
+                        send(down_rank, tag_down(bj), band.row(r1 - 1, bj, b - 1));
+                    });
+                }
+                // The rank above reads this row in its next iteration: none after the last
+                // (an unreceived message would be matched by the next run's receive).
+                if above && t < p.iters {
+                    let deps = [
+                        Access::read((r0, bj)),
+                        Access::write((SENT, t % 2, nb + bj)),
+                    ];
+                    s.spawn_with(deps, move |_| {
+                        send(up_rank, tag_up(bj), band.row(r0, bj, 0));
+                    });
+                }
+            }
+            // Checkpoint: each block of the band, once this iteration updated it.
+            if let Some((_, path, file)) = next_ckpt.next_if(|(ci, _, _)| *ci == t) {
+                for bi in r0..r1 {
+                    for bj in 0..nb {
+                        s.spawn_with([Access::read((bi, bj))], move |_| {
+                            errors.check(band.write_block(bi, bj, file, path));
+                        });
+                    }
+                }
+            }
+        }
+    });
+    let mut posted = posted.into_inner().unwrap_or_else(|e| e.into_inner());
+    for (req, _row) in posted.iter_mut() {
+        link.wait_blocking(req);
+    }
+    cluster.world().barrier();
+    let elapsed = start.elapsed();
+    errors.first()?;
+    let bytes_written = files.len() as u64 * ((r1 - r0) * nb * b * b * 8) as u64;
+    Ok(DistRun {
+        elapsed,
+        checksum: crate::fwi::checksum(&band.rows()),
+        seconds_in_mpi: link.seconds_in_mpi(),
+        bytes_written,
+    })
+}
+
+/// The checksums every rank's band should have: those of the sequential reference's rows.
+pub fn reference_checksums(p: &HeatParams, size: usize) -> Vec<u64> {
+    let m = crate::heat::sequential(p, p.iters);
+    let (n, b, nb) = (p.n, p.block, p.blocks());
+    (0..size)
+        .map(|r| {
+            let (r0, r1) = band(nb, size, r);
+            crate::fwi::checksum(&m[r0 * b * n..r1 * b * n])
+        })
+        .collect()
+}
+
+/// Gathers every rank's checksum at rank 0 (`None` on the other ranks).
+pub fn gather_checksums(cluster: &Cluster, mine: u64) -> Option<Vec<u64>> {
+    let root = cluster.world().process_at_rank(0);
+    if cluster.rank() == 0 {
+        let mut all = vec![0u64; cluster.size() as usize];
+        root.gather_into_root(&mine, &mut all[..]);
+        Some(all)
+    } else {
+        root.gather_into(&mine);
+        None
+    }
+}
+
+/// One runner's result across the ranks, as rank 0 reports it.
+#[derive(Debug, Clone)]
+pub struct RankedRun {
+    /// The runner.
+    pub runtime: crate::runner::Runner,
+    /// Median wall time of the repeats.
+    pub median_seconds: f64,
+    /// Per rank, the median seconds its tasks spent in sends and receives.
+    pub seconds_in_mpi: Vec<f64>,
+}
+
+/// The runners `--mpi` takes: umt-rt's, each with a monitor or not; umt-io's halo messages
+/// wait through `umt_rt::io`, the others' block in MPI.
+pub fn comm_of(r: crate::runner::Runner) -> Option<Comm> {
+    use crate::runner::Runner::*;
+    match r {
+        Baseline | UmtPerf | UmtKernel | UmtBpf => Some(Comm::Blocking),
+        UmtIo => Some(Comm::Waiting),
+        _ => None,
+    }
+}
+
+/// Runs heat across the ranks on each of `runners`, `repeat` times, alternating; with
+/// `verify`, checks every run's bands against the sequential reference. Every rank calls it;
+/// rank 0 gets the results, the others `None`.
+pub fn compare(
+    cluster: &Cluster,
+    p: &HeatParams,
+    runners: &[crate::runner::Runner],
+    repeat: usize,
+    verify: bool,
+) -> Result<Option<Vec<RankedRun>>, BenchError> {
+    let size = cluster.size() as usize;
+    let reference = (verify && cluster.rank() == 0).then(|| reference_checksums(p, size));
+    let mut times = vec![Vec::new(); runners.len()];
+    let mut mpi = vec![vec![Vec::new(); size]; runners.len()];
+    for _ in 0..repeat {
+        for (k, &r) in runners.iter().enumerate() {
+            let comm = comm_of(r).ok_or_else(|| {
+                BenchError::InvalidParam(format!(
+                    "{r} cannot run across ranks: use baseline, umt-perf, umt-bpf, umt-kernel \
+                     or umt-io"
+                ))
+            })?;
+            let rt = match r.engine()? {
+                crate::runner::Engine::Umt(rt) | crate::runner::Engine::UmtIo(rt) => rt,
+                other => {
+                    return Err(BenchError::Runtime(format!("{r} is not umt-rt: {other:?}")));
+                }
+            };
+            let out = run(&rt, cluster, p, comm)?;
+            drop(rt);
+            let sums = gather_checksums(cluster, out.checksum);
+            let in_mpi = gather_f64(cluster, out.seconds_in_mpi);
+            if let (Some(sums), Some(want)) = (&sums, &reference)
+                && sums != want
+            {
+                return Err(BenchError::Runtime(format!(
+                    "{r}: the bands' checksums {sums:x?} differ from the sequential \
+                     reference's {want:x?}"
+                )));
+            }
+            times[k].push(out.elapsed.as_secs_f64());
+            if let Some(in_mpi) = in_mpi {
+                for (rank, s) in in_mpi.into_iter().enumerate() {
+                    mpi[k][rank].push(s);
+                }
+            }
+        }
+    }
+    if cluster.rank() != 0 {
+        return Ok(None);
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    Ok(Some(
+        runners
+            .iter()
+            .zip(times.into_iter().zip(mpi))
+            .map(|(&runtime, (t, m))| RankedRun {
+                runtime,
+                median_seconds: median(t),
+                seconds_in_mpi: m.into_iter().map(median).collect(),
+            })
+            .collect(),
+    ))
+}
+
+/// Gathers one `f64` per rank at rank 0.
+fn gather_f64(cluster: &Cluster, mine: f64) -> Option<Vec<f64>> {
+    let root = cluster.world().process_at_rank(0);
+    if cluster.rank() == 0 {
+        let mut all = vec![0.0f64; cluster.size() as usize];
+        root.gather_into_root(&mine, &mut all[..]);
+        Some(all)
+    } else {
+        root.gather_into(&mine);
+        None
+    }
+}
+
+/// The table rank 0 prints.
+pub fn table(p: &HeatParams, ranks: usize, runs: &[RankedRun]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "heat across {ranks} ranks: {0}x{0} cells, block {1}, {2} iterations, a checkpoint \
+         every {3} ({4:?}); medians",
+        p.n,
+        p.block,
+        p.iters,
+        p.iof.map_or("-".to_string(), |i| i.to_string()),
+        p.io
+    );
+    let _ = writeln!(
+        s,
+        "{:<10} {:>9} {:>8}  seconds in sends and receives per rank (umt-io: its waits, \
+         which run other tasks meanwhile)",
+        "runtime", "median s", "speedup"
+    );
+    let base = runs.first().map_or(0.0, |r| r.median_seconds);
+    for r in runs {
+        let per_rank: Vec<String> = r.seconds_in_mpi.iter().map(|s| format!("{s:.3}")).collect();
+        let _ = writeln!(
+            s,
+            "{:<10} {:>9.3} {:>7.2}x  {}",
+            r.runtime.name(),
+            r.median_seconds,
+            if r.median_seconds > 0.0 {
+                base / r.median_seconds
+            } else {
+                0.0
+            },
+            per_rank.join(" ")
+        );
+    }
+    s
+}
