@@ -1,6 +1,7 @@
 //! Heat across MPI ranks (`umt-bench heat --mpi`, feature `mpi`), run under the system's
 //! `mpirun`: every runner's bands are bit-identical to the sequential reference (`--verify`),
-//! with 2 and 3 ranks, and an error on one rank ends every rank instead of a hang.
+//! with 2 and 3 ranks, on one host and on two "hosts" (network namespaces joined by a veth
+//! pair, the halo over TCP), and an error on one rank ends every rank instead of a hang.
 //!
 //! Skipped, saying why, where `mpirun` is missing, unless `UMT_REQUIRE_MPI=1` (CI sets it).
 #![cfg(feature = "mpi")]
@@ -117,4 +118,134 @@ fn an_error_ends_every_rank() {
     assert!(!out.status.success());
     assert_ne!(out.status.code(), Some(124), "timed out: {stderr}");
     assert!(stderr.contains("cannot be shared by 3 ranks"), "{stderr}");
+}
+
+/// Two network namespaces joined by a veth pair, with addresses of a private range inside
+/// them only; removed on drop (removing a namespace removes its end of the pair).
+struct TwoHosts {
+    ns: [String; 2],
+    ifaces: [String; 2],
+    subnet: String,
+}
+
+impl TwoHosts {
+    /// Makes them, or says why it cannot (not root, no `ip`, no network namespaces).
+    fn new() -> Result<TwoHosts, String> {
+        let id = std::process::id();
+        let h = TwoHosts {
+            ns: [format!("umt-mpi-{id}-a"), format!("umt-mpi-{id}-b")],
+            ifaces: [
+                format!("umtv{}a", id % 100_000),
+                format!("umtv{}b", id % 100_000),
+            ],
+            subnet: format!("10.213.{}", id % 250),
+        };
+        let ip = |args: &[&str]| -> Result<(), String> {
+            let out = Command::new("ip")
+                .args(args)
+                .output()
+                .map_err(|e| format!("ip: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "ip {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        };
+        let (a, b) = (&h.ns[0], &h.ns[1]);
+        let (va, vb) = (&h.ifaces[0], &h.ifaces[1]);
+        ip(&["netns", "add", a])?;
+        ip(&["netns", "add", b])?;
+        ip(&["link", "add", va, "type", "veth", "peer", "name", vb])?;
+        ip(&["link", "set", va, "netns", a])?;
+        ip(&["link", "set", vb, "netns", b])?;
+        for (k, (ns, v)) in [(a, va), (b, vb)].into_iter().enumerate() {
+            let addr = format!("{}.{}/24", h.subnet, k + 1);
+            ip(&["-n", ns, "addr", "add", &addr, "dev", v])?;
+            ip(&["-n", ns, "link", "set", v, "up"])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(h)
+    }
+}
+
+impl Drop for TwoHosts {
+    fn drop(&mut self) {
+        for ns in &self.ns {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+}
+
+/// Two ranks, one per namespace: mpirun and rank 0 in the first, rank 1 started in the
+/// second; PMIx and the MPI traffic (TCP only, no shared memory) cross the veth pair. Where
+/// namespaces cannot be made, says why and runs the two ranks on this host instead.
+#[test]
+fn two_hosts_joined_by_a_network_match_the_reference() {
+    let hosts = match TwoHosts::new() {
+        Ok(h) => h,
+        Err(why) => {
+            eprintln!("no network namespaces here ({why}): two ranks on this host instead");
+            return check(2, "baseline,umt-io");
+        }
+    };
+    if Command::new("mpirun").arg("--version").output().is_err() {
+        assert!(
+            std::env::var_os("UMT_REQUIRE_MPI").is_none(),
+            "mpirun is missing"
+        );
+        eprintln!("skipped: no mpirun here");
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_umt-bench");
+    let args = small("baseline,umt-perf,umt-io");
+    let net = format!("{}.0/24", hosts.subnet);
+    let out = Command::new("timeout")
+        .args(["240", "ip", "netns", "exec", &hosts.ns[0], "mpirun"])
+        .args(["--oversubscribe", "--mca", "btl", "tcp,self"])
+        .args(["--mca", "btl_tcp_if_include", &net])
+        .args(["--mca", "oob_tcp_if_include", &hosts.ifaces[0]])
+        .args(["-np", "1", bin])
+        .args(&args)
+        .args([":", "-np", "1", "ip", "netns", "exec", &hosts.ns[1], bin])
+        .args(&args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        // The ranks reach mpirun's PMIx server over the veth pair, not its loopback.
+        .env("PMIX_MCA_ptl_tcp_if_include", &hosts.ifaces[0])
+        .env("PMIX_MCA_ptl_tcp_remote_connections", "1")
+        .output()
+        .expect("run mpirun");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("heat across 2 ranks"), "{stdout}");
+    for r in ["baseline", "umt-perf", "umt-io"] {
+        assert!(stdout.lines().any(|l| l.starts_with(r)), "{r}: {stdout}");
+    }
+    // The halos crossed the veth pair: 3 runtimes x 2 repeats x 6 iterations x 8 block
+    // columns of 64 values, down (and but the last iteration up), at least.
+    let sent = Command::new("ip")
+        .args(["netns", "exec", &hosts.ns[1], "cat"])
+        .arg(format!(
+            "/sys/class/net/{}/statistics/tx_bytes",
+            hosts.ifaces[1]
+        ))
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap_or(0);
+    let halo_bytes = 3 * 2 * 5 * 8 * 64 * 8;
+    assert!(
+        sent >= halo_bytes,
+        "{sent} bytes left rank 1's host, < {halo_bytes}"
+    );
 }
