@@ -74,9 +74,17 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
     };
     // This thread's trace records (`Builder::trace`), handed over before each wait.
     let trace = LocalTrace::default();
-    let record = |kind: TraceKind| {
+    // The count a record carries: the one the leader acted on where it acted (a spare woken
+    // for a core at 0 says 0, even if the spare already runs when the record is written,
+    // as it may with live counts), else the count when recorded.
+    let record_with = |kind: TraceKind, ready: i64| {
         if let Some(rec) = &reg.trace {
-            trace.record(rec, own, TraceThread::Leader, kind, reg.monitor.ready(cpu));
+            trace.record(rec, own, TraceThread::Leader, kind, ready);
+        }
+    };
+    let record = |kind: TraceKind| {
+        if reg.trace.is_some() {
+            record_with(kind, reg.monitor.ready(cpu));
         }
     };
     while !reg.terminate.load(Ordering::Acquire) {
@@ -139,7 +147,7 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
                 }
                 _ => {
                     if fill(&reg, own, seen, &starter) {
-                        record(TraceKind::SpareWoken);
+                        record_with(TraceKind::SpareWoken, ready);
                     }
                 }
             }
