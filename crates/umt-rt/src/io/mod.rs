@@ -18,9 +18,10 @@
 //! (said once), the same calls block the caller in the corresponding system call.
 //!
 //! Like [`join`](crate::join), a wait runs other tasks on its worker's stack: a waiting task
-//! resumes once those tasks return. A task must therefore not wait for an event that only the
-//! rest of a task it may run meanwhile would produce (a reader that waits on a pipe whose writer
-//! is itself waiting, below it, for that reader's progress).
+//! resumes once those tasks return. Waits are for events from outside the runtime's tasks (the
+//! kernel, the network, another thread): a task should not wait for an event that only another
+//! task of the runtime would produce, for each worker holds at most 32 nested waits and each
+//! core a bounded number of workers, and such waits can take them all (`io/README.md`).
 //!
 //! ```
 //! use std::io::Write;
