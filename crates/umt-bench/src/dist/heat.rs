@@ -147,16 +147,24 @@ impl Band {
         m
     }
 
-    /// Writes block `(bi, bj)` to this rank's checkpoint file (its blocks, block-major).
+    /// Writes block `(bi, bj)` to this rank's checkpoint file (its blocks, block-major): with
+    /// a blocking `pwrite`, or through [`umt_rt::io`] for [`Comm::Waiting`] (umt-io's runs
+    /// wait for all their I/O there).
     fn write_block(
         &self,
         bi: usize,
         bj: usize,
         file: &File,
         path: &Path,
+        comm: Comm,
     ) -> Result<(), BenchError> {
         let off = (((bi - self.r0) * self.nb + bj) * self.b * self.b * 8) as u64;
-        crate::io::write_bytes(file, path, off, read(self.block(bi, bj)).as_slice())
+        let block = read(self.block(bi, bj));
+        match comm {
+            Comm::Blocking => crate::io::write_bytes(file, path, off, block.as_slice()),
+            Comm::Waiting => umt_rt::io::write_all_at(file, block.as_slice(), off)
+                .map_err(|e| BenchError::wait("writing", path, e)),
+        }
     }
 }
 
@@ -300,7 +308,7 @@ pub fn run(
                 for bi in r0..r1 {
                     for bj in 0..nb {
                         s.spawn_with([Access::read((bi, bj))], move |_| {
-                            errors.check(band.write_block(bi, bj, file, path));
+                            errors.check(band.write_block(bi, bj, file, path, comm));
                         });
                     }
                 }
