@@ -273,33 +273,24 @@ impl Grid {
     }
 
     /// Writes block `(bi, bj)` at its place in a checkpoint file, straight from the grid:
-    /// the caller must keep the block unchanged until this returns (a read access does).
+    /// the caller must keep the block unchanged until this returns (a read access does). With
+    /// `waiting`, through umt-rt's scheduler-centric wait ([`umt_rt::io`]) instead of a
+    /// blocking `pwrite`.
     fn write_block(
         &self,
         bi: usize,
         bj: usize,
         file: &File,
         path: &Path,
+        waiting: bool,
     ) -> Result<(), BenchError> {
-        crate::io::write_bytes(
-            file,
-            path,
-            self.offset(bi, bj),
-            self.read(bi, bj).as_slice(),
-        )
-    }
-
-    /// [`Grid::write_block`] through umt-rt's scheduler-centric wait ([`umt_rt::io`]).
-    fn write_block_waiting(
-        &self,
-        bi: usize,
-        bj: usize,
-        file: &File,
-        path: &Path,
-    ) -> Result<(), BenchError> {
-        let block = self.read(bi, bj);
-        umt_rt::io::write_all_at(file, block.as_slice(), self.offset(bi, bj))
-            .map_err(|e| BenchError::wait("writing", path, e))
+        let (block, offset) = (self.read(bi, bj), self.offset(bi, bj));
+        if waiting {
+            umt_rt::io::write_all_at(file, block.as_slice(), offset)
+                .map_err(|e| BenchError::wait("writing", path, e))
+        } else {
+            crate::io::write_bytes(file, path, offset, block.as_slice())
+        }
     }
 }
 
@@ -479,12 +470,12 @@ pub(crate) fn run_with(
                     match checkpoints {
                         Checkpoints::InPlace => {
                             s.spawn_with([Access::read((bi, bj))], move |_| {
-                                errors.check(grid.write_block(bi, bj, file, path));
+                                errors.check(grid.write_block(bi, bj, file, path, false));
                             });
                         }
                         Checkpoints::InPlaceWaiting => {
                             s.spawn_with([Access::read((bi, bj))], move |_| {
-                                errors.check(grid.write_block_waiting(bi, bj, file, path));
+                                errors.check(grid.write_block(bi, bj, file, path, true));
                             });
                         }
                         Checkpoints::Staged(write) => {
@@ -526,7 +517,7 @@ pub fn io_only(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
         for (_, path, file) in &files {
             for bi in 0..nb {
                 for bj in 0..nb {
-                    s.spawn(move |_| errors.check(grid.write_block(bi, bj, file, path)));
+                    s.spawn(move |_| errors.check(grid.write_block(bi, bj, file, path, false)));
                 }
             }
         }
