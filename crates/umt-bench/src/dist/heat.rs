@@ -16,18 +16,19 @@
 //! neighbours need before they can send the one it waits for, so the exchange cannot
 //! deadlock even with one worker per rank blocked in `MPI_Recv`. Sends never block the task:
 //! with [`Comm::Blocking`] they copy the row and post an `MPI_Isend` completed at the end of
-//! the run; with [`Comm::Waiting`] the task waits for its own send through [`umt_rt::io`].
+//! the run ([`Link::finish`]); with [`Comm::Waiting`] the task waits for its own send through
+//! [`umt_rt::io`].
 
 use std::fs::File;
 use std::path::Path;
-use std::sync::{Mutex, RwLock};
+use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use mpi::collective::CommunicatorCollectives;
 use mpi::traits::{Communicator, Root};
 use umt_rt::{Access, Runtime};
 
-use super::{Cluster, Comm, Link, source};
+use super::{Cluster, Comm, Link};
 use crate::error::{BenchError, Errors};
 use crate::heat::{Halo, HeatParams, TOP, block_deps, update_block};
 use crate::io::{AlignedBuf, TempPath, create_file};
@@ -224,14 +225,12 @@ pub fn run(
         .collect::<Result<_, BenchError>>()?;
     let link = Link::new(cluster, comm);
     let errors = Errors::default();
-    // Blocking sends: posted, completed at the end (their rows copied).
-    let posted: Mutex<Vec<(source::RawRequest, Vec<f64>)>> = Mutex::new(Vec::new());
     let (above, below) = (rank > 0, rank + 1 < size);
     let (up_rank, down_rank) = (rank as i32 - 1, rank as i32 + 1);
     cluster.world().barrier();
     let start = Instant::now();
     rt.scope(|s| {
-        let (band, link, errors, posted) = (&band, &link, &errors, &posted);
+        let (band, link, errors) = (&band, &link, &errors);
         let mut next_ckpt = files.iter().peekable();
         for t in 1..=p.iters {
             // 1. The ghost rows, once every send of the previous iteration started.
@@ -273,22 +272,10 @@ pub fn run(
             }
             // 3. The band's edge rows to the neighbours.
             for bj in 0..nb {
-                let send = move |to: i32, tag: i32, row: Vec<f64>| match comm {
-                    Comm::Waiting => link.send(to, tag, &row),
-                    Comm::Blocking => {
-                        // SAFETY: the row moves into `posted`, which keeps it, unchanged,
-                        // until the request completes (waited for at the end of the run).
-                        let req = unsafe { link.post(to, tag, &row) };
-                        posted
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push((req, row));
-                    }
-                };
                 if below {
                     let deps = [Access::read((r1 - 1, bj)), Access::write((SENT, t % 2, bj))];
                     s.spawn_with(deps, move |_| {
-                        send(down_rank, tag_down(bj), band.row(r1 - 1, bj, b - 1));
+                        link.send(down_rank, tag_down(bj), &band.row(r1 - 1, bj, b - 1));
                     });
                 }
                 // The rank above reads this row in its next iteration: none after the last
@@ -299,7 +286,7 @@ pub fn run(
                         Access::write((SENT, t % 2, nb + bj)),
                     ];
                     s.spawn_with(deps, move |_| {
-                        send(up_rank, tag_up(bj), band.row(r0, bj, 0));
+                        link.send(up_rank, tag_up(bj), &band.row(r0, bj, 0));
                     });
                 }
             }
@@ -315,10 +302,7 @@ pub fn run(
             }
         }
     });
-    let mut posted = posted.into_inner().unwrap_or_else(|e| e.into_inner());
-    for (req, _row) in posted.iter_mut() {
-        link.wait_blocking(req);
-    }
+    link.finish();
     cluster.world().barrier();
     let elapsed = start.elapsed();
     errors.first()?;

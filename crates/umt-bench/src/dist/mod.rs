@@ -5,9 +5,10 @@
 //! travel every iteration as tasks with dataflow dependencies, one message per block column
 //! and direction, as the public OmpSs-2 heat does. How a task waits for its message is the
 //! [`Comm`] of the run:
-//! - [`Comm::Blocking`]: `MPI_Send` / `MPI_Recv` in the task. Open MPI busy-polls inside them
-//!   (or yields, with `OMPI_MCA_mpi_yield_when_idle=1`): the worker stays runnable, so a
-//!   monitor sees no block and cannot give its core to other tasks;
+//! - [`Comm::Blocking`]: `MPI_Recv` in the task; a send copies its data and posts an
+//!   `MPI_Isend`, completed by [`Link::finish`]. Open MPI busy-polls inside `MPI_Recv` (or
+//!   yields, with `OMPI_MCA_mpi_yield_when_idle=1`): the worker stays runnable, so a monitor
+//!   sees no block and cannot give its core to other tasks;
 //! - [`Comm::Waiting`]: `MPI_Isend` / `MPI_Irecv`, then [`umt_rt::io`]'s wait on an
 //!   [`MpiRequests`] source: the worker runs other tasks and tests every waiting request of
 //!   its core with one `MPI_Testsome` between them, and sleeps only when nothing else can run.
@@ -21,6 +22,7 @@ pub mod heat;
 mod source;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -88,7 +90,7 @@ impl Cluster {
 /// How tasks wait for their messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Comm {
-    /// `MPI_Send` / `MPI_Recv` in the task.
+    /// `MPI_Recv` in the task; sends posted and completed at the end ([`Link::finish`]).
     Blocking,
     /// Immediate calls, waited for through [`umt_rt::io`] with `MPI_Testsome` group polls.
     Waiting,
@@ -100,6 +102,8 @@ pub struct Link {
     world: source::RawComm,
     comm: Comm,
     requests: EventSource<MpiRequests>,
+    /// [`Comm::Blocking`]'s sends in flight, each with its copy of the data.
+    posted: Mutex<Vec<(source::RawRequest, Vec<f64>)>>,
     /// Nanoseconds tasks spent in sends and receives (their waits included).
     in_mpi_ns: AtomicU64,
 }
@@ -117,6 +121,7 @@ impl Link {
             world: source::RawComm::of(&cluster.world),
             comm,
             requests: EventSource::new(MpiRequests),
+            posted: Mutex::new(Vec::new()),
             in_mpi_ns: AtomicU64::new(0),
         }
     }
@@ -134,10 +139,18 @@ impl Link {
         r
     }
 
-    /// Sends `data` to rank `to` with `tag`; returns once `data` may be reused.
+    /// Sends `data` to rank `to` with `tag`; returns once `data` may be reused. With
+    /// [`Comm::Blocking`] the send only starts (from a copy): a task never waits for a
+    /// neighbour to receive, so a rank blocked in a receive has posted what others wait for.
     pub fn send(&self, to: i32, tag: i32, data: &[f64]) {
         self.timed(|| match self.comm {
-            Comm::Blocking => source::send(self.world, to, tag, data),
+            Comm::Blocking => {
+                let copy = data.to_vec();
+                // SAFETY: the copy moves into `posted` (its heap buffer does not move), which
+                // keeps it, unchanged, until `finish` waited for the request.
+                let req = unsafe { source::isend(self.world, to, tag, &copy) };
+                lock_posted(&self.posted).push((req, copy));
+            }
             Comm::Waiting => {
                 // SAFETY: `data` is borrowed until `wait` returns, which it does once the
                 // request completed (tasks run inside the wait catch their own panics).
@@ -147,20 +160,14 @@ impl Link {
         });
     }
 
-    /// Starts sending `data` without waiting; `data` must stay unchanged until
-    /// [`Link::wait_blocking`] returns for the request.
-    ///
-    /// # Safety
-    ///
-    /// As [`source::isend`]'s.
-    pub(crate) unsafe fn post(&self, to: i32, tag: i32, data: &[f64]) -> source::RawRequest {
-        // SAFETY: the caller's contract.
-        unsafe { source::isend(self.world, to, tag, data) }
-    }
-
-    /// Waits, blocking in MPI, for a request posted outside the link (timed).
-    pub(crate) fn wait_blocking(&self, request: &mut source::RawRequest) {
-        self.timed(|| source::wait(request));
+    /// Waits, blocking in MPI, until every send still in flight completed (timed).
+    pub fn finish(&self) {
+        let posted = std::mem::take(&mut *lock_posted(&self.posted));
+        self.timed(|| {
+            for (mut req, _data) in posted {
+                source::wait(&mut req);
+            }
+        });
     }
 
     /// Receives exactly `out.len()` values from rank `from` with `tag` into `out`.
@@ -173,5 +180,16 @@ impl Link {
                 self.requests.wait(req);
             }
         });
+    }
+}
+
+fn lock_posted<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Drop for Link {
+    /// Sends still in flight read their copies: wait for them before the copies go.
+    fn drop(&mut self) {
+        self.finish();
     }
 }

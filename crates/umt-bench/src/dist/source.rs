@@ -122,22 +122,6 @@ pub(super) fn wait(request: &mut RawRequest) {
     unsafe { ffi::MPI_Wait(&mut request.0, ffi::RSMPI_STATUS_IGNORE) };
 }
 
-/// Sends `data` to `to` with `tag`, blocking (`MPI_Send`).
-pub(super) fn send(world: RawComm, to: i32, tag: i32, data: &[f64]) {
-    // SAFETY: `data` is `data.len()` doubles, borrowed for the call, which returns once MPI
-    // no longer reads it.
-    unsafe {
-        ffi::MPI_Send(
-            data.as_ptr().cast::<c_void>(),
-            data.len() as c_int,
-            ffi::RSMPI_DOUBLE,
-            to,
-            tag,
-            world.0,
-        )
-    };
-}
-
 /// Receives `out.len()` values from `from` with `tag` into `out`, blocking (`MPI_Recv`).
 pub(super) fn recv(world: RawComm, from: i32, tag: i32, out: &mut [f64]) {
     // SAFETY: MPI writes at most `out.len()` doubles into `out`, borrowed for the call.

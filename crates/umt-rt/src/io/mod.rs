@@ -211,6 +211,23 @@ unsafe fn on_ring(entry: Entry) -> Option<i32> {
     })
 }
 
+/// The result of a ring wait (W3), or, without a ring, of `blocking`, the system call (W6).
+fn finish<T>(
+    op: &'static str,
+    on_ring: Option<i32>,
+    ok: impl FnOnce(i32) -> T,
+    blocking: impl FnOnce() -> Result<T, IoError>,
+) -> Result<T, IoError> {
+    match on_ring {
+        Some(r) if r < 0 => Err(IoError::os(op, -r)),
+        Some(r) => Ok(ok(r)),
+        None => {
+            per_core::fallback();
+            blocking()
+        }
+    }
+}
+
 fn len32(len: usize) -> u32 {
     len.min(u32::MAX as usize & !4095) as u32
 }
@@ -224,15 +241,16 @@ pub fn read_at(fd: &impl AsFd, buf: &mut [u8], offset: u64) -> Result<usize, IoE
         .build();
     // SAFETY: `buf` is borrowed mutably for the whole call, which returns only once the kernel
     // completed the read.
-    match unsafe { on_ring(entry) } {
-        Some(r) if r < 0 => Err(IoError::os("read", -r)),
-        Some(r) => Ok(r as usize),
-        None => {
-            per_core::fallback();
+    let r = unsafe { on_ring(entry) };
+    finish(
+        "read",
+        r,
+        |n| n as usize,
+        || {
             nix::sys::uio::pread(fd.as_fd(), buf, offset as i64)
                 .map_err(|e| IoError::os("read", e as i32))
-        }
-    }
+        },
+    )
 }
 
 /// Writes up to `buf.len()` bytes at `offset` of `fd` (like `pwrite`); returns how many.
@@ -243,15 +261,16 @@ pub fn write_at(fd: &impl AsFd, buf: &[u8], offset: u64) -> Result<usize, IoErro
         .build();
     // SAFETY: `buf` is borrowed for the whole call, which returns only once the kernel
     // completed the write.
-    match unsafe { on_ring(entry) } {
-        Some(r) if r < 0 => Err(IoError::os("write", -r)),
-        Some(r) => Ok(r as usize),
-        None => {
-            per_core::fallback();
+    let r = unsafe { on_ring(entry) };
+    finish(
+        "write",
+        r,
+        |n| n as usize,
+        || {
             nix::sys::uio::pwrite(fd.as_fd(), buf, offset as i64)
                 .map_err(|e| IoError::os("write", e as i32))
-        }
-    }
+        },
+    )
 }
 
 /// Reads exactly `buf.len()` bytes at `offset`, in as many reads as it takes.
@@ -294,11 +313,12 @@ pub fn poll_fd(fd: &impl AsFd, events: i16) -> Result<i16, IoError> {
     let raw = fd.as_fd().as_raw_fd();
     let entry = opcode::PollAdd::new(types::Fd(raw), events as u16 as u32).build();
     // SAFETY: a poll entry points to no memory of ours.
-    match unsafe { on_ring(entry) } {
-        Some(r) if r < 0 => Err(IoError::os("poll", -r)),
-        Some(r) => Ok(r as i16),
-        None => {
-            per_core::fallback();
+    let r = unsafe { on_ring(entry) };
+    finish(
+        "poll",
+        r,
+        |got| got as i16,
+        || {
             use nix::poll::{PollFd, PollFlags, PollTimeout};
             let mut fds = [PollFd::new(
                 fd.as_fd(),
@@ -316,8 +336,8 @@ pub fn poll_fd(fd: &impl AsFd, events: i16) -> Result<i16, IoError> {
                 return Err(IoError::os("poll", libc::EBADF));
             }
             Ok(got)
-        }
-    }
+        },
+    )
 }
 
 /// Waits until `fd` can be read without blocking (or is at end of file, or has an error).

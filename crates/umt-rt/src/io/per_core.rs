@@ -277,7 +277,6 @@ impl CoreIo {
             if !done() {
                 let io = IoCores::of(reg);
                 io.counters.blocks.fetch_add(1, Ordering::Relaxed);
-                let limit = BLOCK_LIMIT;
                 let timeout = if self.groups_len.load(Ordering::Acquire) > 0 {
                     let b = self
                         .backoff_ns
@@ -288,9 +287,9 @@ impl CoreIo {
                         (2 * b).min(GROUP_BACKOFF_MAX.as_nanos() as u64),
                         Ordering::Relaxed,
                     );
-                    Duration::from_nanos(b).min(limit)
+                    Duration::from_nanos(b).min(BLOCK_LIMIT)
                 } else {
-                    limit
+                    BLOCK_LIMIT
                 };
                 let ring = self.ring.get().and_then(Option::as_ref);
                 match ring {

@@ -225,8 +225,9 @@ trait Request: Send + Sync {
     fn min_max(&self) -> (usize, usize);
     fn deadline(&self) -> Option<Instant>;
     fn is_queued(&self) -> bool;
-    /// O5: queued to expired, and counted; `false` if it was not queued any more.
-    fn expire(&self) -> bool;
+    /// O5: queued to expired, and counted; nothing if it was not queued any more (its waiter
+    /// expired it, or it started).
+    fn expire(&self);
     /// Queued to running on `count` cores; `false` if it was not queued any more.
     fn start(&self, count: usize) -> bool;
     /// One run, on one claimed core.
@@ -250,7 +251,7 @@ impl<F: Fn(OnloadContext) + Send + Sync> Request for Shared<F> {
         matches!(*lock(&self.state), State::Queued(_))
     }
 
-    fn expire(&self) -> bool {
+    fn expire(&self) {
         let mut state = lock(&self.state);
         match std::mem::replace(&mut *state, State::Collected) {
             State::Queued(f) => {
@@ -258,12 +259,8 @@ impl<F: Fn(OnloadContext) + Send + Sync> Request for Shared<F> {
                 self.expired.fetch_add(1, Ordering::Relaxed);
                 *state = State::Expired(f);
                 self.changed.notify_all();
-                true
             }
-            other => {
-                *state = other;
-                false
-            }
+            other => *state = other,
         }
     }
 
