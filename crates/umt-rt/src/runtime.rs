@@ -280,15 +280,16 @@ impl Runtime {
     /// `None` if the runtime was built without [`Builder::trace`](crate::Builder::trace).
     /// The trace spans its first to its last record.
     ///
-    /// A worker hands its records over when it parks. Called outside the runtime's tasks,
-    /// this first waits until every worker is parked (at most 100 ms), so the trace of a
+    /// A worker hands its records over when it parks, a leader at the start of its next
+    /// iteration. Called outside the runtime's tasks, this first waits until every worker is
+    /// parked and every leader has handed its records over (at most 100 ms), so the trace of a
     /// computation that has returned is whole; from inside a task it holds what was handed
     /// over so far, and the rest comes with the next call.
     pub fn take_trace(&self) -> Option<crate::Trace> {
         let rec = self.reg.trace.as_ref()?;
         if !with_current(|w| w.is_some()) {
             let deadline = Instant::now() + Duration::from_millis(100);
-            while (0..self.reg.cores()).any(|c| self.reg.pools.counts(c).0 > 0)
+            while ((0..self.reg.cores()).any(|c| self.reg.pools.counts(c).0 > 0) || rec.some_held())
                 && Instant::now() < deadline
             {
                 std::thread::sleep(Duration::from_micros(50));

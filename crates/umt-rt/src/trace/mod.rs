@@ -37,11 +37,11 @@
 mod chrome;
 mod timeline;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use umt_sys::CpuId;
 
-use crate::sync::{Mutex, lock};
+use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
 
 pub use timeline::{CoreAccount, CoreState, Span};
 
@@ -242,6 +242,10 @@ pub(crate) struct Recorder {
     clock: umt_sys::clock::FastClock,
     /// Buffers handed over since the last `take`, whole (nothing is copied).
     handed: Mutex<Vec<Vec<RawRecord>>>,
+    /// Threads holding records not handed over yet: `Runtime::take_trace` waits for them
+    /// (a leader flushes at the start of its next iteration, which on a busy core can come
+    /// after the work it traced has returned).
+    holding: AtomicUsize,
 }
 
 /// A thread's buffer is handed over when it holds this many records.
@@ -252,6 +256,7 @@ impl Recorder {
         Recorder {
             clock: umt_sys::clock::FastClock::new(),
             handed: Mutex::new(Vec::new()),
+            holding: AtomicUsize::new(0),
         }
     }
 
@@ -269,6 +274,11 @@ impl Recorder {
         }
     }
 
+    /// Whether some thread holds records it has not handed over yet.
+    pub(crate) fn some_held(&self) -> bool {
+        self.holding.load(Ordering::Acquire) > 0
+    }
+
     /// Everything handed over since the last call.
     pub(crate) fn take(&self) -> Vec<TraceRecord> {
         let chunks = std::mem::take(&mut *lock(&self.handed));
@@ -284,6 +294,9 @@ impl Recorder {
 #[derive(Debug, Default)]
 pub(crate) struct LocalTrace {
     buf: RefCell<Vec<RawRecord>>,
+    /// Whether this thread counts in [`Recorder::holding`]: from its first record after a
+    /// flush to the next flush.
+    held: Cell<bool>,
 }
 
 impl LocalTrace {
@@ -297,6 +310,9 @@ impl LocalTrace {
         kind: TraceKind,
         ready: i64,
     ) {
+        if !self.held.replace(true) {
+            rec.holding.fetch_add(1, Ordering::Relaxed);
+        }
         let mut buf = self.buf.borrow_mut();
         if buf.capacity() == 0 {
             buf.reserve_exact(BUFFER);
@@ -319,5 +335,9 @@ impl LocalTrace {
     /// Hands everything over (before parking, at exit).
     pub(crate) fn flush(&self, rec: &Recorder) {
         rec.hand_over(&mut self.buf.borrow_mut());
+        if self.held.replace(false) {
+            // Release: whoever sees the count drop sees the records handed over.
+            rec.holding.fetch_sub(1, Ordering::Release);
+        }
     }
 }
