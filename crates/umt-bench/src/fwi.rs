@@ -226,7 +226,7 @@ pub(crate) fn update(dst: &Volume, src: &Volume, y: usize, p: &FwiParams) {
 }
 
 /// The Y-slices a slice's update reads.
-fn neighbours(y: usize, ny: usize) -> std::ops::Range<usize> {
+pub(crate) fn neighbours(y: usize, ny: usize) -> std::ops::Range<usize> {
     y.saturating_sub(RADIUS)..(y + RADIUS + 1).min(ny)
 }
 
@@ -271,6 +271,16 @@ pub(crate) struct State {
 
 impl State {
     pub(crate) fn new(p: &FwiParams) -> State {
+        State::with_sources(p, Some(p.ny / 2), Some(p.ny / 4))
+    }
+
+    /// Zero volumes but for the source's stress slice and the receiver's adjoint velocity
+    /// slice, where given (volume indices: a rank places those its slices hold).
+    pub(crate) fn with_sources(
+        p: &FwiParams,
+        source: Option<usize>,
+        receiver: Option<usize>,
+    ) -> State {
         let st = State {
             v: Volume::new(p),
             s: Volume::new(p),
@@ -279,8 +289,12 @@ impl State {
             image: Volume::new(p),
         };
         let centre = p.slice_cells() / 2;
-        st.s.write(p.ny / 2)[centre] = 1.0; // the source
-        st.av.write(p.ny / 4)[centre] = 1.0; // the receiver
+        if let Some(y) = source {
+            st.s.write(y)[centre] = 1.0;
+        }
+        if let Some(y) = receiver {
+            st.av.write(y)[centre] = 1.0;
+        }
         st
     }
 }
@@ -336,6 +350,9 @@ static RUN_ID: AtomicUsize = AtomicUsize::new(0);
 #[derive(Debug)]
 pub(crate) struct Snapshots {
     ny: usize,
+    /// The volume index of the first slice snapshot (0, or the first owned slice of a rank's
+    /// volume with ghost slices).
+    first: usize,
     cells: usize,
     /// The steps that take a snapshot, in order: snapshot `k` is taken at `steps[k]`.
     steps: Vec<usize>,
@@ -347,9 +364,16 @@ pub(crate) struct Snapshots {
 
 impl Snapshots {
     pub(crate) fn new(p: &FwiParams) -> Snapshots {
+        Snapshots::of_slices(p, 0)
+    }
+
+    /// The snapshots of `p.ny` slices that are slices `first..first + p.ny` of the volumes:
+    /// every method takes volume indices.
+    pub(crate) fn of_slices(p: &FwiParams, first: usize) -> Snapshots {
         let steps = p.snapshot_steps();
         Snapshots {
             ny: p.ny,
+            first,
             cells: p.slice_cells(),
             sums: Mutex::new(vec![0; steps.len() * p.ny]),
             steps,
@@ -364,7 +388,7 @@ impl Snapshots {
 
     /// Index of slice `y` of snapshot `k` among all snapshot slices (file order).
     pub(crate) fn index(&self, k: usize, y: usize) -> usize {
-        k * self.ny + y
+        k * self.ny + (y - self.first)
     }
 
     /// Byte offset of slice `y` of snapshot `k` in the snapshot file.
@@ -543,6 +567,76 @@ pub enum Part {
     IoOnly,
 }
 
+/// The snapshot tasks of a run, the same whether the volumes are whole (one process) or a
+/// rank's slab (`dist::fwi`): slice indices are the volumes'.
+#[derive(Clone, Copy)]
+pub(crate) struct SnapshotTasks<'a> {
+    pub(crate) st: &'a State,
+    pub(crate) snaps: &'a Snapshots,
+    pub(crate) errors: &'a Errors,
+    pub(crate) file: &'a File,
+    pub(crate) path: &'a Path,
+    pub(crate) io: &'a dyn SnapshotIo,
+}
+
+impl<'a> SnapshotTasks<'a> {
+    /// Slice `y` of snapshot `k`: one task copies the velocity slice out to `slot` (holding
+    /// the slice only for the copy), a second one writes the copy, so the next step need not
+    /// wait for the disk.
+    pub(crate) fn spawn_write(
+        self,
+        sc: &Scope<'a>,
+        slot: &'a Mutex<Option<AlignedBuf>>,
+        k: usize,
+        y: usize,
+    ) {
+        let SnapshotTasks { st, snaps, .. } = self;
+        sc.spawn_with(
+            [Access::read((V, y)), Access::write((STAGE, y))],
+            move |_| {
+                *slot.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(AlignedBuf::from_f64s(&st.v.read(y)));
+            },
+        );
+        let deps = [
+            Access::read((STAGE, y)),
+            Access::write((SNAP, snaps.index(k, y))),
+        ];
+        sc.spawn_with(deps, move |_| {
+            if let Some(buf) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                let write = |at, b| self.io.write(self.file, self.path, at, b);
+                self.errors.check(snaps.write(k, y, buf, write));
+            }
+        });
+    }
+
+    /// Slice `y` of snapshot `k`, taken at step `t`: a task reads it back, verifies it and,
+    /// with `image`, images it; after `extra` too, if given.
+    pub(crate) fn spawn_read(
+        self,
+        sc: &Scope<'a>,
+        (k, y, t): (usize, usize, usize),
+        image: bool,
+        extra: Option<Access>,
+    ) {
+        let (snaps, cells) = (self.snaps, self.snaps.cells());
+        let deps = [
+            Access::read((AV, y)),
+            Access::write((IMG, y)),
+            Access::read((SNAP, snaps.index(k, y))),
+        ]
+        .into_iter()
+        .chain(extra);
+        sc.spawn_with(deps, move |_| {
+            let mut data = vec![0.0; cells];
+            let done = (self.io)
+                .read(self.file, self.path, snaps.offset(k, y), &mut data)
+                .and_then(|()| snaps.check_and_image(self.st, (k, y, t), &data, image));
+            self.errors.check(done);
+        });
+    }
+}
+
 /// What the tasks of one [`run_with`] share.
 struct Graph<'a> {
     p: &'a FwiParams,
@@ -560,17 +654,20 @@ struct Graph<'a> {
 }
 
 impl<'a> Graph<'a> {
+    fn snapshot_tasks(&self, file: &'a File) -> SnapshotTasks<'a> {
+        SnapshotTasks {
+            st: self.st,
+            snaps: self.snaps,
+            errors: self.errors,
+            file,
+            path: self.path,
+            io: self.io,
+        }
+    }
+
     /// The forward phase: the steps, and the snapshots they take.
     fn forward(&self, sc: &Scope<'a>) {
-        let Graph {
-            p,
-            st,
-            snaps,
-            errors,
-            path,
-            io,
-            ..
-        } = *self;
+        let Graph { p, st, snaps, .. } = *self;
         for t in 1..=p.steps {
             if self.compute {
                 spawn_step(sc, (V, &st.v), (S, &st.s), p);
@@ -578,23 +675,9 @@ impl<'a> Graph<'a> {
             let Some((file, k)) = self.file.zip(snaps.at_step(t)) else {
                 continue;
             };
+            let tasks = self.snapshot_tasks(file);
             for (y, slot) in self.staging.iter().enumerate() {
-                sc.spawn_with(
-                    [Access::read((V, y)), Access::write((STAGE, y))],
-                    move |_| {
-                        *slot.lock().unwrap_or_else(|e| e.into_inner()) =
-                            Some(AlignedBuf::from_f64s(&st.v.read(y)));
-                    },
-                );
-                let deps = [
-                    Access::read((STAGE, y)),
-                    Access::write((SNAP, snaps.index(k, y))),
-                ];
-                sc.spawn_with(deps, move |_| {
-                    if let Some(buf) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                        errors.check(snaps.write(k, y, buf, |at, b| io.write(file, path, at, b)));
-                    }
-                });
+                tasks.spawn_write(sc, slot, k, y);
             }
         }
     }
@@ -627,22 +710,10 @@ impl<'a> Graph<'a> {
                 spawn_step(sc, (AV, &st.av), (AS, &st.as_), p);
             }
             let Some((file, k)) = snap else { continue };
+            let tasks = self.snapshot_tasks(file);
+            let ahead = io.reads_ahead().then_some(Access::read((AHEAD, k)));
             for y in 0..ny {
-                let mut deps = vec![
-                    Access::read((AV, y)),
-                    Access::write((IMG, y)),
-                    Access::read((SNAP, snaps.index(k, y))),
-                ];
-                if io.reads_ahead() {
-                    deps.push(Access::read((AHEAD, k)));
-                }
-                sc.spawn_with(deps, move |_| {
-                    let mut data = vec![0.0; cells];
-                    let done = io
-                        .read(file, path, snaps.offset(k, y), &mut data)
-                        .and_then(|()| snaps.check_and_image(st, (k, y, t), &data, compute));
-                    errors.check(done);
-                });
+                tasks.spawn_read(sc, (k, y, t), compute, ahead);
             }
         }
     }

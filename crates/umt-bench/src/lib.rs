@@ -17,7 +17,7 @@
 //! - [`plot`]: pictures: per-core timelines of a traced run, the comparison's bars;
 //! - [`service`]: a compression service beside heat, onloaded or spawned (seed 002);
 //! - [`error`]: what can go wrong, and how a run's tasks report it;
-//! - `dist` (feature `mpi`): heat across MPI ranks, with halo messages that block or that
+//! - `dist` (feature `mpi`): heat and FWI across MPI ranks, with halo messages that block or that
 //!   wait through [`umt_rt::io`].
 //!
 //! The `umt-bench` binary is the command line: `umt-bench heat|fwi|compare [...]`.

@@ -232,6 +232,13 @@ struct FwiArgs {
     /// about as long as writing and reading back its snapshot on this machine).
     #[arg(long)]
     iof: Option<usize>,
+    /// Run across the ranks of `mpirun -np N umt-bench fwi --mpi ...`: each rank a slab of
+    /// Y-slices on its own cores, the 4 slices next to each face as MPI messages before every
+    /// half step; rank 0 prints the table. Only the umt-rt runtimes (umt-io's messages and
+    /// snapshots wait through umt_rt::io); --iof defaults to 2 and --steps to 20 (no
+    /// calibration). Needs a build with `--features mpi`.
+    #[arg(long)]
+    mpi: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -370,16 +377,60 @@ fn run_heat_mpi(a: &HeatArgs) -> Result<(), BenchError> {
         dir,
     };
     p.validate()?;
-    let runners: Vec<Runner> = if a.common.runtimes.is_empty() {
+    let runners = mpi_runners(&a.common);
+    let runs = heat::compare(&cluster, &p, &runners, a.common.repeat, a.common.verify);
+    print_or_abort(&cluster, runs, |runs| {
+        heat::table(&p, cluster.size() as usize, runs)
+    });
+    Ok(())
+}
+
+/// `fwi --mpi`: the comparison across MPI ranks (`umt_bench::dist::fwi`).
+#[cfg(feature = "mpi")]
+fn run_fwi_mpi(a: &FwiArgs) -> Result<(), BenchError> {
+    use umt_bench::dist::{Cluster, fwi};
+    let cluster = Cluster::init()?;
+    let (dir, io) = a.common.io()?;
+    let iof = a.iof.unwrap_or(2);
+    let p = FwiParams {
+        nz: a.nz,
+        nx: a.nx,
+        ny: a.ny,
+        steps: a.steps.unwrap_or(10 * iof),
+        iof,
+        io,
+        dir,
+    };
+    let runners = mpi_runners(&a.common);
+    let runs = fwi::compare(&cluster, &p, &runners, a.common.repeat, a.common.verify);
+    print_or_abort(&cluster, runs, |runs| {
+        fwi::table(&p, cluster.size() as usize, runs)
+    });
+    Ok(())
+}
+
+/// The runners asked for, or every umt-rt runner that can run here.
+#[cfg(feature = "mpi")]
+fn mpi_runners(common: &Common) -> Vec<Runner> {
+    if common.runtimes.is_empty() {
         Runner::ALL
             .into_iter()
-            .filter(|&r| heat::comm_of(r).is_some() && r.available().is_ok())
+            .filter(|&r| umt_bench::dist::comm_of(r).is_some() && r.available().is_ok())
             .collect()
     } else {
-        a.common.runtimes.clone()
-    };
-    match heat::compare(&cluster, &p, &runners, a.common.repeat, a.common.verify) {
-        Ok(Some(runs)) => print!("{}", heat::table(&p, cluster.size() as usize, &runs)),
+        common.runtimes.clone()
+    }
+}
+
+/// Rank 0 prints the table; on an error, every rank is stopped.
+#[cfg(feature = "mpi")]
+fn print_or_abort(
+    cluster: &umt_bench::dist::Cluster,
+    runs: Result<Option<Vec<umt_bench::dist::RankedRun>>, BenchError>,
+    table: impl FnOnce(&[umt_bench::dist::RankedRun]) -> String,
+) {
+    match runs {
+        Ok(Some(runs)) => print!("{}", table(&runs)),
         Ok(None) => {}
         // The other ranks may wait for this one in a message or a barrier: stop them all
         // rather than leave them (and MPI_Finalize here) waiting forever.
@@ -388,17 +439,26 @@ fn run_heat_mpi(a: &HeatArgs) -> Result<(), BenchError> {
             cluster.abort(2);
         }
     }
-    Ok(())
 }
 
 #[cfg(not(feature = "mpi"))]
 fn run_heat_mpi(_: &HeatArgs) -> Result<(), BenchError> {
-    Err(BenchError::InvalidParam(
+    Err(no_mpi())
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_fwi_mpi(_: &FwiArgs) -> Result<(), BenchError> {
+    Err(no_mpi())
+}
+
+#[cfg(not(feature = "mpi"))]
+fn no_mpi() -> BenchError {
+    BenchError::InvalidParam(
         "this umt-bench was built without MPI: build it with `cargo build --release -p \
          umt-bench --features mpi` (needs an MPI, e.g. Debian's libopenmpi-dev and \
          openmpi-bin, and libclang-dev) and run it under mpirun"
             .into(),
-    ))
+    )
 }
 
 fn run_fwi(a: &FwiArgs) -> Result<Report, BenchError> {
@@ -501,6 +561,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Cmd::Heat(a) if a.mpi => run_heat_mpi(&a),
+        Cmd::Fwi(a) if a.mpi => run_fwi_mpi(&a),
         Cmd::Heat(a) => run_heat(&a).and_then(|r| emit(&[r], &a.common)),
         Cmd::Fwi(a) => run_fwi(&a).and_then(|r| emit(&[r], &a.common)),
         Cmd::Compare(common) => {

@@ -1,7 +1,8 @@
-//! Heat across MPI ranks (`umt-bench heat --mpi`, feature `mpi`), run under the system's
-//! `mpirun`: every runner's bands are bit-identical to the sequential reference (`--verify`),
-//! with 2 and 3 ranks, on one host and on two "hosts" (network namespaces joined by a veth
-//! pair, the halo over TCP), and an error on one rank ends every rank instead of a hang.
+//! Heat and FWI across MPI ranks (`umt-bench heat|fwi --mpi`, feature `mpi`), run under the
+//! system's `mpirun`: every runner's bands and slabs are bit-identical to the sequential
+//! reference (`--verify`), with 2 and 3 ranks, on one host and on two "hosts" (network
+//! namespaces joined by a veth pair, the halo over TCP), and an error on one rank ends every
+//! rank instead of a hang.
 //!
 //! Skipped, saying why, where `mpirun` is missing, unless `UMT_REQUIRE_MPI=1` (CI sets it).
 #![cfg(feature = "mpi")]
@@ -32,32 +33,37 @@ fn mpirun(ranks: usize, args: &[&str]) -> Option<Output> {
     Some(cmd.output().expect("run mpirun"))
 }
 
-fn small(runtimes: &str) -> Vec<String> {
-    [
-        "heat",
-        "--mpi",
-        "--size",
-        "512",
-        "--block",
-        "64",
-        "--iters",
-        "6",
-        "--iof",
-        "2",
-        "--repeat",
-        "2",
-        "--verify",
-        "--buffered",
-        "--allow-memory-dir",
-        "--runtimes",
-        runtimes,
-    ]
-    .map(String::from)
-    .to_vec()
+/// A small run of `workload` (heat or fwi) on `runtimes`, verified.
+fn small_of(workload: &str, runtimes: &str) -> Vec<String> {
+    let size: &[&str] = match workload {
+        "heat" => &["--size", "512", "--block", "64", "--iters", "6"],
+        // 12 Y-slices: 4 per rank with 3 ranks, the stencil's radius; slices of 4 KiB.
+        _ => &["--nz", "16", "--nx", "32", "--ny", "12", "--steps", "6"],
+    };
+    [workload, "--mpi"]
+        .iter()
+        .chain(size)
+        .chain(&[
+            "--iof",
+            "2",
+            "--repeat",
+            "2",
+            "--verify",
+            "--buffered",
+            "--allow-memory-dir",
+            "--runtimes",
+            runtimes,
+        ])
+        .map(|s| s.to_string())
+        .collect()
 }
 
 fn check(ranks: usize, runtimes: &str) {
-    let args = small(runtimes);
+    check_of("heat", ranks, runtimes);
+}
+
+fn check_of(workload: &str, ranks: usize, runtimes: &str) {
+    let args = small_of(workload, runtimes);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let Some(out) = mpirun(ranks, &args) else {
         return;
@@ -66,7 +72,7 @@ fn check(ranks: usize, runtimes: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(
-        stdout.contains(&format!("heat across {ranks} ranks")),
+        stdout.contains(&format!("{workload} across {ranks} ranks")),
         "{stdout}"
     );
     for r in runtimes.split(',') {
@@ -89,35 +95,58 @@ fn three_ranks_match_the_sequential_reference() {
     check(3, "umt-io,baseline");
 }
 
+/// FWI's halo goes both ways in every half step: with one worker per rank blocked in
+/// `MPI_Recv` (baseline), a receive before the rank's own sends would deadlock. Its slices of
+/// 4 KiB are over Open MPI's shared-memory eager limit, so a send completes only once its
+/// receive is posted: a send task that waited for that deadlocked umt-io (fixed: sends return
+/// once posted).
 #[test]
-fn an_error_ends_every_rank() {
-    // 512 / 256 = 2 block rows cannot be shared by 3 ranks: each rank says so and MPI_Abort
-    // ends the job, which would otherwise wait in a barrier forever.
-    let Some(out) = mpirun(
-        3,
-        &[
-            "heat",
-            "--mpi",
-            "--size",
-            "512",
-            "--block",
-            "256",
-            "--iters",
-            "2",
-            "--iof",
-            "2",
-            "--buffered",
-            "--allow-memory-dir",
-            "--runtimes",
-            "baseline",
-        ],
-    ) else {
+fn fwi_on_two_ranks_matches_the_sequential_reference_on_every_runner() {
+    check_of("fwi", 2, "baseline,umt-perf,umt-io");
+}
+
+/// Three ranks: the middle one exchanges with both neighbours.
+#[test]
+fn fwi_on_three_ranks_matches_the_sequential_reference() {
+    check_of("fwi", 3, "umt-io,baseline");
+}
+
+/// A run of `ranks` ranks that one rank's error must end, on every rank, saying `why`.
+fn fails_everywhere(ranks: usize, args: &[&str], why: &str) {
+    let common = [
+        "--iof",
+        "2",
+        "--buffered",
+        "--allow-memory-dir",
+        "--runtimes",
+        "baseline",
+    ];
+    let args: Vec<&str> = args.iter().chain(&common).copied().collect();
+    let Some(out) = mpirun(ranks, &args) else {
         return;
     };
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert_ne!(out.status.code(), Some(124), "timed out: {stderr}");
-    assert!(stderr.contains("cannot be shared by 3 ranks"), "{stderr}");
+    assert!(stderr.contains(why), "{stderr}");
+}
+
+#[test]
+fn too_few_slices_for_the_ranks_are_explained() {
+    let args = [
+        "fwi", "--mpi", "--nz", "16", "--nx", "32", "--ny", "8", "--steps", "2",
+    ];
+    fails_everywhere(3, &args, "--ny 12 or more");
+}
+
+#[test]
+fn an_error_ends_every_rank() {
+    // 512 / 256 = 2 block rows cannot be shared by 3 ranks: each rank says so and MPI_Abort
+    // ends the job, which would otherwise wait in a barrier forever.
+    let args = [
+        "heat", "--mpi", "--size", "512", "--block", "256", "--iters", "2",
+    ];
+    fails_everywhere(3, &args, "cannot be shared by 3 ranks");
 }
 
 /// Two network namespaces joined by a veth pair, with addresses of a private range inside
@@ -201,33 +230,38 @@ fn two_hosts_joined_by_a_network_match_the_reference() {
         return;
     }
     let bin = env!("CARGO_BIN_EXE_umt-bench");
-    let args = small("baseline,umt-perf,umt-io");
     let net = format!("{}.0/24", hosts.subnet);
-    let out = Command::new("timeout")
-        .args(["240", "ip", "netns", "exec", &hosts.ns[0], "mpirun"])
-        .args(["--oversubscribe", "--mca", "btl", "tcp,self"])
-        .args(["--mca", "btl_tcp_if_include", &net])
-        .args(["--mca", "oob_tcp_if_include", &hosts.ifaces[0]])
-        .args(["-np", "1", bin])
-        .args(&args)
-        .args([":", "-np", "1", "ip", "netns", "exec", &hosts.ns[1], bin])
-        .args(&args)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        // The ranks reach mpirun's PMIx server over the veth pair, not its loopback.
-        .env("PMIX_MCA_ptl_tcp_if_include", &hosts.ifaces[0])
-        .env("PMIX_MCA_ptl_tcp_remote_connections", "1")
-        .output()
-        .expect("run mpirun");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("heat across 2 ranks"), "{stdout}");
-    for r in ["baseline", "umt-perf", "umt-io"] {
-        assert!(stdout.lines().any(|l| l.starts_with(r)), "{r}: {stdout}");
+    for workload in ["heat", "fwi"] {
+        let args = small_of(workload, "baseline,umt-perf,umt-io");
+        let out = Command::new("timeout")
+            .args(["240", "ip", "netns", "exec", &hosts.ns[0], "mpirun"])
+            .args(["--oversubscribe", "--mca", "btl", "tcp,self"])
+            .args(["--mca", "btl_tcp_if_include", &net])
+            .args(["--mca", "oob_tcp_if_include", &hosts.ifaces[0]])
+            .args(["-np", "1", bin])
+            .args(&args)
+            .args([":", "-np", "1", "ip", "netns", "exec", &hosts.ns[1], bin])
+            .args(&args)
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            // The ranks reach mpirun's PMIx server over the veth pair, not its loopback.
+            .env("PMIX_MCA_ptl_tcp_if_include", &hosts.ifaces[0])
+            .env("PMIX_MCA_ptl_tcp_remote_connections", "1")
+            .output()
+            .expect("run mpirun");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        assert!(
+            stdout.contains(&format!("{workload} across 2 ranks")),
+            "{stdout}"
+        );
+        for r in ["baseline", "umt-perf", "umt-io"] {
+            assert!(stdout.lines().any(|l| l.starts_with(r)), "{r}: {stdout}");
+        }
     }
-    // The halos crossed the veth pair: 3 runtimes x 2 repeats x 6 iterations x 8 block
-    // columns of 64 values, down (and but the last iteration up), at least.
+    // The halos crossed the veth pair: heat's alone, 3 runtimes x 2 repeats x 6 iterations x
+    // 8 block columns of 64 values, down (and but the last iteration up), at least.
     let sent = Command::new("ip")
         .args(["netns", "exec", &hosts.ns[1], "cat"])
         .arg(format!(

@@ -15,20 +15,17 @@
 //! (dataflow keys `SENT`): a rank waiting in a receive has already posted every message its
 //! neighbours need before they can send the one it waits for, so the exchange cannot
 //! deadlock even with one worker per rank blocked in `MPI_Recv`. Sends never block the task:
-//! with [`Comm::Blocking`] they copy the row and post an `MPI_Isend` completed at the end of
-//! the run ([`Link::finish`]); with [`Comm::Waiting`] the task waits for its own send through
-//! [`umt_rt::io`].
+//! they copy the row and post an `MPI_Isend` ([`Link::send`]).
 
 use std::fs::File;
 use std::path::Path;
 use std::sync::RwLock;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mpi::collective::CommunicatorCollectives;
-use mpi::traits::{Communicator, Root};
 use umt_rt::{Access, Runtime};
 
-use super::{Cluster, Comm, Link};
+use super::{Cluster, Comm, DistRun, Link, RankedRun};
 use crate::error::{BenchError, Errors};
 use crate::heat::{Halo, HeatParams, TOP, block_deps, update_block};
 use crate::io::{AlignedBuf, TempPath, create_file};
@@ -167,19 +164,6 @@ impl Band {
                 .map_err(|e| BenchError::wait("writing", path, e)),
         }
     }
-}
-
-/// What one rank's run produced.
-#[derive(Debug)]
-pub struct DistRun {
-    /// Wall time between the barriers around the run (the slowest rank's time).
-    pub elapsed: Duration,
-    /// `fwi::checksum` of this rank's band of the final grid, row-major.
-    pub checksum: u64,
-    /// Seconds this rank's tasks spent in sends and receives.
-    pub seconds_in_mpi: f64,
-    /// Bytes this rank wrote to its checkpoints.
-    pub bytes_written: u64,
 }
 
 /// Tag of a row sent up (the first row of a band) for block column `bj`.
@@ -327,41 +311,6 @@ pub fn reference_checksums(p: &HeatParams, size: usize) -> Vec<u64> {
         .collect()
 }
 
-/// Gathers every rank's checksum at rank 0 (`None` on the other ranks).
-pub fn gather_checksums(cluster: &Cluster, mine: u64) -> Option<Vec<u64>> {
-    let root = cluster.world().process_at_rank(0);
-    if cluster.rank() == 0 {
-        let mut all = vec![0u64; cluster.size() as usize];
-        root.gather_into_root(&mine, &mut all[..]);
-        Some(all)
-    } else {
-        root.gather_into(&mine);
-        None
-    }
-}
-
-/// One runner's result across the ranks, as rank 0 reports it.
-#[derive(Debug, Clone)]
-pub struct RankedRun {
-    /// The runner.
-    pub runtime: crate::runner::Runner,
-    /// Median wall time of the repeats.
-    pub median_seconds: f64,
-    /// Per rank, the median seconds its tasks spent in sends and receives.
-    pub seconds_in_mpi: Vec<f64>,
-}
-
-/// The runners `--mpi` takes: umt-rt's, each with a monitor or not; umt-io's halo messages
-/// wait through `umt_rt::io`, the others' block in MPI.
-pub fn comm_of(r: crate::runner::Runner) -> Option<Comm> {
-    use crate::runner::Runner::*;
-    match r {
-        Baseline | UmtPerf | UmtKernel | UmtBpf => Some(Comm::Blocking),
-        UmtIo => Some(Comm::Waiting),
-        _ => None,
-    }
-}
-
 /// Runs heat across the ranks on each of `runners`, `repeat` times, alternating; with
 /// `verify`, checks every run's bands against the sequential reference. Every rank calls it;
 /// rank 0 gets the results, the others `None`.
@@ -374,81 +323,14 @@ pub fn compare(
 ) -> Result<Option<Vec<RankedRun>>, BenchError> {
     let size = cluster.size() as usize;
     let reference = (verify && cluster.rank() == 0).then(|| reference_checksums(p, size));
-    let mut times = vec![Vec::new(); runners.len()];
-    let mut mpi = vec![vec![Vec::new(); size]; runners.len()];
-    for _ in 0..repeat {
-        for (k, &r) in runners.iter().enumerate() {
-            let comm = comm_of(r).ok_or_else(|| {
-                BenchError::InvalidParam(format!(
-                    "{r} cannot run across ranks: use baseline, umt-perf, umt-bpf, umt-kernel \
-                     or umt-io"
-                ))
-            })?;
-            let rt = match r.engine()? {
-                crate::runner::Engine::Umt(rt) | crate::runner::Engine::UmtIo(rt) => rt,
-                other => {
-                    return Err(BenchError::Runtime(format!("{r} is not umt-rt: {other:?}")));
-                }
-            };
-            let out = run(&rt, cluster, p, comm)?;
-            drop(rt);
-            let sums = gather_checksums(cluster, out.checksum);
-            let in_mpi = gather_f64(cluster, out.seconds_in_mpi);
-            if let (Some(sums), Some(want)) = (&sums, &reference)
-                && sums != want
-            {
-                return Err(BenchError::Runtime(format!(
-                    "{r}: the bands' checksums {sums:x?} differ from the sequential \
-                     reference's {want:x?}"
-                )));
-            }
-            times[k].push(out.elapsed.as_secs_f64());
-            if let Some(in_mpi) = in_mpi {
-                for (rank, s) in in_mpi.into_iter().enumerate() {
-                    mpi[k][rank].push(s);
-                }
-            }
-        }
-    }
-    if cluster.rank() != 0 {
-        return Ok(None);
-    }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
-    };
-    Ok(Some(
-        runners
-            .iter()
-            .zip(times.into_iter().zip(mpi))
-            .map(|(&runtime, (t, m))| RankedRun {
-                runtime,
-                median_seconds: median(t),
-                seconds_in_mpi: m.into_iter().map(median).collect(),
-            })
-            .collect(),
-    ))
-}
-
-/// Gathers one `f64` per rank at rank 0.
-fn gather_f64(cluster: &Cluster, mine: f64) -> Option<Vec<f64>> {
-    let root = cluster.world().process_at_rank(0);
-    if cluster.rank() == 0 {
-        let mut all = vec![0.0f64; cluster.size() as usize];
-        root.gather_into_root(&mine, &mut all[..]);
-        Some(all)
-    } else {
-        root.gather_into(&mine);
-        None
-    }
+    super::compare(cluster, runners, repeat, reference, |rt, comm| {
+        run(rt, cluster, p, comm)
+    })
 }
 
 /// The table rank 0 prints.
 pub fn table(p: &HeatParams, ranks: usize, runs: &[RankedRun]) -> String {
-    use std::fmt::Write;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
+    let title = format!(
         "heat across {ranks} ranks: {0}x{0} cells, block {1}, {2} iterations, a checkpoint \
          every {3} ({4:?}); medians",
         p.n,
@@ -457,27 +339,5 @@ pub fn table(p: &HeatParams, ranks: usize, runs: &[RankedRun]) -> String {
         p.iof.map_or("-".to_string(), |i| i.to_string()),
         p.io
     );
-    let _ = writeln!(
-        s,
-        "{:<10} {:>9} {:>8}  seconds in sends and receives per rank (umt-io: its waits, \
-         which run other tasks meanwhile)",
-        "runtime", "median s", "speedup"
-    );
-    let base = runs.first().map_or(0.0, |r| r.median_seconds);
-    for r in runs {
-        let per_rank: Vec<String> = r.seconds_in_mpi.iter().map(|s| format!("{s:.3}")).collect();
-        let _ = writeln!(
-            s,
-            "{:<10} {:>9.3} {:>7.2}x  {}",
-            r.runtime.name(),
-            r.median_seconds,
-            if r.median_seconds > 0.0 {
-                base / r.median_seconds
-            } else {
-                0.0
-            },
-            per_rank.join(" ")
-        );
-    }
-    s
+    super::table(&title, runs)
 }

@@ -1,32 +1,39 @@
-//! Beyond one machine: heat across MPI ranks (feature `mpi`, through rsmpi and the system's
-//! MPI; tested with Open MPI 4.1 from Debian 12's packages).
+//! Beyond one machine: heat and FWI across MPI ranks (feature `mpi`, through rsmpi and the
+//! system's MPI; tested with Open MPI 4.1 from Debian 12's packages).
 //!
-//! Each rank owns a band of block rows and runs them on its own umt-rt runtime; the halo rows
-//! travel every iteration as tasks with dataflow dependencies, one message per block column
-//! and direction, as the public OmpSs-2 heat does. How a task waits for its message is the
-//! [`Comm`] of the run:
-//! - [`Comm::Blocking`]: `MPI_Recv` in the task; a send copies its data and posts an
-//!   `MPI_Isend`, completed by [`Link::finish`]. Open MPI busy-polls inside `MPI_Recv` (or
+//! Each rank owns a part of the domain and runs it on its own umt-rt runtime; the halos
+//! travel as tasks with dataflow dependencies: in [`heat`] a band of block rows, one message
+//! per block column and direction per iteration, as the public OmpSs-2 heat does; in [`fwi`]
+//! a slab of Y-slices, one message per halo slice and direction per half step. How a task
+//! waits for its message is the [`Comm`] of the run:
+//! - [`Comm::Blocking`]: `MPI_Recv` in the task. Open MPI busy-polls inside `MPI_Recv` (or
 //!   yields, with `OMPI_MCA_mpi_yield_when_idle=1`): the worker stays runnable, so a monitor
 //!   sees no block and cannot give its core to other tasks;
-//! - [`Comm::Waiting`]: `MPI_Isend` / `MPI_Irecv`, then [`umt_rt::io`]'s wait on an
-//!   [`MpiRequests`] source: the worker runs other tasks and tests every waiting request of
-//!   its core with one `MPI_Testsome` between them, and sleeps only when nothing else can run.
+//! - [`Comm::Waiting`]: `MPI_Irecv`, then [`umt_rt::io`]'s wait on an [`MpiRequests`]
+//!   source: the worker runs other tasks and tests every waiting request of its core with
+//!   one `MPI_Testsome` between them, and sleeps only when nothing else can run.
+//!
+//! Either way a send copies its data, posts an `MPI_Isend` and returns ([`Link::send`]).
 //!
 //! ```text
 //! cargo build --release -p umt-bench --features mpi
 //! mpirun -np 2 target/release/umt-bench heat --mpi --runtimes baseline,umt-perf,umt-io
+//! mpirun -np 2 target/release/umt-bench fwi --mpi --runtimes baseline,umt-perf,umt-io
 //! ```
 
+pub mod fwi;
 pub mod heat;
 mod source;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use mpi::datatype::Equivalence;
+use mpi::traits::Root;
 
 use mpi::topology::{Communicator, SimpleCommunicator};
-use umt_rt::io::EventSource;
+use umt_rt::io::{EventSource, Source as _};
 
 use crate::error::BenchError;
 pub use source::MpiRequests;
@@ -90,9 +97,9 @@ impl Cluster {
 /// How tasks wait for their messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Comm {
-    /// `MPI_Recv` in the task; sends posted and completed at the end ([`Link::finish`]).
+    /// `MPI_Recv` in the task.
     Blocking,
-    /// Immediate calls, waited for through [`umt_rt::io`] with `MPI_Testsome` group polls.
+    /// `MPI_Irecv`, waited for through [`umt_rt::io`] with `MPI_Testsome` group polls.
     Waiting,
 }
 
@@ -102,7 +109,7 @@ pub struct Link {
     world: source::RawComm,
     comm: Comm,
     requests: EventSource<MpiRequests>,
-    /// [`Comm::Blocking`]'s sends in flight, each with its copy of the data.
+    /// Sends in flight, each with its copy of the data.
     posted: Mutex<Vec<(source::RawRequest, Vec<f64>)>>,
     /// Nanoseconds tasks spent in sends and receives (their waits included).
     in_mpi_ns: AtomicU64,
@@ -139,24 +146,21 @@ impl Link {
         r
     }
 
-    /// Sends `data` to rank `to` with `tag`; returns once `data` may be reused. With
-    /// [`Comm::Blocking`] the send only starts (from a copy): a task never waits for a
-    /// neighbour to receive, so a rank blocked in a receive has posted what others wait for.
+    /// Starts sending `data` to rank `to` with `tag`, from a copy, and returns at once,
+    /// whatever the [`Comm`]: a send waited for in its task (a rendezvous, for a message over
+    /// MPI's eager limit, completes only once the receiver posted its receive) could wait for
+    /// a neighbour that waits for this rank. Sends that completed meanwhile are reaped (their
+    /// copies freed) here; the rest complete in [`Link::finish`].
     pub fn send(&self, to: i32, tag: i32, data: &[f64]) {
-        self.timed(|| match self.comm {
-            Comm::Blocking => {
-                let copy = data.to_vec();
-                // SAFETY: the copy moves into `posted` (its heap buffer does not move), which
-                // keeps it, unchanged, until `finish` waited for the request.
-                let req = unsafe { source::isend(self.world, to, tag, &copy) };
-                lock_posted(&self.posted).push((req, copy));
-            }
-            Comm::Waiting => {
-                // SAFETY: `data` is borrowed until `wait` returns, which it does once the
-                // request completed (tasks run inside the wait catch their own panics).
-                let req = unsafe { source::isend(self.world, to, tag, data) };
-                self.requests.wait(req);
-            }
+        self.timed(|| {
+            let copy = data.to_vec();
+            // SAFETY: the copy moves into `posted` (its heap buffer does not move), which
+            // keeps it, unchanged, until its request completed (reaped below or in `finish`).
+            let req = unsafe { source::isend(self.world, to, tag, &copy) };
+            let mut posted = lock_posted(&self.posted);
+            // A completed request is MPI_REQUEST_NULL afterwards: it leaves the list at once.
+            posted.retain_mut(|(req, _)| MpiRequests.poll(req).is_none());
+            posted.push((req, copy));
         });
     }
 
@@ -192,4 +196,151 @@ impl Drop for Link {
     fn drop(&mut self) {
         self.finish();
     }
+}
+
+/// What one rank's run produced.
+#[derive(Debug)]
+pub struct DistRun {
+    /// Wall time between the barriers around the run (the slowest rank's time).
+    pub elapsed: Duration,
+    /// `fwi::checksum` of this rank's share of the result (see each workload).
+    pub checksum: u64,
+    /// Seconds this rank's tasks spent in sends and receives.
+    pub seconds_in_mpi: f64,
+    /// Bytes this rank wrote to its checkpoints or snapshots.
+    pub bytes_written: u64,
+}
+
+/// One runner's result across the ranks, as rank 0 reports it.
+#[derive(Debug, Clone)]
+pub struct RankedRun {
+    /// The runner.
+    pub runtime: crate::runner::Runner,
+    /// Median wall time of the repeats.
+    pub median_seconds: f64,
+    /// Per rank, the median seconds its tasks spent in sends and receives.
+    pub seconds_in_mpi: Vec<f64>,
+}
+
+/// The runners `--mpi` takes: umt-rt's, each with a monitor or not; umt-io's messages wait
+/// through `umt_rt::io`, the others' block in MPI.
+pub fn comm_of(r: crate::runner::Runner) -> Option<Comm> {
+    use crate::runner::Runner::*;
+    match r {
+        Baseline | UmtPerf | UmtKernel | UmtBpf => Some(Comm::Blocking),
+        UmtIo => Some(Comm::Waiting),
+        _ => None,
+    }
+}
+
+/// Runs `run` (one run of a workload on this rank, on the runtime given, with its messages
+/// waited for as the [`Comm`] says) on each of `runners`, `repeat` times, alternating. With
+/// `reference` (rank 0: every rank's expected checksum), fails on any run whose gathered
+/// checksums differ. Every rank calls it; rank 0 gets the results, the others `None`.
+pub fn compare(
+    cluster: &Cluster,
+    runners: &[crate::runner::Runner],
+    repeat: usize,
+    reference: Option<Vec<u64>>,
+    mut run: impl FnMut(&umt_rt::Runtime, Comm) -> Result<DistRun, BenchError>,
+) -> Result<Option<Vec<RankedRun>>, BenchError> {
+    let size = cluster.size() as usize;
+    let mut times = vec![Vec::new(); runners.len()];
+    let mut mpi = vec![vec![Vec::new(); size]; runners.len()];
+    for _ in 0..repeat {
+        for (k, &r) in runners.iter().enumerate() {
+            let comm = comm_of(r).ok_or_else(|| {
+                BenchError::InvalidParam(format!(
+                    "{r} cannot run across ranks: use baseline, umt-perf, umt-bpf, umt-kernel \
+                     or umt-io"
+                ))
+            })?;
+            let rt = match r.engine()? {
+                crate::runner::Engine::Umt(rt) | crate::runner::Engine::UmtIo(rt) => rt,
+                other => {
+                    return Err(BenchError::Runtime(format!("{r} is not umt-rt: {other:?}")));
+                }
+            };
+            let out = run(&rt, comm)?;
+            drop(rt);
+            let sums = gather(cluster, out.checksum);
+            let in_mpi = gather(cluster, out.seconds_in_mpi);
+            if let (Some(sums), Some(want)) = (&sums, &reference)
+                && sums != want
+            {
+                return Err(BenchError::Runtime(format!(
+                    "{r}: the ranks' checksums {sums:x?} differ from the sequential \
+                     reference's {want:x?}"
+                )));
+            }
+            times[k].push(out.elapsed.as_secs_f64());
+            if let Some(in_mpi) = in_mpi {
+                for (rank, s) in in_mpi.into_iter().enumerate() {
+                    mpi[k][rank].push(s);
+                }
+            }
+        }
+    }
+    if cluster.rank() != 0 {
+        return Ok(None);
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    Ok(Some(
+        runners
+            .iter()
+            .zip(times.into_iter().zip(mpi))
+            .map(|(&runtime, (t, m))| RankedRun {
+                runtime,
+                median_seconds: median(t),
+                seconds_in_mpi: m.into_iter().map(median).collect(),
+            })
+            .collect(),
+    ))
+}
+
+/// Gathers one value per rank at rank 0 (`None` on the other ranks).
+pub fn gather<T: Equivalence + Default + Clone>(cluster: &Cluster, mine: T) -> Option<Vec<T>> {
+    let root = cluster.world().process_at_rank(0);
+    if cluster.rank() == 0 {
+        let mut all = vec![T::default(); cluster.size() as usize];
+        root.gather_into_root(&mine, &mut all[..]);
+        Some(all)
+    } else {
+        root.gather_into(&mine);
+        None
+    }
+}
+
+/// The table rank 0 prints: `title`, then a line per runner (median seconds, speedup over
+/// the first, seconds in MPI per rank).
+pub fn table(title: &str, runs: &[RankedRun]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "{title}");
+    let _ = writeln!(
+        s,
+        "{:<10} {:>9} {:>8}  seconds in sends and receives per rank (umt-io: its waits, \
+         which run other tasks meanwhile)",
+        "runtime", "median s", "speedup"
+    );
+    let base = runs.first().map_or(0.0, |r| r.median_seconds);
+    for r in runs {
+        let per_rank: Vec<String> = r.seconds_in_mpi.iter().map(|s| format!("{s:.3}")).collect();
+        let _ = writeln!(
+            s,
+            "{:<10} {:>9.3} {:>7.2}x  {}",
+            r.runtime.name(),
+            r.median_seconds,
+            if r.median_seconds > 0.0 {
+                base / r.median_seconds
+            } else {
+                0.0
+            },
+            per_rank.join(" ")
+        );
+    }
+    s
 }
