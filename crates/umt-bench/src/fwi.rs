@@ -241,7 +241,7 @@ const SNAP: u8 = 5;
 /// A velocity slice's staging copy, between the copy and the write.
 const STAGE: u8 = 6;
 /// A snapshot whose reads were started ahead.
-const AHEAD: u8 = 7;
+pub(crate) const AHEAD: u8 = 7;
 
 /// Spawns one time step of a staggered pair: one task per slice updating `vel` from the
 /// `str_` slices around it (keys `vel_key`, `str_key`), then one per slice updating `str_` from
@@ -610,6 +610,18 @@ impl<'a> SnapshotTasks<'a> {
         });
     }
 
+    /// Snapshot `k`'s slices `ys`: one task starts their reads (for an `io` that reads ahead;
+    /// the read tasks then depend on `(AHEAD, k)`).
+    pub(crate) fn spawn_read_ahead(self, sc: &Scope<'a>, k: usize, ys: std::ops::Range<usize>) {
+        let (snaps, cells) = (self.snaps, self.snaps.cells());
+        sc.spawn_with([Access::write((AHEAD, k))], move |_| {
+            for y in ys {
+                let offset = snaps.offset(k, y);
+                (self.errors).check(self.io.read_ahead(self.file, self.path, offset, cells));
+            }
+        });
+    }
+
     /// Slice `y` of snapshot `k`, taken at step `t`: a task reads it back, verifies it and,
     /// with `image`, images it; after `extra` too, if given.
     pub(crate) fn spawn_read(
@@ -688,23 +700,17 @@ impl<'a> Graph<'a> {
             p,
             st,
             snaps,
-            errors,
-            path,
             io,
             compute,
             ..
         } = *self;
-        let (ny, cells) = (p.ny, p.slice_cells());
+        let ny = p.ny;
         for t in (1..=p.steps).rev() {
             let snap = self.file.zip(snaps.at_step(t));
             if let Some((file, k)) = snap
                 && io.reads_ahead()
             {
-                sc.spawn_with([Access::write((AHEAD, k))], move |_| {
-                    for y in 0..ny {
-                        errors.check(io.read_ahead(file, path, snaps.offset(k, y), cells));
-                    }
-                });
+                self.snapshot_tasks(file).spawn_read_ahead(sc, k, 0..ny);
             }
             if compute {
                 spawn_step(sc, (AV, &st.av), (AS, &st.as_), p);

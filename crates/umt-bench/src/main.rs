@@ -205,8 +205,8 @@ struct HeatArgs {
     #[arg(long)]
     iof: Option<usize>,
     /// Run across the ranks of `mpirun -np N umt-bench heat --mpi ...`: each rank a band of
-    /// block rows on its own cores, halo rows as MPI messages; rank 0 prints the table. Only
-    /// the umt-rt runtimes (umt-io's messages wait through umt_rt::io); --iof defaults to 2
+    /// block rows on its own cores, halo rows as MPI messages; rank 0 prints the table. Every
+    /// runtime but tokio (umt-io's messages wait through umt_rt::io); --iof defaults to 2
     /// and --iters to 20 (no calibration). Needs a build with `--features mpi`.
     #[arg(long)]
     mpi: bool,
@@ -234,7 +234,7 @@ struct FwiArgs {
     iof: Option<usize>,
     /// Run across the ranks of `mpirun -np N umt-bench fwi --mpi ...`: each rank a slab of
     /// Y-slices on its own cores, the 4 slices next to each face as MPI messages before every
-    /// half step; rank 0 prints the table. Only the umt-rt runtimes (umt-io's messages and
+    /// half step; rank 0 prints the table. Every runtime but tokio (umt-io's messages and
     /// snapshots wait through umt_rt::io); --iof defaults to 2 and --steps to 20 (no
     /// calibration). Needs a build with `--features mpi`.
     #[arg(long)]
@@ -409,13 +409,13 @@ fn run_fwi_mpi(a: &FwiArgs) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// The runners asked for, or every umt-rt runner that can run here.
+/// The runners asked for, or every runner that can run across ranks here.
 #[cfg(feature = "mpi")]
 fn mpi_runners(common: &Common) -> Vec<Runner> {
     if common.runtimes.is_empty() {
         Runner::ALL
             .into_iter()
-            .filter(|&r| umt_bench::dist::comm_of(r).is_some() && r.available().is_ok())
+            .filter(|&r| umt_bench::dist::waits_of(r).is_some() && r.available().is_ok())
             .collect()
     } else {
         common.runtimes.clone()

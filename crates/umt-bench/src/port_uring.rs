@@ -241,7 +241,7 @@ pub fn heat(rt: &Runtime, p: &HeatParams) -> Result<HeatRun, BenchError> {
 /// Snapshot I/O through one io_uring: writes are submitted and return at once, reads are
 /// started ahead (a snapshot's reads before the adjoint step that images it) and claimed by
 /// the imaging tasks.
-struct UringSnapshots<'a> {
+pub(crate) struct UringSnapshots<'a> {
     uring: &'a Uring,
     /// Reads started ahead, by file offset, not yet claimed.
     ahead: Mutex<HashMap<u64, u64>>,
@@ -305,11 +305,17 @@ impl fwi::SnapshotIo for UringSnapshots<'_> {
 /// The FWI mock-up on `rt` (the baseline runtime) with snapshot I/O through io_uring: the
 /// same task graph as [`crate::fwi::run`], with writes submitted and reads started ahead.
 pub fn fwi(rt: &Runtime, p: &FwiParams) -> Result<FwiRun, BenchError> {
-    let io = UringSnapshots {
-        uring: &Uring::new()?,
-        ahead: Mutex::new(HashMap::new()),
-    };
-    fwi::run_with(rt, p, fwi::Part::All, &io)
+    fwi::run_with(rt, p, fwi::Part::All, &UringSnapshots::new(&Uring::new()?))
+}
+
+impl<'a> UringSnapshots<'a> {
+    /// Snapshot I/O through `uring`.
+    pub(crate) fn new(uring: &'a Uring) -> UringSnapshots<'a> {
+        UringSnapshots {
+            uring,
+            ahead: Mutex::new(HashMap::new()),
+        }
+    }
 }
 
 #[cfg(test)]

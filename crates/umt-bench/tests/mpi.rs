@@ -87,7 +87,7 @@ fn check_of(workload: &str, ranks: usize, runtimes: &str) {
 
 #[test]
 fn two_ranks_match_the_sequential_reference_on_every_runner() {
-    check(2, "baseline,umt-perf,umt-io");
+    check(2, "baseline,umt-perf,umt-io,io-uring,rayon,rayon-4x");
 }
 
 #[test]
@@ -102,7 +102,7 @@ fn three_ranks_match_the_sequential_reference() {
 /// once posted).
 #[test]
 fn fwi_on_two_ranks_matches_the_sequential_reference_on_every_runner() {
-    check_of("fwi", 2, "baseline,umt-perf,umt-io");
+    check_of("fwi", 2, "baseline,umt-perf,umt-io,io-uring,rayon,rayon-4x");
 }
 
 /// Three ranks: the middle one exchanges with both neighbours.

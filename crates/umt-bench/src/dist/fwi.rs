@@ -33,13 +33,15 @@ use std::time::Instant;
 use mpi::collective::CommunicatorCollectives;
 use umt_rt::{Access, Runtime, Scope};
 
-use super::{Cluster, Comm, DistRun, Link, RankedRun};
+use super::{Cluster, Disk, DistRun, Link, RankRunner, RankedRun};
 use crate::error::{BenchError, Errors};
 use crate::fwi::{
-    AS, AV, Blocking, FwiParams, RADIUS, S, SnapshotIo, SnapshotTasks, Snapshots, State, V, Volume,
-    Waiting, neighbours, update,
+    AHEAD, AS, AV, Blocking, FwiParams, RADIUS, S, SnapshotIo, SnapshotTasks, Snapshots, State, V,
+    Volume, Waiting, neighbours, update,
 };
 use crate::io::{AlignedBuf, TempPath, create_file};
+use crate::port_uring::{Uring, UringSnapshots};
+use crate::runner::Engine;
 
 /// Dataflow key of the sends of an exchange, `(SENT, exchange % 2, message)`, beside the
 /// volumes' `(key, slice)` and the snapshots' (`fwi`'s keys).
@@ -144,6 +146,92 @@ impl<'a> Slab<'a> {
         }
     }
 
+    /// Both phases as umt-rt tasks. With an `io` that reads ahead, the backward phase starts
+    /// once every snapshot is on disk (as in the one-process graph).
+    fn tasks(&self, rt: &Runtime) {
+        let mut e = 0;
+        if self.io.reads_ahead() {
+            rt.scope(|sc| self.forward(sc, &mut e));
+            self.errors.check(self.io.flush());
+            rt.scope(|sc| self.backward(sc, &mut e));
+        } else {
+            rt.scope(|sc| {
+                self.forward(sc, &mut e);
+                self.backward(sc, &mut e);
+            });
+        }
+    }
+
+    /// Exchange `e` of volume `key` on the calling thread: the sends posted, then the
+    /// receives waited for (rayon's way).
+    fn exchange_now(&self, (key, vol): (u8, &Volume), e: usize) {
+        let (link, par, n) = (self.link, e % 2, self.n);
+        for (dir, to, first) in [(Dir::Up, self.up, RADIUS), (Dir::Down, self.down, n)] {
+            if let Some(to) = to {
+                for k in 0..RADIUS {
+                    link.send(to, tag(key, par, dir, k), &vol.read(first + k));
+                }
+            }
+        }
+        for (from, dir, first) in [(self.up, Dir::Down, 0), (self.down, Dir::Up, RADIUS + n)] {
+            if let Some(from) = from {
+                for k in 0..RADIUS {
+                    link.recv(from, tag(key, par, dir, k), &mut vol.write(first + k));
+                }
+            }
+        }
+    }
+
+    /// Both phases as a rayon program would run them: each exchange on the calling thread
+    /// (blocking in MPI), each half step one parallel loop over the own slices, the snapshot
+    /// writes spawned on copies (the forward phase ends when they are done), the read-backs
+    /// a parallel loop.
+    fn rayon(&self, pool: &rayon::ThreadPool) {
+        use rayon::prelude::*;
+        let (gp, st, snaps, errors) = (self.gp, self.st, self.snaps, self.errors);
+        let half = |(dst, src): (&Volume, &Volume)| {
+            self.own()
+                .into_par_iter()
+                .for_each(|y| update(dst, src, y, gp));
+        };
+        let mut e = 0;
+        pool.install(|| {
+            rayon::scope(|s| {
+                for t in 1..=gp.steps {
+                    self.exchange_now((S, &st.s), e);
+                    half((&st.v, &st.s));
+                    self.exchange_now((V, &st.v), e + 1);
+                    half((&st.s, &st.v));
+                    e += 2;
+                    let Some(k) = snaps.at_step(t) else { continue };
+                    for y in self.own() {
+                        let buf = AlignedBuf::from_f64s(&st.v.read(y));
+                        let (file, path, io) = (self.file, self.path, self.io);
+                        s.spawn(move |_| {
+                            let write = |at, b| io.write(file, path, at, b);
+                            errors.check(snaps.write(k, y, buf, write));
+                        });
+                    }
+                }
+            });
+            for t in (1..=gp.steps).rev() {
+                self.exchange_now((AS, &st.as_), e);
+                half((&st.av, &st.as_));
+                self.exchange_now((AV, &st.av), e + 1);
+                half((&st.as_, &st.av));
+                e += 2;
+                let Some(k) = snaps.at_step(t) else { continue };
+                self.own().into_par_iter().for_each(|y| {
+                    let mut data = vec![0.0; snaps.cells()];
+                    let done = (self.io)
+                        .read(self.file, self.path, snaps.offset(k, y), &mut data)
+                        .and_then(|()| snaps.check_and_image(st, (k, y, t), &data, true));
+                    errors.check(done);
+                });
+            }
+        });
+    }
+
     /// The forward phase; `e` counts the exchanges.
     fn forward(&self, sc: &Scope<'a>, e: &mut usize) {
         let st = self.st;
@@ -175,8 +263,13 @@ impl<'a> Slab<'a> {
             let Some(k) = self.snaps.at_step(t) else {
                 continue;
             };
+            let tasks = self.snapshot_tasks();
+            let ahead = self.io.reads_ahead().then_some(Access::read((AHEAD, k)));
+            if ahead.is_some() {
+                tasks.spawn_read_ahead(sc, k, self.own());
+            }
             for y in self.own() {
-                self.snapshot_tasks().spawn_read(sc, (k, y, t), true, None);
+                tasks.spawn_read(sc, (k, y, t), true, ahead);
             }
         }
     }
@@ -196,15 +289,10 @@ fn checked_slab(p: &FwiParams, size: usize, rank: usize) -> Result<(usize, usize
     Ok(slab(p.ny, size, rank))
 }
 
-/// Runs FWI (both phases) on `rt` as rank `cluster.rank()` of `cluster.size()`; every rank
+/// Runs FWI (both phases) as rank `cluster.rank()` of `cluster.size()` on `rr`; every rank
 /// calls it with the same parameters. Snapshots go to one file per rank. The checksum is that
 /// of the rank's own slices of the final velocity, stress and image, in that order.
-pub fn run(
-    rt: &Runtime,
-    cluster: &Cluster,
-    p: &FwiParams,
-    comm: Comm,
-) -> Result<DistRun, BenchError> {
+pub fn run(rr: &RankRunner<'_>, cluster: &Cluster, p: &FwiParams) -> Result<DistRun, BenchError> {
     let (rank, size) = (cluster.rank() as usize, cluster.size() as usize);
     let (y0, y1) = checked_slab(p, size, rank)?;
     let n = y1 - y0;
@@ -220,11 +308,17 @@ pub fn run(
     let (path, file) = TempPath::create(own.new_snapshot_path(), |path| {
         create_file(path, p.io, own.snapshot_bytes())
     })?;
-    let io: &dyn SnapshotIo = match comm {
-        Comm::Blocking => &Blocking,
-        Comm::Waiting => &Waiting,
+    let uring = match rr.disk {
+        Disk::Uring => Some(Uring::new()?),
+        _ => None,
     };
-    let link = Link::new(cluster, comm);
+    let uring_io = uring.as_ref().map(UringSnapshots::new);
+    let io: &dyn SnapshotIo = match (rr.disk, &uring_io) {
+        (Disk::Waiting, _) => &Waiting,
+        (Disk::Uring, Some(u)) => u,
+        _ => &Blocking,
+    };
+    let link = Link::new(cluster, rr.comm);
     let errors = Errors::default();
     let staging: Vec<Mutex<Option<AlignedBuf>>> = (0..n).map(|_| Mutex::new(None)).collect();
     let slab = Slab {
@@ -243,11 +337,17 @@ pub fn run(
     };
     cluster.world().barrier();
     let start = Instant::now();
-    rt.scope(|sc| {
-        let mut e = 0;
-        slab.forward(sc, &mut e);
-        slab.backward(sc, &mut e);
-    });
+    match rr.engine {
+        Engine::Umt(rt) | Engine::UmtIo(rt) | Engine::Uring(rt) => slab.tasks(rt),
+        Engine::Rayon(pool) => slab.rayon(pool),
+        Engine::Tokio(_) => {
+            return Err(BenchError::InvalidParam(format!(
+                "{} cannot run across ranks",
+                rr.runner
+            )));
+        }
+    }
+    errors.check(io.flush());
     link.finish();
     cluster.world().barrier();
     let elapsed = start.elapsed();
@@ -305,8 +405,8 @@ pub fn compare(
     // Every rank checks its slab before any message: all fail alike, none waits for another.
     checked_slab(p, size, cluster.rank() as usize)?;
     let reference = (verify && cluster.rank() == 0).then(|| reference_checksums(p, size));
-    super::compare(cluster, runners, repeat, reference, |rt, comm| {
-        run(rt, cluster, p, comm)
+    super::compare(cluster, runners, repeat, reference, |rr| {
+        run(rr, cluster, p)
     })
 }
 

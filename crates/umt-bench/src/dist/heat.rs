@@ -25,10 +25,12 @@ use std::time::Instant;
 use mpi::collective::CommunicatorCollectives;
 use umt_rt::{Access, Runtime};
 
-use super::{Cluster, Comm, DistRun, Link, RankedRun};
+use super::{Cluster, Disk, DistRun, Link, RankRunner, RankedRun};
 use crate::error::{BenchError, Errors};
 use crate::heat::{Halo, HeatParams, TOP, block_deps, update_block};
 use crate::io::{AlignedBuf, TempPath, create_file};
+use crate::port_uring::Uring;
+use crate::runner::Engine;
 
 /// Dataflow keys beside the blocks' `(bi, bj)`.
 const GHOST_UP: u64 = 1 << 40;
@@ -145,23 +147,28 @@ impl Band {
         m
     }
 
-    /// Writes block `(bi, bj)` to this rank's checkpoint file (its blocks, block-major): with
-    /// a blocking `pwrite`, or through [`umt_rt::io`] for [`Comm::Waiting`] (umt-io's runs
-    /// wait for all their I/O there).
+    /// Writes block `(bi, bj)` to this rank's checkpoint file (its blocks, block-major), as
+    /// `disk` says: a blocking `pwrite` of the block in place, a wait through [`umt_rt::io`]
+    /// (umt-io), or a copy submitted to `uring` (the write outlives the task, so it cannot
+    /// read the block in place).
     fn write_block(
         &self,
-        bi: usize,
-        bj: usize,
-        file: &File,
-        path: &Path,
-        comm: Comm,
+        (bi, bj): (usize, usize),
+        (file, path): (&File, &Path),
+        disk: Disk,
+        uring: Option<&Uring>,
     ) -> Result<(), BenchError> {
         let off = (((bi - self.r0) * self.nb + bj) * self.b * self.b * 8) as u64;
         let block = read(self.block(bi, bj));
-        match comm {
-            Comm::Blocking => crate::io::write_bytes(file, path, off, block.as_slice()),
-            Comm::Waiting => umt_rt::io::write_all_at(file, block.as_slice(), off)
+        match (disk, uring) {
+            (Disk::Waiting, _) => umt_rt::io::write_all_at(file, block.as_slice(), off)
                 .map_err(|e| BenchError::wait("writing", path, e)),
+            (Disk::Uring, Some(uring)) => {
+                let copy = AlignedBuf::from_f64s(block.as_f64s());
+                drop(block);
+                uring.write(file, path, off, copy)
+            }
+            _ => crate::io::write_bytes(file, path, off, block.as_slice()),
         }
     }
 }
@@ -176,14 +183,21 @@ fn tag_down(bj: usize) -> i32 {
     (2 * bj + 1) as i32
 }
 
-/// Runs heat on `rt` as rank `cluster.rank()` of `cluster.size()`; every rank calls it with
+/// What a rank's run needs besides its runner: its band, its checkpoint files, its link.
+struct RankRun<'a> {
+    p: &'a HeatParams,
+    band: Band,
+    files: Vec<(usize, TempPath, File)>,
+    link: Link,
+    errors: Errors,
+    /// The neighbour ranks, if any.
+    up: Option<i32>,
+    down: Option<i32>,
+}
+
+/// Runs heat as rank `cluster.rank()` of `cluster.size()` on `rr`; every rank calls it with
 /// the same parameters. Checkpoints go to one file per rank and checkpoint.
-pub fn run(
-    rt: &Runtime,
-    cluster: &Cluster,
-    p: &HeatParams,
-    comm: Comm,
-) -> Result<DistRun, BenchError> {
+pub fn run(rr: &RankRunner<'_>, cluster: &Cluster, p: &HeatParams) -> Result<DistRun, BenchError> {
     p.validate()?;
     let (rank, size) = (cluster.rank() as usize, cluster.size() as usize);
     let nb = p.blocks();
@@ -194,7 +208,6 @@ pub fn run(
         )));
     }
     let (r0, r1) = band(nb, size, rank);
-    let band = Band::new(p, r0, r1);
     let b = p.block;
     let files: Vec<(usize, TempPath, File)> = p
         .checkpoint_iters()
@@ -207,96 +220,184 @@ pub fn run(
             Ok((it, path, file))
         })
         .collect::<Result<_, BenchError>>()?;
-    let link = Link::new(cluster, comm);
-    let errors = Errors::default();
-    let (above, below) = (rank > 0, rank + 1 < size);
-    let (up_rank, down_rank) = (rank as i32 - 1, rank as i32 + 1);
+    let run = RankRun {
+        p,
+        band: Band::new(p, r0, r1),
+        files,
+        link: Link::new(cluster, rr.comm),
+        errors: Errors::default(),
+        up: (rank > 0).then(|| rank as i32 - 1),
+        down: (rank + 1 < size).then(|| rank as i32 + 1),
+    };
+    let uring = match rr.disk {
+        Disk::Uring => Some(Uring::new()?),
+        _ => None,
+    };
     cluster.world().barrier();
     let start = Instant::now();
-    rt.scope(|s| {
-        let (band, link, errors) = (&band, &link, &errors);
-        let mut next_ckpt = files.iter().peekable();
-        for t in 1..=p.iters {
-            // 1. The ghost rows, once every send of the previous iteration started.
-            let sent_before: Vec<Access> = if t >= 2 {
-                (0..2 * nb)
-                    .map(|k| Access::read((SENT, (t - 1) % 2, k)))
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            for bj in 0..nb {
-                if above {
-                    let mut deps = sent_before.clone();
-                    deps.push(Access::write((GHOST_UP, bj)));
-                    s.spawn_with(deps, move |_| {
-                        link.recv(up_rank, tag_down(bj), &mut write(&band.ghost_up[bj]));
-                    });
-                }
-                if below && t >= 2 {
-                    let mut deps = sent_before.clone();
-                    deps.push(Access::write((GHOST_DOWN, bj)));
-                    s.spawn_with(deps, move |_| {
-                        link.recv(down_rank, tag_up(bj), &mut write(&band.ghost_down[bj]));
-                    });
-                }
-            }
-            // 2. The band's blocks.
-            for bi in r0..r1 {
+    match rr.engine {
+        Engine::Umt(rt) | Engine::UmtIo(rt) | Engine::Uring(rt) => {
+            run.tasks(rt, rr.disk, uring.as_ref());
+        }
+        Engine::Rayon(pool) => run.rayon(pool),
+        Engine::Tokio(_) => {
+            return Err(BenchError::InvalidParam(format!(
+                "{} cannot run across ranks",
+                rr.runner
+            )));
+        }
+    }
+    if let Some(uring) = &uring {
+        run.errors.check(uring.wait_all());
+    }
+    run.link.finish();
+    cluster.world().barrier();
+    let elapsed = start.elapsed();
+    run.errors.first()?;
+    let bytes_written = run.files.len() as u64 * ((r1 - r0) * nb * b * b * 8) as u64;
+    Ok(DistRun {
+        elapsed,
+        checksum: crate::fwi::checksum(&run.band.rows()),
+        seconds_in_mpi: run.link.seconds_in_mpi(),
+        bytes_written,
+    })
+}
+
+impl RankRun<'_> {
+    /// The checkpoint of iteration `t`, if it takes one.
+    fn checkpoint(&self, t: usize) -> Option<(&File, &Path)> {
+        self.files
+            .iter()
+            .find(|(ci, _, _)| *ci == t)
+            .map(|(_, path, file)| (file, &**path))
+    }
+
+    /// The iterations as umt-rt tasks with dataflow dependencies (the module's steps).
+    fn tasks(&self, rt: &Runtime, disk: Disk, uring: Option<&Uring>) {
+        let (p, band, link, errors) = (self.p, &self.band, &self.link, &self.errors);
+        let (nb, b, r0, r1) = (band.nb, band.b, band.r0, band.r1);
+        rt.scope(|s| {
+            for t in 1..=p.iters {
+                // 1. The ghost rows, once every send of the previous iteration started.
+                let sent_before: Vec<Access> = if t >= 2 {
+                    (0..2 * nb)
+                        .map(|k| Access::read((SENT, (t - 1) % 2, k)))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 for bj in 0..nb {
-                    let mut deps = block_deps(bi, bj, nb);
-                    if above && bi == r0 {
-                        deps.push(Access::read((GHOST_UP, bj)));
+                    if let Some(up) = self.up {
+                        let mut deps = sent_before.clone();
+                        deps.push(Access::write((GHOST_UP, bj)));
+                        s.spawn_with(deps, move |_| {
+                            link.recv(up, tag_down(bj), &mut write(&band.ghost_up[bj]));
+                        });
                     }
-                    if below && bi + 1 == r1 {
-                        deps.push(Access::read((GHOST_DOWN, bj)));
-                    }
-                    s.spawn_with(deps, move |_| band.update(bi, bj));
-                }
-            }
-            // 3. The band's edge rows to the neighbours.
-            for bj in 0..nb {
-                if below {
-                    let deps = [Access::read((r1 - 1, bj)), Access::write((SENT, t % 2, bj))];
-                    s.spawn_with(deps, move |_| {
-                        link.send(down_rank, tag_down(bj), &band.row(r1 - 1, bj, b - 1));
-                    });
-                }
-                // The rank above reads this row in its next iteration: none after the last
-                // (an unreceived message would be matched by the next run's receive).
-                if above && t < p.iters {
-                    let deps = [
-                        Access::read((r0, bj)),
-                        Access::write((SENT, t % 2, nb + bj)),
-                    ];
-                    s.spawn_with(deps, move |_| {
-                        link.send(up_rank, tag_up(bj), &band.row(r0, bj, 0));
-                    });
-                }
-            }
-            // Checkpoint: each block of the band, once this iteration updated it.
-            if let Some((_, path, file)) = next_ckpt.next_if(|(ci, _, _)| *ci == t) {
-                for bi in r0..r1 {
-                    for bj in 0..nb {
-                        s.spawn_with([Access::read((bi, bj))], move |_| {
-                            errors.check(band.write_block(bi, bj, file, path, comm));
+                    if let Some(down) = self.down.filter(|_| t >= 2) {
+                        let mut deps = sent_before.clone();
+                        deps.push(Access::write((GHOST_DOWN, bj)));
+                        s.spawn_with(deps, move |_| {
+                            link.recv(down, tag_up(bj), &mut write(&band.ghost_down[bj]));
                         });
                     }
                 }
+                // 2. The band's blocks.
+                for bi in r0..r1 {
+                    for bj in 0..nb {
+                        let mut deps = block_deps(bi, bj, nb);
+                        if self.up.is_some() && bi == r0 {
+                            deps.push(Access::read((GHOST_UP, bj)));
+                        }
+                        if self.down.is_some() && bi + 1 == r1 {
+                            deps.push(Access::read((GHOST_DOWN, bj)));
+                        }
+                        s.spawn_with(deps, move |_| band.update(bi, bj));
+                    }
+                }
+                // 3. The band's edge rows to the neighbours.
+                for bj in 0..nb {
+                    if let Some(down) = self.down {
+                        let deps = [Access::read((r1 - 1, bj)), Access::write((SENT, t % 2, bj))];
+                        s.spawn_with(deps, move |_| {
+                            link.send(down, tag_down(bj), &band.row(r1 - 1, bj, b - 1));
+                        });
+                    }
+                    // The rank above reads this row in its next iteration: none after the last
+                    // (an unreceived message would be matched by the next run's receive).
+                    if let Some(up) = self.up.filter(|_| t < p.iters) {
+                        let deps = [
+                            Access::read((r0, bj)),
+                            Access::write((SENT, t % 2, nb + bj)),
+                        ];
+                        s.spawn_with(deps, move |_| {
+                            link.send(up, tag_up(bj), &band.row(r0, bj, 0));
+                        });
+                    }
+                }
+                // Checkpoint: each block of the band, once this iteration updated it.
+                if let Some(ckpt) = self.checkpoint(t) {
+                    for bi in r0..r1 {
+                        for bj in 0..nb {
+                            s.spawn_with([Access::read((bi, bj))], move |_| {
+                                errors.check(band.write_block((bi, bj), ckpt, disk, uring));
+                            });
+                        }
+                    }
+                }
             }
-        }
-    });
-    link.finish();
-    cluster.world().barrier();
-    let elapsed = start.elapsed();
-    errors.first()?;
-    let bytes_written = files.len() as u64 * ((r1 - r0) * nb * b * b * 8) as u64;
-    Ok(DistRun {
-        elapsed,
-        checksum: crate::fwi::checksum(&band.rows()),
-        seconds_in_mpi: link.seconds_in_mpi(),
-        bytes_written,
-    })
+        });
+    }
+
+    /// The iterations as a rayon program would run them: the ghost rows received on the
+    /// calling thread (blocking in MPI), the band's wavefront as one parallel loop per
+    /// anti-diagonal, the edge rows sent, the checkpoint as spawned tasks writing copies.
+    fn rayon(&self, pool: &rayon::ThreadPool) {
+        use rayon::prelude::*;
+        let (p, band, link, errors) = (self.p, &self.band, &self.link, &self.errors);
+        let (nb, b, r0, r1) = (band.nb, band.b, band.r0, band.r1);
+        let rows = r1 - r0;
+        pool.install(|| {
+            rayon::scope(|s| {
+                for t in 1..=p.iters {
+                    for bj in 0..nb {
+                        if let Some(up) = self.up {
+                            link.recv(up, tag_down(bj), &mut write(&band.ghost_up[bj]));
+                        }
+                        if let Some(down) = self.down.filter(|_| t >= 2) {
+                            link.recv(down, tag_up(bj), &mut write(&band.ghost_down[bj]));
+                        }
+                    }
+                    for d in 0..rows + nb - 1 {
+                        let lo = d.saturating_sub(nb - 1);
+                        (lo..=d.min(rows - 1))
+                            .into_par_iter()
+                            .for_each(|i| band.update(r0 + i, d - i));
+                    }
+                    for bj in 0..nb {
+                        if let Some(down) = self.down {
+                            link.send(down, tag_down(bj), &band.row(r1 - 1, bj, b - 1));
+                        }
+                        if let Some(up) = self.up.filter(|_| t < p.iters) {
+                            link.send(up, tag_up(bj), &band.row(r0, bj, 0));
+                        }
+                    }
+                    if let Some(ckpt) = self.checkpoint(t) {
+                        for bi in r0..r1 {
+                            for bj in 0..nb {
+                                let off = (((bi - r0) * nb + bj) * b * b * 8) as u64;
+                                let copy =
+                                    AlignedBuf::from_f64s(read(band.block(bi, bj)).as_f64s());
+                                s.spawn(move |_| {
+                                    errors.check(crate::io::write_buf(ckpt.0, ckpt.1, off, copy));
+                                });
+                            }
+                        }
+                    }
+                }
+            });
+        });
+    }
 }
 
 /// The checksums every rank's band should have: those of the sequential reference's rows.
@@ -323,8 +424,8 @@ pub fn compare(
 ) -> Result<Option<Vec<RankedRun>>, BenchError> {
     let size = cluster.size() as usize;
     let reference = (verify && cluster.rank() == 0).then(|| reference_checksums(p, size));
-    super::compare(cluster, runners, repeat, reference, |rt, comm| {
-        run(rt, cluster, p, comm)
+    super::compare(cluster, runners, repeat, reference, |rr| {
+        run(rr, cluster, p)
     })
 }
 

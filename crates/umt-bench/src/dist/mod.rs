@@ -1,11 +1,12 @@
 //! Beyond one machine: heat and FWI across MPI ranks (feature `mpi`, through rsmpi and the
 //! system's MPI; tested with Open MPI 4.1 from Debian 12's packages).
 //!
-//! Each rank owns a part of the domain and runs it on its own umt-rt runtime; the halos
-//! travel as tasks with dataflow dependencies: in [`heat`] a band of block rows, one message
-//! per block column and direction per iteration, as the public OmpSs-2 heat does; in [`fwi`]
-//! a slab of Y-slices, one message per halo slice and direction per half step. How a task
-//! waits for its message is the [`Comm`] of the run:
+//! Each rank owns a part of the domain and runs it on its own runtime (a [`RankRunner`]: a
+//! umt-rt runtime, or a rayon pool for the peers); on umt-rt the halos travel as tasks with
+//! dataflow dependencies: in [`heat`] a band of block rows, one message per block column and
+//! direction per iteration, as the public OmpSs-2 heat does; in [`fwi`] a slab of Y-slices,
+//! one message per halo slice and direction per half step. How a task waits for its message
+//! is the [`Comm`] of the run, how it waits for its file I/O the [`Disk`]:
 //! - [`Comm::Blocking`]: `MPI_Recv` in the task. Open MPI busy-polls inside `MPI_Recv` (or
 //!   yields, with `OMPI_MCA_mpi_yield_when_idle=1`): the worker stays runnable, so a monitor
 //!   sees no block and cannot give its core to other tasks;
@@ -222,47 +223,77 @@ pub struct RankedRun {
     pub seconds_in_mpi: Vec<f64>,
 }
 
-/// The runners `--mpi` takes: umt-rt's, each with a monitor or not; umt-io's messages wait
-/// through `umt_rt::io`, the others' block in MPI.
-pub fn comm_of(r: crate::runner::Runner) -> Option<Comm> {
+/// How a rank's checkpoint or snapshot I/O waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disk {
+    /// `pwrite` / `pread` in the task.
+    Blocking,
+    /// Through [`umt_rt::io`] (umt-io).
+    Waiting,
+    /// Submitted to an io_uring, the task returning at once (io-uring).
+    Uring,
+}
+
+/// What `--mpi` runs on: a umt-rt runtime or a rayon pool, with its messages and its file
+/// I/O waited for as the runner says.
+#[derive(Debug)]
+pub struct RankRunner<'a> {
+    /// The runner.
+    pub runner: crate::runner::Runner,
+    /// Its engine (umt-rt or rayon).
+    pub engine: &'a crate::runner::Engine,
+    /// How its tasks wait for messages.
+    pub comm: Comm,
+    /// How its tasks wait for the disk.
+    pub disk: Disk,
+}
+
+/// How `r` waits across ranks, or `None` if it cannot run there: umt-rt's runners and the
+/// io-uring port (baseline umt-rt, checkpoints through io_uring) as on one machine; umt-io
+/// with its receives and its file I/O through `umt_rt::io`; rayon's pools blocking in MPI as
+/// a rayon program would, their I/O in spawned tasks.
+pub fn waits_of(r: crate::runner::Runner) -> Option<(Comm, Disk)> {
     use crate::runner::Runner::*;
     match r {
-        Baseline | UmtPerf | UmtKernel | UmtBpf => Some(Comm::Blocking),
-        UmtIo => Some(Comm::Waiting),
-        _ => None,
+        Baseline | UmtPerf | UmtKernel | UmtBpf | Rayon | Rayon2x | Rayon4x => {
+            Some((Comm::Blocking, Disk::Blocking))
+        }
+        IoUring => Some((Comm::Blocking, Disk::Uring)),
+        UmtIo => Some((Comm::Waiting, Disk::Waiting)),
+        Tokio => None,
     }
 }
 
-/// Runs `run` (one run of a workload on this rank, on the runtime given, with its messages
-/// waited for as the [`Comm`] says) on each of `runners`, `repeat` times, alternating. With
-/// `reference` (rank 0: every rank's expected checksum), fails on any run whose gathered
-/// checksums differ. Every rank calls it; rank 0 gets the results, the others `None`.
+/// Runs `run` (one run of a workload on this rank) on each of `runners`, `repeat` times,
+/// alternating. With `reference` (rank 0: every rank's expected checksum), fails on any run
+/// whose gathered checksums differ. Every rank calls it; rank 0 gets the results, the others
+/// `None`.
 pub fn compare(
     cluster: &Cluster,
     runners: &[crate::runner::Runner],
     repeat: usize,
     reference: Option<Vec<u64>>,
-    mut run: impl FnMut(&umt_rt::Runtime, Comm) -> Result<DistRun, BenchError>,
+    mut run: impl FnMut(&RankRunner<'_>) -> Result<DistRun, BenchError>,
 ) -> Result<Option<Vec<RankedRun>>, BenchError> {
     let size = cluster.size() as usize;
     let mut times = vec![Vec::new(); runners.len()];
     let mut mpi = vec![vec![Vec::new(); size]; runners.len()];
     for _ in 0..repeat {
         for (k, &r) in runners.iter().enumerate() {
-            let comm = comm_of(r).ok_or_else(|| {
+            let (comm, disk) = waits_of(r).ok_or_else(|| {
                 BenchError::InvalidParam(format!(
-                    "{r} cannot run across ranks: use baseline, umt-perf, umt-bpf, umt-kernel \
-                     or umt-io"
+                    "{r} cannot run across ranks: use baseline, umt-perf, umt-bpf, umt-kernel, \
+                     umt-io, io-uring or rayon"
                 ))
             })?;
-            let rt = match r.engine()? {
-                crate::runner::Engine::Umt(rt) | crate::runner::Engine::UmtIo(rt) => rt,
-                other => {
-                    return Err(BenchError::Runtime(format!("{r} is not umt-rt: {other:?}")));
-                }
-            };
-            let out = run(&rt, comm)?;
-            drop(rt);
+            let engine = r.engine()?;
+            let out = run(&RankRunner {
+                runner: r,
+                engine: &engine,
+                comm,
+                disk,
+            })?;
+            drop(engine);
             let sums = gather(cluster, out.checksum);
             let in_mpi = gather(cluster, out.seconds_in_mpi);
             if let (Some(sums), Some(want)) = (&sums, &reference)
