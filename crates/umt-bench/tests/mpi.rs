@@ -37,8 +37,8 @@ fn mpirun(ranks: usize, args: &[&str]) -> Option<Output> {
 fn small_of(workload: &str, runtimes: &str) -> Vec<String> {
     let size: &[&str] = match workload {
         "heat" => &["--size", "512", "--block", "64", "--iters", "6"],
-        // 12 Y-slices: 4 per rank with 3 ranks, the stencil's radius; slices of 4 KiB.
-        _ => &["--nz", "16", "--nx", "32", "--ny", "12", "--steps", "6"],
+        // 16 Y-slices: 4 per rank with 4 ranks, the stencil's radius; slices of 4 KiB.
+        _ => &["--nz", "16", "--nx", "32", "--ny", "16", "--steps", "6"],
     };
     [workload, "--mpi"]
         .iter()
@@ -129,6 +129,13 @@ fn fails_everywhere(ranks: usize, args: &[&str], why: &str) {
     assert!(!out.status.success());
     assert_ne!(out.status.code(), Some(124), "timed out: {stderr}");
     assert!(stderr.contains(why), "{stderr}");
+}
+
+/// Four ranks on this machine's two cores (oversubscribed): two middle ranks.
+#[test]
+fn four_ranks_match_the_sequential_reference() {
+    check(4, "umt-io,umt-perf");
+    check_of("fwi", 4, "umt-io,umt-perf");
 }
 
 #[test]
