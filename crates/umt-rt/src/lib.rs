@@ -96,7 +96,8 @@
 //! [`Runtime::take_trace`] turns them into per-core states ([`CoreState`]) and their exact
 //! times ([`Trace::accounting`]), or a Perfetto trace (feature `json`). [`Runtime::onload`]
 //! runs work only on cores the application leaves idle, and [`onload::Dyon`] adapts how many
-//! cores such work may take (seed 002).
+//! cores such work may take (seed 002), or how many workers a core may keep active
+//! ([`Runtime::set_spare_limit`]).
 //!
 //! ## Waiting for I/O: the scheduler chooses how
 //!

@@ -95,6 +95,10 @@ pub(crate) struct Pools {
     active: Vec<CachePadded<AtomicUsize>>,
     /// Most workers per core.
     cap: usize,
+    /// Most active workers per core the leaders make (1 to `cap`; `cap` unless
+    /// `Runtime::set_spare_limit` lowered it): a leader wakes or starts no worker for a core
+    /// with this many active already, blocked ones included.
+    limit: AtomicUsize,
 }
 
 impl Pools {
@@ -120,7 +124,23 @@ impl Pools {
                 .map(|_| CachePadded::new(AtomicUsize::new(1)))
                 .collect(),
             cap,
+            limit: AtomicUsize::new(cap),
         }
+    }
+
+    /// Sets the most active workers per core the leaders make, within 1 and the cap; returns
+    /// what it set. A core over it keeps its workers until they park.
+    #[cfg_attr(loom, allow(dead_code))] // its caller (the runtime) is not in the loom build
+    pub(crate) fn set_limit(&self, n: usize) -> usize {
+        let n = n.clamp(1, self.cap);
+        self.limit.store(n, Ordering::Relaxed);
+        n
+    }
+
+    /// The most active workers per core the leaders make.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn limit(&self) -> usize {
+        self.limit.load(Ordering::Relaxed)
     }
 
     /// How many workers of `core` are active (not parked), as of the last change: read
@@ -204,6 +224,9 @@ impl Pools {
         let mut p = lock(&self.cores[core]);
         if p.activations != seen {
             return Fill::Changed;
+        }
+        if p.active >= self.limit.load(Ordering::Relaxed) {
+            return Fill::Full;
         }
         if let Some(w) = Self::take_parked(&mut p) {
             self.activate_waking(&mut p, core, w);
@@ -470,6 +493,21 @@ mod tests {
         pools.unreserve(0);
         assert_eq!(pools.leader_view(0), (seen, false));
         assert_eq!(pools.counts(0), (1, 1));
+    }
+
+    #[test]
+    fn the_limit_stops_fills_below_the_cap() {
+        let pools = Pools::new(1, 4);
+        assert_eq!(pools.set_limit(0), 1, "at least one");
+        assert_eq!(pools.set_limit(9), 4, "at most the cap");
+        assert_eq!(pools.set_limit(2), 2);
+        // The core's one worker is blocked: a second one, then the limit.
+        assert_eq!(pools.fill_now(0), Fill::Reserved(1));
+        pools.woken(0);
+        assert_eq!(pools.fill_now(0), Fill::Full);
+        assert_eq!(pools.counts(0), (2, 2));
+        pools.set_limit(4);
+        assert_eq!(pools.fill_now(0), Fill::Reserved(2));
     }
 
     #[test]

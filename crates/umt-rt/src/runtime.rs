@@ -269,6 +269,21 @@ impl Runtime {
         crate::onload::OnloadPool::of(&self.reg).set_dedicated(cores);
     }
 
+    /// Sets the most workers per core the leaders keep active, blocked ones included, between
+    /// 1 (no spare: a blocked worker's core idles) and [`Builder::max_workers_per_core`], and
+    /// returns what it set. A core that has more active workers keeps them until they park.
+    /// [`crate::onload::DyonBuilder::start_spare_limit`] sets it from measurements.
+    ///
+    /// [`Builder::max_workers_per_core`]: crate::Builder::max_workers_per_core
+    pub fn set_spare_limit(&self, workers: usize) -> usize {
+        self.reg.pools.set_limit(workers)
+    }
+
+    /// The most workers per core the leaders keep active ([`Runtime::set_spare_limit`]).
+    pub fn spare_limit(&self) -> usize {
+        self.reg.pools.limit()
+    }
+
     /// A snapshot of the runtime's counters. It drains the monitor events no leader has
     /// drained yet, and reads two `/proc` files per worker (its per-core figures): tens of
     /// microseconds, for a monitoring loop rather than a hot path.

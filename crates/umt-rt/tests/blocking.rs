@@ -226,6 +226,15 @@ fn run_scenario(
     assert_eq!(sc.fillers_done.load(Ordering::SeqCst), FILLERS);
 }
 
+/// Waits until every filler of the scenario ran (during the block, when a spare runs them).
+fn all_fillers_ran(rt: &Runtime, sc: &Scenario) {
+    wait_for_or(
+        "every filler ran during the block",
+        || sc.fillers_done.load(Ordering::SeqCst) == FILLERS,
+        || format!("{:#?}", rt.stats()),
+    );
+}
+
 fn one_core_runtime(backend: BackendKind, policy: LeaderPolicy) -> Runtime {
     let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
     Runtime::builder()
@@ -415,11 +424,7 @@ fn handoff_yields_at_scheduling_points_while_a_worker_is_blocked() {
         run_scenario(
             &rt,
             |sc| {
-                wait_for_or(
-                    "every filler ran during the block",
-                    || sc.fillers_done.load(Ordering::SeqCst) == FILLERS,
-                    || format!("{:#?}", rt.stats()),
-                );
+                all_fillers_ran(&rt, sc);
                 wait_for_or(
                     "the spinner runs on another worker",
                     || sc.spinner_started.load(Ordering::SeqCst),
@@ -431,6 +436,46 @@ fn handoff_yields_at_scheduling_points_while_a_worker_is_blocked() {
         let st = rt.stats();
         assert_eq!(st.handoffs > 0, handoff, "handoff {handoff}: {st:#?}");
     }
+}
+
+/// With the spare limit at 1, the leader sees the blocked core and leaves it idle: every
+/// filler runs on the reader once it returns, and no second worker ever exists. Back at the
+/// cap, the same runtime brings a spare in for the next block.
+#[test]
+fn a_spare_limit_of_one_leaves_the_blocked_core_idle() {
+    let _serial = serial();
+    let rt = one_core_runtime(monitored_backend(), LeaderPolicy::Idle);
+    if skip_unmonitored(&rt) {
+        return;
+    }
+    assert_eq!(rt.set_spare_limit(1), 1);
+    run_scenario(
+        &rt,
+        |_| {
+            // Two looks of the leader after the block: it acted on what it saw.
+            let looked = rt.stats().leader_iterations;
+            wait_for_or(
+                "the leader looks at the blocked core twice",
+                || rt.stats().leader_iterations >= looked + 2,
+                || format!("{:#?}", rt.stats()),
+            );
+        },
+        |_| {},
+    );
+    let st = rt.stats();
+    assert_eq!(st.workers_created, 0, "{st:#?}");
+    assert_eq!(st.workers.len(), 1, "{st:#?}");
+    assert_eq!(st.leader_wakeups, 0, "{st:#?}");
+    assert_eq!(rt.set_spare_limit(usize::MAX), rt.spare_limit());
+    assert!(rt.spare_limit() > 1);
+    run_scenario(
+        &rt,
+        |sc| {
+            all_fillers_ran(&rt, sc);
+        },
+        |_| {},
+    );
+    assert!(rt.stats().workers.len() >= 2);
 }
 
 /// The trace of the scenario shows, on the core, the interval where the reader was blocked
@@ -461,11 +506,7 @@ fn the_trace_shows_the_blocked_core_and_the_spare_woken_in_it() {
     run_scenario(
         &rt,
         |sc| {
-            wait_for_or(
-                "every filler ran during the block",
-                || sc.fillers_done.load(Ordering::SeqCst) == FILLERS,
-                || format!("{:#?}", rt.stats()),
-            );
+            all_fillers_ran(&rt, sc);
         },
         |_| {},
     );

@@ -302,6 +302,37 @@ fn dyon_follows_its_metric() {
     assert_eq!(rt.onload_stats().dedicated_cores, 0);
 }
 
+/// The same controller on the spare limit: with a reward that grows with the limit, it
+/// settles on the cap, and stopping it restores the cap.
+#[test]
+fn dyon_adapts_the_spare_limit() {
+    let rt = Arc::new(
+        Runtime::builder()
+            .cores(umt_sys::cpu::process_cpus().unwrap().into_iter().take(1))
+            .max_workers_per_core(3)
+            .build()
+            .unwrap(),
+    );
+    let reader = Arc::downgrade(&rt);
+    let metric = Metric::App(Arc::new(move || {
+        reader.upgrade().map_or(0.0, |rt| rt.spare_limit() as f64)
+    }));
+    let dyon = Dyon::builder()
+        .period(Duration::from_millis(2))
+        .metric(metric)
+        .strategy(Strategy::EpsilonGreedy { epsilon: 0.1 })
+        .start_spare_limit(&rt);
+    let t = Instant::now();
+    while dyon.bandit().pulls().0 < 200 && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let b = dyon.bandit();
+    assert_eq!(b.counts().len(), 3, "one arm per limit, 1 to the cap");
+    assert_eq!(b.best(), 2, "{:?} {:?}", b.counts(), b.means());
+    drop(dyon);
+    assert_eq!(rt.spare_limit(), 3);
+}
+
 /// Dropping the runtime hands queued work back to its waiters, unrun.
 #[test]
 fn shutdown_hands_queued_work_back() {

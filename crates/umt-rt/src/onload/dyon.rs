@@ -10,6 +10,8 @@
 //!     I/O; without I/O in a period, the inverse of the CPU time, as the paper extends it),
 //!     of this process or of the whole system, or an application's own figure (higher is
 //!     better).
+//! D4. The same controller can adapt the spare-worker limit instead
+//!     ([`DyonBuilder::start_spare_limit`]): the arms are the limits 1 (no spare) to the cap.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +19,6 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::{Bandit, Strategy};
-use crate::registry::Registry;
 
 /// What guides [`Dyon`] (step D3).
 #[derive(Clone)]
@@ -160,9 +161,35 @@ impl DyonBuilder {
     pub fn start(self, rt: &crate::Runtime) -> Dyon {
         let reg = rt.registry().clone();
         super::OnloadPool::of(&reg);
+        let (cores, steps) = (reg.cores(), self.steps);
+        let partition = move |arm: usize| (arm * cores + (steps - 1) / 2) / (steps - 1);
+        let apply = move |arm: Option<usize>| {
+            if let Some(pool) = reg.onload.get() {
+                pool.set_dedicated(arm.map_or(0, partition));
+            }
+        };
+        self.spawn(steps, apply)
+    }
+
+    /// Starts adapting `rt`'s spare-worker limit ([`crate::Runtime::set_spare_limit`]) the
+    /// same way: the arms are the limits 1 to [`crate::Builder::max_workers_per_core`] (the
+    /// builder's `steps` does not apply), the metric judges each. Stopping it restores the
+    /// limit to the cap.
+    pub fn start_spare_limit(self, rt: &crate::Runtime) -> Dyon {
+        let reg = rt.registry().clone();
+        let cap = reg.config.cap;
+        let apply = move |arm: Option<usize>| {
+            reg.pools.set_limit(arm.map_or(cap, |a| a + 1));
+        };
+        self.spawn(cap, apply)
+    }
+
+    /// The controller thread over `arms` arms, applying each choice with `apply` (`None`:
+    /// the setting to restore when it stops).
+    fn spawn(self, arms: usize, apply: impl Fn(Option<usize>) + Send + 'static) -> Dyon {
         let stop = Arc::new(AtomicBool::new(false));
         let state = Arc::new(std::sync::Mutex::new(Bandit::new(
-            self.steps,
+            arms,
             self.strategy,
             self.seed,
         )));
@@ -170,7 +197,7 @@ impl DyonBuilder {
             let (stop, state) = (stop.clone(), state.clone());
             std::thread::Builder::new()
                 .name("umt-dyon".into())
-                .spawn(move || run(&reg, &self, &stop, &state))
+                .spawn(move || run(&self, &stop, &state, &apply))
                 .ok()
         };
         Dyon {
@@ -183,23 +210,18 @@ impl DyonBuilder {
 
 /// The controller thread (step D2).
 fn run(
-    reg: &Arc<Registry>,
     cfg: &DyonBuilder,
     stop: &AtomicBool,
     bandit: &std::sync::Mutex<Bandit>,
+    apply: &dyn Fn(Option<usize>),
 ) {
-    let Some(pool) = reg.onload.get() else {
-        return;
-    };
-    let cores = reg.cores();
-    let partition = |arm: usize| (arm * cores + (cfg.steps - 1) / 2) / (cfg.steps - 1);
     let read = || match &cfg.metric {
         Metric::ProcessCpio => cpio_counters(false),
         Metric::SystemCpio => cpio_counters(true),
         Metric::App(f) => Some((f(), 0.0)),
     };
     let mut arm = super::lock(bandit).choose();
-    pool.set_dedicated(partition(arm));
+    apply(Some(arm));
     let mut before = read();
     while !stop.load(Ordering::Acquire) {
         std::thread::park_timeout(cfg.period);
@@ -218,10 +240,10 @@ fn run(
         }
         arm = b.choose();
         drop(b);
-        pool.set_dedicated(partition(arm));
+        apply(Some(arm));
         before = after;
     }
-    pool.set_dedicated(0);
+    apply(None);
 }
 
 /// A running DYON controller ([`DyonBuilder::start`]); dropping it stops it and returns the
