@@ -180,7 +180,7 @@ struct Common {
     /// Trace the umt-rt runtimes and write, per workload and runtime, an SVG timeline of
     /// every core (`WORKLOAD-RUNTIME.svg`: the state of each core over time) and a
     /// Chrome trace (`WORKLOAD-RUNTIME.json`, for https://ui.perfetto.dev) of its last repeat
-    /// into this directory.
+    /// into this directory (with --mpi, each rank its own: `WORKLOAD-RUNTIME-rankN.*`).
     #[arg(long, value_name = "DIR")]
     timeline: Option<PathBuf>,
     /// Draw the speedup over baseline and the % of the tight bound of every runtime, side by
@@ -378,7 +378,12 @@ fn run_heat_mpi(a: &HeatArgs) -> Result<(), BenchError> {
     };
     p.validate()?;
     let runners = mpi_runners(&a.common);
-    let runs = heat::compare(&cluster, &p, &runners, a.common.repeat, a.common.verify);
+    let runs = heat::compare(
+        &cluster,
+        &p,
+        &a.common.runs("heat", &runners)?,
+        a.common.verify,
+    );
     print_or_abort(&cluster, runs, |runs| {
         heat::table(&p, cluster.size() as usize, runs)
     });
@@ -402,11 +407,35 @@ fn run_fwi_mpi(a: &FwiArgs) -> Result<(), BenchError> {
         dir,
     };
     let runners = mpi_runners(&a.common);
-    let runs = fwi::compare(&cluster, &p, &runners, a.common.repeat, a.common.verify);
+    let runs = fwi::compare(
+        &cluster,
+        &p,
+        &a.common.runs("fwi", &runners)?,
+        a.common.verify,
+    );
     print_or_abort(&cluster, runs, |runs| {
         fwi::table(&p, cluster.size() as usize, runs)
     });
     Ok(())
+}
+
+#[cfg(feature = "mpi")]
+impl Common {
+    /// What `--mpi` runs of `workload`: `runners`, the repeats, the umt-rt options, the
+    /// timeline directory.
+    fn runs<'a>(
+        &'a self,
+        workload: &'static str,
+        runners: &'a [Runner],
+    ) -> Result<umt_bench::dist::Runs<'a>, BenchError> {
+        Ok(umt_bench::dist::Runs {
+            workload,
+            runners,
+            repeat: self.repeat,
+            umt: self.options()?.umt,
+            timeline: self.timeline.as_deref(),
+        })
+    }
 }
 
 /// The runners asked for, or every runner that can run across ranks here.

@@ -111,6 +111,30 @@ fn fwi_on_three_ranks_matches_the_sequential_reference() {
     check_of("fwi", 3, "umt-io,baseline");
 }
 
+/// `--timeline DIR` under `--mpi`: each rank writes its cores' picture and trace for every
+/// umt-rt runner (rayon has none).
+#[test]
+fn each_rank_writes_its_timeline() {
+    let dir = std::env::temp_dir().join(format!("umt-mpi-timeline-{}", std::process::id()));
+    let mut args = small_of("fwi", "umt-perf,rayon");
+    args.extend(["--timeline".to_string(), dir.display().to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let Some(out) = mpirun(2, &args) else {
+        return;
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for rank in 0..2 {
+        for ext in ["svg", "json"] {
+            let f = dir.join(format!("fwi-umt-perf-rank{rank}.{ext}"));
+            let len = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
+            assert!(len > 0, "{} missing or empty\n{stderr}", f.display());
+        }
+        assert!(!dir.join(format!("fwi-rayon-rank{rank}.svg")).exists());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A run of `ranks` ranks that one rank's error must end, on every rank, saying `why`.
 fn fails_everywhere(ranks: usize, args: &[&str], why: &str) {
     let common = [

@@ -33,7 +33,7 @@ use std::time::Instant;
 use mpi::collective::CommunicatorCollectives;
 use umt_rt::{Access, Runtime, Scope};
 
-use super::{Cluster, Disk, DistRun, Link, RankRunner, RankedRun};
+use super::{Cluster, Disk, DistRun, Link, RankRunner, RankedRun, Runs};
 use crate::error::{BenchError, Errors};
 use crate::fwi::{
     AHEAD, AS, AV, Blocking, FwiParams, RADIUS, S, SnapshotIo, SnapshotTasks, Snapshots, State, V,
@@ -391,23 +391,20 @@ pub fn reference_checksums(p: &FwiParams, size: usize) -> Vec<u64> {
         .collect()
 }
 
-/// Runs FWI across the ranks on each of `runners`, `repeat` times, alternating; with
+/// Runs FWI across the ranks as `how` says (runners alternating); with
 /// `verify`, checks every run's slabs against the sequential reference. Every rank calls it;
 /// rank 0 gets the results, the others `None`.
 pub fn compare(
     cluster: &Cluster,
     p: &FwiParams,
-    runners: &[crate::runner::Runner],
-    repeat: usize,
+    how: &Runs<'_>,
     verify: bool,
 ) -> Result<Option<Vec<RankedRun>>, BenchError> {
     let size = cluster.size() as usize;
     // Every rank checks its slab before any message: all fail alike, none waits for another.
     checked_slab(p, size, cluster.rank() as usize)?;
     let reference = (verify && cluster.rank() == 0).then(|| reference_checksums(p, size));
-    super::compare(cluster, runners, repeat, reference, |rr| {
-        run(rr, cluster, p)
-    })
+    super::compare(cluster, how, reference, |rr| run(rr, cluster, p))
 }
 
 /// The table rank 0 prints.

@@ -25,7 +25,7 @@ use std::time::Instant;
 use mpi::collective::CommunicatorCollectives;
 use umt_rt::{Access, Runtime};
 
-use super::{Cluster, Disk, DistRun, Link, RankRunner, RankedRun};
+use super::{Cluster, Disk, DistRun, Link, RankRunner, RankedRun, Runs};
 use crate::error::{BenchError, Errors};
 use crate::heat::{Halo, HeatParams, TOP, block_deps, update_block};
 use crate::io::{AlignedBuf, TempPath, create_file};
@@ -412,21 +412,18 @@ pub fn reference_checksums(p: &HeatParams, size: usize) -> Vec<u64> {
         .collect()
 }
 
-/// Runs heat across the ranks on each of `runners`, `repeat` times, alternating; with
+/// Runs heat across the ranks as `how` says (runners alternating); with
 /// `verify`, checks every run's bands against the sequential reference. Every rank calls it;
 /// rank 0 gets the results, the others `None`.
 pub fn compare(
     cluster: &Cluster,
     p: &HeatParams,
-    runners: &[crate::runner::Runner],
-    repeat: usize,
+    how: &Runs<'_>,
     verify: bool,
 ) -> Result<Option<Vec<RankedRun>>, BenchError> {
     let size = cluster.size() as usize;
     let reference = (verify && cluster.rank() == 0).then(|| reference_checksums(p, size));
-    super::compare(cluster, runners, repeat, reference, |rr| {
-        run(rr, cluster, p)
-    })
+    super::compare(cluster, how, reference, |rr| run(rr, cluster, p))
 }
 
 /// The table rank 0 prints.

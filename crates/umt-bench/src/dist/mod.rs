@@ -270,15 +270,15 @@ pub fn waits_of(r: crate::runner::Runner) -> Option<(Comm, Disk)> {
 /// `None`.
 pub fn compare(
     cluster: &Cluster,
-    runners: &[crate::runner::Runner],
-    repeat: usize,
+    how: &Runs<'_>,
     reference: Option<Vec<u64>>,
     mut run: impl FnMut(&RankRunner<'_>) -> Result<DistRun, BenchError>,
 ) -> Result<Option<Vec<RankedRun>>, BenchError> {
+    let (runners, repeat) = (how.runners, how.repeat);
     let size = cluster.size() as usize;
     let mut times = vec![Vec::new(); runners.len()];
     let mut mpi = vec![vec![Vec::new(); size]; runners.len()];
-    for _ in 0..repeat {
+    for round in 0..repeat {
         for (k, &r) in runners.iter().enumerate() {
             let (comm, disk) = waits_of(r).ok_or_else(|| {
                 BenchError::InvalidParam(format!(
@@ -286,13 +286,18 @@ pub fn compare(
                      umt-io, io-uring or rayon"
                 ))
             })?;
-            let engine = r.engine()?;
+            let engine = r.engine_with(&how.umt)?;
             let out = run(&RankRunner {
                 runner: r,
                 engine: &engine,
                 comm,
                 disk,
             })?;
+            if round + 1 == repeat
+                && let Some(dir) = how.timeline
+            {
+                write_timeline(dir, how.workload, (r, cluster.rank()), &engine, &out)?;
+            }
             drop(engine);
             let sums = gather(cluster, out.checksum);
             let in_mpi = gather(cluster, out.seconds_in_mpi);
@@ -330,6 +335,56 @@ pub fn compare(
             })
             .collect(),
     ))
+}
+
+/// What [`compare`] runs, and how.
+#[derive(Debug, Clone)]
+pub struct Runs<'a> {
+    /// The workload's name, for titles and file names (`heat`, `fwi`).
+    pub workload: &'static str,
+    /// The runners, in table order.
+    pub runners: &'a [crate::runner::Runner],
+    /// Runs of each (alternating).
+    pub repeat: usize,
+    /// Options of the umt-rt runtimes (with `trace` set when `timeline` is).
+    pub umt: crate::runner::UmtOptions,
+    /// Where each rank writes, for the last repeat of each umt-rt runner, the timeline of its
+    /// cores (`WORKLOAD-RUNTIME-rankN.svg`) and its Chrome trace (`.json`).
+    pub timeline: Option<&'a std::path::Path>,
+}
+
+/// This rank's timeline and trace of `engine`'s last run, if it is a traced umt-rt runtime.
+fn write_timeline(
+    dir: &std::path::Path,
+    workload: &str,
+    (runner, rank): (crate::runner::Runner, i32),
+    engine: &crate::runner::Engine,
+    out: &DistRun,
+) -> Result<(), BenchError> {
+    use crate::runner::Engine;
+    let (Engine::Umt(rt) | Engine::UmtIo(rt) | Engine::Uring(rt)) = engine else {
+        return Ok(());
+    };
+    let Some(trace) = rt.take_trace() else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir).map_err(|e| BenchError::io("creating", dir, e))?;
+    let stem = dir.join(format!("{workload}-{runner}-rank{rank}"));
+    let svg = stem.with_extension("svg");
+    let title = format!(
+        "{workload} on {runner}, rank {rank}: {:.3} s, per core (last repeat)",
+        out.elapsed.as_secs_f64()
+    );
+    crate::plot::timeline(&trace, &title, &svg)?;
+    let chrome = stem.with_extension("json");
+    std::fs::write(&chrome, trace.to_chrome_json())
+        .map_err(|e| BenchError::io("writing", &chrome, e))?;
+    eprintln!(
+        "rank {rank}: wrote {} and {}",
+        svg.display(),
+        chrome.display()
+    );
+    Ok(())
 }
 
 /// Gathers one value per rank at rank 0 (`None` on the other ranks).
