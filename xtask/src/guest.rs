@@ -107,6 +107,15 @@ fn test_script(files: &[GuestFile], debug: bool, rt: bool) -> String {
             format!("suite {limit} /work/selftests/umt_test"),
         ),
         (
+            // UMT stays enabled from here on (see `crates/umt-sys/examples/hold.rs`): the
+            // suites' monitors no longer flip the kernel's static key, whose text patching
+            // raced with other vCPUs under TCG. The selftests above test the flips.
+            "umt-sys hold example keeps UMT enabled for the suites".into(),
+            "/work/bin/hold > /tmp/hold.txt 2>&1 & sleep 1; cat /tmp/hold.txt; \
+             grep -q '^hold: UMT enabled' /tmp/hold.txt"
+                .into(),
+        ),
+        (
             "umt-sys watch example selects the Kernel backend".into(),
             "timeout 300 /work/bin/watch --seconds 1 > /tmp/watch.txt 2>&1; r=$?; head -n 20 /tmp/watch.txt; \
              head -n 1 /tmp/watch.txt | grep -q '^backend: kernel' && [ $r -eq 0 ]"
@@ -351,7 +360,10 @@ mod tests {
             },
         ];
         let s = test_script(&files, false, false);
-        assert!(s.contains("echo \"1..3\""), "{s}");
+        assert!(s.contains("echo \"1..4\""), "{s}");
+        // UMT is held on only after the selftests, which test the static key's flips.
+        let (selftests, hold) = (s.find("/work/selftests/umt_test"), s.find("/work/bin/hold"));
+        assert!(selftests.is_some() && hold > selftests, "{s}");
         assert!(s.contains("suite 300 /work/tests/umt-rt-blocking --test-threads=1"));
         assert!(
             test_script(&files, true, false).contains("suite 1800 /work/tests/umt-rt-blocking")
