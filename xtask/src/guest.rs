@@ -65,12 +65,38 @@ const HOST_ONLY_TESTS: &[&str] = &["umt-sys-abi_kernel_patch"];
 /// series under test does not touch perf.
 const NOT_ON_RT: &[&str] = &["umt-sys-perf_backend"];
 
-/// Lines of the guest console that report a kernel problem.
+/// Lines of the guest console that report a kernel problem, but for the known upstream
+/// ones ([`known_upstream`]).
 pub(crate) fn kernel_problems(console: &str) -> Vec<&str> {
-    console
-        .lines()
-        .filter(|l| BAD_KERNEL_LINES.iter().any(|bad| l.contains(bad)))
+    let lines: Vec<&str> = console.lines().collect();
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(i, l)| {
+            BAD_KERNEL_LINES.iter().any(|bad| l.contains(bad))
+                && known_upstream(&lines[*i..]).is_none()
+        })
+        .map(|(_, l)| *l)
         .collect()
+}
+
+/// Whether the report that starts `report` (its first line, then what the kernel printed
+/// after it) is a known problem of the upstream kernel outside the UMT series, and which.
+///
+/// - Linux 6.12's io-wq on PREEMPT_RT: `io_get_next_work()` calls `wake_up(&wq->hash->wait)`
+///   (a wait queue, whose lock sleeps on RT) under `raw_spin_lock(&acct->lock)`, so an io_uring
+///   worker (`iou-wrk-*`) that finds hashed work stalled reports "sleeping function called
+///   from invalid context" holding `&acct->lock` and `&hash->wait`. umt-rt's I/O tests
+///   trigger it through buffered file writes on the ring; no UMT code is on its stack.
+pub(crate) fn known_upstream(report: &[&str]) -> Option<&'static str> {
+    let first = report.first()?;
+    let after = &report[1..report.len().min(8)];
+    let has = |s: &str| after.iter().any(|l| l.contains(s));
+    (first.contains("BUG: sleeping function called from invalid context")
+        && has("name: iou-wrk-")
+        && has("(&acct->lock)")
+        && has("(&hash->wait)"))
+    .then_some("io-wq wakes a sleeping wait queue under a raw spinlock (6.12, PREEMPT_RT)")
 }
 
 fn patched_kernel(vm: &VmArgs) -> Result<(Kernel, Vec<GuestFile>)> {
@@ -166,6 +192,13 @@ pub(crate) fn test(vm_args: &VmArgs) -> Result<i32> {
     let o = vm::boot(vm_args, &k.bzimage, &files, &script, label, true)?;
     let console = fs::read_to_string(&o.console).unwrap_or_default();
     let problems = kernel_problems(&console);
+    let lines: Vec<&str> = console.lines().collect();
+    for (i, why) in (0..lines.len()).filter_map(|i| known_upstream(&lines[i..]).map(|w| (i, w))) {
+        eprintln!(
+            "xtask: known upstream kernel report, not counted: {why}: {}",
+            lines[i]
+        );
+    }
     eprintln!(
         "xtask: guest finished in {:.0} s with status {} (console: {})",
         o.elapsed.as_secs_f64(),
@@ -325,6 +358,18 @@ mod tests {
         let p = kernel_problems(log);
         assert_eq!(p.len(), 2);
         assert!(kernel_problems("[ 0.0] KernelAddressSanitizer initialized\n").is_empty());
+        // The io-wq report seen in the PREEMPT_RT guest is known; the same BUG from another
+        // task, or without io-wq's locks, is not.
+        let iowq = "BUG: sleeping function called from invalid context at kernel/locking/spinlock_rt.c:48\n\
+                    in_atomic(): 1, irqs_disabled(): 0, non_block: 0, pid: 977, name: iou-wrk-968\n\
+                    preempt_count: 1, expected: 0\n\
+                    RCU nest depth: 0, expected: 0\n\
+                    2 locks held by iou-wrk-968/977:\n\
+                    \x20#0: ff11 (&acct->lock){+.+.}-{2:2}, at: io_worker_handle_work+0x1be/0x417\n\
+                    \x20#1: ff11 (&hash->wait){+.+.}-{2:2}, at: __wake_up_common_lock+0x1e/0x4d\n";
+        assert!(kernel_problems(iowq).is_empty());
+        assert!(!kernel_problems(&iowq.replace("iou-wrk-968\n", "umt-worker-0\n")).is_empty());
+        assert!(!kernel_problems(&iowq.replace("(&hash->wait)", "(&umt->lock)")).is_empty());
     }
 
     #[test]
