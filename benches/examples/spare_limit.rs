@@ -65,11 +65,7 @@ fn median(v: &mut [f64]) -> f64 {
 fn main() {
     let args = Args::parse();
     let dir = std::env::temp_dir();
-    let io = if umt_bench::io::probe_direct(&dir).is_ok() {
-        IoMode::Direct
-    } else {
-        IoMode::Buffered
-    };
+    let io = IoMode::for_dir(&dir);
     let p = HeatParams {
         n: 4096,
         block: 512,

@@ -87,11 +87,7 @@ fn main() {
     };
     let (rayon1, rayon4) = (pool(cores), pool(4 * cores));
     let dir = std::env::temp_dir();
-    let io = if umt_bench::io::probe_direct(&dir).is_ok() {
-        IoMode::Direct
-    } else {
-        IoMode::Buffered
-    };
+    let io = IoMode::for_dir(&dir);
     let hp = HeatParams {
         n: 2048,
         block: 256,

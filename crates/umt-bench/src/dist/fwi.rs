@@ -33,15 +33,14 @@ use std::time::Instant;
 use mpi::collective::CommunicatorCollectives;
 use umt_rt::{Access, Runtime, Scope};
 
-use super::{Cluster, Disk, DistRun, Link, RankRunner, RankedRun, Runs};
+use super::{Cluster, Disk, DistRun, Link, RankEngine, RankRunner, RankedRun, Runs};
 use crate::error::{BenchError, Errors};
 use crate::fwi::{
     AHEAD, AS, AV, Blocking, FwiParams, RADIUS, S, SnapshotIo, SnapshotTasks, Snapshots, State, V,
     Volume, Waiting, neighbours, update,
 };
 use crate::io::{AlignedBuf, TempPath, create_file};
-use crate::port_uring::{Uring, UringSnapshots};
-use crate::runner::Engine;
+use crate::port_uring::UringSnapshots;
 
 /// Dataflow key of the sends of an exchange, `(SENT, exchange % 2, message)`, beside the
 /// volumes' `(key, slice)` and the snapshots' (`fwi`'s keys).
@@ -70,13 +69,9 @@ struct Slab<'a> {
     /// The rank's volume: its `n` slices and the ghosts (`ny = n + 2 RADIUS`).
     gp: &'a FwiParams,
     n: usize,
-    st: &'a State,
-    snaps: &'a Snapshots,
+    /// The volumes, the snapshots and their file, errors, and how the file is read and written.
+    snap: SnapshotTasks<'a>,
     link: &'a Link,
-    errors: &'a Errors,
-    file: &'a std::fs::File,
-    path: &'a std::path::Path,
-    io: &'a dyn SnapshotIo,
     /// Per own slice, its staged copy between the copy task and the write task.
     staging: &'a [Mutex<Option<AlignedBuf>>],
     /// The neighbour ranks, if any.
@@ -90,11 +85,27 @@ impl<'a> Slab<'a> {
         RADIUS..RADIUS + self.n
     }
 
+    /// The messages of an exchange out of this rank: to whom, going which way, and the first
+    /// of the `RADIUS` own slices they carry (the first ones up, the last ones down).
+    fn outgoing(&self) -> [(Option<i32>, Dir, usize); 2] {
+        [(self.up, Dir::Up, RADIUS), (self.down, Dir::Down, self.n)]
+    }
+
+    /// The messages of an exchange into this rank: from whom, going which way, and the first
+    /// ghost slice they fill (the rank above sends its last slices down, the one below its
+    /// first up).
+    fn incoming(&self) -> [(Option<i32>, Dir, usize); 2] {
+        [
+            (self.up, Dir::Down, 0),
+            (self.down, Dir::Up, RADIUS + self.n),
+        ]
+    }
+
     /// Exchange number `e` of volume `key`: the own edge slices out, the ghosts in (steps 1
     /// and 3).
     fn exchange(&self, sc: &Scope<'a>, (key, vol): (u8, &'a Volume), e: usize) {
-        let (link, par, n) = (self.link, e % 2, self.n);
-        for (dir, to, first) in [(Dir::Up, self.up, RADIUS), (Dir::Down, self.down, n)] {
+        let (link, par) = (self.link, e % 2);
+        for (to, dir, first) in self.outgoing() {
             let Some(to) = to else { continue };
             for k in 0..RADIUS {
                 let y = first + k;
@@ -111,8 +122,7 @@ impl<'a> Slab<'a> {
         let sent: Vec<Access> = (0..2 * RADIUS)
             .map(|m| Access::read((SENT, par, m)))
             .collect();
-        // From the rank above come its last slices, sent down; from below its first, sent up.
-        for (from, dir, first) in [(self.up, Dir::Down, 0), (self.down, Dir::Up, RADIUS + n)] {
+        for (from, dir, first) in self.incoming() {
             let Some(from) = from else { continue };
             for k in 0..RADIUS {
                 let y = first + k;
@@ -134,25 +144,13 @@ impl<'a> Slab<'a> {
         }
     }
 
-    /// The snapshot tasks of the rank's own slices.
-    fn snapshot_tasks(&self) -> SnapshotTasks<'a> {
-        SnapshotTasks {
-            st: self.st,
-            snaps: self.snaps,
-            errors: self.errors,
-            file: self.file,
-            path: self.path,
-            io: self.io,
-        }
-    }
-
     /// Both phases as umt-rt tasks. With an `io` that reads ahead, the backward phase starts
     /// once every snapshot is on disk (as in the one-process graph).
     fn tasks(&self, rt: &Runtime) {
         let mut e = 0;
-        if self.io.reads_ahead() {
+        if self.snap.io.reads_ahead() {
             rt.scope(|sc| self.forward(sc, &mut e));
-            self.errors.check(self.io.flush());
+            self.snap.errors.check(self.snap.io.flush());
             rt.scope(|sc| self.backward(sc, &mut e));
         } else {
             rt.scope(|sc| {
@@ -165,15 +163,15 @@ impl<'a> Slab<'a> {
     /// Exchange `e` of volume `key` on the calling thread: the sends posted, then the
     /// receives waited for (rayon's way).
     fn exchange_now(&self, (key, vol): (u8, &Volume), e: usize) {
-        let (link, par, n) = (self.link, e % 2, self.n);
-        for (dir, to, first) in [(Dir::Up, self.up, RADIUS), (Dir::Down, self.down, n)] {
+        let (link, par) = (self.link, e % 2);
+        for (to, dir, first) in self.outgoing() {
             if let Some(to) = to {
                 for k in 0..RADIUS {
                     link.send(to, tag(key, par, dir, k), &vol.read(first + k));
                 }
             }
         }
-        for (from, dir, first) in [(self.up, Dir::Down, 0), (self.down, Dir::Up, RADIUS + n)] {
+        for (from, dir, first) in self.incoming() {
             if let Some(from) = from {
                 for k in 0..RADIUS {
                     link.recv(from, tag(key, par, dir, k), &mut vol.write(first + k));
@@ -188,26 +186,34 @@ impl<'a> Slab<'a> {
     /// a parallel loop.
     fn rayon(&self, pool: &rayon::ThreadPool) {
         use rayon::prelude::*;
-        let (gp, st, snaps, errors) = (self.gp, self.st, self.snaps, self.errors);
-        let half = |(dst, src): (&Volume, &Volume)| {
-            self.own()
-                .into_par_iter()
-                .for_each(|y| update(dst, src, y, gp));
+        let SnapshotTasks {
+            st,
+            snaps,
+            errors,
+            file,
+            path,
+            io,
+        } = self.snap;
+        let gp = self.gp;
+        // Exchange `e`, then a parallel loop, for each half step of a time step.
+        let step = |(vk, v): (u8, &Volume), (sk, s): (u8, &Volume), e: &mut usize| {
+            for (ex, (dst, src)) in [((sk, s), (v, s)), ((vk, v), (s, v))] {
+                self.exchange_now(ex, *e);
+                *e += 1;
+                self.own()
+                    .into_par_iter()
+                    .for_each(|y| update(dst, src, y, gp));
+            }
         };
         let mut e = 0;
         pool.install(|| {
-            rayon::scope(|s| {
+            rayon::scope(|sc| {
                 for t in 1..=gp.steps {
-                    self.exchange_now((S, &st.s), e);
-                    half((&st.v, &st.s));
-                    self.exchange_now((V, &st.v), e + 1);
-                    half((&st.s, &st.v));
-                    e += 2;
+                    step((V, &st.v), (S, &st.s), &mut e);
                     let Some(k) = snaps.at_step(t) else { continue };
                     for y in self.own() {
                         let buf = AlignedBuf::from_f64s(&st.v.read(y));
-                        let (file, path, io) = (self.file, self.path, self.io);
-                        s.spawn(move |_| {
+                        sc.spawn(move |_| {
                             let write = |at, b| io.write(file, path, at, b);
                             errors.check(snaps.write(k, y, buf, write));
                         });
@@ -215,16 +221,12 @@ impl<'a> Slab<'a> {
                 }
             });
             for t in (1..=gp.steps).rev() {
-                self.exchange_now((AS, &st.as_), e);
-                half((&st.av, &st.as_));
-                self.exchange_now((AV, &st.av), e + 1);
-                half((&st.as_, &st.av));
-                e += 2;
+                step((AV, &st.av), (AS, &st.as_), &mut e);
                 let Some(k) = snaps.at_step(t) else { continue };
                 self.own().into_par_iter().for_each(|y| {
                     let mut data = vec![0.0; snaps.cells()];
-                    let done = (self.io)
-                        .read(self.file, self.path, snaps.offset(k, y), &mut data)
+                    let done = io
+                        .read(file, path, snaps.offset(k, y), &mut data)
                         .and_then(|()| snaps.check_and_image(st, (k, y, t), &data, true));
                     errors.check(done);
                 });
@@ -232,44 +234,54 @@ impl<'a> Slab<'a> {
         });
     }
 
+    /// One time step as tasks: exchange the stress `(sk, s)`, update the velocity `(vk, v)`
+    /// from it, exchange the velocity, update the stress (steps 1–4); `e` counts exchanges.
+    fn step(
+        &self,
+        sc: &Scope<'a>,
+        (vk, v): (u8, &'a Volume),
+        (sk, s): (u8, &'a Volume),
+        e: &mut usize,
+    ) {
+        self.exchange(sc, (sk, s), *e);
+        self.half_step(sc, (vk, v), (sk, s));
+        self.exchange(sc, (vk, v), *e + 1);
+        self.half_step(sc, (sk, s), (vk, v));
+        *e += 2;
+    }
+
     /// The forward phase; `e` counts the exchanges.
     fn forward(&self, sc: &Scope<'a>, e: &mut usize) {
-        let st = self.st;
+        let st = self.snap.st;
         for t in 1..=self.gp.steps {
-            self.exchange(sc, (S, &st.s), *e);
-            self.half_step(sc, (V, &st.v), (S, &st.s));
-            self.exchange(sc, (V, &st.v), *e + 1);
-            self.half_step(sc, (S, &st.s), (V, &st.v));
-            *e += 2;
-            let Some(k) = self.snaps.at_step(t) else {
+            self.step(sc, (V, &st.v), (S, &st.s), e);
+            let Some(k) = self.snap.snaps.at_step(t) else {
                 continue;
             };
             for y in self.own() {
-                let slot = &self.staging[y - RADIUS];
-                self.snapshot_tasks().spawn_write(sc, slot, k, y);
+                self.snap.spawn_write(sc, &self.staging[y - RADIUS], k, y);
             }
         }
     }
 
     /// The backward phase, on the adjoint volumes.
     fn backward(&self, sc: &Scope<'a>, e: &mut usize) {
-        let st = self.st;
+        let st = self.snap.st;
         for t in (1..=self.gp.steps).rev() {
-            self.exchange(sc, (AS, &st.as_), *e);
-            self.half_step(sc, (AV, &st.av), (AS, &st.as_));
-            self.exchange(sc, (AV, &st.av), *e + 1);
-            self.half_step(sc, (AS, &st.as_), (AV, &st.av));
-            *e += 2;
-            let Some(k) = self.snaps.at_step(t) else {
+            self.step(sc, (AV, &st.av), (AS, &st.as_), e);
+            let Some(k) = self.snap.snaps.at_step(t) else {
                 continue;
             };
-            let tasks = self.snapshot_tasks();
-            let ahead = self.io.reads_ahead().then_some(Access::read((AHEAD, k)));
+            let ahead = self
+                .snap
+                .io
+                .reads_ahead()
+                .then_some(Access::read((AHEAD, k)));
             if ahead.is_some() {
-                tasks.spawn_read_ahead(sc, k, self.own());
+                self.snap.spawn_read_ahead(sc, k, self.own());
             }
             for y in self.own() {
-                tasks.spawn_read(sc, (k, y, t), true, ahead);
+                self.snap.spawn_read(sc, (k, y, t), true, ahead);
             }
         }
     }
@@ -308,14 +320,13 @@ pub fn run(rr: &RankRunner<'_>, cluster: &Cluster, p: &FwiParams) -> Result<Dist
     let (path, file) = TempPath::create(own.new_snapshot_path(), |path| {
         create_file(path, p.io, own.snapshot_bytes())
     })?;
-    let uring = match rr.disk {
-        Disk::Uring => Some(Uring::new()?),
+    let uring_io = match rr.disk {
+        Disk::Uring(ring) => Some(UringSnapshots::new(ring)),
         _ => None,
     };
-    let uring_io = uring.as_ref().map(UringSnapshots::new);
     let io: &dyn SnapshotIo = match (rr.disk, &uring_io) {
         (Disk::Waiting, _) => &Waiting,
-        (Disk::Uring, Some(u)) => u,
+        (_, Some(u)) => u,
         _ => &Blocking,
     };
     let link = Link::new(cluster, rr.comm);
@@ -324,13 +335,15 @@ pub fn run(rr: &RankRunner<'_>, cluster: &Cluster, p: &FwiParams) -> Result<Dist
     let slab = Slab {
         gp: &gp,
         n,
-        st: &st,
-        snaps: &snaps,
+        snap: SnapshotTasks {
+            st: &st,
+            snaps: &snaps,
+            errors: &errors,
+            file: &file,
+            path: &path,
+            io,
+        },
         link: &link,
-        errors: &errors,
-        file: &file,
-        path: &path,
-        io,
         staging: &staging,
         up: (rank > 0).then(|| rank as i32 - 1),
         down: (rank + 1 < size).then(|| rank as i32 + 1),
@@ -338,14 +351,8 @@ pub fn run(rr: &RankRunner<'_>, cluster: &Cluster, p: &FwiParams) -> Result<Dist
     cluster.world().barrier();
     let start = Instant::now();
     match rr.engine {
-        Engine::Umt(rt) | Engine::UmtIo(rt) | Engine::Uring(rt) => slab.tasks(rt),
-        Engine::Rayon(pool) => slab.rayon(pool),
-        Engine::Tokio(_) => {
-            return Err(BenchError::InvalidParam(format!(
-                "{} cannot run across ranks",
-                rr.runner
-            )));
-        }
+        RankEngine::Tasks(rt) => slab.tasks(rt),
+        RankEngine::Rayon(pool) => slab.rayon(pool),
     }
     errors.check(io.flush());
     link.finish();
@@ -359,11 +366,8 @@ pub fn run(rr: &RankRunner<'_>, cluster: &Cluster, p: &FwiParams) -> Result<Dist
             snaps.verified()
         )));
     }
-    let own_slices = |v: &Volume| -> Vec<f64> {
-        (RADIUS..RADIUS + n)
-            .flat_map(|y| v.read(y).clone())
-            .collect()
-    };
+    let own_slices =
+        |v: &Volume| -> Vec<f64> { slab.own().flat_map(|y| v.read(y).clone()).collect() };
     let mut all = own_slices(&st.v);
     all.extend(own_slices(&st.s));
     all.extend(own_slices(&st.image));
@@ -371,7 +375,6 @@ pub fn run(rr: &RankRunner<'_>, cluster: &Cluster, p: &FwiParams) -> Result<Dist
         elapsed,
         checksum: crate::fwi::checksum(&all),
         seconds_in_mpi: link.seconds_in_mpi(),
-        bytes_written: own.snapshot_bytes(),
     })
 }
 

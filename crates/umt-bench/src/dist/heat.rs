@@ -25,12 +25,10 @@ use std::time::Instant;
 use mpi::collective::CommunicatorCollectives;
 use umt_rt::{Access, Runtime};
 
-use super::{Cluster, Disk, DistRun, Link, RankRunner, RankedRun, Runs};
+use super::{Cluster, Disk, DistRun, Link, RankEngine, RankRunner, RankedRun, Runs};
 use crate::error::{BenchError, Errors};
 use crate::heat::{Halo, HeatParams, TOP, block_deps, update_block};
 use crate::io::{AlignedBuf, TempPath, create_file};
-use crate::port_uring::Uring;
-use crate::runner::Engine;
 
 /// Dataflow keys beside the blocks' `(bi, bj)`.
 const GHOST_UP: u64 = 1 << 40;
@@ -147,28 +145,38 @@ impl Band {
         m
     }
 
-    /// Writes block `(bi, bj)` to this rank's checkpoint file (its blocks, block-major), as
-    /// `disk` says: a blocking `pwrite` of the block in place, a wait through [`umt_rt::io`]
-    /// (umt-io), or a copy submitted to `uring` (the write outlives the task, so it cannot
-    /// read the block in place).
+    /// Byte offset of block `(bi, bj)` in this rank's checkpoint file (its blocks,
+    /// block-major).
+    fn offset(&self, bi: usize, bj: usize) -> u64 {
+        (((bi - self.r0) * self.nb + bj) * self.b * self.b * 8) as u64
+    }
+
+    /// Bytes of one checkpoint of the band.
+    fn bytes(&self) -> u64 {
+        ((self.r1 - self.r0) * self.nb * self.b * self.b * 8) as u64
+    }
+
+    /// Writes block `(bi, bj)` to this rank's checkpoint file, as `disk` says: a blocking
+    /// `pwrite` of the block in place, a wait through [`umt_rt::io`] (umt-io), or a copy
+    /// submitted to the ring (the write outlives the task, so it cannot read the block in
+    /// place).
     fn write_block(
         &self,
         (bi, bj): (usize, usize),
         (file, path): (&File, &Path),
-        disk: Disk,
-        uring: Option<&Uring>,
+        disk: Disk<'_>,
     ) -> Result<(), BenchError> {
-        let off = (((bi - self.r0) * self.nb + bj) * self.b * self.b * 8) as u64;
+        let off = self.offset(bi, bj);
         let block = read(self.block(bi, bj));
-        match (disk, uring) {
-            (Disk::Waiting, _) => umt_rt::io::write_all_at(file, block.as_slice(), off)
+        match disk {
+            Disk::Blocking => crate::io::write_bytes(file, path, off, block.as_slice()),
+            Disk::Waiting => umt_rt::io::write_all_at(file, block.as_slice(), off)
                 .map_err(|e| BenchError::wait("writing", path, e)),
-            (Disk::Uring, Some(uring)) => {
+            Disk::Uring(ring) => {
                 let copy = AlignedBuf::from_f64s(block.as_f64s());
                 drop(block);
-                uring.write(file, path, off, copy)
+                ring.write(file, path, off, copy)
             }
-            _ => crate::io::write_bytes(file, path, off, block.as_slice()),
         }
     }
 }
@@ -208,58 +216,43 @@ pub fn run(rr: &RankRunner<'_>, cluster: &Cluster, p: &HeatParams) -> Result<Dis
         )));
     }
     let (r0, r1) = band(nb, size, rank);
-    let b = p.block;
+    let band = Band::new(p, r0, r1);
     let files: Vec<(usize, TempPath, File)> = p
         .checkpoint_iters()
         .into_iter()
         .map(|it| {
-            let bytes = ((r1 - r0) * nb * b * b * 8) as u64;
             let (path, file) = TempPath::create(p.new_checkpoint_path(it), |path| {
-                create_file(path, p.io, bytes)
+                create_file(path, p.io, band.bytes())
             })?;
             Ok((it, path, file))
         })
         .collect::<Result<_, BenchError>>()?;
     let run = RankRun {
         p,
-        band: Band::new(p, r0, r1),
+        band,
         files,
         link: Link::new(cluster, rr.comm),
         errors: Errors::default(),
         up: (rank > 0).then(|| rank as i32 - 1),
         down: (rank + 1 < size).then(|| rank as i32 + 1),
     };
-    let uring = match rr.disk {
-        Disk::Uring => Some(Uring::new()?),
-        _ => None,
-    };
     cluster.world().barrier();
     let start = Instant::now();
     match rr.engine {
-        Engine::Umt(rt) | Engine::UmtIo(rt) | Engine::Uring(rt) => {
-            run.tasks(rt, rr.disk, uring.as_ref());
-        }
-        Engine::Rayon(pool) => run.rayon(pool),
-        Engine::Tokio(_) => {
-            return Err(BenchError::InvalidParam(format!(
-                "{} cannot run across ranks",
-                rr.runner
-            )));
-        }
+        RankEngine::Tasks(rt) => run.tasks(rt, rr.disk),
+        RankEngine::Rayon(pool) => run.rayon(pool),
     }
-    if let Some(uring) = &uring {
-        run.errors.check(uring.wait_all());
+    if let Disk::Uring(ring) = rr.disk {
+        run.errors.check(ring.wait_all());
     }
     run.link.finish();
     cluster.world().barrier();
     let elapsed = start.elapsed();
     run.errors.first()?;
-    let bytes_written = run.files.len() as u64 * ((r1 - r0) * nb * b * b * 8) as u64;
     Ok(DistRun {
         elapsed,
         checksum: crate::fwi::checksum(&run.band.rows()),
         seconds_in_mpi: run.link.seconds_in_mpi(),
-        bytes_written,
     })
 }
 
@@ -273,7 +266,7 @@ impl RankRun<'_> {
     }
 
     /// The iterations as umt-rt tasks with dataflow dependencies (the module's steps).
-    fn tasks(&self, rt: &Runtime, disk: Disk, uring: Option<&Uring>) {
+    fn tasks(&self, rt: &Runtime, disk: Disk<'_>) {
         let (p, band, link, errors) = (self.p, &self.band, &self.link, &self.errors);
         let (nb, b, r0, r1) = (band.nb, band.b, band.r0, band.r1);
         rt.scope(|s| {
@@ -340,7 +333,7 @@ impl RankRun<'_> {
                     for bi in r0..r1 {
                         for bj in 0..nb {
                             s.spawn_with([Access::read((bi, bj))], move |_| {
-                                errors.check(band.write_block((bi, bj), ckpt, disk, uring));
+                                errors.check(band.write_block((bi, bj), ckpt, disk));
                             });
                         }
                     }
@@ -385,7 +378,7 @@ impl RankRun<'_> {
                     if let Some(ckpt) = self.checkpoint(t) {
                         for bi in r0..r1 {
                             for bj in 0..nb {
-                                let off = (((bi - r0) * nb + bj) * b * b * 8) as u64;
+                                let off = band.offset(bi, bj);
                                 let copy =
                                     AlignedBuf::from_f64s(read(band.block(bi, bj)).as_f64s());
                                 s.spawn(move |_| {

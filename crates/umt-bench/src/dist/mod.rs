@@ -37,6 +37,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use umt_rt::io::{EventSource, Source as _};
 
 use crate::error::BenchError;
+use crate::port_uring::Uring;
 pub use source::MpiRequests;
 
 /// This process's MPI: the world communicator, initialised for calls from any thread.
@@ -208,8 +209,6 @@ pub struct DistRun {
     pub checksum: u64,
     /// Seconds this rank's tasks spent in sends and receives.
     pub seconds_in_mpi: f64,
-    /// Bytes this rank wrote to its checkpoints or snapshots.
-    pub bytes_written: u64,
 }
 
 /// One runner's result across the ranks, as rank 0 reports it.
@@ -224,43 +223,58 @@ pub struct RankedRun {
 }
 
 /// How a rank's checkpoint or snapshot I/O waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Disk {
+#[derive(Debug, Clone, Copy)]
+pub enum Disk<'a> {
     /// `pwrite` / `pread` in the task.
     Blocking,
     /// Through [`umt_rt::io`] (umt-io).
     Waiting,
-    /// Submitted to an io_uring, the task returning at once (io-uring).
-    Uring,
+    /// Submitted to this io_uring, the task returning at once (io-uring).
+    Uring(&'a Uring),
+}
+
+/// What a rank's workload runs on.
+#[derive(Debug, Clone, Copy)]
+pub enum RankEngine<'a> {
+    /// A umt-rt runtime: the workload's tasks with dataflow dependencies.
+    Tasks(&'a umt_rt::Runtime),
+    /// A rayon pool: the workload's loops, as a rayon program would write them.
+    Rayon(&'a rayon::ThreadPool),
 }
 
 /// What `--mpi` runs on: a umt-rt runtime or a rayon pool, with its messages and its file
 /// I/O waited for as the runner says.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct RankRunner<'a> {
-    /// The runner.
-    pub runner: crate::runner::Runner,
-    /// Its engine (umt-rt or rayon).
-    pub engine: &'a crate::runner::Engine,
+    /// The engine.
+    pub engine: RankEngine<'a>,
     /// How its tasks wait for messages.
     pub comm: Comm,
     /// How its tasks wait for the disk.
-    pub disk: Disk,
+    pub disk: Disk<'a>,
 }
 
-/// How `r` waits across ranks, or `None` if it cannot run there: umt-rt's runners and the
-/// io-uring port (baseline umt-rt, checkpoints through io_uring) as on one machine; umt-io
-/// with its receives and its file I/O through `umt_rt::io`; rayon's pools blocking in MPI as
-/// a rayon program would, their I/O in spawned tasks.
-pub fn waits_of(r: crate::runner::Runner) -> Option<(Comm, Disk)> {
+/// How `r`'s tasks wait for messages across ranks, or `None` if it cannot run there (tokio):
+/// umt-io's receives wait through `umt_rt::io`; every other runner's block in MPI (umt-rt's
+/// and the io-uring port's tasks, rayon's loops, as a rayon program would).
+pub fn comm_of(r: crate::runner::Runner) -> Option<Comm> {
     use crate::runner::Runner::*;
     match r {
-        Baseline | UmtPerf | UmtKernel | UmtBpf | Rayon | Rayon2x | Rayon4x => {
-            Some((Comm::Blocking, Disk::Blocking))
+        Baseline | UmtPerf | UmtKernel | UmtBpf | IoUring | Rayon | Rayon2x | Rayon4x => {
+            Some(Comm::Blocking)
         }
-        IoUring => Some((Comm::Blocking, Disk::Uring)),
-        UmtIo => Some((Comm::Waiting, Disk::Waiting)),
+        UmtIo => Some(Comm::Waiting),
         Tokio => None,
+    }
+}
+
+/// `engine` as a rank's engine (`None` for tokio).
+fn rank_engine(engine: &crate::runner::Engine) -> Option<RankEngine<'_>> {
+    use crate::runner::Engine;
+    match engine {
+        Engine::Umt(rt) | Engine::UmtIo(rt) | Engine::Uring(rt) => Some(RankEngine::Tasks(rt)),
+        Engine::Rayon(pool) => Some(RankEngine::Rayon(pool)),
+        Engine::Tokio(_) => None,
     }
 }
 
@@ -280,25 +294,31 @@ pub fn compare(
     let mut mpi = vec![vec![Vec::new(); size]; runners.len()];
     for round in 0..repeat {
         for (k, &r) in runners.iter().enumerate() {
-            let (comm, disk) = waits_of(r).ok_or_else(|| {
+            let cannot = || {
                 BenchError::InvalidParam(format!(
                     "{r} cannot run across ranks: use baseline, umt-perf, umt-bpf, umt-kernel, \
                      umt-io, io-uring or rayon"
                 ))
-            })?;
-            let engine = r.engine_with(&how.umt)?;
-            let out = run(&RankRunner {
-                runner: r,
-                engine: &engine,
-                comm,
-                disk,
-            })?;
+            };
+            let comm = comm_of(r).ok_or_else(cannot)?;
+            let built = r.engine_with(&how.umt)?;
+            let engine = rank_engine(&built).ok_or_else(cannot)?;
+            let ring = match r {
+                crate::runner::Runner::IoUring => Some(Uring::new()?),
+                _ => None,
+            };
+            let disk = match (&ring, comm) {
+                (Some(ring), _) => Disk::Uring(ring),
+                (None, Comm::Waiting) => Disk::Waiting,
+                (None, Comm::Blocking) => Disk::Blocking,
+            };
+            let out = run(&RankRunner { engine, comm, disk })?;
             if round + 1 == repeat
-                && let Some(dir) = how.timeline
+                && let (Some(dir), RankEngine::Tasks(rt)) = (how.timeline, engine)
             {
-                write_timeline(dir, how.workload, (r, cluster.rank()), &engine, &out)?;
+                write_timeline(dir, how.workload, (r, cluster.rank()), rt, &out)?;
             }
-            drop(engine);
+            drop((ring, built));
             let sums = gather(cluster, out.checksum);
             let in_mpi = gather(cluster, out.seconds_in_mpi);
             if let (Some(sums), Some(want)) = (&sums, &reference)
@@ -353,18 +373,14 @@ pub struct Runs<'a> {
     pub timeline: Option<&'a std::path::Path>,
 }
 
-/// This rank's timeline and trace of `engine`'s last run, if it is a traced umt-rt runtime.
+/// This rank's timeline and trace of `rt`'s last run, if it was traced.
 fn write_timeline(
     dir: &std::path::Path,
     workload: &str,
     (runner, rank): (crate::runner::Runner, i32),
-    engine: &crate::runner::Engine,
+    rt: &umt_rt::Runtime,
     out: &DistRun,
 ) -> Result<(), BenchError> {
-    use crate::runner::Engine;
-    let (Engine::Umt(rt) | Engine::UmtIo(rt) | Engine::Uring(rt)) = engine else {
-        return Ok(());
-    };
     let Some(trace) = rt.take_trace() else {
         return Ok(());
     };
