@@ -40,9 +40,13 @@
 //! With [`UMT_COUNTER_PAGE`], `mmap` of any of the files (offset 0, `PROT_READ`, `MAP_SHARED`,
 //! [`UMT_COUNTS_SIZE`] bytes per CPU rounded up to whole pages) maps an array of
 //! [`UmtCounts`], one per CPU, that the kernel keeps current. With [`UMT_IDLE_ONLY`] a CPU's
-//! file is signalled only when its ready count drops to zero, and its word's low half counts
-//! those drops ([`UMT_SIGNAL_OVERSUB`] adds rises to two, in the high half). The files of
-//! version 2 are not eventfds: they cannot be written.
+//! word's low half counts the drops of its ready count to zero ([`UMT_SIGNAL_OVERSUB`] adds
+//! rises to two, in the high half), and the file is signalled only when such a change finds the
+//! word empty: at most once between two reads. Reading the file asks for the next signal, so a
+//! runtime that reads the counts from the page and the file only right before it sleeps is
+//! signalled only while it sleeps (the steps are in the monitor's `README.md`, "The Kernel
+//! backend on ABI version 2"). The files of version 2 are not eventfds: they cannot be
+//! written.
 //!
 //! # Detecting the extension
 //!
@@ -63,7 +67,7 @@ pub const UMT_FD_NONBLOCK: u32 = 0x2;
 /// `umt_enable` flag (ABI 2): the files can be mapped, giving the [`UmtCounts`] of every CPU.
 pub const UMT_COUNTER_PAGE: u32 = 0x4;
 /// `umt_enable` flag (ABI 2, with [`UMT_COUNTER_PAGE`]): signal a CPU's file only when its
-/// ready count drops to zero.
+/// ready count drops to zero, and at most once between two reads of the file.
 pub const UMT_IDLE_ONLY: u32 = 0x8;
 /// `umt_enable` flag (ABI 2, with [`UMT_IDLE_ONLY`]): also when it rises to two.
 pub const UMT_SIGNAL_OVERSUB: u32 = 0x10;
@@ -95,10 +99,16 @@ pub struct UmtCounts {
     pub blocks: std::sync::atomic::AtomicU64,
     /// Unblocks counted on the CPU since `umt_enable`.
     pub unblocks: std::sync::atomic::AtomicU64,
-    /// Times the CPU's file was signalled.
+    /// Times the CPU's file was signalled (woke its waiters). With [`UMT_IDLE_ONLY`], at most
+    /// once between two reads of the file: a drop while an earlier one is unread adds to the
+    /// word without a new wake-up.
     pub signals: std::sync::atomic::AtomicU64,
+    /// Times the ready count dropped to zero.
+    pub drops: std::sync::atomic::AtomicU64,
+    /// Times the ready count rose to two.
+    pub rises: std::sync::atomic::AtomicU64,
     /// Zero.
-    pub reserved: [u64; 4],
+    pub reserved: [u64; 2],
 }
 
 /// Bytes of the counters of one CPU in the counter page (`UMT_COUNTS_SIZE(1)`).

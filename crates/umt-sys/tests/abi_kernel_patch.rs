@@ -86,10 +86,70 @@ fn rust_side() -> BTreeMap<&'static str, u64> {
     ])
 }
 
+/// The fields of the last `struct umt_counts` the series adds, with their byte offsets
+/// (`__s64`/`__u64` members and arrays of them, as the header uses).
+fn counts_layout(lines: &[String]) -> Vec<(String, usize)> {
+    let Some(start) = lines
+        .iter()
+        .rposition(|l| l.trim() == "struct umt_counts {")
+    else {
+        return Vec::new();
+    };
+    let mut offset = 0;
+    let mut out = Vec::new();
+    for l in &lines[start + 1..] {
+        let l = l.trim();
+        if l.starts_with('}') {
+            break;
+        }
+        let Some(decl) = l.strip_suffix(';') else {
+            continue;
+        };
+        let Some((_, name)) = decl.split_once(char::is_whitespace) else {
+            continue;
+        };
+        let name = name.trim();
+        let (name, count) = match name.split_once('[') {
+            Some((n, len)) => (n, len.trim_end_matches(']').parse().unwrap_or(0)),
+            None => (name, 1),
+        };
+        out.push((name.to_owned(), offset));
+        offset += 8 * count;
+    }
+    out.push(("(size)".to_owned(), offset));
+    out
+}
+
+/// `umt_sys::abi::UmtCounts`'s fields and offsets, in the header's names.
+fn rust_counts_layout() -> Vec<(String, usize)> {
+    use std::mem::{offset_of, size_of};
+    [
+        ("ready", offset_of!(abi::UmtCounts, ready)),
+        ("blocks", offset_of!(abi::UmtCounts, blocks)),
+        ("unblocks", offset_of!(abi::UmtCounts, unblocks)),
+        ("signals", offset_of!(abi::UmtCounts, signals)),
+        ("drops", offset_of!(abi::UmtCounts, drops)),
+        ("rises", offset_of!(abi::UmtCounts, rises)),
+        ("__reserved", offset_of!(abi::UmtCounts, reserved)),
+        ("(size)", size_of::<abi::UmtCounts>()),
+    ]
+    .into_iter()
+    .map(|(n, o)| (n.to_owned(), o))
+    .collect()
+}
+
 /// Checks a patch series against `umt_sys::abi`; returns the mismatches.
 fn mismatches(series: &str) -> Vec<String> {
     let mut errors = Vec::new();
-    let header = defines(&added_lines(series, "include/uapi/linux/umt.h"));
+    let header_lines = added_lines(series, "include/uapi/linux/umt.h");
+    let layout = counts_layout(&header_lines);
+    if layout != rust_counts_layout() {
+        errors.push(format!(
+            "struct umt_counts: header {layout:?}, umt-sys {:?}",
+            rust_counts_layout()
+        ));
+    }
+    let header = defines(&header_lines);
     for (name, value) in rust_side() {
         match header.get(name) {
             Some(&v) if v == value => {}
@@ -176,6 +236,15 @@ diff --git a/include/uapi/linux/umt.h b/include/uapi/linux/umt.h
 +#define UMT_EVENT_UNBLOCK_SHIFT\t32
 +#define UMT_EVENT_COUNT_MASK\t0xffffffffULL
 +#define UMT_ABI_VERSION\t\t2
++struct umt_counts {
++\t__s64\tready;
++\t__u64\tblocks;
++\t__u64\tunblocks;
++\t__u64\tsignals;
++\t__u64\tdrops;
++\t__u64\trises;
++\t__u64\t__reserved[2];
++};
 ";
 
 #[test]
@@ -187,6 +256,13 @@ fn the_checker_accepts_a_matching_series_and_rejects_a_drifted_one() {
     assert_eq!(errors.len(), 2, "{errors:?}");
     assert!(errors[0].starts_with("UMT_FD_NONBLOCK"));
     assert!(errors[1].starts_with("umt_thread_ctrl"));
+    // A field the kernel moved, or one umt-sys does not know.
+    let swapped = SAMPLE.replace("drops;\n+\t__u64\trises;", "rises;\n+\t__u64\tdrops;");
+    let errors = mismatches(&swapped);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].starts_with("struct umt_counts"), "{errors:?}");
+    let grown = SAMPLE.replace("__reserved[2]", "__reserved[3]");
+    assert_eq!(mismatches(&grown).len(), 1);
     let missing = SAMPLE.replace("+#define UMT_ABI_VERSION\t\t2\n", "");
     assert_eq!(
         mismatches(&missing),

@@ -119,21 +119,31 @@ fn kernel_backend_end_to_end() {
             monitor.unmute_current_thread().unwrap();
             monitor.drain().unwrap();
             assert_eq!(monitor.ready(target), 1);
-            // A block drained by the thread itself, from its core's eventfd.
             std::thread::sleep(Duration::from_millis(2));
-            assert!(monitor.drain_current_thread().unwrap() >= 1);
+            if monitor.counts_are_live() {
+                // ABI 2: the count is live, and the file is left to the core's waiter.
+                assert_eq!(monitor.drain_current_thread().unwrap(), 0);
+            } else {
+                // A block drained by the thread itself, from its core's file.
+                assert!(monitor.drain_current_thread().unwrap() >= 1);
+            }
             assert_eq!(monitor.ready(target), 1);
             monitor.unregister_current_thread().unwrap();
         });
     });
 
-    // 4. Dropping the monitor tears the kernel state down, so a new one can be made.
+    // 4. ABI 2: a waiter is signalled only while it sleeps (steps K2, K3).
+    if monitor.counts_are_live() {
+        only_a_sleeping_waiter_is_signalled(&monitor, target);
+    }
+
+    // 5. Dropping the monitor tears the kernel state down, so a new one can be made.
     drop(monitor);
     let again = Monitor::new(BackendKind::Kernel).expect("UMT can be enabled again after drop");
     again.register_current_thread().unwrap();
     again.unregister_current_thread().unwrap();
 
-    // 5. While it is alive, a second monitor finds UMT busy, and says so at once...
+    // 6. While it is alive, a second monitor finds UMT busy, and says so at once...
     assert!(matches!(
         Monitor::new(BackendKind::Kernel),
         Err(Error::KernelBusy)
@@ -150,4 +160,61 @@ fn kernel_backend_end_to_end() {
         third.expect("opened once the first was gone").backend(),
         BackendKind::Kernel
     );
+}
+
+/// Step 4 of the end-to-end test: the drops of a core whose waiter is awake wake nobody; the
+/// waiter finds them in the counters, and a drop while it sleeps wakes it.
+fn only_a_sleeping_waiter_is_signalled(monitor: &Monitor, target: CpuId) {
+    let nap = || std::thread::sleep(Duration::from_millis(1));
+    // The waiter reads (arms) the file before it sleeps; here it has not yet.
+    let idle = |m: &Monitor| m.ready(target) == 0;
+    assert!(idle(monitor));
+    monitor.drain_cpu(target).unwrap();
+    let before = monitor.stats();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            cpu::pin_current_thread(target).unwrap();
+            monitor.register_current_thread().unwrap();
+            for _ in 0..10 {
+                nap();
+            }
+            monitor.unregister_current_thread().unwrap();
+        });
+    });
+    // Ten naps and the unregistration: eleven drops, while nobody waited. The file was last
+    // read long ago (or never), so at most the first found it empty.
+    let awake = monitor.stats();
+    assert_eq!(awake.drops - before.drops, 11, "{awake:?}");
+    assert!(
+        awake.wakeups - before.wakeups <= 1,
+        "{before:?} -> {awake:?}"
+    );
+    // The waiter sees them without sleeping, and without a new signal.
+    assert!(monitor.wait_cpu(target, Some(Duration::ZERO)).unwrap());
+    assert_eq!(monitor.drain_cpu(target).unwrap(), 11);
+    assert_eq!(monitor.stats().wakeups, awake.wakeups);
+    // Nothing new: the wait reads the file (asking for the next signal) and times out.
+    assert!(
+        !monitor
+            .wait_cpu(target, Some(Duration::from_millis(1)))
+            .unwrap()
+    );
+    // A drop while it sleeps wakes it: exactly one signal.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            cpu::pin_current_thread(target).unwrap();
+            monitor.register_current_thread().unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            monitor.unregister_current_thread().unwrap();
+        });
+        assert!(
+            monitor
+                .wait_cpu(target, Some(Duration::from_secs(10)))
+                .unwrap(),
+            "the sleeping waiter missed the drop"
+        );
+    });
+    let asleep = monitor.stats();
+    assert_eq!(asleep.wakeups - awake.wakeups, 1, "{awake:?} -> {asleep:?}");
+    assert!(monitor.drain_cpu(target).unwrap() >= 1);
 }

@@ -96,6 +96,7 @@ pub(crate) struct Totals {
     pub(crate) unblocks: u64,
     pub(crate) migrations: u64,
     pub(crate) notes: u64,
+    pub(crate) drops: u64,
 }
 
 #[cfg(umt_bpf)]
@@ -454,17 +455,8 @@ mod imp {
                     c.drops.load(Ordering::SeqCst),
                 ];
                 let delta = |i: usize| u32::try_from(now[i] - last[i]).unwrap_or(u32::MAX);
-                if now[0] != last[0] || now[1] != last[1] {
-                    sink(MonitorEvent {
-                        cpu,
-                        events: Events {
-                            blocked: delta(0),
-                            unblocked: delta(1),
-                        },
-                        cause: Cause::Counted,
-                        tid: None,
-                        time_ns: None,
-                    });
+                if let Some(ev) = MonitorEvent::counted(cpu, [last[0], last[1]], [now[0], now[1]]) {
+                    sink(ev);
                 }
                 if now[2] != last[2] {
                     sink(MonitorEvent {
@@ -491,6 +483,7 @@ mod imp {
                 t.unblocks += c.unblocks.load(Ordering::Relaxed);
                 t.migrations += c.migrations.load(Ordering::Relaxed);
                 t.notes += c.notes.load(Ordering::Relaxed);
+                t.drops += c.drops.load(Ordering::Relaxed);
             }
             t
         }

@@ -2,12 +2,14 @@
 //!
 //! With ABI version 2 it enables the counter page and idle-only signalling: the ready counts
 //! are read from the page the kernel keeps current ([`KernelBackend::ready`]), and a core's
-//! file wakes its waiter only when the core runs out of ready threads, as with the Bpf
-//! backend. With version 1 the files carry every event, which the drains apply.
+//! file wakes its waiter only when the core runs out of ready threads while the waiter sleeps,
+//! as with the Bpf backend: the waiter reads the file (which asks the kernel for the next
+//! signal) only right before it sleeps (steps K1–K5 in `README.md`). With version 1 the files
+//! carry every event, which the drains apply.
 
 use std::fs;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
@@ -83,8 +85,13 @@ pub(crate) struct KernelBackend {
     /// Its owner announced that it is shutting down (`Monitor::shut_down`).
     shutting_down: AtomicBool,
     /// ABI 2: the counter page (one [`UmtCounts`] per possible CPU), mapped read-only; the
-    /// files then signal drops to zero only.
+    /// files then signal drops to zero only, once between two reads.
     page: Option<Shared<UmtCounts>>,
+    /// ABI 2, per possible CPU: its `drops` when a drain of that CPU last looked (K3).
+    seen_cpu: Box<[AtomicU64]>,
+    /// ABI 2, per possible CPU: its `blocks`, `unblocks` and `drops` when the whole-monitor
+    /// drain last looked (K5).
+    seen_all: Mutex<Vec<[u64; 3]>>,
 }
 
 /// Sums over every CPU of the counter page, for [`crate::MonitorStats`].
@@ -93,6 +100,7 @@ pub(crate) struct PageTotals {
     pub(crate) blocks: u64,
     pub(crate) unblocks: u64,
     pub(crate) signals: u64,
+    pub(crate) drops: u64,
 }
 
 /// How long opening a Kernel backend waits for a monitor of this process that is shutting
@@ -176,8 +184,52 @@ impl KernelBackend {
             t.blocks += c.blocks.load(Ordering::Relaxed);
             t.unblocks += c.unblocks.load(Ordering::Relaxed);
             t.signals += c.signals.load(Ordering::Relaxed);
+            t.drops += c.drops.load(Ordering::Relaxed);
         }
         Some(t)
+    }
+
+    /// ABI 2: `cpu`'s drops to zero so far (0 for a CPU out of range).
+    fn drops(&self, page: &Shared<UmtCounts>, cpu: usize) -> u64 {
+        page.get(cpu).map_or(0, |c| c.drops.load(Ordering::SeqCst))
+    }
+
+    /// K2, before a wait on `cpu`'s file: `true` if `cpu` ran out of ready threads since its
+    /// last drain, and the caller must not sleep. Otherwise the file has just been read, which
+    /// asks the kernel to signal the next drop: a drop after the read finds the file's word
+    /// empty and signals it, so the wait that follows returns. ABI 1: always `false` (every
+    /// event signals the file; a wait returns while it holds any).
+    pub(crate) fn arm_cpu(&self, cpu: usize) -> Result<bool> {
+        let (Some(page), Some(fd)) = (self.page.as_ref(), self.fds.get(cpu)) else {
+            return Ok(false);
+        };
+        let seen = self.seen_cpu[cpu].load(Ordering::SeqCst);
+        if self.drops(page, cpu) != seen {
+            return Ok(true);
+        }
+        consume(fd)?;
+        // A drop between the look above and the read was consumed by the read, without a
+        // signal: the kernel adds to `drops` before the word, so it shows here.
+        Ok(self.drops(page, cpu) != seen)
+    }
+
+    /// [`KernelBackend::arm_cpu`] for every CPU, against the whole-monitor drain's view.
+    pub(crate) fn arm_all(&self) -> Result<bool> {
+        let Some(page) = self.page.as_ref() else {
+            return Ok(false);
+        };
+        let seen = lock(&self.seen_all);
+        let mut dropped = false;
+        for (cpu, fd) in self.fds.iter().enumerate() {
+            let last = seen.get(cpu).map_or(0, |s| s[2]);
+            if self.drops(page, cpu) != last {
+                dropped = true;
+                continue;
+            }
+            consume(fd)?;
+            dropped |= self.drops(page, cpu) != last;
+        }
+        Ok(dropped)
     }
 
     /// Marks this backend as shutting down ([`Retiring`]); once.
@@ -225,10 +277,13 @@ impl KernelBackend {
             )?),
             _ => None,
         };
+        let cpus = fds.len();
         let backend = KernelBackend {
             fds,
             shutting_down: AtomicBool::new(false),
             page,
+            seen_cpu: (0..cpus).map(|_| AtomicU64::new(0)).collect(),
+            seen_all: Mutex::new(vec![[0; 3]; cpus]),
         };
         for (cpu, fd) in backend.fds.iter().enumerate() {
             epoll
@@ -260,26 +315,47 @@ impl KernelBackend {
             .map_err(|e| Error::os("umt_thread_ctrl(UMT_THREAD_UNMONITOR)", e))
     }
 
-    /// Reads the file of `cpu`, if it holds events (see `Monitor::drain_current_thread`).
-    /// With the counter page, the word counts drops to zero, handed out as `Counted` events
-    /// (the counts need no drain).
-    pub(crate) fn drain_cpu(&self, cpu: usize, sink: &mut dyn FnMut(MonitorEvent)) -> Result<()> {
+    /// ABI 1: reads the file of `cpu`, if it holds events, and hands them out (see
+    /// `Monitor::drain_current_thread`). ABI 2 (K3): the counts need no drain; notes `cpu`'s
+    /// drops as seen and returns how many are new, without a system call (the file is read
+    /// only before a wait, [`KernelBackend::arm_cpu`]).
+    pub(crate) fn drain_cpu(
+        &self,
+        cpu: usize,
+        sink: &mut dyn FnMut(MonitorEvent),
+    ) -> Result<usize> {
         let Some(fd) = self.fds.get(cpu) else {
-            return Ok(());
+            return Ok(0);
         };
-        read_file(fd, cpu, self.cause(), sink)
+        let Some(page) = self.page.as_ref() else {
+            return read_file(fd, cpu, Cause::Kernel, sink);
+        };
+        let now = self.drops(page, cpu);
+        let old = self.seen_cpu[cpu].swap(now, Ordering::SeqCst);
+        Ok(usize::try_from(now.wrapping_sub(old)).unwrap_or(usize::MAX))
     }
 
-    fn cause(&self) -> Cause {
-        if self.page.is_some() {
-            Cause::Counted
-        } else {
-            Cause::Kernel
-        }
-    }
-
-    /// Reads the files that epoll reports readable.
+    /// Hands out what changed: ABI 1, the files that epoll reports readable; ABI 2 (K5), every
+    /// CPU's blocks and unblocks since the last call, from the page, as `Counted` events.
     pub(crate) fn drain(&self, epoll: &Epoll, sink: &mut dyn FnMut(MonitorEvent)) -> Result<()> {
+        if let Some(page) = self.page.as_ref() {
+            let mut seen = lock(&self.seen_all);
+            for (cpu, last) in seen.iter_mut().enumerate() {
+                let Some(c) = page.get(cpu) else {
+                    continue;
+                };
+                let now = [
+                    c.blocks.load(Ordering::SeqCst),
+                    c.unblocks.load(Ordering::SeqCst),
+                    c.drops.load(Ordering::SeqCst),
+                ];
+                if let Some(ev) = MonitorEvent::counted(cpu, [last[0], last[1]], [now[0], now[1]]) {
+                    sink(ev);
+                }
+                *last = now;
+            }
+            return Ok(());
+        }
         let mut ready = [EpollEvent::empty(); 64];
         loop {
             let n = match epoll.wait(&mut ready, EpollTimeout::ZERO) {
@@ -290,7 +366,7 @@ impl KernelBackend {
             for ev in &ready[..n] {
                 let cpu = ev.data() as usize;
                 if let Some(fd) = self.fds.get(cpu) {
-                    read_file(fd, cpu, self.cause(), sink)?;
+                    read_file(fd, cpu, Cause::Kernel, sink)?;
                 }
             }
             if n < ready.len() {
@@ -300,33 +376,49 @@ impl KernelBackend {
     }
 }
 
-/// Reads the file of `cpu` once (non-blocking) and hands out what it held. A half that reads
-/// `u32::MAX` saturated: counts were lost, which the monitor reports as an overflow.
+/// Reads the file of `cpu` once (non-blocking) and hands out what it held; returns how many
+/// events it handed out (0 or 1). A half that reads `u32::MAX` saturated: counts were lost,
+/// which the monitor reports as an overflow.
 fn read_file(
     fd: &OwnedFd,
     cpu: usize,
     cause: Cause,
     sink: &mut dyn FnMut(MonitorEvent),
-) -> Result<()> {
+) -> Result<usize> {
     let mut word = [0u8; 8];
     match nix::unistd::read(fd, &mut word) {
         Ok(8) => {
             let events = Events::decode(u64::from_ne_bytes(word));
-            if !events.is_empty() {
-                sink(MonitorEvent {
-                    cpu,
-                    events,
-                    cause,
-                    tid: None,
-                    time_ns: None,
-                });
+            if events.is_empty() {
+                return Ok(0);
             }
-            Ok(())
+            sink(MonitorEvent {
+                cpu,
+                events,
+                cause,
+                tid: None,
+                time_ns: None,
+            });
+            Ok(1)
         }
         // Empty, or another drainer read it first.
+        Ok(_) | Err(Errno::EAGAIN) | Err(Errno::EINTR) => Ok(0),
+        Err(e) => Err(Error::os("read(umt file)", e)),
+    }
+}
+
+/// ABI 2: reads and discards the word of a file (the drops it counts are in the page), which
+/// asks the kernel for the next signal. Empty (`EAGAIN`) is the usual answer.
+fn consume(fd: &OwnedFd) -> Result<()> {
+    let mut word = [0u8; 8];
+    match nix::unistd::read(fd, &mut word) {
         Ok(_) | Err(Errno::EAGAIN) | Err(Errno::EINTR) => Ok(()),
         Err(e) => Err(Error::os("read(umt file)", e)),
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Whether a word's half saturated (counts were lost since the last read).

@@ -50,10 +50,15 @@ pub struct MonitorStats {
     pub registered: u64,
     /// Notifications the backend sent to user space: the Bpf backend's wake-ups (one each
     /// time a CPU whose waiter had armed it ran out of ready threads), the Kernel backend's
-    /// signals with the counter page (ABI 2: one per drop to zero). Without the page (ABI 1)
-    /// and with the Perf backend every event is signalled: `blocks + unblocks`. Each one may
-    /// wake a leader; reads batch the ones that arrive while it runs.
+    /// signals with the counter page (ABI 2: a drop to zero that found the CPU's file empty,
+    /// which it is once its waiter read it before sleeping). Without the page (ABI 1) and with
+    /// the Perf backend every event is signalled: `blocks + unblocks`. Each one may wake a
+    /// leader; reads batch the ones that arrive while it runs.
     pub wakeups: u64,
+    /// Times a core's ready count dropped to zero, where the backend counts them (Bpf, and
+    /// Kernel with ABI 2; 0 elsewhere): what a runtime that is told of every idle core would
+    /// be told, against [`MonitorStats::wakeups`], what it was.
+    pub drops: u64,
 }
 
 #[derive(Debug, Default)]
@@ -107,7 +112,7 @@ impl MonitorBuilder {
     /// record costs"). Waiters then sleep through events, so
     /// whoever turns this off must poll: [`Monitor::drain_with`] from a thread that runs when
     /// a core idles, [`Monitor::drain_current_thread`] from the monitored threads. The Kernel
-    /// backend signals its eventfds either way: an eventfd write raises no interrupt.
+    /// backend signals its files either way: its signal raises no interrupt.
     pub fn signal_each_event(mut self, signal: bool) -> Self {
         self.signal_each_event = signal;
         self
@@ -242,7 +247,7 @@ impl Monitor {
     /// [`MonitorBuilder::signal_each_event`] after the backend is known, for the threads that
     /// register from now on (those registered keep their setting). For a user whose choice
     /// depends on the backend `Auto` picked: the signal per event is what the Perf backend
-    /// costs most in a virtual machine, and the Kernel backend signals its eventfds either way.
+    /// costs most in a virtual machine, and the Kernel backend signals its files either way.
     pub fn set_signal_each_event(&self, signal: bool) {
         if let Backend::Perf(p) = &self.backend {
             p.set_signal_each_event(signal);
@@ -382,15 +387,16 @@ impl Monitor {
     }
 
     /// Drains only what concerns the calling thread, into the ready counts: its own ring
-    /// (Perf), or the eventfd of the CPU it runs on (Kernel). Returns the number of events
+    /// (Perf), or the file of the CPU it runs on (Kernel, ABI 1). Returns the number of events
     /// applied; they are counted in the statistics but handed to no one.
     ///
     /// For a monitored thread at its scheduling points when the waiters are not signalled
     /// (see [`MonitorBuilder::signal_each_event`]): a thread that has just come back from a
     /// block finds its own unblock here, so its core's count shows whether another thread
     /// took its place meanwhile. With the Perf backend it costs two loads when
-    /// the ring is empty; with the Kernel backend, one `read`. A ring another drainer is
-    /// reading is skipped: that drainer applies it. Disabled: does nothing. With the Perf
+    /// the ring is empty; with the Kernel backend on ABI 1, one `read`. A ring another
+    /// drainer is reading is skipped: that drainer applies it. Where the counts are live (Bpf,
+    /// Kernel on ABI 2) and with Disabled it does nothing and returns 0. With the Perf
     /// backend, a thread not registered with this monitor gets [`Error::NotRegistered`].
     pub fn drain_current_thread(&self) -> Result<usize> {
         let mut n = 0;
@@ -399,7 +405,11 @@ impl Monitor {
             n += 1;
         };
         match &self.backend {
-            Backend::Kernel(k) => k.drain_cpu(cpu::current_cpu()?, &mut sink)?,
+            // ABI 2: the counts are live; the file is left to the waiter of the CPU.
+            Backend::Kernel(k) if k.counts_are_live() => {}
+            Backend::Kernel(k) => {
+                k.drain_cpu(cpu::current_cpu()?, &mut sink)?;
+            }
             Backend::Perf(p) => {
                 let outcome = p.drain_own(&mut sink)?;
                 self.count_losses(&outcome);
@@ -410,10 +420,14 @@ impl Monitor {
     }
 
     /// Drains what concerns `cpu` into the ready counts, without blocking: with the Kernel
-    /// backend the eventfd of `cpu`, with Perf the rings of the threads that registered while
-    /// running on `cpu` (pinned threads: those of that core). Returns the number of events
-    /// applied; they are counted in the statistics but handed to no one ([`Monitor::drain_with`]
-    /// hands out every event, for watchers).
+    /// backend on ABI 1 the file of `cpu`, with Perf the rings of the threads that registered
+    /// while running on `cpu` (pinned threads: those of that core). Returns the number of
+    /// events applied; they are counted in the statistics but handed to no one
+    /// ([`Monitor::drain_with`] hands out every event, for watchers). Where the counts are
+    /// live it only notes what [`Monitor::wait_cpu`] compares against: with the Bpf backend
+    /// it reads `cpu`'s wake-ups and returns how many; with the Kernel backend on ABI 2 it
+    /// returns how many times `cpu` ran out of ready threads since its last drain, without a
+    /// system call.
     ///
     /// For a runtime with one waiter per core ([`Monitor::wait_cpu`]): each drains its own
     /// core, so the work of a drain does not grow with the number of cores. A thread that
@@ -426,7 +440,11 @@ impl Monitor {
             n += 1;
         };
         match &self.backend {
-            Backend::Kernel(k) => k.drain_cpu(cpu, &mut sink)?,
+            // ABI 2: the drops since the last look, from the page; the counts need no drain.
+            Backend::Kernel(k) if k.counts_are_live() => return k.drain_cpu(cpu, &mut sink),
+            Backend::Kernel(k) => {
+                k.drain_cpu(cpu, &mut sink)?;
+            }
             // The wake-ups read; the counts need no drain.
             Backend::Bpf(b) => n = b.drain_cpu(cpu),
             Backend::Perf(p) => {
@@ -454,8 +472,9 @@ impl Monitor {
     /// epoll counts whole milliseconds: the timeout is rounded up, so a sub-millisecond one
     /// waits a millisecond instead of returning at once.
     ///
-    /// With the Bpf backend ([`Monitor::counts_are_live`]), it returns early only when a CPU
-    /// ran out of ready threads since the last [`Monitor::drain_with`].
+    /// With the Bpf backend, and the Kernel backend on ABI 2 ([`Monitor::counts_are_live`]),
+    /// it returns early only when a CPU ran out of ready threads since the last
+    /// [`Monitor::drain_with`].
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
         match &self.backend {
             Backend::Bpf(b) => {
@@ -463,20 +482,24 @@ impl Monitor {
                 b.disarm_all();
                 Ok(woken)
             }
+            Backend::Kernel(k) => Ok(k.arm_all()? || wait_on(&self.epoll, timeout)?),
             _ => wait_on(&self.epoll, timeout),
         }
     }
 
     /// [`Monitor::wait`], woken only by what concerns `cpu`: with the Kernel backend, its
-    /// eventfd; with Perf, the rings of the threads registered while running on `cpu`
+    /// file; with Perf, the rings of the threads registered while running on `cpu`
     /// (pinned workers: that core's workers). A thread that waits here pinned to `cpu` at
     /// `SCHED_IDLE` runs exactly when that core has nothing else to run: when its workers have
     /// blocked. Another waiter's drain may consume the readiness first (perf rings report it
     /// once); that drain has then applied the events.
     ///
-    /// With the Bpf backend it returns early only when `cpu` ran out of ready threads since
-    /// its last [`Monitor::drain_cpu`] (then at once), or does so while this waits: the one
-    /// moment its waiter must act. Every other change is in [`Monitor::ready`] already.
+    /// With the Bpf backend, and the Kernel backend on ABI 2, it returns early only when
+    /// `cpu` ran out of ready threads since its last [`Monitor::drain_cpu`] (then at once,
+    /// with no system call on ABI 2), or does so while this waits: the one moment its waiter
+    /// must act. Every other change is in [`Monitor::ready`] already. Only a waiter that
+    /// sleeps here is signalled: one that is awake, or preempted, finds the drops in the
+    /// counters when it next looks (steps B3 and K2 of `src/monitor/README.md`).
     pub fn wait_cpu(&self, cpu: CpuId, timeout: Option<Duration>) -> Result<bool> {
         let set = self.cpu_set(cpu)?;
         match &self.backend {
@@ -485,6 +508,8 @@ impl Monitor {
                 b.disarm_cpu(cpu);
                 Ok(woken)
             }
+            // ABI 2: the kernel disarms the file itself when it signals it.
+            Backend::Kernel(k) => Ok(k.arm_cpu(cpu)? || wait_on(set, timeout)?),
             _ => wait_on(set, timeout),
         }
     }
@@ -565,6 +590,7 @@ impl Monitor {
                 unblocks: t.unblocks,
                 migrations: 0,
                 notes: t.signals,
+                drops: t.drops,
             }),
             _ => None,
         };
@@ -576,6 +602,7 @@ impl Monitor {
                 Some(t) => t.notes,
                 None => s.blocks.load(Ordering::Relaxed) + s.unblocks.load(Ordering::Relaxed),
             },
+            drops: bpf.map_or(0, |t| t.drops),
             lost_records: s.lost_records.load(Ordering::Relaxed),
             overflows: s.overflows.load(Ordering::Relaxed),
             resyncs: match &self.backend {
