@@ -180,6 +180,7 @@ fn median_activity(samples: &[Sample]) -> Option<Activity> {
     (!all.is_empty()).then(|| Activity {
         monitor_events: m(|a| a.monitor_events),
         signals: m(|a| a.signals),
+        drops: m(|a| a.drops),
         leader_iterations: m(|a| a.leader_iterations),
         leader_wakeups: m(|a| a.leader_wakeups),
         spares_started: m(|a| a.spares_started),
@@ -282,11 +283,16 @@ impl Report {
             if let Some(a) = &r.activity {
                 let _ = write!(
                     out,
-                    "{}, per core per second: {:.0} signals, {:.0} monitor events, \
-                     {:.0} leader iterations, {:.1} wake-ups, {:.2} spares started, \
-                     {:.1} surrenders",
-                    r.runtime,
-                    a.signals,
+                    "{}, per core per second: {:.0} signals",
+                    r.runtime, a.signals
+                );
+                if a.drops > 0.0 {
+                    let _ = write!(out, " ({:.0} drops to zero)", a.drops);
+                }
+                let _ = write!(
+                    out,
+                    ", {:.0} monitor events, {:.0} leader iterations, {:.1} wake-ups, \
+                     {:.2} spares started, {:.1} surrenders",
                     a.monitor_events,
                     a.leader_iterations,
                     a.leader_wakeups,

@@ -309,8 +309,11 @@ pub struct Activity {
     pub monitor_events: f64,
     /// Notifications the monitor's backend sent to the runtime
     /// ([`umt_sys::MonitorStats::wakeups`]): every block and unblock without a counter
-    /// page, the drops to zero with one.
+    /// page; with one (Bpf, Kernel ABI 2), the drops to zero that found the leader asleep.
     pub signals: f64,
+    /// Times a core's ready count dropped to zero ([`umt_sys::MonitorStats::drops`]; 0 where
+    /// the backend does not count them).
+    pub drops: f64,
     /// Iterations of the leaders.
     pub leader_iterations: f64,
     /// Parked workers the leaders woke for a core with no ready worker.
@@ -337,6 +340,7 @@ impl Activity {
         Activity {
             monitor_events: rate(after.monitor_events, before.monitor_events),
             signals: rate(after.monitor.wakeups, before.monitor.wakeups),
+            drops: rate(after.monitor.drops, before.monitor.drops),
             leader_iterations: rate(after.leader_iterations, before.leader_iterations),
             leader_wakeups: rate(after.leader_wakeups, before.leader_wakeups),
             spares_started: rate(after.workers_created, before.workers_created),

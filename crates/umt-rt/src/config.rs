@@ -47,9 +47,12 @@ impl LeaderPolicy {
     /// The policy a runtime uses unless told otherwise, for the monitor backend it runs on:
     /// [`LeaderPolicy::Poll`] with Perf, whose signal per event is a self-interrupt (a VM exit
     /// in a virtual machine) paid at every context switch of a worker; [`LeaderPolicy::Idle`]
-    /// with Kernel, which signals only blocks and unblocks and raises no interrupt, and where
-    /// polling would cost a `read` per scheduling point; [`LeaderPolicy::Idle`] with Bpf,
-    /// which wakes a leader only when its core runs out of ready workers.
+    /// with Kernel, which raises no interrupt and, on ABI 2, signals a leader only when its
+    /// core runs out of ready workers while it sleeps (on ABI 1 every block and unblock, and
+    /// polling would cost a `read` per scheduling point); [`LeaderPolicy::Idle`] with Bpf,
+    /// which signals like Kernel on ABI 2. Polling leaders there cut the signals further (to
+    /// almost none) at the price of cores that spin instead of halting when idle: measured in
+    /// `src/README.md`, "Which policy".
     pub const fn default_for(backend: umt_sys::BackendKind) -> LeaderPolicy {
         match backend {
             umt_sys::BackendKind::Perf => LeaderPolicy::Poll,
