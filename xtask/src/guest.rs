@@ -246,23 +246,63 @@ pub(crate) fn bench_values(output: &str, what: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
-/// Monitor events per core per second of `umt-bench`'s activity lines.
-pub(crate) fn activity_events(output: &str) -> Vec<f64> {
-    output
-        .lines()
-        .filter_map(|l| {
-            let rest = l.split("per core per second: ").nth(1)?;
-            rest.split_whitespace().next()?.parse().ok()
-        })
-        .collect()
+/// One umt-bench run of a runtime, as its table row and activity line print it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RunFigures {
+    /// The section (`== name` line) it is in.
+    pub(crate) section: String,
+    /// Median seconds (the table row).
+    pub(crate) seconds: f64,
+    /// Signals per core and second (the activity line's first figure).
+    pub(crate) signals: f64,
 }
+
+/// The runs of `runtime` in `umt-bench`'s output: its table row's seconds and its activity
+/// line's signals, by section.
+pub(crate) fn run_figures(output: &str, runtime: &str) -> Vec<RunFigures> {
+    let mut section = String::new();
+    let mut seconds = f64::NAN;
+    let activity = format!("{runtime}, per core per second: ");
+    let mut out = Vec::new();
+    for l in output.lines().map(str::trim) {
+        if let Some(name) = l.strip_prefix("== ") {
+            section = name.to_string();
+        } else if let Some(rest) = l.strip_prefix(&activity) {
+            if let Some(signals) = rest.split_whitespace().next().and_then(|v| v.parse().ok()) {
+                out.push(RunFigures {
+                    section: section.clone(),
+                    seconds,
+                    signals,
+                });
+            }
+        } else if let Some(rest) = l.strip_prefix(runtime)
+            && rest.starts_with(' ')
+            && let Some(v) = rest.split_whitespace().next().and_then(|v| v.parse().ok())
+        {
+            seconds = v;
+        }
+    }
+    out
+}
+
+/// The configurations of part 2 of `vm bench`: name, environment, extra heat options.
+const SIGNAL_CONFIGS: [(&str, &str, &str); 3] = [
+    (
+        "ABI 1: every event signalled, idle leaders",
+        "UMT_KERNEL_ABI=1 ",
+        "",
+    ),
+    ("ABI 2 idle-only, idle leaders (the default)", "", ""),
+    ("ABI 2 idle-only, polling leaders", "", " --leader poll"),
+];
 
 /// `cargo xtask vm bench`, in three parts:
 /// 1. what UMT costs processes that do not use it: a pipe ping-pong and a hackbench-like
 ///    stress on the stock kernel, the patched one, and the patched one while another process
 ///    holds UMT enabled (the hooks on), boots alternating, `repeat` boots of each;
 /// 2. the signals heat delivers to the runtime per core and second, ABI 1 (every event)
-///    against ABI 2 (idle-only), in one boot;
+///    against ABI 2 (idle-only; with idle and with polling leaders), `repeat` rounds
+///    alternating in one boot, medians;
 /// 3. the backends compared on heat in the patched guest.
 pub(crate) fn bench(vm_args: &VmArgs, repeat: u32) -> Result<i32> {
     let (patched, files) = patched_kernel(vm_args)?;
@@ -325,20 +365,41 @@ pub(crate) fn bench(vm_args: &VmArgs, repeat: u32) -> Result<i32> {
     }
     // Small sizes: the guest may be emulated (TCG), where computing is several times slower.
     let heat = "umt-bench heat --size 1024 --block 128 --iters 8 --iof 2 --repeat 3 --dir /scratch";
-    let signals = format!(
-        "echo '== abi1'\nUMT_KERNEL_ABI=1 {heat} --runtimes umt-kernel\n\
-         echo '== abi2'\n{heat} --runtimes umt-kernel\n"
-    );
+    let mut signals = String::new();
+    for _ in 0..repeat.max(1) {
+        for (i, (_, env, extra)) in SIGNAL_CONFIGS.iter().enumerate() {
+            signals.push_str(&format!(
+                "echo '== {i}'\n{env}{heat}{extra} --runtimes umt-kernel\n"
+            ));
+        }
+    }
     let o = vm::boot(vm_args, &patched.bzimage, &files, &signals, "bench", true)?;
     let text = fs::read_to_string(&o.output).context("reading the guest output")?;
-    let (abi1, abi2) = text.split_once("== abi2").unwrap_or((&text, ""));
-    let (e1, e2) = (activity_events(abi1), activity_events(abi2));
-    if let (Some(a), Some(b)) = (e1.first(), e2.first()) {
-        println!(
-            "heat, signals to the runtime per core per second: ABI 1 {a:.0}, ABI 2 idle-only \
-             {b:.0} ({:.1}x fewer)",
-            a / b.max(1e-9)
-        );
+    let runs = run_figures(&text, "umt-kernel");
+    println!(
+        "heat on umt-kernel in one boot, {} rounds alternating, medians: signals to the \
+         runtime per core and second, and seconds",
+        repeat.max(1)
+    );
+    let mut first = None;
+    for (i, (name, _, _)) in SIGNAL_CONFIGS.iter().enumerate() {
+        let of = |f: fn(&RunFigures) -> f64| {
+            let mut v: Vec<f64> = runs
+                .iter()
+                .filter(|r| r.section == i.to_string())
+                .map(f)
+                .collect();
+            (median(&mut v), v.len())
+        };
+        let ((sig, n), (secs, _)) = (of(|r| r.signals), of(|r| r.seconds));
+        let base = *first.get_or_insert(sig);
+        // Below one signal per core and second the ratio says nothing.
+        let fewer = if sig >= 1.0 {
+            format!("{:5.1}x fewer", base / sig)
+        } else {
+            format!("under 1: >{base:.0}x")
+        };
+        println!("  {name:<46} {sig:8.0} signals ({fewer})  {secs:.3} s  [{n} runs]");
     }
     let compare = format!("{heat} --runtimes baseline,umt-kernel,umt-perf\n");
     let o = vm::boot(vm_args, &patched.bzimage, &files, &compare, "bench", true)?;
@@ -381,8 +442,28 @@ mod tests {
             vec![("off".into(), 1234.5), ("on".into(), 99.0)]
         );
         assert_eq!(bench_values(out, "hackbench"), vec![("off".into(), 12.5)]);
-        let act = "umt-kernel, per core per second: 110 monitor events, 5 leader iterations\n";
-        assert_eq!(activity_events(act), vec![110.0]);
+        let heat = "== 0\nruntime  median s\numt-kernel       0.243     3.45e7\n\
+                    umt-kernel, per core: variation\n\
+                    umt-kernel, per core per second: 699 signals, 143 monitor events\n\
+                    == 1\numt-kernel       0.231     3.63e7\n\
+                    umt-kernel, per core per second: 73 signals (313 drops to zero), 314\n\
+                    umt-perf         0.5\numt-perf, per core per second: 9 signals\n";
+        let runs = run_figures(heat, "umt-kernel");
+        assert_eq!(
+            runs,
+            vec![
+                RunFigures {
+                    section: "0".into(),
+                    seconds: 0.243,
+                    signals: 699.0
+                },
+                RunFigures {
+                    section: "1".into(),
+                    seconds: 0.231,
+                    signals: 73.0
+                },
+            ]
+        );
     }
 
     #[test]
