@@ -473,4 +473,103 @@ mod tests {
         assert!(saturated(Events::decode(u64::from(u32::MAX))));
         assert!(saturated(Events::decode(u64::from(u32::MAX) << 32)));
     }
+
+    /// One step of the K2 model below: the waiter's, or a drop's in the kernel.
+    #[derive(Clone, Copy)]
+    enum Step {
+        /// The waiter compares `drops` with what it saw (before and after its read).
+        LookAtDrops,
+        /// The waiter reads the file: takes the word, leaving it empty.
+        ReadWord,
+        /// The kernel counts a drop in the page.
+        CountDrop,
+        /// The kernel adds the drop to the word, signalling if it found it empty.
+        BumpWord,
+    }
+
+    /// Runs one interleaving of the waiter's K2 with the kernel's drops, sequentially
+    /// consistent (the kernel's and the waiter's atomics are fully ordered). Returns whether
+    /// the waiter would sleep, whether its file is readable then (its wait returns at once),
+    /// the drops, and the signals sent.
+    fn run(order: &[Step]) -> (bool, bool, u64, u64) {
+        let (mut drops, mut word, mut signals, mut looked, mut pending) = (0u64, 0u64, 0, 0, false);
+        for step in order {
+            match step {
+                Step::LookAtDrops => {
+                    pending |= drops != 0;
+                    looked += 1;
+                }
+                Step::ReadWord => word = 0,
+                Step::CountDrop => drops += 1,
+                Step::BumpWord => {
+                    signals += u64::from(word == 0);
+                    word += 1;
+                }
+            }
+        }
+        assert_eq!(looked, 2);
+        (!pending, word != 0, drops, signals)
+    }
+
+    /// Every interleaving of `waiter` with `drops` drops of `kernel` (each drop's steps in
+    /// order, the drops one after another).
+    fn interleavings(waiter: &[Step], kernel: &[Step], drops: usize) -> Vec<Vec<Step>> {
+        let kernel: Vec<Step> = kernel
+            .iter()
+            .copied()
+            .cycle()
+            .take(kernel.len() * drops)
+            .collect();
+        let mut out = Vec::new();
+        let n = waiter.len() + kernel.len();
+        for mask in 0u32..(1 << n) {
+            if mask.count_ones() as usize != waiter.len() {
+                continue;
+            }
+            let (mut w, mut k) = (waiter.iter(), kernel.iter());
+            out.push(
+                (0..n)
+                    .map(|i| {
+                        if mask & (1 << i) != 0 {
+                            w.next()
+                        } else {
+                            k.next()
+                        }
+                    })
+                    .map(|s| *s.expect("the mask picks each side's length"))
+                    .collect(),
+            );
+        }
+        out
+    }
+
+    const WAITER: [Step; 3] = [Step::LookAtDrops, Step::ReadWord, Step::LookAtDrops];
+
+    #[test]
+    fn k2_loses_no_drop_and_signals_at_most_once_per_read() {
+        for drops in 0..=3 {
+            for order in interleavings(&WAITER, &[Step::CountDrop, Step::BumpWord], drops) {
+                let (sleeps, readable, counted, signals) = run(&order);
+                // A waiter that goes to sleep although a drop happened is woken at once: the
+                // drop it did not see in `drops` left the word non-empty after its read.
+                if sleeps && counted > 0 {
+                    assert!(readable, "a drop was lost");
+                }
+                // The waiter read once: at most the first drop before and the first after the
+                // read signal.
+                assert!(signals <= 2 && signals <= counted);
+            }
+        }
+    }
+
+    #[test]
+    fn k2_needs_the_page_counted_before_the_word() {
+        // With the kernel's two steps the other way round, a drop can bump the word before the
+        // read takes it and count itself in the page only after the second look: lost.
+        let lost = interleavings(&WAITER, &[Step::BumpWord, Step::CountDrop], 1)
+            .iter()
+            .map(|order| run(order))
+            .any(|(sleeps, readable, counted, _)| sleeps && counted > 0 && !readable);
+        assert!(lost);
+    }
 }
