@@ -315,10 +315,10 @@ impl KernelBackend {
             .map_err(|e| Error::os("umt_thread_ctrl(UMT_THREAD_UNMONITOR)", e))
     }
 
-    /// ABI 1: reads the file of `cpu`, if it holds events, and hands them out (see
-    /// `Monitor::drain_current_thread`). ABI 2 (K3): the counts need no drain; notes `cpu`'s
-    /// drops as seen and returns how many are new, without a system call (the file is read
-    /// only before a wait, [`KernelBackend::arm_cpu`]).
+    /// ABI 1: reads the file of `cpu`, if it holds events, hands them out and returns how many
+    /// it handed out. ABI 2 (K3): the counts need no drain; notes `cpu`'s drops as seen and
+    /// returns how many are new, without a system call (the file is read only before a wait,
+    /// [`KernelBackend::arm_cpu`]).
     pub(crate) fn drain_cpu(
         &self,
         cpu: usize,
@@ -328,7 +328,7 @@ impl KernelBackend {
             return Ok(0);
         };
         let Some(page) = self.page.as_ref() else {
-            return read_file(fd, cpu, Cause::Kernel, sink);
+            return read_file(fd, cpu, sink);
         };
         let now = self.drops(page, cpu);
         let old = self.seen_cpu[cpu].swap(now, Ordering::SeqCst);
@@ -366,7 +366,7 @@ impl KernelBackend {
             for ev in &ready[..n] {
                 let cpu = ev.data() as usize;
                 if let Some(fd) = self.fds.get(cpu) {
-                    read_file(fd, cpu, Cause::Kernel, sink)?;
+                    read_file(fd, cpu, sink)?;
                 }
             }
             if n < ready.len() {
@@ -376,15 +376,10 @@ impl KernelBackend {
     }
 }
 
-/// Reads the file of `cpu` once (non-blocking) and hands out what it held; returns how many
-/// events it handed out (0 or 1). A half that reads `u32::MAX` saturated: counts were lost,
-/// which the monitor reports as an overflow.
-fn read_file(
-    fd: &OwnedFd,
-    cpu: usize,
-    cause: Cause,
-    sink: &mut dyn FnMut(MonitorEvent),
-) -> Result<usize> {
+/// ABI 1: reads the file of `cpu` once (non-blocking) and hands out what it held; returns how
+/// many events it handed out (0 or 1). A half that reads `u32::MAX` saturated: counts were
+/// lost, which the monitor reports as an overflow.
+fn read_file(fd: &OwnedFd, cpu: usize, sink: &mut dyn FnMut(MonitorEvent)) -> Result<usize> {
     let mut word = [0u8; 8];
     match nix::unistd::read(fd, &mut word) {
         Ok(8) => {
@@ -395,7 +390,7 @@ fn read_file(
             sink(MonitorEvent {
                 cpu,
                 events,
-                cause,
+                cause: Cause::Kernel,
                 tid: None,
                 time_ns: None,
             });
