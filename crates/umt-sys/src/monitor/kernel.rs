@@ -189,11 +189,6 @@ impl KernelBackend {
         Some(t)
     }
 
-    /// ABI 2: `cpu`'s drops to zero so far (0 for a CPU out of range).
-    fn drops(&self, page: &Shared<UmtCounts>, cpu: usize) -> u64 {
-        page.get(cpu).map_or(0, |c| c.drops.load(Ordering::SeqCst))
-    }
-
     /// K2, before a wait on `cpu`'s file: `true` if `cpu` ran out of ready threads since its
     /// last drain, and the caller must not sleep. Otherwise the file has just been read, which
     /// asks the kernel to signal the next drop: a drop after the read finds the file's word
@@ -204,13 +199,13 @@ impl KernelBackend {
             return Ok(false);
         };
         let seen = self.seen_cpu[cpu].load(Ordering::SeqCst);
-        if self.drops(page, cpu) != seen {
+        if drops(page, cpu) != seen {
             return Ok(true);
         }
         consume(fd)?;
         // A drop between the look above and the read was consumed by the read, without a
         // signal: the kernel adds to `drops` before the word, so it shows here.
-        Ok(self.drops(page, cpu) != seen)
+        Ok(drops(page, cpu) != seen)
     }
 
     /// [`KernelBackend::arm_cpu`] for every CPU, against the whole-monitor drain's view.
@@ -222,12 +217,12 @@ impl KernelBackend {
         let mut dropped = false;
         for (cpu, fd) in self.fds.iter().enumerate() {
             let last = seen.get(cpu).map_or(0, |s| s[2]);
-            if self.drops(page, cpu) != last {
+            if drops(page, cpu) != last {
                 dropped = true;
                 continue;
             }
             consume(fd)?;
-            dropped |= self.drops(page, cpu) != last;
+            dropped |= drops(page, cpu) != last;
         }
         Ok(dropped)
     }
@@ -330,7 +325,7 @@ impl KernelBackend {
         let Some(page) = self.page.as_ref() else {
             return read_file(fd, cpu, sink);
         };
-        let now = self.drops(page, cpu);
+        let now = drops(page, cpu);
         let old = self.seen_cpu[cpu].swap(now, Ordering::SeqCst);
         Ok(usize::try_from(now.wrapping_sub(old)).unwrap_or(usize::MAX))
     }
@@ -400,6 +395,11 @@ fn read_file(fd: &OwnedFd, cpu: usize, sink: &mut dyn FnMut(MonitorEvent)) -> Re
         Ok(_) | Err(Errno::EAGAIN) | Err(Errno::EINTR) => Ok(0),
         Err(e) => Err(Error::os("read(umt file)", e)),
     }
+}
+
+/// ABI 2: `cpu`'s drops to zero so far (0 for a CPU out of range).
+fn drops(page: &Shared<UmtCounts>, cpu: usize) -> u64 {
+    page.get(cpu).map_or(0, |c| c.drops.load(Ordering::SeqCst))
 }
 
 /// ABI 2: reads and discards the word of a file (the drops it counts are in the page), which

@@ -434,17 +434,14 @@ impl Monitor {
     /// registered on one CPU and runs on another (not pinned) still has its events applied
     /// where they happened, by the drains of the CPU it registered on.
     pub fn drain_cpu(&self, cpu: CpuId) -> Result<usize> {
-        if let Backend::Kernel(k) = &self.backend {
-            // ABI 1: the events read; ABI 2: the drops since the last look, from the page.
-            return k.drain_cpu(cpu, &mut |ev| self.record(ev));
-        }
         let mut n = 0;
         let mut sink = |ev: MonitorEvent| {
             self.record(ev);
             n += 1;
         };
         match &self.backend {
-            Backend::Kernel(_) => {}
+            // ABI 1: the events read; ABI 2: the drops since the last look, from the page.
+            Backend::Kernel(k) => return k.drain_cpu(cpu, &mut |ev| self.record(ev)),
             // The wake-ups read; the counts need no drain.
             Backend::Bpf(b) => n = b.drain_cpu(cpu),
             Backend::Perf(p) => {
