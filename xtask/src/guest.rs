@@ -318,7 +318,8 @@ const SIGNAL_CONFIGS: [(&str, &str, &str); 3] = [
 /// 2. the signals heat delivers to the runtime per core and second, ABI 1 (every event)
 ///    against ABI 2 (idle-only; with idle and with polling leaders), `repeat` rounds
 ///    alternating in one boot, medians;
-/// 3. the backends compared on heat in the patched guest.
+/// 3. the backends compared on heat in the patched guest, beside the peers a user would pick
+///    instead (io-uring, rayon, rayon with 4 threads per core).
 pub(crate) fn bench(vm_args: &VmArgs, repeat: u32) -> Result<i32> {
     let (patched, files) = patched_kernel(vm_args)?;
     let stock = kernel::build(&BuildArgs {
@@ -416,7 +417,8 @@ pub(crate) fn bench(vm_args: &VmArgs, repeat: u32) -> Result<i32> {
         };
         println!("  {name:<46} {sig:8.0} signals ({fewer})  {secs:.3} s  [{n} runs]");
     }
-    let compare = format!("{heat} --runtimes baseline,umt-kernel,umt-perf\n");
+    let compare =
+        format!("{heat} --runtimes baseline,umt-kernel,umt-perf,io-uring,rayon,rayon-4x\n");
     let o = vm::boot(vm_args, &patched.bzimage, &files, &compare, "bench", true)?;
     Ok(o.status)
 }
