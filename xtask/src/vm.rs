@@ -8,6 +8,8 @@
 //!    scratch disk on virtio-blk is mounted at `/scratch` and is the guest's `TMPDIR`
 //!    (on tmpfs, which accepts `O_DIRECT` since Linux 6.6, I/O is a memory copy that never blocks).
 //! 4. `/init` runs the command, prints `UMT-XTASK-EXIT=<status>` and powers off (ACPI).
+//! 5. A guest that powers off with no status reports the kernel's first crash report; one
+//!    that died before `/init` ran (none of the payload ran) is booted once more.
 //!
 //! KVM is used when a probe boot under KVM reaches `/init` within a timeout; otherwise TCG.
 
@@ -319,10 +321,13 @@ fn qemu(b: &Boot<'_>) -> Result<Outcome> {
     let status = match code {
         Some(c) => c,
         None if text.contains(PROBE_MARKER) => 0,
-        None => bail!(
-            "the guest powered off without reporting a status; console:\n{}",
-            crate::util::tail_of(&console, 30)
-        ),
+        None => {
+            return Err(GuestDied {
+                reached_init: text.contains(INIT_STARTED),
+                report: crash_report(&text),
+            }
+            .into());
+        }
     };
     Ok(Outcome {
         status,
@@ -346,7 +351,67 @@ fn stream_new(path: &Path, from: u64, sink: &mut impl Write) -> Result<u64> {
     Ok(len)
 }
 
-const APPEND: &str = "console=ttyS0 panic=-1 oops=panic rdinit=/init";
+/// The guest's kernel command line. `tsc=reliable` turns off the clocksource watchdog: under
+/// TCG on a loaded host it can find the TSC skewed and mark it unstable mid-run, which flips
+/// the `sched_clock` static key; QEMU's multi-threaded TCG has been seen to run the stale
+/// `int3` of that text patch on another vCPU after the patch finished (an `Oops: int3` in
+/// `sched_clock_stable`, a CI boot that died). The TSC of a TCG guest is the host's clock.
+const APPEND: &str = "console=ttyS0 panic=-1 oops=panic rdinit=/init tsc=reliable";
+
+/// What the kernel prints as it starts `/init`: a console without it died while booting.
+const INIT_STARTED: &str = "Run /init as init process";
+
+/// The guest's kernel died (panic, or a power-off with no status): no `UMT-XTASK-EXIT` line.
+#[derive(Debug)]
+struct GuestDied {
+    /// The kernel had started `/init`, so the payload may have run.
+    reached_init: bool,
+    /// The first kernel report and the console's last lines.
+    report: String,
+}
+
+impl std::fmt::Display for GuestDied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let when = if self.reached_init {
+            "while it ran the command"
+        } else {
+            "while booting, before /init"
+        };
+        write!(
+            f,
+            "the guest's kernel died {when} (no status reported); console:\n{}",
+            self.report
+        )
+    }
+}
+
+impl std::error::Error for GuestDied {}
+
+/// The first kernel report in `console` (from its first line on, up to 40 lines) and the last
+/// 15 lines: a panic's last lines are often a second CPU's report, not the first failure.
+fn crash_report(console: &str) -> String {
+    const FIRST: &[&str] = &[
+        "BUG: ",
+        "WARNING: ",
+        "Oops: ",
+        "Kernel panic",
+        "------------[ cut here",
+    ];
+    let lines: Vec<&str> = console.lines().collect();
+    let tail_from = lines.len().saturating_sub(15);
+    let first = lines
+        .iter()
+        .position(|l| FIRST.iter().any(|p| l.contains(p)));
+    match first {
+        Some(i) if i + 40 < tail_from => format!(
+            "{}\n[...]\n{}",
+            lines[i..i + 40].join("\n"),
+            lines[tail_from..].join("\n")
+        ),
+        Some(i) => lines[i..].join("\n"),
+        None => lines[lines.len().saturating_sub(30)..].join("\n"),
+    }
+}
 
 /// The accelerator `auto` settled on in this run of xtask (`vm bench` boots many times).
 static PROBED: std::sync::OnceLock<Accel> = std::sync::OnceLock::new();
@@ -429,7 +494,17 @@ pub(crate) fn boot(
         timeout: Duration::from_secs(vm.timeout),
         stream,
     };
-    let outcome = qemu(&boot);
+    let mut outcome = qemu(&boot);
+    if let Err(e) = &outcome
+        && e.downcast_ref::<GuestDied>()
+            .is_some_and(|d| !d.reached_init)
+    {
+        // A kernel that died before `/init` ran none of the payload: TCG has crashed a boot
+        // (see `APPEND`), so boot once more; a kernel bug in the boot path fails twice.
+        eprintln!("xtask: {e}\nxtask: booting once more");
+        scratch_disk(&dir)?;
+        outcome = qemu(&boot);
+    }
     let _ = fs::remove_file(&disk);
     outcome
 }
@@ -560,6 +635,41 @@ fn shell_join(words: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_crash_report_starts_at_the_first_kernel_report() {
+        let mut console: Vec<String> = (0..100).map(|i| format!("boot line {i}")).collect();
+        console.push("Oops: int3: 0000 [#1] SMP".into());
+        console.extend((0..60).map(|i| format!("first trace {i}")));
+        console.push("Oops: int3: 0000 [#2] SMP".into());
+        console.extend((0..5).map(|i| format!("second trace {i}")));
+        let report = crash_report(&console.join("\n"));
+        let lines: Vec<&str> = report.lines().collect();
+        assert_eq!(lines[0], "Oops: int3: 0000 [#1] SMP");
+        assert!(lines.contains(&"[...]"));
+        assert_eq!(lines.last(), Some(&"second trace 4"));
+        assert!(lines.len() <= 40 + 1 + 15);
+        // A short console is shown whole from the report on; none at all: its last lines.
+        assert_eq!(
+            crash_report("a\nKernel panic - x\nb"),
+            "Kernel panic - x\nb"
+        );
+        assert_eq!(crash_report("a\nb"), "a\nb");
+    }
+
+    #[test]
+    fn a_kernel_that_died_says_whether_it_reached_init() {
+        let booting = GuestDied {
+            reached_init: false,
+            report: "Oops".into(),
+        };
+        assert!(booting.to_string().contains("before /init"));
+        let running = GuestDied {
+            reached_init: true,
+            report: "Oops".into(),
+        };
+        assert!(running.to_string().contains("while it ran the command"));
+    }
 
     #[test]
     fn package_names() {
