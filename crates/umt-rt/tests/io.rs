@@ -324,6 +324,25 @@ fn thread_state(tid: i32) -> (char, Option<i64>) {
     (state, syscall)
 }
 
+/// The CPU time thread `tid` of this process has used (user and system), in clock ticks
+/// (fields 14 and 15 of its `stat`).
+fn thread_cpu_ticks(tid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+    let (_, rest) = stat.rsplit_once(')').unwrap();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (the state).
+    fields[14 - 3].parse::<u64>().unwrap() + fields[15 - 3].parse::<u64>().unwrap()
+}
+
+/// Clock ticks per second, the unit of `thread_cpu_ticks`.
+fn clock_ticks_per_second() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .and_then(|hz| u64::try_from(hz).ok())
+        .unwrap_or(100)
+}
+
 /// A wait on a core with nothing else to run blocks the worker in the kernel (sleeping, in
 /// `io_uring_enter`), rather than spinning, until the event comes.
 #[test]
@@ -357,23 +376,32 @@ fn a_wait_with_nothing_else_to_run_blocks_in_the_kernel() {
             std::thread::yield_now();
         }
         let tid = tid.load(Ordering::SeqCst) as i32;
-        // Sleeping in io_uring_enter: a spinning waiter would be running ('R') or in no
-        // system call. The blocker wakes every 50 ms (a safety net), so a sample may catch it
-        // awake; it must be asleep in almost all.
-        let (mut blocked, mut samples) = (0, 0);
-        while samples < 100 {
-            let (state, syscall) = thread_state(tid);
-            if state != '?' {
-                samples += 1;
-                blocked += usize::from(
-                    state == 'S' && syscall.is_none_or(|n| n == libc::SYS_io_uring_enter),
-                );
-            }
+        // First seen asleep in io_uring_enter (so past its set-up)...
+        let asleep = |(state, syscall): (char, Option<i64>)| {
+            state == 'S' && syscall.is_none_or(|n| n == libc::SYS_io_uring_enter)
+        };
+        let start = Instant::now();
+        while !asleep(thread_state(tid)) {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "never seen asleep in io_uring_enter: {:?}",
+                thread_state(tid)
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
+        // ...then it takes (almost) no CPU time for half a second. A spinning waiter takes
+        // its share of a core, however loaded the machine; a sleeper only what its 50 ms
+        // safety-net wake-ups cost, far below a clock tick each. (Sampling its state instead
+        // is load-dependent: after such a wake-up a sleeper may wait long for a CPU, 'R'.)
+        let (ticks, window) = (thread_cpu_ticks(tid), Instant::now());
+        while window.elapsed() < Duration::from_millis(500) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let used = thread_cpu_ticks(tid) - ticks;
+        let elapsed = window.elapsed().as_secs_f64() * clock_ticks_per_second() as f64;
         assert!(
-            blocked >= 80,
-            "asleep in {blocked} of 100 samples: {:?}",
+            (used as f64) <= elapsed / 10.0,
+            "the waiter used {used} clock ticks of CPU in a window of {elapsed:.0}: {:?}",
             thread_state(tid)
         );
         assert!(!finished.load(Ordering::SeqCst));
