@@ -561,6 +561,13 @@ fn the_trace_shows_the_blocked_core_and_the_spare_woken_in_it() {
 /// program keeps busy may not run for a long time, and its core's events wait in the monitor
 /// until someone drains them. `stats()` drains them itself (with the Bpf backend and the UMT
 /// kernel's counter page the counts are live anyway).
+///
+/// Each of the worker's blocks is certain: it reads a pipe that gets its byte only once the
+/// worker's `/proc/<tid>/syscall` names the read, which the kernel reports only for a thread
+/// off its run queue (asleep). A short `sleep` is not a certain block: on a fully preemptible
+/// kernel the busy thread may preempt the worker between arming its timer and `schedule()`,
+/// and the sleep returns without blocking when the worker runs again (seen once in eight runs
+/// in the PREEMPT_RT guest).
 #[test]
 fn stats_count_every_block_even_when_the_leader_never_runs() {
     let _serial = serial();
@@ -570,31 +577,70 @@ fn stats_count_every_block_even_when_the_leader_never_runs() {
     }
     let cpu = rt.cpus()[0];
     let stop = AtomicBool::new(false);
-    const SLEEPS: u64 = 300;
+    const BLOCKS: u64 = 300;
+    let (mut r, mut w) = std::io::pipe().unwrap();
+    let worker = AtomicI32::new(0);
+    let reads_done = AtomicUsize::new(0);
+    let mut unseen = 0;
     std::thread::scope(|ts| {
         // Another program's busy thread on the same core: it runs whenever the worker
-        // sleeps, so the core never idles and its SCHED_IDLE leader rarely, if ever, runs.
+        // blocks, so the core never idles and its SCHED_IDLE leader rarely, if ever, runs.
         ts.spawn(|| {
             umt_sys::cpu::pin_current_thread(cpu).unwrap();
             while !stop.load(Ordering::Relaxed) {
                 std::hint::spin_loop();
             }
         });
+        // Writes each byte once the worker sleeps in its read (or after 10 s without: the
+        // worker must not wait forever; counted in `unseen`). Read `i` only once read `i - 1`
+        // returned: a thread just woken from the last read, still `TASK_WAKING`, also shows
+        // its syscall.
+        let feeder = ts.spawn(|| {
+            let mut unseen = 0;
+            for i in 0..BLOCKS as usize {
+                let t = Instant::now();
+                while reads_done.load(Ordering::SeqCst) != i
+                    || !asleep_in_read(worker.load(Ordering::SeqCst))
+                {
+                    if t.elapsed() > Duration::from_secs(10) {
+                        unseen += 1;
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                w.write_all(b"x").unwrap();
+            }
+            unseen
+        });
         let before = rt.stats().monitor.blocks;
         rt.install(|| {
-            for _ in 0..SLEEPS {
-                std::thread::sleep(Duration::from_micros(200));
+            worker.store(umt_sys::cpu::current_tid(), Ordering::SeqCst);
+            let mut byte = [0u8];
+            for _ in 0..BLOCKS {
+                r.read_exact(&mut byte).unwrap();
+                reads_done.fetch_add(1, Ordering::SeqCst);
             }
         });
         let after = rt.stats().monitor.blocks;
         stop.store(true, Ordering::Relaxed);
+        unseen = feeder.join().unwrap();
         assert!(
-            after - before >= SLEEPS,
-            "{} blocks counted for {SLEEPS} sleeps\n{:#?}",
+            after - before >= BLOCKS - unseen,
+            "{} blocks counted for {} reads seen asleep\n{:#?}",
             after - before,
+            BLOCKS - unseen,
             rt.stats()
         );
     });
+    assert_eq!(unseen, 0, "reads never seen asleep");
+}
+
+/// `true` when thread `tid` of this process sleeps in `read(2)`: its `syscall` file names the
+/// call only while the thread is off its run queue, and says `running` otherwise.
+fn asleep_in_read(tid: i32) -> bool {
+    tid != 0
+        && std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+            .is_ok_and(|s| s.split_whitespace().next() == Some(&libc::SYS_read.to_string()))
 }
 
 #[test]
