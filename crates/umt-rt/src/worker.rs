@@ -246,7 +246,16 @@ impl WorkerCtx {
                 continue;
             }
             if self.reg.terminate.load(Ordering::Acquire) {
-                return;
+                // Shutdown runs every task queued before it. The spin returns as soon as it
+                // sees `terminate`, possibly after its last look for work came before the
+                // jobs were queued (and `terminate` set): look once more after seeing it.
+                match self.find_work() {
+                    Some(job) => {
+                        self.execute(job);
+                        continue;
+                    }
+                    None => return,
+                }
             }
             self.sleep(None);
         }
