@@ -27,7 +27,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 mod common;
-use common::{assert_blocks_seen, monitored_backend, skip_unmonitored};
+use common::{assert_blocks_seen, monitored_backend, skip_unmonitored, thread_syscall};
 
 /// A thread's `stat` file (`/proc/self/task/<tid>/stat`, or `/proc/thread-self/stat`): its
 /// name and the fields after it (field 3, the state, first). `None` if it cannot be read.
@@ -635,12 +635,9 @@ fn stats_count_every_block_even_when_the_leader_never_runs() {
     assert_eq!(unseen, 0, "reads never seen asleep");
 }
 
-/// `true` when thread `tid` of this process sleeps in `read(2)`: its `syscall` file names the
-/// call only while the thread is off its run queue, and says `running` otherwise.
+/// `true` when thread `tid` of this process sleeps in `read(2)` (see `thread_syscall`).
 fn asleep_in_read(tid: i32) -> bool {
-    tid != 0
-        && std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
-            .is_ok_and(|s| s.split_whitespace().next() == Some(&libc::SYS_read.to_string()))
+    tid != 0 && thread_syscall(tid) == Some(libc::SYS_read)
 }
 
 #[test]

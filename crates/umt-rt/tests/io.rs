@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::monitored_backend;
+use common::{monitored_backend, thread_syscall};
 
 use umt_rt::io::{self, EventSource, IoError, Source};
 use umt_rt::{BackendKind, Runtime};
@@ -311,27 +311,29 @@ fn source_waits(st: &io::IoStats) -> u64 {
     st.waits - st.completions
 }
 
-/// The thread state and current system call of thread `tid` of this process.
-fn thread_state(tid: i32) -> (char, Option<i64>) {
+/// The fields of thread `tid`'s `stat` after its name: field 3 (the state) first.
+fn stat_fields(tid: i32) -> Vec<String> {
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.trim_start().chars().next())
+    stat.rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().map(String::from).collect())
+        .unwrap_or_default()
+}
+
+/// The thread state and the system call it sleeps in of thread `tid` of this process.
+fn thread_state(tid: i32) -> (char, Option<i64>) {
+    let state = stat_fields(tid)
+        .first()
+        .and_then(|f| f.chars().next())
         .unwrap_or('?');
-    let syscall = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse().ok()));
-    (state, syscall)
+    (state, thread_syscall(tid))
 }
 
 /// The CPU time thread `tid` of this process has used (user and system), in clock ticks
 /// (fields 14 and 15 of its `stat`).
 fn thread_cpu_ticks(tid: i32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
-    let (_, rest) = stat.rsplit_once(')').unwrap();
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // `rest` starts at field 3 (the state).
-    fields[14 - 3].parse::<u64>().unwrap() + fields[15 - 3].parse::<u64>().unwrap()
+    let fields = stat_fields(tid);
+    let field = |n: usize| fields[n - 3].parse::<u64>().unwrap();
+    field(14) + field(15)
 }
 
 /// Clock ticks per second, the unit of `thread_cpu_ticks`.

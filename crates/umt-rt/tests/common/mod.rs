@@ -49,3 +49,15 @@ pub fn assert_blocks_seen(rt: &Runtime) {
         "{st:#?}"
     );
 }
+
+/// The system call thread `tid` of this process sleeps in, from its `/proc` `syscall` file:
+/// the kernel names the call only while the thread is off its run queue (asleep), and says
+/// `running` otherwise (`None` then, or when the file cannot be read).
+pub fn thread_syscall(tid: i32) -> Option<i64> {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
