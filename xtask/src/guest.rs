@@ -196,6 +196,9 @@ fn test_script(files: &[GuestFile], debug: bool, rt: bool) -> String {
 
 /// `cargo xtask vm test`.
 pub(crate) fn test(vm_args: &VmArgs) -> Result<i32> {
+    let mut vm_args = vm_args.clone();
+    vm_args.tcg_threads.get_or_insert(vm::TcgThreads::Single);
+    let vm_args = &vm_args;
     let (k, files) = patched_kernel(vm_args)?;
     // Lockdep makes the RT kernel slow too: the debug limits.
     let script = test_script(&files, vm_args.debug, vm_args.rt);

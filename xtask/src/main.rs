@@ -78,6 +78,10 @@ pub(crate) struct VmArgs {
     /// Give up on the guest after this many seconds.
     #[arg(long, default_value_t = 2400)]
     pub(crate) timeout: u64,
+    /// TCG's threads: one per vCPU (multi), or one for all (single: every vCPU sees another's
+    /// code patches at once). Default: single for `vm test`, multi for `vm run` and `vm bench`.
+    #[arg(long, value_enum)]
+    pub(crate) tcg_threads: Option<vm::TcgThreads>,
     /// Use (and build) the debug kernel.
     #[arg(long, conflicts_with = "rt")]
     pub(crate) debug: bool,

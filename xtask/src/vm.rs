@@ -53,6 +53,23 @@ impl FromStr for Accel {
     }
 }
 
+/// How TCG runs the vCPUs (`-accel tcg,thread=...`).
+///
+/// Multi-threaded TCG runs each vCPU on a host thread, but it does not always make one vCPU's
+/// write to kernel text visible to another by the time the kernel's sync IPIs return: the
+/// guest kernel then runs the stale `int3` of a static-key patch after the patch finished and
+/// dies (`Oops: int3` in `sched_clock_stable` and in `__schedule`, two CI runs). Single-threaded
+/// TCG runs every vCPU on one host thread, in turn, and has no such window: `vm test` uses it
+/// (35 s against 36 s in the guest for the patched kernel, 71 s against 57 s for PREEMPT_RT).
+/// Benchmarks need the vCPUs to run in parallel, so `vm run` and `vm bench` keep multi.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TcgThreads {
+    /// Every vCPU on one host thread.
+    Single,
+    /// One host thread per vCPU.
+    Multi,
+}
+
 /// A file to put in the guest.
 #[derive(Debug, Clone)]
 pub(crate) struct GuestFile {
@@ -228,6 +245,7 @@ struct Boot<'a> {
     cpus: u32,
     mem: u32,
     accel: Accel,
+    tcg_threads: TcgThreads,
     append: &'a str,
     dir: &'a Path,
     timeout: Duration,
@@ -256,7 +274,10 @@ fn qemu(b: &Boot<'_>) -> Result<Outcome> {
     .args(["-m", &b.mem.to_string(), "-smp", &b.cpus.to_string()]);
     match b.accel {
         Accel::Kvm => cmd.args(["-accel", "kvm", "-cpu", "host"]),
-        _ => cmd.args(["-accel", "tcg,thread=multi", "-cpu", "max"]),
+        _ => match b.tcg_threads {
+            TcgThreads::Single => cmd.args(["-accel", "tcg,thread=single", "-cpu", "max"]),
+            TcgThreads::Multi => cmd.args(["-accel", "tcg,thread=multi", "-cpu", "max"]),
+        },
     };
     cmd.arg("-kernel")
         .arg(b.kernel)
@@ -352,10 +373,9 @@ fn stream_new(path: &Path, from: u64, sink: &mut impl Write) -> Result<u64> {
 }
 
 /// The guest's kernel command line. `tsc=reliable` turns off the clocksource watchdog: under
-/// TCG on a loaded host it can find the TSC skewed and mark it unstable mid-run, which flips
-/// the `sched_clock` static key; QEMU's multi-threaded TCG has been seen to run the stale
-/// `int3` of that text patch on another vCPU after the patch finished (an `Oops: int3` in
-/// `sched_clock_stable`, a CI boot that died). The TSC of a TCG guest is the host's clock.
+/// TCG on a loaded host it can find the TSC skewed and mark it unstable mid-run, which patches
+/// kernel text (the `sched_clock` static key) at a random moment; multi-threaded TCG may then
+/// crash the guest (see [`TcgThreads`]). The TSC of a TCG guest is the host's clock.
 const APPEND: &str = "console=ttyS0 panic=-1 oops=panic rdinit=/init tsc=reliable";
 
 /// What the kernel prints as it starts `/init`: a console without it died while booting.
@@ -448,6 +468,7 @@ fn probe_accel(kernel: &Path) -> Result<Accel> {
         cpus: 2,
         mem: 512,
         accel: Accel::Kvm,
+        tcg_threads: TcgThreads::Multi,
         append: &format!("{APPEND} umt.probe"),
         dir: &dir,
         timeout: PROBE_TIMEOUT,
@@ -489,6 +510,7 @@ pub(crate) fn boot(
         cpus: vm.cpus,
         mem: vm.mem,
         accel,
+        tcg_threads: vm.tcg_threads.unwrap_or(TcgThreads::Multi),
         append: &append,
         dir: &dir,
         timeout: Duration::from_secs(vm.timeout),
