@@ -362,9 +362,12 @@ fn without_privilege_bpf_is_unavailable_and_auto_falls_through() {
         eprintln!("skipped: {u}");
         return;
     }
-    // As root: the same checks in a child running as nobody.
+    // As root: the same checks in a child running as nobody. The child runs this binary
+    // through `/proc/self/exe` (the forked child's own, this executable), which the kernel
+    // opens without walking its path: a checkout inside a folder nobody may enter (a home
+    // directory of mode 700) runs it all the same.
     use std::os::unix::process::CommandExt;
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
+    let out = std::process::Command::new("/proc/self/exe")
         .args([
             "--exact",
             "without_privilege_bpf_is_unavailable_and_auto_falls_through",
@@ -374,7 +377,7 @@ fn without_privilege_bpf_is_unavailable_and_auto_falls_through() {
         .uid(65534)
         .gid(65534)
         .output()
-        .unwrap();
+        .unwrap_or_else(|e| panic!("running this test binary as nobody: {e}"));
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
