@@ -148,12 +148,14 @@ pub struct WorkerStats {
 
 /// Reads every counter of `reg`. Monitor events not drained yet are drained first, so that
 /// the counts are current whatever the leaders did (a `SCHED_IDLE` leader of a busy core may
-/// not have run for a long time).
+/// not have run for a long time), with `settle_cpu`: a ring such a leader holds, preempted in
+/// the middle of its drain, is waited for, not passed by (umt-sys's monitor `README.md`, "One
+/// record at a time").
 pub(crate) fn snapshot(reg: &Registry) -> Stats {
     let cpus = &reg.config.cpus;
     if !reg.monitor.counts_are_live() {
         for &cpu in cpus {
-            if let Ok(n) = reg.monitor.drain_cpu(cpu)
+            if let Ok(n) = reg.monitor.settle_cpu(cpu)
                 && n > 0
             {
                 reg.counters

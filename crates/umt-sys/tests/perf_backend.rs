@@ -769,3 +769,126 @@ fn an_unsignalled_monitor_is_drained_by_the_thread_itself() {
     monitor.drain().unwrap();
     assert_eq!(monitor.ready_counts().iter().sum::<i64>(), 0);
 }
+
+/// The system call thread `tid` of this process sleeps in, from
+/// `/proc/self/task/<tid>/syscall`, which the kernel reports only for a thread off its CPU
+/// (`None` while it runs: "running").
+fn asleep_in(tid: i32) -> Option<i64> {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// The scenario UMT exists for, at the monitor's level: a registered thread blocks again and
+/// again on its core while another program's busy thread shares that core, and the core's
+/// waiter drains at `SCHED_IDLE` (as umt-rt's leader does), so it runs in slivers and is
+/// preempted in the middle of its drains. Every block is certain (the pipe gets its byte only
+/// once `/proc` shows the reader asleep in `read`), and `settle_cpu` afterwards must have
+/// counted every one of them: a drain preempted with the ring in hand used to keep the rest of
+/// the ring from every other drainer (issue 37: 59 of 300 counted).
+fn every_block_counted_beside_a_busy_thread(mute_between_reads: bool) {
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize};
+    let _serial = serial();
+    let Some(monitor) = perf_monitor() else {
+        return;
+    };
+    let Some((other, target)) = two_cpus() else {
+        eprintln!("skipped: needs two CPUs (the feeder must not share the reader's)");
+        return;
+    };
+    const BLOCKS: usize = 300;
+    let stop = AtomicBool::new(false);
+    let reader_tid = AtomicI32::new(0);
+    let reads_done = AtomicUsize::new(0);
+    let (mut rx, mut tx) = std::io::pipe().unwrap();
+    let (checked_tx, checked_rx) = std::sync::mpsc::channel::<()>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let before = monitor.stats().blocks;
+    std::thread::scope(|s| {
+        // Another program's busy thread on the reader's core.
+        s.spawn(|| {
+            cpu::pin_current_thread(target).unwrap();
+            while !stop.load(SeqCst) {
+                std::hint::spin_loop();
+            }
+        });
+        // The core's waiter: at SCHED_IDLE it runs only in the slivers the scheduler gives
+        // it beside the busy thread, and drains whenever it does.
+        s.spawn(|| {
+            cpu::pin_current_thread(target).unwrap();
+            cpu::set_current_thread_idle_policy().unwrap();
+            while !stop.load(SeqCst) {
+                monitor.drain_cpu(target).unwrap();
+            }
+        });
+        // The feeder, on another core: a byte once the reader sleeps in `read` and not before
+        // it returned from the previous one.
+        s.spawn(|| {
+            cpu::pin_current_thread(other).unwrap();
+            for i in 0..BLOCKS {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while reads_done.load(SeqCst) != i || {
+                    let tid = reader_tid.load(SeqCst);
+                    tid == 0 || asleep_in(tid) != Some(libc::SYS_read)
+                } {
+                    assert!(Instant::now() < deadline, "read {i} never seen asleep");
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                tx.write_all(b"x").unwrap();
+            }
+        });
+        let (monitor, reader_tid, reads_done) = (&monitor, &reader_tid, &reads_done);
+        s.spawn(move || {
+            cpu::pin_current_thread(target).unwrap();
+            let registered = Registered::new(monitor);
+            reader_tid.store(cpu::current_tid(), SeqCst);
+            let mut b = [0u8];
+            for _ in 0..BLOCKS {
+                if mute_between_reads {
+                    // As a worker looking for work: muted while it spins and yields, unmuted
+                    // before anything that may block.
+                    monitor.mute_current_thread().unwrap();
+                    for _ in 0..4 {
+                        std::thread::yield_now();
+                    }
+                    monitor.unmute_current_thread().unwrap();
+                }
+                rx.read_exact(&mut b).unwrap();
+                reads_done.fetch_add(1, SeqCst);
+            }
+            // The blocks the kernel counted so far must all be in the counts once settled;
+            // the wait below may add one.
+            let at_least = *registered.blocks().start();
+            done_tx.send(at_least).unwrap();
+            checked_rx.recv().unwrap();
+            let at_most = *registered.blocks().end();
+            registered.unregister();
+            at_most
+        });
+        let at_least = done_rx.recv().unwrap();
+        monitor.settle_cpu(target).unwrap();
+        let counted = (monitor.stats().blocks - before) as i64;
+        checked_tx.send(()).unwrap();
+        stop.store(true, SeqCst);
+        let stats = monitor.stats();
+        assert!(
+            at_least >= BLOCKS as i64,
+            "the kernel counted {at_least} blocks"
+        );
+        assert!(
+            counted >= at_least,
+            "{counted} blocks counted; the kernel counted {at_least}\n{stats:?}"
+        );
+    });
+    assert_eq!(monitor.ready_counts().iter().sum::<i64>(), 0);
+}
+
+#[test]
+fn every_block_is_counted_beside_a_busy_thread_and_an_idle_drainer() {
+    every_block_counted_beside_a_busy_thread(false);
+}
+
+#[test]
+fn every_block_of_a_thread_that_mutes_between_blocks_is_counted() {
+    every_block_counted_beside_a_busy_thread(true);
+}

@@ -434,6 +434,21 @@ impl Monitor {
     /// registered on one CPU and runs on another (not pinned) still has its events applied
     /// where they happened, by the drains of the CPU it registered on.
     pub fn drain_cpu(&self, cpu: CpuId) -> Result<usize> {
+        self.drain_cpu_held(cpu, perf::Held::Skip)
+    }
+
+    /// [`Monitor::drain_cpu`], for a reader that needs every event the kernel had reported
+    /// for `cpu`'s threads when it was called: with the Perf backend, a ring another drainer
+    /// holds is waited for, a record at a time, instead of passed by. That drainer may be
+    /// preempted with a record in hand (a waiter at `SCHED_IDLE` on a core another program
+    /// keeps busy may not run for a long time), so this may block: call it where exact
+    /// counts matter more than a prompt return (statistics), never at a scheduling point.
+    /// With every other backend it is [`Monitor::drain_cpu`].
+    pub fn settle_cpu(&self, cpu: CpuId) -> Result<usize> {
+        self.drain_cpu_held(cpu, perf::Held::Wait)
+    }
+
+    fn drain_cpu_held(&self, cpu: CpuId, held: perf::Held) -> Result<usize> {
         let mut n = 0;
         let mut sink = |ev: MonitorEvent| {
             self.record(ev);
@@ -447,7 +462,7 @@ impl Monitor {
             Backend::Perf(p) => {
                 // No wait set yet: no thread ever registered on `cpu`, nothing to retire.
                 let set = self.cpu_sets.get(cpu).and_then(OnceLock::get);
-                let outcome = p.drain_cpu(cpu, &self.epoll, set, &mut sink)?;
+                let outcome = p.drain_cpu(cpu, held, &self.epoll, set, &mut sink)?;
                 self.count_losses(&outcome);
                 self.forget_exited(outcome.exited);
             }

@@ -28,7 +28,7 @@ mod ring;
 use std::cell::RefCell;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock, TryLockError, Weak};
 
 use crossbeam_utils::CachePadded;
 use nix::errno::Errno;
@@ -121,9 +121,44 @@ struct Slot {
     inner: Mutex<SlotInner>,
 }
 
+/// What a drainer does with a ring another drainer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// Passes it by: the holder applies what it takes (every drain that must not block).
+    Skip,
+    /// Waits for the holder's record, then goes on (see `Monitor::settle_cpu`).
+    Wait,
+}
+
 impl Slot {
     fn lock(&self) -> std::sync::MutexGuard<'_, SlotInner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the ring's records one at a time, each under the slot's lock, until the ring is
+    /// empty or (with [`Held::Skip`]) another drainer holds it.
+    fn consume(
+        &self,
+        held: Held,
+        ring_bytes: usize,
+        resyncs: &AtomicU64,
+        sink: &mut dyn FnMut(MonitorEvent),
+    ) -> ring::Consumed {
+        let mut found = ring::Consumed::default();
+        loop {
+            let mut inner = match held {
+                Held::Wait => self.lock(),
+                Held::Skip => match self.inner.try_lock() {
+                    Ok(inner) => inner,
+                    Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                    Err(TryLockError::WouldBlock) => break,
+                },
+            };
+            if !inner.take_one(self.tid, ring_bytes, resyncs, sink, &mut found) {
+                break;
+            }
+        }
+        found
     }
 }
 
@@ -205,6 +240,7 @@ impl PerfBackend {
             .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, tid as u64))
             .map_err(|e| Error::os("epoll_ctl(ADD)", e))?;
         let peek = RingPeek::new(fd, page_size() + self.ring_bytes)?;
+        let slot_peek = RingPeek::new(fd, page_size() + self.ring_bytes)?;
         let tracker = Tracker::start(cpu, &mut sink_for(tid, sink, None));
         let fd = sampler.as_raw_fd();
         let slot = Arc::new(Slot {
@@ -213,7 +249,9 @@ impl PerfBackend {
             inner: Mutex::new(SlotInner {
                 sampler,
                 tracker: Some(tracker),
+                peek: slot_peek,
                 overflow_pending: false,
+                resync_due: false,
             }),
         });
         OWN.with_borrow_mut(|all| {
@@ -296,10 +334,8 @@ impl PerfBackend {
             })
         })?;
         let mut outcome = DrainOutcome::default();
-        if let Some(slot) = slot
-            && let Ok(mut inner) = slot.inner.try_lock()
-        {
-            let c = inner.consume(slot.tid, self.ring_bytes, &self.resyncs, sink);
+        if let Some(slot) = slot {
+            let c = slot.consume(Held::Skip, self.ring_bytes, &self.resyncs, sink);
             outcome.lost = c.lost;
             outcome.overflows = u64::from(c.overflowed);
         }
@@ -366,7 +402,7 @@ impl PerfBackend {
     ) -> Result<DrainOutcome> {
         let mut outcome = DrainOutcome::default();
         for cpu in 0..self.buckets.len() {
-            self.consume_bucket(cpu, &mut outcome, sink);
+            self.consume_bucket(cpu, Held::Skip, &mut outcome, sink);
         }
         self.retire_exited((epoll, None), epoll, &mut outcome, sink)?;
         Ok(outcome)
@@ -375,15 +411,17 @@ impl PerfBackend {
     /// [`PerfBackend::drain`] of the threads registered on `cpu` only, whose rings are in
     /// `cpu_set` (see `Monitor::drain_cpu`); one drain in [`EXIT_CHECK_EVERY`] looks for exits.
     /// `epoll` is the monitor's descriptor, which an exited thread's ring leaves.
+    /// With [`Held::Wait`] it waits for each record another drainer holds.
     pub(crate) fn drain_cpu(
         &self,
         cpu: CpuId,
+        held: Held,
         epoll: &Epoll,
         cpu_set: Option<&Epoll>,
         sink: &mut dyn FnMut(MonitorEvent),
     ) -> Result<DrainOutcome> {
         let mut outcome = DrainOutcome::default();
-        self.consume_bucket(cpu, &mut outcome, sink);
+        self.consume_bucket(cpu, held, &mut outcome, sink);
         let Some(cpu_set) = cpu_set else {
             return Ok(outcome);
         };
@@ -398,22 +436,32 @@ impl PerfBackend {
         Ok(outcome)
     }
 
-    /// Consumes the rings of the threads registered on `cpu` that no other drainer holds
-    /// (that drainer hands those events out).
+    /// Consumes the rings of the threads registered on `cpu`. A ring another drainer holds is
+    /// passed by ([`Held::Skip`]: that drainer hands out what it takes, and takes the rest
+    /// unless it meets a third) or waited for, a record at a time ([`Held::Wait`]).
     fn consume_bucket(
         &self,
         cpu: CpuId,
+        held: Held,
         outcome: &mut DrainOutcome,
         sink: &mut dyn FnMut(MonitorEvent),
     ) {
         let Some(threads) = self.threads_read(cpu) else {
             return;
         };
-        for slot in threads.iter() {
-            if let Ok(mut inner) = slot.inner.try_lock() {
-                let c = inner.consume(slot.tid, self.ring_bytes, &self.resyncs, sink);
-                outcome.lost += c.lost;
-                outcome.overflows += u64::from(c.overflowed);
+        let mut consume = |slot: &Slot| {
+            let c = slot.consume(held, self.ring_bytes, &self.resyncs, sink);
+            outcome.lost += c.lost;
+            outcome.overflows += u64::from(c.overflowed);
+        };
+        match held {
+            Held::Skip => threads.iter().for_each(|slot| consume(slot)),
+            Held::Wait => {
+                // Waits without the bucket's lock: a registration waiting to write it would
+                // hold up every other drain of this CPU meanwhile.
+                let slots: Vec<Arc<Slot>> = threads.clone();
+                drop(threads);
+                slots.iter().for_each(|slot| consume(slot));
             }
         }
     }

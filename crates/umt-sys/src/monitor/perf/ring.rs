@@ -60,6 +60,11 @@ impl RingPeek {
     /// Whether the kernel has written records the drains have not consumed yet. A record
     /// written right after this look is found by the next one.
     pub(super) fn has_records(&self) -> bool {
+        self.fill() != 0
+    }
+
+    /// The bytes of records the kernel has written and the drains have not consumed yet.
+    pub(super) fn fill(&self) -> u64 {
         let page = self.page.as_ptr();
         // SAFETY: `page` is the ring's header page, mapped readable and writable for as long
         // as `self` lives; both fields are aligned u64s. The kernel writes `data_head` (with a
@@ -71,9 +76,13 @@ impl RingPeek {
                 AtomicU64::from_ptr(&raw mut (*page).data_tail).load(Ordering::Relaxed),
             )
         };
-        head != tail
+        head.wrapping_sub(tail)
     }
 }
+
+// SAFETY: the mapping belongs to the `RingPeek` alone (unmapped once, in `drop`), and every
+// access through it is an atomic load, so it may be used from, and moved to, any thread.
+unsafe impl Send for RingPeek {}
 
 impl Drop for RingPeek {
     fn drop(&mut self) {
@@ -99,28 +108,41 @@ pub(super) fn set_paused(fd: RawFd, paused: bool) -> Result<()> {
     Ok(())
 }
 
-/// The part of a slot one drainer owns at a time.
+/// The part of a slot one drainer owns at a time: for one record (see [`SlotInner::take_one`]).
 pub(super) struct SlotInner {
     pub(super) sampler: Sampler,
     pub(super) tracker: Option<Tracker>,
-    /// A pass found the ring full, and the `PERF_RECORD_LOST` that reports what the kernel
-    /// dropped meanwhile has not been read yet (the kernel writes it once a record fits).
+    /// The slot's own look at the ring's fill level (a mapping of its own: the thread's
+    /// [`RingPeek`] lives in its thread-local entry).
+    pub(super) peek: RingPeek,
+    /// A drainer found the ring (nearly) full, and the `PERF_RECORD_LOST` that reports what the
+    /// kernel dropped meanwhile has not been read yet (the kernel writes it once a record fits).
     pub(super) overflow_pending: bool,
+    /// A drainer found the ring (nearly) full: whoever finds it empty next re-reads the
+    /// thread's state from `/proc`.
+    pub(super) resync_due: bool,
 }
 
-/// Which of a pass's `PERF_RECORD_LOST` counts (`lost_seen`) are real losses, given whether
-/// the pass found the ring full and whether an earlier one did (`pending`, updated).
+/// How many of a `PERF_RECORD_LOST`'s `lost` records are real losses, given whether the ring
+/// is still being emptied after it was found full (`ring_full`) and whether such a report is
+/// awaited (`pending`, updated).
 ///
 /// The kernel drops a record when the ring is full, and also while the thread is muted (its
 /// output paused): both are reported the same way, by a LOST record before the next record
-/// that fits. Only the first is a loss, and it always comes with a full ring, which every pass
-/// checks by its fill level; so a LOST record decides nothing, and counts only after an
-/// overflow. (A flag set at the first mute, which made every later LOST record the mutes',
-/// hid every real loss from `lost_records` once the thread had muted.)
-pub(super) fn real_losses(lost_seen: u64, overflowed: bool, pending: &mut bool) -> u64 {
-    let real = if overflowed || *pending { lost_seen } else { 0 };
-    *pending = overflowed || (*pending && lost_seen == 0);
-    real
+/// that fits. Only the first is a loss, and it always comes with a full ring, which every
+/// drainer checks before it takes a record; so a LOST record decides nothing, and counts only
+/// after an overflow. The report comes once the drains made room, possibly before the ring is
+/// empty: until then a report does not close the overflow, so that a mute's report read
+/// first does not hide it. (A flag set at the first mute, which made every later LOST record
+/// the mutes', hid every real loss from `lost_records` once the thread had muted.)
+pub(super) fn real_losses(lost: u64, ring_full: bool, pending: &mut bool) -> u64 {
+    if !*pending {
+        return 0;
+    }
+    if !ring_full {
+        *pending = false;
+    }
+    lost
 }
 
 pub(super) fn sink_for<'a>(
@@ -139,10 +161,10 @@ pub(super) fn sink_for<'a>(
     }
 }
 
-/// What one pass over a ring found besides events.
+/// What a drainer found in a ring besides events.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Consumed {
-    /// Records the kernel reported lost (`PERF_RECORD_LOST`).
+    /// Records the kernel reported lost (`PERF_RECORD_LOST` after an overflow).
     pub(super) lost: u64,
     /// The ring was (nearly) full, so the kernel may have dropped records it has not reported
     /// yet: it writes the `PERF_RECORD_LOST` only once a record fits again.
@@ -150,7 +172,74 @@ pub(super) struct Consumed {
 }
 
 impl SlotInner {
-    /// Consumes every record in the ring; resynchronises the thread if records may be missing.
+    /// Takes the oldest record of the ring and applies it; `false` when the ring was empty
+    /// (after re-reading the thread's state from `/proc` if a drainer found the ring full).
+    ///
+    /// One record at a time, so that a drainer holds the ring for one record only: a drainer
+    /// preempted with the ring in hand (a leader at `SCHED_IDLE` on a busy core may not run
+    /// again for a long time) keeps at most that record from the others. See the monitor's
+    /// `README.md`, "One record at a time".
+    pub(super) fn take_one(
+        &mut self,
+        tid: i32,
+        ring_bytes: usize,
+        resyncs: &AtomicU64,
+        sink: &mut dyn FnMut(MonitorEvent),
+        found: &mut Consumed,
+    ) -> bool {
+        let SlotInner {
+            sampler,
+            tracker,
+            peek,
+            overflow_pending,
+            resync_due,
+        } = self;
+        // The fill level falls only when a drainer takes a record, always after this check: so
+        // the first drainer after the kernel dropped a record finds the ring (nearly) full.
+        if !*resync_due && peek.fill() + MAX_RECORD_LEN as u64 >= ring_bytes as u64 {
+            *resync_due = true;
+            *overflow_pending = true;
+            found.overflowed = true;
+        }
+        let Some(record) = sampler.next_record() else {
+            if *resync_due && let Some(tr) = tracker.as_mut() {
+                // The ring is empty now, so the thread's present state is the one to adopt.
+                tr.resync(proc_thread_state(tid), &mut sink_for(tid, sink, None));
+                resyncs.fetch_add(1, Ordering::Relaxed);
+            }
+            *resync_due = false;
+            return false;
+        };
+        let Some(tr) = tracker.as_mut() else {
+            return true;
+        };
+        let body = record.to_contiguous();
+        match record.ty() {
+            PERF_RECORD_SWITCH => {
+                let Some(id) = parse_sample_id(&body) else {
+                    return true;
+                };
+                let misc = u32::from(record.misc());
+                let mut emit = sink_for(tid, sink, Some(id.time_ns));
+                let cpu = id.cpu as CpuId;
+                if misc & PERF_RECORD_MISC_SWITCH_OUT != 0 {
+                    let preempted = misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0;
+                    tr.switch_out(cpu, preempted, &mut emit);
+                } else {
+                    tr.switch_in(cpu, &mut emit);
+                }
+            }
+            PERF_RECORD_LOST => {
+                let lost = parse_lost(&body).unwrap_or(1);
+                found.lost += real_losses(lost, *resync_due, overflow_pending);
+            }
+            _ => {}
+        }
+        true
+    }
+
+    /// Consumes every record in the ring, holding it throughout (for callers that must not
+    /// let another drainer in between: the thread itself as it unmutes, a retirement).
     pub(super) fn consume(
         &mut self,
         tid: i32,
@@ -158,47 +247,9 @@ impl SlotInner {
         resyncs: &AtomicU64,
         sink: &mut dyn FnMut(MonitorEvent),
     ) -> Consumed {
-        let SlotInner {
-            sampler,
-            tracker,
-            overflow_pending,
-        } = self;
-        let mut lost_seen = 0u64;
-        let mut bytes = 0usize;
-        while let Some(record) = sampler.next_record() {
-            bytes += record.len() + std::mem::size_of::<u64>();
-            let Some(tr) = tracker.as_mut() else { continue };
-            let body = record.to_contiguous();
-            match record.ty() {
-                PERF_RECORD_SWITCH => {
-                    let Some(id) = parse_sample_id(&body) else {
-                        continue;
-                    };
-                    let misc = u32::from(record.misc());
-                    let mut emit = sink_for(tid, sink, Some(id.time_ns));
-                    let cpu = id.cpu as CpuId;
-                    if misc & PERF_RECORD_MISC_SWITCH_OUT != 0 {
-                        let preempted = misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0;
-                        tr.switch_out(cpu, preempted, &mut emit);
-                    } else {
-                        tr.switch_in(cpu, &mut emit);
-                    }
-                }
-                PERF_RECORD_LOST => lost_seen += parse_lost(&body).unwrap_or(1),
-                _ => {}
-            }
-        }
-        // The fill level only grows between passes, so a pass that found less than a full ring
-        // minus one record proves no record was dropped since the previous pass (records
-        // dropped while muted aside, which change no count: a muted thread is running).
-        let overflowed = bytes + MAX_RECORD_LEN >= ring_bytes;
-        let lost = real_losses(lost_seen, overflowed, overflow_pending);
-        if overflowed && let Some(tr) = tracker.as_mut() {
-            // The ring is empty now, so the thread's present state is the one to adopt.
-            tr.resync(proc_thread_state(tid), &mut sink_for(tid, sink, None));
-            resyncs.fetch_add(1, Ordering::Relaxed);
-        }
-        Consumed { lost, overflowed }
+        let mut found = Consumed::default();
+        while self.take_one(tid, ring_bytes, resyncs, sink, &mut found) {}
+        found
     }
 }
 
@@ -210,12 +261,17 @@ mod tests {
     fn lost_records_count_only_after_an_overflow() {
         let mut pending = false;
         assert_eq!(real_losses(5, false, &mut pending), 0, "a mute's drops");
+        // A drainer finds the ring full: a report is awaited.
+        pending = true;
         assert_eq!(
-            real_losses(0, true, &mut pending),
-            0,
-            "full: its report is to come"
+            real_losses(2, true, &mut pending),
+            2,
+            "read while the ring is still full"
         );
-        assert!(pending);
+        assert!(
+            pending,
+            "a report read before the ring emptied keeps it open"
+        );
         assert_eq!(
             real_losses(7, false, &mut pending),
             7,
@@ -226,11 +282,6 @@ mod tests {
             real_losses(3, false, &mut pending),
             0,
             "a later mute's drops"
-        );
-        assert_eq!(
-            real_losses(4, true, &mut pending),
-            4,
-            "report and overflow together"
         );
     }
 }
