@@ -135,6 +135,7 @@ mod join;
 mod latch;
 #[cfg(not(loom))]
 mod leader;
+mod offer;
 #[cfg(not(loom))]
 pub mod onload;
 mod pool;

@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::core_time::CoreTime;
 use crate::diag::Warnings;
 use crate::job::Job;
+use crate::offer::Offers;
 use crate::pool::{LEADER_BIT, Notifier, Pools};
 use crate::sync::{AtomicBool, Mutex};
 
@@ -76,6 +77,8 @@ pub(crate) struct Registry {
     pub(crate) injector: Injector<Job>,
     /// Per core, work only that core's workers may run (`broadcast`); not stolen.
     pub(crate) inboxes: Box<[Injector<Job>]>,
+    /// Work offered outside the queues (a running loop's chunks: `offer.rs`).
+    pub(crate) offers: Offers,
     /// Block/unblock events and ready counts of the workers.
     pub(crate) monitor: Monitor,
     /// Set when the runtime is dropped.
@@ -148,6 +151,7 @@ impl Registry {
             slots,
             injector: Injector::new(),
             inboxes: (0..cores).map(|_| Injector::new()).collect(),
+            offers: Offers::default(),
             monitor,
             terminate: AtomicBool::new(false),
             counters: CachePadded::default(),
@@ -217,13 +221,15 @@ impl Registry {
         !self.inboxes[core].is_empty() || self.has_work()
     }
 
-    /// Whether any shared queue holds a job (the cores' inboxes aside).
+    /// Whether any shared queue holds a job (the cores' inboxes aside), or an offer has one
+    /// (a running loop with chunks left: `offer.rs`).
     pub(crate) fn has_work(&self) -> bool {
         !self.injector.is_empty()
             || (0..self.cores()).any(|core| {
                 self.stealable_slots(core, 0)
                     .any(|i| !self.slots[i].stealer.is_empty())
             })
+            || self.offers.has_work()
     }
 
     /// The slots of `core` whose deques may hold jobs ([`Pools::stealable`]), from its

@@ -294,14 +294,24 @@ struct AfState {
 impl Dispenser {
     /// A dispenser of `0..len` for `participants` under `schedule` (not `Auto`: the driver
     /// resolves it first). Beyond `u32::MAX` iterations `StaticSteal` is `Dynamic`.
-    pub(crate) fn new(schedule: Schedule, len: usize, participants: usize) -> Dispenser {
+    ///
+    /// `joiners` more participants may join while the loop runs, as participants
+    /// `participants..participants + joiners` (see [`Dispenser::joinable`]): the chunk sizes
+    /// stay those of `participants`, and a joiner starts with no block of its own.
+    pub(crate) fn new(
+        schedule: Schedule,
+        len: usize,
+        participants: usize,
+        joiners: usize,
+    ) -> Dispenser {
         let p = participants.max(1);
+        let slots = p + joiners;
         let kind = match schedule.resolve(len, p) {
             Schedule::Static => Kind::Static,
             Schedule::StaticSteal if u32::try_from(len).is_ok() => Kind::Steal(
-                (0..p)
+                (0..slots)
                     .map(|i| {
-                        let r = static_block(len, p, i);
+                        let r = if i < p { static_block(len, p, i) } else { 0..0 };
                         CachePadded::new(AtomicU64::new(pack(r.start, r.end)))
                     })
                     .collect(),
@@ -330,7 +340,7 @@ impl Dispenser {
             }
             Schedule::Af => Kind::Af(Mutex::new(AfState {
                 next: 0,
-                samples: vec![(0, 0.0, 0.0, 0.0); p],
+                samples: vec![(0, 0.0, 0.0, 0.0); slots],
             })),
         };
         Dispenser {
@@ -338,6 +348,33 @@ impl Dispenser {
             participants: p,
             kind,
             stop: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether a participant that joins while the loop runs may get chunks: every schedule
+    /// but `Static`, which gives participant `i` block `i` and nothing else (so a joiner has
+    /// nothing to take, and a blocked participant's block waits for it: the schedule's
+    /// contract is that the assignment of indices to participants is fixed).
+    pub(crate) fn joinable(&self) -> bool {
+        !matches!(self.kind, Kind::Static)
+    }
+
+    /// Whether chunks are left to hand out (a cheap look, for the offer of a running loop;
+    /// `false` for `Static`, see [`Dispenser::joinable`]). A chunk a thief of `StaticSteal`
+    /// has taken from a block but not yet made its own is not seen.
+    pub(crate) fn has_chunks(&self) -> bool {
+        if self.stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        match &self.kind {
+            Kind::Static => false,
+            Kind::Steal(blocks) => blocks.iter().any(|b| {
+                let (lo, hi) = unpack(b.load(Ordering::Acquire));
+                lo < hi
+            }),
+            Kind::Dynamic { next, .. } => next.load(Ordering::Relaxed) < self.len,
+            Kind::Table { ends, next } => next.load(Ordering::Relaxed) < ends.len(),
+            Kind::Af(state) => state.lock().unwrap_or_else(|e| e.into_inner()).next < self.len,
         }
     }
 
@@ -675,22 +712,33 @@ mod tests {
     }
 
     proptest! {
-        /// However the participants interleave, every index is handed out exactly once.
+        /// However the participants interleave, with joiners that leave early, every index is
+        /// handed out exactly once.
         #[test]
         fn every_index_is_handed_out_exactly_once(
             schedule in all_schedules(),
             len in 0usize..3000,
             p in 1usize..9,
+            joiners in 0usize..4,
             order in proptest::collection::vec(0usize..64, 1..64),
         ) {
-            let d = Dispenser::new(schedule, len, p);
-            let mut cursors: Vec<Cursor> = (0..p).map(Cursor::new).collect();
-            let mut live: Vec<usize> = (0..p).collect();
+            let d = Dispenser::new(schedule, len, p, joiners);
+            // Joiners take part from the start in this model, in any order with the others.
+            let joiners = if d.joinable() { joiners } else { 0 };
+            let mut cursors: Vec<Cursor> = (0..p + joiners).map(Cursor::new).collect();
+            let mut live: Vec<usize> = (0..p + joiners).collect();
             let mut seen = vec![0u8; len];
             let mut step = 0;
             while !live.is_empty() {
-                let pick = order[step % order.len()] % live.len();
+                let o = order[step % order.len()];
+                let pick = o % live.len();
                 step += 1;
+                // A joiner may leave at any point (its core got its participant back),
+                // whatever its own block still holds: the others take the rest.
+                if live[pick] >= p && o >= 56 && live.iter().any(|&q| q < p) {
+                    live.remove(pick);
+                    continue;
+                }
                 match d.next(&mut cursors[live[pick]]) {
                     Some(r) => {
                         prop_assert!(!r.is_empty() && r.end <= len, "{:?}", r);
@@ -700,6 +748,7 @@ mod tests {
                 }
             }
             prop_assert!(seen.iter().all(|&c| c == 1));
+            prop_assert!(!d.has_chunks());
         }
 
         #[test]
@@ -718,7 +767,7 @@ mod tests {
 
     #[test]
     fn static_steal_threads_steal_when_their_block_is_done() {
-        let d = Dispenser::new(Schedule::StaticSteal, 64, 2);
+        let d = Dispenser::new(Schedule::StaticSteal, 64, 2, 0);
         let (mut a, mut b) = (Cursor::new(0), Cursor::new(1));
         // Participant 0 runs its whole block and then takes from 1's.
         let mut mine = 0;

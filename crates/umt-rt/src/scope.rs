@@ -184,6 +184,24 @@ impl<'scope> Scope<'scope> {
         }
     }
 
+    /// A task of this scope as a job, counted in the scope but queued nowhere: the caller
+    /// runs or queues it (a worker joining a running loop, `iter/drive.rs`).
+    pub(crate) fn job<F>(&self, f: F) -> Job
+    where
+        F: FnOnce(&Scope<'scope>) + Send + 'scope,
+    {
+        self.make_job(f, None)
+    }
+
+    /// Another handle on this scope, for a part of its body that outlives the `&Scope` it was
+    /// given but not the scope (an offer closed before the scope's tasks finish).
+    pub(crate) fn handle(&self) -> Scope<'scope> {
+        Scope {
+            state: self.state,
+            _marker: PhantomData,
+        }
+    }
+
     fn make_job<F>(&self, f: F, node: Option<Arc<DepNode>>) -> Job
     where
         F: FnOnce(&Scope<'scope>) + Send + 'scope,

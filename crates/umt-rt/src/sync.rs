@@ -6,14 +6,14 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering
 #[cfg(loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 #[cfg(loom)]
-pub(crate) use loom::thread::{Thread, park};
+pub(crate) use loom::thread::{Thread, park, yield_now};
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 #[cfg(not(loom))]
-pub(crate) use std::thread::{Thread, park};
+pub(crate) use std::thread::{Thread, park, yield_now};
 
 /// Locks a mutex. The scheduler's mutexes guard plain counters and lists, updated in single
 /// steps, so the data is consistent even if a holder panicked.

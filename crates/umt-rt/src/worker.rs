@@ -357,7 +357,8 @@ impl WorkerCtx {
         self.deque.pop()
     }
 
-    /// Own deque, then the core's inbox, then the injector, then other workers' deques.
+    /// Own deque, then the core's inbox, then the injector, then other workers' deques, then
+    /// the offers (a running loop's chunks: this worker joins it, `offer.rs`).
     pub(crate) fn find_work(&self) -> Option<Job> {
         if let Some(job) = self.deque.pop() {
             return Some(job);
@@ -377,7 +378,7 @@ impl WorkerCtx {
                 Steal::Empty => break,
             }
         }
-        self.steal()
+        self.steal().or_else(|| self.reg.offers.take())
     }
 
     fn steal(&self) -> Option<Job> {
@@ -581,7 +582,7 @@ impl WorkerCtx {
     /// worker, and the runtime is not shutting down. A leader running tasks should stop once
     /// its core has one ready worker.
     #[inline]
-    fn oversubscribed(&self) -> bool {
+    pub(crate) fn oversubscribed(&self) -> bool {
         let monitor = &self.reg.monitor;
         if self.role == Role::Leader {
             self.drained(monitor.drain_cpu(self.cpu));

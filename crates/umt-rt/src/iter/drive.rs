@@ -4,11 +4,15 @@
 
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, Location, catch_unwind, resume_unwind};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
+use crate::job::Job;
+use crate::offer::{Gate, Offer};
 use crate::registry::Registry;
 use crate::schedule::{Cursor, Dispenser, Schedule, auto_pick, auto_record};
+use crate::scope::Scope;
 use crate::worker::with_current;
 
 /// How a loop folds: a fresh accumulator, folding a range of indices into one, combining two
@@ -69,21 +73,51 @@ where
 {
     fn run(&self, reg: &Arc<Registry>, len: usize, schedule: Schedule, participants: usize) -> A {
         let how = self;
-        let dispenser = Dispenser::new(schedule, len, participants);
+        let joiners = participants.min(MAX_JOINERS);
+        let dispenser = Dispenser::new(schedule, len, participants, joiners);
         let results: Mutex<Vec<(usize, A)>> = Mutex::new(Vec::new());
-        let participate = |p: usize| how.participant(p, &dispenser, &results);
+        // D5: the loop's offer, listed while it runs (not under `static`: nothing to join).
+        let offer = Arc::new(LoopOffer::default());
+        let participate =
+            |p: usize, joined: bool| how.participant(p, joined, &dispenser, &results, &offer.gate);
+        let free = AtomicU64::new(if joiners == 64 {
+            u64::MAX
+        } else {
+            (1u64 << joiners) - 1
+        });
+        let join = Join {
+            dispenser: &dispenser,
+            participate: &participate,
+            first: participants,
+            free: &free,
+            scope: OnceLock::new(),
+        };
+        let offered = dispenser.joinable().then(|| {
+            offer.set_target(&join);
+            Withdraw {
+                reg,
+                offer: offer.clone(),
+            }
+        });
         // D2: a worker of this runtime is participant 0 itself; any other thread only waits.
         let on_worker = with_current(|ctx| ctx.is_some_and(|c| Arc::ptr_eq(c.registry(), reg)));
         crate::scope::run_scope(Some(reg), |s| {
+            if let Some(w) = &offered {
+                let _ = join.scope.set(s.handle());
+                w.reg.offers.add(w.offer.clone());
+            }
             let first = usize::from(on_worker);
             for p in first..participants {
                 let participate = &participate;
-                s.spawn(move |_| participate(p));
+                s.spawn(move |_| participate(p, false));
             }
             if on_worker {
-                participate(0);
+                participate(0, false);
             }
         });
+        // Closed by every participant that saw the loop handed out; the scope has waited for
+        // them all. Closed again here, and withdrawn, whether the scope returned or unwinds.
+        drop(offered);
         // D4: combine in index order.
         let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
         results.sort_unstable_by_key(|r| r.0);
@@ -96,15 +130,32 @@ where
 
     /// D3: one participant's part: chunks until the dispenser has none, folded into one
     /// accumulator per contiguous run (ordered) or one in all; a panic stops the loop's other
-    /// participants at their next chunk and is re-raised by the scope.
-    fn participant(&self, p: usize, dispenser: &Dispenser, results: &Mutex<Vec<(usize, A)>>) {
+    /// participants at their next chunk and is re-raised by the scope. A participant that
+    /// `joined` the running loop (D5) also stops between two chunks once its core counts
+    /// more than one ready worker: the one it stood in for is back.
+    fn participant(
+        &self,
+        p: usize,
+        joined: bool,
+        dispenser: &Dispenser,
+        results: &Mutex<Vec<(usize, A)>>,
+        gate: &Gate,
+    ) {
         let how = self;
         let mut cursor = Cursor::new(p);
         let mut done: Vec<(usize, A)> = Vec::new();
         // The accumulator being built: where its run starts and ends.
         let mut current: Option<(usize, usize, A)> = None;
+        let mut handed_out = false;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            while let Some(r) = dispenser.next(&mut cursor) {
+            loop {
+                if joined && with_current(|c| c.is_some_and(|c| c.oversubscribed())) {
+                    break;
+                }
+                let Some(r) = dispenser.next(&mut cursor) else {
+                    handed_out = true;
+                    break;
+                };
                 let (start, acc) = match current.take() {
                     Some((start, end, acc)) if end == r.start || !how.ordered => (start, acc),
                     Some((start, _, acc)) => {
@@ -117,6 +168,10 @@ where
                 current = Some((start, end, (how.fold)(acc, r)));
             }
         }));
+        if outcome.is_err() || handed_out {
+            // D5: nothing left to join (or the loop stops): no worker takes part from now on.
+            gate.close();
+        }
         if let Err(panic) = outcome {
             dispenser.stop();
             resume_unwind(panic);
@@ -126,5 +181,144 @@ where
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .append(&mut done);
+    }
+}
+
+/// Most participants that may join one running loop at a time (D5): one per participant it
+/// started with, each standing in for one that blocked, up to this many.
+const MAX_JOINERS: usize = 64;
+
+/// What a loop's offer reaches in [`Fold::run`]'s frame (D5).
+trait Joinable: Sync {
+    /// Whether a joiner would get chunks now.
+    fn has_chunks(&self) -> bool;
+    /// A job that runs one more participant, if chunks are left and a participant number free.
+    fn join(&self) -> Option<Job>;
+}
+
+/// A running loop's chunks, offered to the runtime's idle workers (D5).
+struct Join<'a, P> {
+    dispenser: &'a Dispenser,
+    participate: &'a P,
+    /// The first joiner's participant number.
+    first: usize,
+    /// Joiner numbers not in use, one bit each (`first + bit`).
+    free: &'a AtomicU64,
+    /// The loop's scope, set by its body before the offer is listed.
+    scope: OnceLock<Scope<'a>>,
+}
+
+impl<'a, P> Joinable for Join<'a, P>
+where
+    P: Fn(usize, bool) + Sync,
+{
+    fn has_chunks(&self) -> bool {
+        self.dispenser.has_chunks() && self.free.load(Ordering::Relaxed) != 0
+    }
+
+    fn join(&self) -> Option<Job> {
+        if !self.dispenser.has_chunks() {
+            return None;
+        }
+        let scope = self.scope.get()?;
+        let mut free = self.free.load(Ordering::Acquire);
+        let bit = loop {
+            if free == 0 {
+                return None;
+            }
+            let bit = free.trailing_zeros();
+            match self.free.compare_exchange_weak(
+                free,
+                free & !(1 << bit),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break bit,
+                Err(now) => free = now,
+            }
+        };
+        let (participate, free) = (self.participate, self.free);
+        let p = self.first + bit as usize;
+        Some(scope.job(move |_| {
+            // Frees the number even if the participant panics (the scope re-raises it).
+            struct Release<'f>(&'f AtomicU64, u32);
+            impl Drop for Release<'_> {
+                fn drop(&mut self) {
+                    self.0.fetch_or(1 << self.1, Ordering::AcqRel);
+                }
+            }
+            let _release = Release(free, bit);
+            participate(p, true);
+        }))
+    }
+}
+
+/// The offer a running loop lists in its runtime (D5). It outlives the loop (a worker may
+/// still hold it), but reaches the loop's frame only inside its gate, which every
+/// participant that finds the loop handed out closes, and [`Withdraw`] closes again before
+/// the frame goes.
+#[derive(Default)]
+struct LoopOffer {
+    gate: Gate,
+    /// The loop's [`Join`], in [`Fold::run`]'s frame; its lifetime erased (see the type).
+    target: OnceLock<ErasedJoin>,
+}
+
+/// A pointer to a loop's [`Join`] with its lifetime erased.
+struct ErasedJoin(*const (dyn Joinable + 'static));
+
+// SAFETY: the pointee is `Sync` (a `Joinable`), and is used only through shared references
+// inside the offer's gate (see `LoopOffer`).
+unsafe impl Send for ErasedJoin {}
+// SAFETY: as above.
+unsafe impl Sync for ErasedJoin {}
+
+impl LoopOffer {
+    /// Points the offer at `join`. The caller closes the gate before `join` goes (the
+    /// [`Withdraw`] guard does, in the same frame).
+    fn set_target<'a>(&self, join: &'a (dyn Joinable + 'a)) {
+        let ptr: *const (dyn Joinable + 'a) = join;
+        // SAFETY: only the lifetime is erased (same layout); the pointer is dereferenced
+        // only between a successful `Gate::enter` and its `leave`, and the gate is closed
+        // (which waits for those inside) before the frame that holds `join` goes.
+        let ptr: *const (dyn Joinable + 'static) = unsafe { std::mem::transmute(ptr) };
+        let _ = self.target.set(ErasedJoin(ptr));
+    }
+
+    /// Runs `f` on the loop's [`Join`] if the gate lets this caller in.
+    fn with_join<R>(&self, f: impl FnOnce(&dyn Joinable) -> Option<R>) -> Option<R> {
+        let target = self.target.get()?;
+        if !self.gate.enter() {
+            return None;
+        }
+        // SAFETY: inside the gate, the loop's frame is alive (see `set_target`).
+        let r = f(unsafe { &*target.0 });
+        self.gate.leave();
+        r
+    }
+}
+
+impl Offer for LoopOffer {
+    fn has_work(&self) -> bool {
+        self.with_join(|j| j.has_chunks().then_some(())).is_some()
+    }
+
+    fn take(&self) -> Option<Job> {
+        self.with_join(|j| j.join())
+    }
+}
+
+/// Closes a loop's offer and takes it off its runtime's list when the loop's frame goes,
+/// whether the loop returned or unwinds.
+struct Withdraw<'r> {
+    reg: &'r Arc<Registry>,
+    offer: Arc<LoopOffer>,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        self.offer.gate.close();
+        let offer: Arc<dyn Offer> = self.offer.clone();
+        self.reg.offers.remove(&offer);
     }
 }
