@@ -15,6 +15,7 @@ use crate::fwi::{self, FwiParams, Part};
 use crate::heat::{self, HeatParams};
 use crate::report::{Report, RunReport, median};
 use crate::runner::{self, Engine, Runner, Sample, UmtOptions, measure};
+use crate::scan::{self, FileSet, Front, ScanParams};
 
 /// How to compare, whatever the workload.
 #[derive(Debug, Clone)]
@@ -135,6 +136,66 @@ pub fn fwi(p: &FwiParams, opts: &Options) -> Result<Report, BenchError> {
         Ok((out.elapsed, out.io_bytes))
     };
     compare("fwi", "kcells/s", work, params, opts, tight, once)
+}
+
+/// Compares the scan of `set`, written as `front`, on every runner of `opts`. Every runner's
+/// digest must equal the first run's (or, with `verify`, the sequential one's). The bound's
+/// I/O-only run reads at the highest concurrency of the comparison (`scan::io_only`).
+pub fn scan(
+    p: &ScanParams,
+    set: &FileSet,
+    front: Front,
+    opts: &Options,
+) -> Result<Report, BenchError> {
+    p.validate()?;
+    let params = serde_json::json!({
+        "files": p.files, "file_mib": p.file_mib, "rounds": p.rounds,
+        "dir": set.dir(), "front": front,
+    });
+    let work = p.bytes() as f64 / f64::from(1u32 << 20);
+    let digest: std::sync::Mutex<Option<u64>> = std::sync::Mutex::new(None);
+    if opts.verify {
+        set.drop_cache()?;
+        let want = set
+            .paths()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Ok(scan::read_and_hash(f, p.rounds)?.wrapping_mul(2 * i as u64 + 1)))
+            .try_fold(0u64, |d, h: Result<u64, BenchError>| {
+                Ok::<_, BenchError>(d.wrapping_add(h?))
+            })?;
+        *digest.lock().unwrap_or_else(|e| e.into_inner()) = Some(want);
+    }
+    let once = |kind, engine: &Engine| match (kind, engine) {
+        (Kind::Runtime(r), e) => {
+            let out = scan::run(e, set, p, front)?;
+            let mut want = digest.lock().unwrap_or_else(|e| e.into_inner());
+            match *want {
+                Some(d) if d != out.digest => Err(BenchError::Corrupt(format!(
+                    "{r}: its digest {:#x} differs from {d:#x}, the first run's",
+                    out.digest
+                ))),
+                _ => {
+                    *want = Some(out.digest);
+                    Ok((out.elapsed, out.bytes))
+                }
+            }
+        }
+        (Kind::ComputeOnly, Engine::Umt(rt)) => Ok((scan::compute_only(rt, set, p)?, 0)),
+        (Kind::IoOnly, _) => Ok((scan::io_only(set)?, p.bytes())),
+        _ => Err(BenchError::Runtime("bound runs use umt-rt".into())),
+    };
+    // The files are read once a run: whatever is read is its own period, so no runner can
+    // overlap more than the longer of the two.
+    compare(
+        front.workload(),
+        "MiB/s",
+        work,
+        params,
+        opts,
+        bound::overlap,
+        once,
+    )
 }
 
 /// `got`, a runner's `what`, is bit for bit the sequential reference `want`.

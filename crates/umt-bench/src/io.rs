@@ -129,6 +129,24 @@ pub fn check_memory(what: &str, needed: u64) -> Result<(), BenchError> {
     }
 }
 
+/// Refuses to write `needed` bytes into `dir` when its filesystem has less free space than
+/// that (plus a tenth, for the filesystem's own), before anything is written.
+pub fn check_disk(dir: &Path, needed: u64) -> Result<(), BenchError> {
+    let st = nix::sys::statvfs::statvfs(dir)
+        .map_err(|e| BenchError::io("looking at the free space of", dir, e.into()))?;
+    let free = (st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64);
+    if needed.saturating_add(needed / 10) > free {
+        return Err(BenchError::InvalidParam(format!(
+            "{} has {} free and the run writes {}: use a --dir with more space, or fewer or \
+             smaller files",
+            dir.display(),
+            human_bytes(free),
+            human_bytes(needed)
+        )));
+    }
+    Ok(())
+}
+
 /// `bytes` in the largest binary unit that keeps it at least 1.
 pub fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];

@@ -4,6 +4,7 @@
 //! cargo run --release -p umt-bench -- heat [--size N] [--block B] [--iters I] [--iof K]
 //!     [--runtimes baseline,umt-perf,umt-kernel] [--repeat N] [--dir PATH] [--json FILE]
 //! cargo run --release -p umt-bench -- fwi [--nz N] [--nx N] [--ny N] [--steps S] [--iof K] ...
+//! cargo run --release -p umt-bench -- scan [--files N] [--file-mib M] [--rounds R] [--front iter|tasks|both] ...
 //! cargo run --release -p umt-bench -- compare      # every workload
 //! cargo run --release -p umt-bench -- onload [--rounds N] [--size N] ...  # a service beside heat
 //! ```
@@ -43,6 +44,8 @@ enum Cmd {
     Heat(HeatArgs),
     /// FWI mock-up: 3D velocity/stress propagation with O_DIRECT snapshots read back.
     Fwi(FwiArgs),
+    /// Many cold files read and hashed, written as a parallel loop and as a task per file.
+    Scan(ScanArgs),
     /// Every workload with its defaults (the README's main command).
     Compare(Common),
     /// A compression service beside heat: none, onloaded (idle cores only), spawned as
@@ -210,6 +213,26 @@ struct HeatArgs {
     /// and --iters to 20 (no calibration). Needs a build with `--features mpi`.
     #[arg(long)]
     mpi: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Clone)]
+struct ScanArgs {
+    /// Files.
+    #[arg(long, default_value_t = 400)]
+    files: usize,
+    /// Size of each file, in MiB.
+    #[arg(long, default_value_t = 4)]
+    file_mib: usize,
+    /// Hash rounds per 8-byte word (default: calibrated, so that hashing on every core takes
+    /// about as long as reading the files cold).
+    #[arg(long)]
+    rounds: Option<u32>,
+    /// The program's front ends: iter (a parallel loop over the files), tasks (a task per
+    /// file), or both.
+    #[arg(long, default_value = "both", value_parser = ["iter", "tasks", "both"])]
+    front: String,
     #[command(flatten)]
     common: Common,
 }
@@ -513,6 +536,48 @@ fn run_fwi(a: &FwiArgs) -> Result<Report, BenchError> {
     compare::fwi(&p, &opts)
 }
 
+fn run_scan(a: &ScanArgs) -> Result<Vec<Report>, BenchError> {
+    use umt_bench::scan::{self, FileSet, Front, ScanParams};
+    let opts = a.common.options()?;
+    let dir = a.common.dir.clone().unwrap_or_else(std::env::temp_dir);
+    if let Some(fs) = memory_filesystem(&dir)
+        && !a.common.allow_memory_dir
+    {
+        return Err(BenchError::InvalidParam(format!(
+            "{} is on {fs}, in memory: the scan would read no device; use a directory on a \
+             disk with --dir, or pass --allow-memory-dir",
+            dir.display()
+        )));
+    }
+    let mut p = ScanParams {
+        files: a.files,
+        file_mib: a.file_mib,
+        rounds: a.rounds.unwrap_or(1),
+        dir,
+    };
+    p.validate()?;
+    let fronts: &[Front] = match a.front.as_str() {
+        "iter" => &[Front::Iter],
+        "tasks" => &[Front::Tasks],
+        _ => &[Front::Iter, Front::Tasks],
+    };
+    let set = FileSet::create(&p)?;
+    if a.rounds.is_none() {
+        let (rounds, io) = scan::calibrate(&set, &p)?;
+        p.rounds = rounds;
+        eprintln!(
+            "scan: calibrated: {} files of {} MiB read cold in {:.3} s: --rounds {rounds}",
+            p.files,
+            p.file_mib,
+            io.as_secs_f64()
+        );
+    }
+    fronts
+        .iter()
+        .map(|&front| compare::scan(&p, &set, front, &opts))
+        .collect()
+}
+
 /// Restricts this process, and so every thread it starts from now on, to the first `n`
 /// CPUs of its affinity mask.
 fn use_cores(n: usize) -> Result<(), BenchError> {
@@ -576,6 +641,7 @@ fn main() -> ExitCode {
     let common = match &cli.command {
         Cmd::Heat(a) => Some(&a.common),
         Cmd::Fwi(a) => Some(&a.common),
+        Cmd::Scan(a) => Some(&a.common),
         Cmd::Compare(c) => Some(c),
         Cmd::Onload(_) => None,
     };
@@ -593,11 +659,17 @@ fn main() -> ExitCode {
         Cmd::Fwi(a) if a.mpi => run_fwi_mpi(&a),
         Cmd::Heat(a) => run_heat(&a).and_then(|r| emit(&[r], &a.common)),
         Cmd::Fwi(a) => run_fwi(&a).and_then(|r| emit(&[r], &a.common)),
+        Cmd::Scan(a) => run_scan(&a).and_then(|r| emit(&r, &a.common)),
         Cmd::Compare(common) => {
             let heat: HeatArgs = defaults(&common, |a: &mut HeatArgs, c| a.common = c);
             let fwi: FwiArgs = defaults(&common, |a: &mut FwiArgs, c| a.common = c);
+            let scan: ScanArgs = defaults(&common, |a: &mut ScanArgs, c| a.common = c);
             run_heat(&heat)
                 .and_then(|h| Ok(vec![h, run_fwi(&fwi)?]))
+                .and_then(|mut reports| {
+                    reports.extend(run_scan(&scan)?);
+                    Ok(reports)
+                })
                 .and_then(|reports| emit(&reports, &common))
         }
         Cmd::Onload(a) => run_onload(&a),

@@ -30,6 +30,8 @@ pub enum Runner {
     /// rayon with four threads per core: plain oversubscription, the peer a user would try
     /// before a runtime that knows when a thread blocks.
     Rayon4x,
+    /// rayon with eight threads per core.
+    Rayon8x,
     /// tokio's multi-thread runtime for the computation, `spawn_blocking` for the I/O.
     Tokio,
     /// The baseline runtime for the computation, the I/O submitted through io_uring.
@@ -75,7 +77,7 @@ pub enum Engine {
 
 impl Runner {
     /// Every runner, in table order.
-    pub const ALL: [Runner; 10] = [
+    pub const ALL: [Runner; 11] = [
         Runner::Baseline,
         Runner::UmtPerf,
         Runner::UmtKernel,
@@ -83,6 +85,7 @@ impl Runner {
         Runner::Rayon,
         Runner::Rayon2x,
         Runner::Rayon4x,
+        Runner::Rayon8x,
         Runner::Tokio,
         Runner::IoUring,
         Runner::UmtIo,
@@ -98,6 +101,7 @@ impl Runner {
             Runner::Rayon => "rayon",
             Runner::Rayon2x => "rayon-2x",
             Runner::Rayon4x => "rayon-4x",
+            Runner::Rayon8x => "rayon-8x",
             Runner::Tokio => "tokio",
             Runner::IoUring => "io-uring",
             Runner::UmtIo => "umt-io",
@@ -156,6 +160,7 @@ impl Runner {
             Runner::Rayon => crate::port_rayon::pool(cores).map(Engine::Rayon),
             Runner::Rayon2x => crate::port_rayon::pool(2 * cores).map(Engine::Rayon),
             Runner::Rayon4x => crate::port_rayon::pool(4 * cores).map(Engine::Rayon),
+            Runner::Rayon8x => crate::port_rayon::pool(8 * cores).map(Engine::Rayon),
             Runner::Tokio => crate::port_tokio::runtime(cores).map(Engine::Tokio),
             Runner::IoUring => umt().map(Engine::Uring),
             Runner::UmtIo => umt().map(Engine::UmtIo),

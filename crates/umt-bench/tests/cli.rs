@@ -179,3 +179,53 @@ fn timeline_and_plot_are_written() {
     assert!(run["cores_cov"]["cpu_time"].as_f64().unwrap() >= 0.0);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `scan` runs both front ends, writes a row per runtime for each, leaves no file behind in
+/// `--dir`, and refuses sizes it cannot take before writing anything.
+#[test]
+fn scan_runs_both_front_ends_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("scan.json");
+    let d = dir.path().to_str().unwrap();
+    let (code, out, err) = umt_bench(&[
+        "scan",
+        "--files",
+        "4",
+        "--file-mib",
+        "1",
+        "--rounds",
+        "1",
+        "--repeat",
+        "1",
+        "--runtimes",
+        "baseline,rayon-8x,tokio",
+        "--dir",
+        d,
+        "--allow-memory-dir",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let reports: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let reports = reports.as_array().unwrap();
+    assert_eq!(reports.len(), 2);
+    for (r, front) in reports.iter().zip(["scan-iter", "scan-tasks"]) {
+        assert_eq!(r["workload"], front);
+        let names: Vec<&str> = r["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|run| run["runtime"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["baseline", "rayon-8x", "tokio"]);
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, [std::ffi::OsString::from("scan.json")]);
+    let (code, _, err) = umt_bench(&["scan", "--files", "0", "--dir", d, "--allow-memory-dir"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--files 0"), "{err}");
+}

@@ -260,7 +260,7 @@ pub struct RankRunner<'a> {
 pub fn comm_of(r: crate::runner::Runner) -> Option<Comm> {
     use crate::runner::Runner::*;
     match r {
-        Baseline | UmtPerf | UmtKernel | UmtBpf | IoUring | Rayon | Rayon2x | Rayon4x => {
+        Baseline | UmtPerf | UmtKernel | UmtBpf | IoUring | Rayon | Rayon2x | Rayon4x | Rayon8x => {
             Some(Comm::Blocking)
         }
         UmtIo => Some(Comm::Waiting),

@@ -73,7 +73,9 @@ where
 {
     fn run(&self, reg: &Arc<Registry>, len: usize, schedule: Schedule, participants: usize) -> A {
         let how = self;
-        let joiners = participants.min(MAX_JOINERS);
+        // As many joiners as the runtime may have spares (every blocked participant, and
+        // every blocked joiner, may get one), up to MAX_JOINERS.
+        let joiners = (reg.cores() * reg.config.cap.saturating_sub(1)).min(MAX_JOINERS);
         let dispenser = Dispenser::new(schedule, len, participants, joiners);
         let results: Mutex<Vec<(usize, A)>> = Mutex::new(Vec::new());
         // D5: the loop's offer, listed while it runs (not under `static`: nothing to join).
@@ -184,8 +186,8 @@ where
     }
 }
 
-/// Most participants that may join one running loop at a time (D5): one per participant it
-/// started with, each standing in for one that blocked, up to this many.
+/// Most participants that may join one running loop at a time (D5): as many as the runtime
+/// may have spares, up to this many (one bit each in a word).
 const MAX_JOINERS: usize = 64;
 
 /// What a loop's offer reaches in [`Fold::run`]'s frame (D5).

@@ -1,0 +1,528 @@
+//! `scan`: a program written as a user would, outside this repository's paper workloads.
+//! It reads many cold files (buffered, as `std::fs::read` does) and hashes each, with a CPU
+//! cost per byte chosen so that hashing takes about as long as reading. Two front ends of the
+//! same program:
+//!
+//! - [`Front::Iter`]: `files.par_iter().map(read_and_hash).reduce(..)` (umt-rt's prelude,
+//!   rayon's), the loop a rayon user swaps the import of;
+//! - [`Front::Tasks`]: a task per file in a scope (`s.spawn(..)`).
+//!
+//! The files are written once per comparison into a private directory (`mkdtemp`, mode 700)
+//! inside `--dir`, and dropped from the page cache (`posix_fadvise(DONTNEED)`, which needs no
+//! privilege) before every run, so each run reads them from the device. Every runner's digest
+//! must equal the first one's.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::error::BenchError;
+use crate::runner::Engine;
+
+/// Which way the program is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Front {
+    /// A parallel iterator over the files.
+    Iter,
+    /// A task per file.
+    Tasks,
+}
+
+impl Front {
+    /// Its name in reports: the workload is `scan-iter` or `scan-tasks`.
+    pub fn workload(self) -> &'static str {
+        match self {
+            Front::Iter => "scan-iter",
+            Front::Tasks => "scan-tasks",
+        }
+    }
+}
+
+/// One scan.
+#[derive(Debug, Clone)]
+pub struct ScanParams {
+    /// Files.
+    pub files: usize,
+    /// Size of each file, in MiB.
+    pub file_mib: usize,
+    /// Rounds of the hash per 8-byte word: the CPU cost per byte.
+    pub rounds: u32,
+    /// The directory in which the private directory of the files is made.
+    pub dir: PathBuf,
+}
+
+/// Most files, and most MiB per file, a scan accepts: bounds checked before anything is
+/// written or allocated.
+pub const MAX_FILES: usize = 1 << 20;
+/// See [`MAX_FILES`].
+pub const MAX_FILE_MIB: usize = 1 << 12;
+/// Most rounds per word.
+pub const MAX_ROUNDS: u32 = 1 << 16;
+
+impl ScanParams {
+    /// Checks the sizes (before any file is written), saying what to pass instead.
+    pub fn validate(&self) -> Result<(), BenchError> {
+        if self.files == 0 || self.files > MAX_FILES {
+            return Err(BenchError::InvalidParam(format!(
+                "--files {}: give 1 to {MAX_FILES}",
+                self.files
+            )));
+        }
+        if self.file_mib == 0 || self.file_mib > MAX_FILE_MIB {
+            return Err(BenchError::InvalidParam(format!(
+                "--file-mib {}: give 1 to {MAX_FILE_MIB}",
+                self.file_mib
+            )));
+        }
+        if self.rounds == 0 || self.rounds > MAX_ROUNDS {
+            return Err(BenchError::InvalidParam(format!(
+                "--rounds {}: give 1 to {MAX_ROUNDS}",
+                self.rounds
+            )));
+        }
+        Ok(())
+    }
+
+    /// Bytes read by one run.
+    pub fn bytes(&self) -> u64 {
+        ((self.files as u64) * (self.file_mib as u64)) << 20
+    }
+}
+
+/// The files of a comparison, in a private directory removed with it.
+#[derive(Debug)]
+pub struct FileSet {
+    dir: tempfile::TempDir,
+    paths: Vec<PathBuf>,
+    file_bytes: usize,
+}
+
+impl FileSet {
+    /// Writes `p.files` files of `p.file_mib` MiB of pseudo-random bytes into a new private
+    /// directory inside `p.dir` (made with `mkdtemp`, mode 700: nobody else can plant or
+    /// swap a file there), each synced so that its pages are clean and can be dropped.
+    pub fn create(p: &ScanParams) -> Result<FileSet, BenchError> {
+        p.validate()?;
+        crate::io::check_disk(&p.dir, p.bytes())?;
+        let dir = tempfile::Builder::new()
+            .prefix("umt-scan-")
+            .tempdir_in(&p.dir)
+            .map_err(|e| BenchError::io("creating a private directory in", &p.dir, e))?;
+        let file_bytes = p.file_mib << 20;
+        let mut chunk = vec![0u8; 1 << 20];
+        let mut paths = Vec::with_capacity(p.files);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for i in 0..p.files {
+            let path = dir.path().join(format!("{i:07}.dat"));
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(|e| BenchError::io("creating", &path, e))?;
+            for _ in 0..p.file_mib {
+                for w in chunk.chunks_exact_mut(8) {
+                    // xorshift64*: cheap bytes that no filesystem compresses away.
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    w.copy_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+                }
+                f.write_all(&chunk)
+                    .map_err(|e| BenchError::io("writing", &path, e))?;
+            }
+            f.sync_all()
+                .map_err(|e| BenchError::io("syncing", &path, e))?;
+            paths.push(path);
+        }
+        Ok(FileSet {
+            dir,
+            paths,
+            file_bytes,
+        })
+    }
+
+    /// The directory the files are in.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The files.
+    pub fn paths(&self) -> &[PathBuf] {
+        &self.paths
+    }
+
+    /// Drops the files' pages from the page cache, so the next run reads the device.
+    pub fn drop_cache(&self) -> Result<(), BenchError> {
+        for path in &self.paths {
+            let f = File::open(path).map_err(|e| BenchError::io("opening", path, e))?;
+            // SAFETY: a plain system call on a descriptor `f` owns; no memory is passed.
+            let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+            if r != 0 {
+                return Err(BenchError::io(
+                    "dropping from the page cache",
+                    path,
+                    std::io::Error::from_raw_os_error(r),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The hash of `words` with `rounds` multiply-xor rounds per word: a dependency chain, so its
+/// cost per byte is fixed by `rounds` and not vectorised away.
+pub fn hash_words(words: impl Iterator<Item = u64>, rounds: u32) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for w in words {
+        h ^= w;
+        for _ in 0..rounds {
+            h = (h ^ (h >> 29)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// [`hash_words`] of bytes (little-endian words; a tail shorter than a word is padded with
+/// zeros).
+pub fn hash_bytes(bytes: &[u8], rounds: u32) -> u64 {
+    let mut words = bytes.chunks_exact(8);
+    let whole = words.by_ref().map(|w| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(w);
+        u64::from_le_bytes(a)
+    });
+    let h = hash_words(whole, rounds);
+    let tail = words.remainder();
+    if tail.is_empty() {
+        return h;
+    }
+    let mut a = [0u8; 8];
+    a[..tail.len()].copy_from_slice(tail);
+    hash_words(std::iter::once(h ^ u64::from_le_bytes(a)), rounds)
+}
+
+/// Reads file `path` whole (buffered) and hashes it.
+pub fn read_and_hash(path: &Path, rounds: u32) -> Result<u64, BenchError> {
+    let bytes = std::fs::read(path).map_err(|e| BenchError::io("reading", path, e))?;
+    Ok(hash_bytes(&bytes, rounds))
+}
+
+/// [`read_and_hash`], with the read through umt-rt's scheduler-centric wait
+/// ([`umt_rt::io::read_exact_at`]: the worker runs other tasks, or joins a running loop,
+/// while the read is in flight on its core's io_uring). The umt-io runner's way.
+pub fn read_and_hash_io(path: &Path, rounds: u32) -> Result<u64, BenchError> {
+    let f = File::open(path).map_err(|e| BenchError::io("opening", path, e))?;
+    let len = f
+        .metadata()
+        .map_err(|e| BenchError::io("reading the size of", path, e))?
+        .len();
+    let mut bytes = vec![0u8; len as usize];
+    umt_rt::io::read_exact_at(&f, &mut bytes, 0)
+        .map_err(|e| BenchError::io("reading", path, std::io::Error::other(e.to_string())))?;
+    Ok(hash_bytes(&bytes, rounds))
+}
+
+/// The digest of a run: file `i`'s hash weighted by `2i + 1`, summed; the same whatever
+/// order the files were hashed in.
+fn weigh(i: usize, h: u64) -> u64 {
+    h.wrapping_mul(2 * i as u64 + 1)
+}
+
+/// What one run measured.
+#[derive(Debug, Clone, Copy)]
+pub struct ScanRun {
+    /// Wall time of the scan.
+    pub elapsed: Duration,
+    /// Bytes read.
+    pub bytes: u64,
+    /// The digest of every file's hash (equal across runners).
+    pub digest: u64,
+}
+
+/// One scan of `set` written as `front`, on `engine`; the files are dropped from the page
+/// cache first (outside the timed part).
+pub fn run(
+    engine: &Engine,
+    set: &FileSet,
+    p: &ScanParams,
+    front: Front,
+) -> Result<ScanRun, BenchError> {
+    set.drop_cache()?;
+    let paths = set.paths();
+    let rounds = p.rounds;
+    let digest = AtomicU64::new(0);
+    let error: std::sync::Mutex<Option<BenchError>> = std::sync::Mutex::new(None);
+    let read: fn(&Path, u32) -> Result<u64, BenchError> = match engine {
+        Engine::UmtIo(_) => read_and_hash_io,
+        _ => read_and_hash,
+    };
+    let one = |i: usize| match read(&paths[i], rounds) {
+        Ok(h) => {
+            digest.fetch_add(weigh(i, h), Ordering::Relaxed);
+        }
+        Err(e) => {
+            error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert(e);
+        }
+    };
+    let start = Instant::now();
+    match (engine, front) {
+        (Engine::Umt(rt) | Engine::UmtIo(rt), Front::Iter) => rt.install(|| {
+            use umt_rt::prelude::*;
+            (0..paths.len()).into_par_iter().for_each(one);
+        }),
+        (Engine::Umt(rt) | Engine::UmtIo(rt), Front::Tasks) => rt.scope(|s| {
+            for i in 0..paths.len() {
+                let one = &one;
+                s.spawn(move |_| one(i));
+            }
+        }),
+        (Engine::Rayon(pool), Front::Iter) => pool.install(|| {
+            use rayon::prelude::*;
+            (0..paths.len()).into_par_iter().for_each(one);
+        }),
+        (Engine::Rayon(pool), Front::Tasks) => pool.scope(|s| {
+            for i in 0..paths.len() {
+                let one = &one;
+                s.spawn(move |_| one(i));
+            }
+        }),
+        // tokio has no parallel loop: both front ends are a blocking task per file, as a
+        // tokio user writes blocking reads (`spawn_blocking`), awaited together.
+        (Engine::Tokio(rt), _) => {
+            let digest = rt.block_on(async {
+                let mut handles = Vec::with_capacity(paths.len());
+                for (i, path) in paths.iter().enumerate() {
+                    let path = path.clone();
+                    handles.push(tokio::task::spawn_blocking(move || {
+                        read_and_hash(&path, rounds).map(|h| weigh(i, h))
+                    }));
+                }
+                let mut d = 0u64;
+                for h in handles {
+                    let h = h
+                        .await
+                        .map_err(|e| BenchError::Runtime(format!("tokio: {e}")))??;
+                    d = d.wrapping_add(h);
+                }
+                Ok::<u64, BenchError>(d)
+            })?;
+            return Ok(ScanRun {
+                elapsed: start.elapsed(),
+                bytes: p.bytes(),
+                digest,
+            });
+        }
+        (Engine::Uring(rt), _) => {
+            let d = uring_scan(rt, set, p)?;
+            return Ok(ScanRun {
+                elapsed: start.elapsed(),
+                bytes: p.bytes(),
+                digest: d,
+            });
+        }
+    }
+    let elapsed = start.elapsed();
+    if let Some(e) = error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+    Ok(ScanRun {
+        elapsed,
+        bytes: p.bytes(),
+        digest: digest.into_inner(),
+    })
+}
+
+/// The io-uring peer: the calling thread keeps `4 x cores` reads in flight through one
+/// io_uring and hands each file, once read, to a hashing task on the unmonitored runtime
+/// (both front ends alike: the reads are the program's I/O loop, the hashes its tasks).
+fn uring_scan(rt: &umt_rt::Runtime, set: &FileSet, p: &ScanParams) -> Result<u64, BenchError> {
+    let uring = crate::port_uring::Uring::new()?;
+    let window = 4 * rt.cpus().len();
+    let words = set.file_bytes / 8;
+    let files: Vec<File> = set
+        .paths()
+        .iter()
+        .map(|path| File::open(path).map_err(|e| BenchError::io("opening", path, e)))
+        .collect::<Result<_, _>>()?;
+    let digest = AtomicU64::new(0);
+    let hashed = AtomicUsize::new(0);
+    let rounds = p.rounds;
+    rt.scope(|s| -> Result<(), BenchError> {
+        let mut ids = std::collections::VecDeque::new();
+        let mut submitted = 0;
+        for i in 0..files.len() {
+            while submitted < files.len() && submitted < i + window {
+                // Memory stays bounded: no more than two windows read and not yet hashed.
+                while submitted >= hashed.load(Ordering::Acquire) + 2 * window {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                let path = &set.paths()[submitted];
+                ids.push_back(uring.read(&files[submitted], path, 0, words)?);
+                submitted += 1;
+            }
+            let id = ids.pop_front().ok_or_else(|| {
+                BenchError::Runtime("io-uring: a read was never submitted".into())
+            })?;
+            let mut values = vec![0f64; words];
+            uring.wait_read(id, &mut values)?;
+            let (digest, hashed) = (&digest, &hashed);
+            s.spawn(move |_| {
+                let h = hash_words(values.iter().map(|v| v.to_bits()), rounds);
+                digest.fetch_add(weigh(i, h), Ordering::Relaxed);
+                hashed.fetch_add(1, Ordering::Release);
+            });
+        }
+        Ok(())
+    })?;
+    Ok(digest.into_inner())
+}
+
+/// The compute-only run of the bound: the same hashing on the same number of bytes, from
+/// memory (one file's bytes, hashed once per file), as a loop on `rt`.
+pub fn compute_only(
+    rt: &umt_rt::Runtime,
+    set: &FileSet,
+    p: &ScanParams,
+) -> Result<Duration, BenchError> {
+    let bytes = std::fs::read(&set.paths()[0])
+        .map_err(|e| BenchError::io("reading", &set.paths()[0], e))?;
+    let start = Instant::now();
+    let d = rt.install(|| {
+        use umt_rt::prelude::*;
+        (0..set.paths().len())
+            .into_par_iter()
+            .map(|i| weigh(i, hash_bytes(&bytes, p.rounds)))
+            .reduce(|| 0, u64::wrapping_add)
+    });
+    std::hint::black_box(d);
+    Ok(start.elapsed())
+}
+
+/// The I/O-only run of the bound: every file read cold, without hashing, by `8 x cores`
+/// threads: the highest I/O concurrency any runner of the comparison reaches (rayon-8x), so
+/// that the bound is what the device allows, not what one worker per core gets from it.
+pub fn io_only(set: &FileSet) -> Result<Duration, BenchError> {
+    set.drop_cache()?;
+    let threads = 8 * umt_sys::cpu::process_cpus().map_or(1, |c| c.len().max(1));
+    let next = AtomicUsize::new(0);
+    let error: std::sync::Mutex<Option<BenchError>> = std::sync::Mutex::new(None);
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(path) = set.paths().get(i) else {
+                        break;
+                    };
+                    if let Err(e) = std::fs::read(path) {
+                        error
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get_or_insert(BenchError::io("reading", path, e));
+                    }
+                }
+            });
+        }
+    });
+    let elapsed = start.elapsed();
+    match error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(elapsed),
+    }
+}
+
+/// The rounds per word that make hashing the files on every core take about as long as
+/// reading them cold (`io_only`), and that I/O time. Said on stderr by the caller.
+pub fn calibrate(set: &FileSet, p: &ScanParams) -> Result<(u32, Duration), BenchError> {
+    let io = io_only(set)?;
+    let bytes = std::fs::read(&set.paths()[0])
+        .map_err(|e| BenchError::io("reading", &set.paths()[0], e))?;
+    let probe_rounds = 8;
+    let start = Instant::now();
+    std::hint::black_box(hash_bytes(&bytes, probe_rounds));
+    let per_byte_round = start.elapsed().as_secs_f64() / (bytes.len() as f64 * probe_rounds as f64);
+    let cores = umt_sys::cpu::process_cpus().map_or(1, |c| c.len().max(1)) as f64;
+    let rounds = io.as_secs_f64() * cores / (p.bytes() as f64 * per_byte_round);
+    Ok(((rounds.round() as u32).clamp(1, MAX_ROUNDS), io))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::Runner;
+
+    #[test]
+    fn hashes_agree_across_the_ways_the_bytes_arrive() {
+        let bytes: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+        let words = bytes[..992]
+            .chunks_exact(8)
+            .map(|w| u64::from_le_bytes(w.try_into().unwrap()));
+        assert_eq!(hash_bytes(&bytes[..992], 3), hash_words(words, 3));
+        assert_ne!(hash_bytes(&bytes, 3), hash_bytes(&bytes, 4));
+    }
+
+    #[test]
+    fn every_runner_and_front_end_gets_the_same_digest() {
+        let p = ScanParams {
+            files: 6,
+            file_mib: 1,
+            rounds: 1,
+            dir: std::env::temp_dir(),
+        };
+        let set = FileSet::create(&p).unwrap();
+        let want: u64 = set
+            .paths()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| weigh(i, read_and_hash(f, 1).unwrap()))
+            .fold(0, u64::wrapping_add);
+        for r in [
+            Runner::Baseline,
+            Runner::Rayon,
+            Runner::Tokio,
+            Runner::IoUring,
+            Runner::UmtIo,
+        ] {
+            if r.available().is_err() {
+                continue;
+            }
+            let engine = r.engine().unwrap();
+            for front in [Front::Iter, Front::Tasks] {
+                let got = run(&engine, &set, &p, front).unwrap();
+                assert_eq!(got.digest, want, "{r} {front:?}");
+                assert_eq!(got.bytes, 6 << 20);
+            }
+        }
+        let dir = set.dir().to_path_buf();
+        assert!(dir.exists());
+        drop(set);
+        assert!(
+            !dir.exists(),
+            "the private directory is removed with the set"
+        );
+    }
+
+    #[test]
+    fn sizes_are_checked_before_anything_is_written() {
+        let p = ScanParams {
+            files: 0,
+            file_mib: 1,
+            rounds: 1,
+            dir: std::env::temp_dir(),
+        };
+        assert!(p.validate().unwrap_err().to_string().contains("--files 0"));
+        let p = ScanParams {
+            files: 1,
+            file_mib: MAX_FILE_MIB + 1,
+            ..p
+        };
+        assert!(FileSet::create(&p).is_err());
+    }
+}
