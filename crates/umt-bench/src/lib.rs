@@ -50,6 +50,7 @@ pub mod port_tokio;
 pub mod port_uring;
 pub mod report;
 pub mod runner;
+pub mod scale;
 pub mod scan;
 pub mod service;
 

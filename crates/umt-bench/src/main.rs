@@ -48,6 +48,9 @@ enum Cmd {
     Scan(ScanArgs),
     /// Every workload with its defaults (the README's main command).
     Compare(Common),
+    /// The cores sweep: heat, FWI and scan with the same parameters at 1, 2, 4, ... N cores
+    /// of the affinity mask, every runtime at each; JSON, Markdown and an SVG plot in --out.
+    Scale(ScaleArgs),
     /// A compression service beside heat: none, onloaded (idle cores only), spawned as
     /// ordinary tasks; heat's time for each and what the service did.
     Onload(OnloadArgs),
@@ -233,6 +236,54 @@ struct ScanArgs {
     /// file), or both.
     #[arg(long, default_value = "both", value_parser = ["iter", "tasks", "both"])]
     front: String,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Clone)]
+struct ScaleArgs {
+    /// Directory for scale.json, scale.md and scale.svg (created if missing).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Core counts, comma-separated (default: 1, 2, 4, ... and all of the affinity mask).
+    #[arg(long, value_delimiter = ',')]
+    cores_list: Vec<usize>,
+    /// Workloads, comma-separated: heat, fwi, scan (default: all three).
+    #[arg(long, value_delimiter = ',', value_parser = ["heat", "fwi", "scan"])]
+    workloads: Vec<String>,
+    /// Heat's matrix side.
+    #[arg(long, default_value_t = 4096)]
+    size: usize,
+    /// Heat's block side.
+    #[arg(long, default_value_t = 512)]
+    block: usize,
+    /// FWI's cells along Z.
+    #[arg(long, default_value_t = 256)]
+    nz: usize,
+    /// FWI's cells along X.
+    #[arg(long, default_value_t = 256)]
+    nx: usize,
+    /// FWI's Y-slices.
+    #[arg(long, default_value_t = 64)]
+    ny: usize,
+    /// Heat's and FWI's period, in steps (default: each calibrated on every core).
+    #[arg(long)]
+    iof: Option<usize>,
+    /// Heat's iterations (default: 10 periods).
+    #[arg(long)]
+    iters: Option<usize>,
+    /// FWI's steps (default: 10 periods).
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Scan's files.
+    #[arg(long, default_value_t = 400)]
+    files: usize,
+    /// Scan's MiB per file.
+    #[arg(long, default_value_t = 4)]
+    file_mib: usize,
+    /// Scan's hash rounds per word (default: calibrated at the first core count).
+    #[arg(long)]
+    rounds: Option<u32>,
     #[command(flatten)]
     common: Common,
 }
@@ -578,6 +629,105 @@ fn run_scan(a: &ScanArgs) -> Result<Vec<Report>, BenchError> {
         .collect()
 }
 
+/// The cores sweep. The periods (heat, FWI) and the hash rounds (scan) are calibrated once,
+/// on every core, and kept at every core count: each column is the same problem.
+fn run_scale(a: &ScaleArgs) -> Result<(), BenchError> {
+    use umt_bench::scale::{self, ScalePoint};
+    let cpus = umt_sys::cpu::process_cpus()
+        .map_err(|e| BenchError::InvalidParam(format!("the affinity mask: {e}")))?;
+    let counts = if a.cores_list.is_empty() {
+        scale::core_counts(cpus.len())
+    } else {
+        scale::check_counts(a.cores_list.clone(), cpus.len()).map_err(BenchError::InvalidParam)?
+    };
+    let all = ["heat", "fwi", "scan"];
+    let wanted = |w: &str| a.workloads.is_empty() || a.workloads.iter().any(|x| x == w);
+    std::fs::create_dir_all(&a.out).map_err(|e| BenchError::io("creating", &a.out, e))?;
+    // Calibrated on every core, once.
+    let mut heat: HeatArgs = defaults(&a.common, |h: &mut HeatArgs, c| h.common = c);
+    (heat.size, heat.block, heat.iof, heat.iters) = (a.size, a.block, a.iof, a.iters);
+    let mut fwi: FwiArgs = defaults(&a.common, |f: &mut FwiArgs, c| f.common = c);
+    (fwi.nz, fwi.nx, fwi.ny, fwi.iof, fwi.steps) = (a.nz, a.nx, a.ny, a.iof, a.steps);
+    let mut scan: ScanArgs = defaults(&a.common, |s: &mut ScanArgs, c| s.common = c);
+    (scan.files, scan.file_mib, scan.rounds) = (a.files, a.file_mib, a.rounds);
+    if wanted("heat") && heat.iof.is_none() {
+        let (dir, io) = a.common.io()?;
+        let p = HeatParams {
+            n: heat.size,
+            block: heat.block,
+            iters: 1,
+            iof: None,
+            io,
+            dir,
+        };
+        p.validate()?;
+        let (iof, iters) = period_and_length(None, None, || calibrate::heat(&p))?;
+        (heat.iof, heat.iters) = (Some(iof), Some(iters));
+    }
+    if wanted("fwi") && fwi.iof.is_none() {
+        let (dir, io) = a.common.io()?;
+        let p = FwiParams {
+            nz: fwi.nz,
+            nx: fwi.nx,
+            ny: fwi.ny,
+            steps: 1,
+            iof: 1,
+            io,
+            dir,
+        };
+        p.validate()?;
+        let (iof, steps) = period_and_length(None, None, || calibrate::fwi(&p))?;
+        (fwi.iof, fwi.steps) = (Some(iof), Some(steps));
+    }
+    let mut points = Vec::new();
+    for &k in &counts {
+        umt_sys::cpu::pin_current_thread_to(&cpus[..k])
+            .map_err(|e| BenchError::InvalidParam(format!("running on {k} cores: {e}")))?;
+        eprintln!("scale: {k} of {} cores", cpus.len());
+        let mut reports = Vec::new();
+        for w in all.into_iter().filter(|w| wanted(w)) {
+            match w {
+                "heat" => reports.push(run_heat(&heat)?),
+                "fwi" => reports.push(run_fwi(&fwi)?),
+                _ => {
+                    let r = run_scan(&scan)?;
+                    if scan.rounds.is_none() {
+                        // Calibrated at the first count; kept for the others.
+                        scan.rounds = r
+                            .first()
+                            .and_then(|r| r.params["rounds"].as_u64())
+                            .map(|n| n as u32);
+                    }
+                    reports.extend(r);
+                }
+            }
+        }
+        for r in &reports {
+            println!("{k} cores: {}", r.table());
+        }
+        points.push(ScalePoint { cores: k, reports });
+    }
+    umt_sys::cpu::pin_current_thread_to(&cpus)
+        .map_err(|e| BenchError::InvalidParam(format!("restoring the affinity mask: {e}")))?;
+    let json = a.out.join("scale.json");
+    let text = serde_json::to_string_pretty(&points)
+        .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
+    std::fs::write(&json, text).map_err(|e| BenchError::io("writing", &json, e))?;
+    let md = a.out.join("scale.md");
+    let table = scale::markdown(&points);
+    std::fs::write(&md, &table).map_err(|e| BenchError::io("writing", &md, e))?;
+    let svg = a.out.join("scale.svg");
+    umt_bench::plot::scaling(&points, &svg)?;
+    print!("{table}");
+    eprintln!(
+        "wrote {}, {} and {}",
+        json.display(),
+        md.display(),
+        svg.display()
+    );
+    Ok(())
+}
+
 /// Restricts this process, and so every thread it starts from now on, to the first `n`
 /// CPUs of its affinity mask.
 fn use_cores(n: usize) -> Result<(), BenchError> {
@@ -642,6 +792,7 @@ fn main() -> ExitCode {
         Cmd::Heat(a) => Some(&a.common),
         Cmd::Fwi(a) => Some(&a.common),
         Cmd::Scan(a) => Some(&a.common),
+        Cmd::Scale(a) => Some(&a.common),
         Cmd::Compare(c) => Some(c),
         Cmd::Onload(_) => None,
     };
@@ -660,6 +811,7 @@ fn main() -> ExitCode {
         Cmd::Heat(a) => run_heat(&a).and_then(|r| emit(&[r], &a.common)),
         Cmd::Fwi(a) => run_fwi(&a).and_then(|r| emit(&[r], &a.common)),
         Cmd::Scan(a) => run_scan(&a).and_then(|r| emit(&r, &a.common)),
+        Cmd::Scale(a) => run_scale(&a),
         Cmd::Compare(common) => {
             let heat: HeatArgs = defaults(&common, |a: &mut HeatArgs, c| a.common = c);
             let fwi: FwiArgs = defaults(&common, |a: &mut FwiArgs, c| a.common = c);

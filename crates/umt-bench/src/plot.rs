@@ -242,6 +242,79 @@ fn bars(
         .map_err(|x| e(&x))
 }
 
+/// Draws, into `path`, the cores sweep: one panel per workload, cores on x, the speedup over
+/// the baseline runtime at the fewest cores on y, a line per runtime, and the dashed line of
+/// perfect scaling of the baseline.
+pub fn scaling(points: &[crate::scale::ScalePoint], path: &Path) -> Result<(), BenchError> {
+    use crate::scale::{runtimes, speedup, workloads};
+    let err = plot_error(path);
+    let workloads = workloads(points);
+    let runtimes = runtimes(points);
+    let counts: Vec<usize> = points.iter().map(|p| p.cores).collect();
+    let (first, last) = match (counts.iter().min(), counts.iter().max()) {
+        (Some(&a), Some(&b)) => (a as f64, b as f64),
+        _ => return Err(err("no core count to draw".into())),
+    };
+    let root =
+        SVGBackend::new(path, (480 * workloads.len().max(1) as u32, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+    let panels = root.split_evenly((1, workloads.len().max(1)));
+    for (w, area) in workloads.iter().zip(&panels) {
+        let top = runtimes
+            .iter()
+            .flat_map(|r| counts.iter().filter_map(|&k| speedup(points, w, r, k)))
+            .filter(|v| v.is_finite())
+            .fold(last / first, f64::max)
+            * 1.1;
+        let mut chart = ChartBuilder::on(area)
+            .caption(w, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(50)
+            .build_cartesian_2d(first..last.max(first + 1.0), 0f64..top)
+            .map_err(|e| err(e.to_string()))?;
+        chart
+            .configure_mesh()
+            .x_desc("cores")
+            .y_desc("speedup over baseline at the fewest cores")
+            .draw()
+            .map_err(|e| err(e.to_string()))?;
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(first, 1.0), (last, last / first)],
+                6,
+                4,
+                BLACK.mix(0.5).into(),
+            ))
+            .map_err(|e| err(e.to_string()))?
+            .label("perfect scaling of baseline")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLACK.mix(0.5)));
+        for (k, r) in runtimes.iter().enumerate() {
+            let colour = Palette99::pick(k).to_rgba();
+            let line: Vec<(f64, f64)> = counts
+                .iter()
+                .filter_map(|&c| speedup(points, w, r, c).map(|s| (c as f64, s)))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(line.clone(), colour.stroke_width(2)))
+                .map_err(|e| err(e.to_string()))?
+                .label(r.as_str())
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour));
+            chart
+                .draw_series(line.into_iter().map(|p| Circle::new(p, 3, colour.filled())))
+                .map_err(|e| err(e.to_string()))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| err(e.to_string()))?;
+    }
+    root.present().map_err(|e| err(e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use umt_rt::{TraceKind, TraceRecord, TraceThread};

@@ -404,12 +404,18 @@ pub fn compute_only(
     Ok(start.elapsed())
 }
 
-/// The I/O-only run of the bound: every file read cold, without hashing, by `8 x cores`
-/// threads: the highest I/O concurrency any runner of the comparison reaches (rayon-8x), so
-/// that the bound is what the device allows, not what one worker per core gets from it.
+/// Readers per core of the I/O-only run: umt-rt's default cap of workers per core, the most
+/// any runner of the comparison has at once (rayon-8x has 8).
+pub const PEAK_READERS_PER_CORE: usize = 16;
+
+/// The I/O-only run of the bound: every file read cold, without hashing, by
+/// [`PEAK_READERS_PER_CORE`] threads per core: the highest I/O concurrency any runner of the
+/// comparison reaches, so that the bound is what the device allows, not what one worker per
+/// core gets from it.
 pub fn io_only(set: &FileSet) -> Result<Duration, BenchError> {
     set.drop_cache()?;
-    let threads = 8 * umt_sys::cpu::process_cpus().map_or(1, |c| c.len().max(1));
+    let threads =
+        PEAK_READERS_PER_CORE * umt_sys::cpu::process_cpus().map_or(1, |c| c.len().max(1));
     let next = AtomicUsize::new(0);
     let error: std::sync::Mutex<Option<BenchError>> = std::sync::Mutex::new(None);
     let start = Instant::now();

@@ -229,3 +229,75 @@ fn scan_runs_both_front_ends_and_leaves_nothing_behind() {
     assert_eq!(code, 2);
     assert!(err.contains("--files 0"), "{err}");
 }
+
+/// `scale` runs every workload at each core count asked for, with the same parameters, and
+/// writes the JSON, the Markdown table and the plot.
+#[test]
+fn scale_sweeps_the_cores_and_writes_its_three_files() {
+    let out = tempfile::tempdir().unwrap();
+    let cpus = umt_sys::cpu::process_cpus().unwrap();
+    let counts = if cpus.len() >= 2 { "1,2" } else { "1" };
+    let o = out.path().to_str().unwrap();
+    let (code, stdout, err) = umt_bench(&[
+        "scale",
+        "--out",
+        o,
+        "--cores-list",
+        counts,
+        "--runtimes",
+        "baseline,rayon",
+        "--repeat",
+        "1",
+        "--size",
+        "128",
+        "--block",
+        "64",
+        "--iof",
+        "1",
+        "--iters",
+        "2",
+        "--nz",
+        "16",
+        "--nx",
+        "32",
+        "--ny",
+        "8",
+        "--steps",
+        "2",
+        "--files",
+        "2",
+        "--file-mib",
+        "1",
+        "--rounds",
+        "1",
+        "--buffered",
+        "--dir",
+        o,
+        "--allow-memory-dir",
+    ]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    let points: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("scale.json")).unwrap())
+            .unwrap();
+    let points = points.as_array().unwrap();
+    assert_eq!(points.len(), counts.split(',').count());
+    for p in points {
+        let workloads: Vec<&str> = p["reports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["workload"].as_str().unwrap())
+            .collect();
+        assert_eq!(workloads, ["heat", "fwi", "scan-iter", "scan-tasks"]);
+    }
+    let md = std::fs::read_to_string(out.path().join("scale.md")).unwrap();
+    assert!(
+        md.contains("### scan-tasks") && md.contains("| rayon |"),
+        "{md}"
+    );
+    let svg = std::fs::read_to_string(out.path().join("scale.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("heat"));
+    let (code, _, err) = umt_bench(&["scale", "--out", o, "--cores-list", "0"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("give 1 to"), "{err}");
+}
