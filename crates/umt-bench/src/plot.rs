@@ -275,6 +275,14 @@ pub fn scaling(points: &[crate::scale::ScalePoint], path: &Path) -> Result<(), B
             .map_err(|e| err(e.to_string()))?;
         chart
             .configure_mesh()
+            .x_labels((last - first) as usize + 1)
+            .x_label_formatter(&|x| {
+                if (x - x.round()).abs() < 1e-6 {
+                    format!("{}", x.round())
+                } else {
+                    String::new()
+                }
+            })
             .x_desc("cores")
             .y_desc("speedup over baseline at the fewest cores")
             .draw()
