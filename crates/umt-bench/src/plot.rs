@@ -401,7 +401,6 @@ mod tests {
             cpu_utilisation: 0.5,
             io_bytes: 1,
             oversubscription_percent: 0.0,
-            idle_with_work_percent: 0.0,
             activity: None,
             cores: Vec::new(),
             trace: None,

@@ -51,9 +51,6 @@ pub struct RunReport {
     pub io_mib_per_s: f64,
     /// Median share of core time with more than one ready worker, in percent.
     pub oversubscription_percent: f64,
-    /// Median share of core time with no ready worker while work was queued, in percent, as
-    /// the leaders saw it (an estimate: they look when woken).
-    pub idle_with_work_percent: f64,
     /// Share of core time in [`umt_rt::CoreState::Blocked`] (a task in progress, its worker
     /// blocked, no other worker ready), exact from the trace of the median run, in percent
     /// (`None` when not traced).
@@ -145,12 +142,6 @@ impl RunReport {
                     .map(|s| s.oversubscription_percent)
                     .collect::<Vec<_>>(),
             ),
-            idle_with_work_percent: median(
-                &samples
-                    .iter()
-                    .map(|s| s.idle_with_work_percent)
-                    .collect::<Vec<_>>(),
-            ),
             activity: median_activity(samples),
             blocked_percent: median_sample.and_then(|s| {
                 let states: Vec<[f64; 4]> =
@@ -225,7 +216,7 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "{:<12} {:>9} {:>12} {:>8} {:>9} {:>9} {:>6} {:>9} {:>8} {:>9}",
+            "{:<12} {:>9} {:>12} {:>8} {:>9} {:>9} {:>6} {:>9} {:>8}",
             "runtime",
             "median s",
             &self.fom_unit,
@@ -235,20 +226,14 @@ impl Report {
             "CPU",
             "I/O MiB/s",
             "oversub",
-            "idle+work"
         );
         for r in &self.runs {
             let speedup = r
                 .speedup_vs_baseline
                 .map_or("-".to_string(), |s| format!("{s:.2}x"));
-            // Only a monitored runtime's leaders see a core idle while work waits.
-            let idle_with_work = match r.activity {
-                Some(_) => format!("{:.1}%", r.idle_with_work_percent),
-                None => "-".into(),
-            };
             let _ = writeln!(
                 out,
-                "{:<12} {:>9.3} {:>12.4e} {:>8} {:>8.1}% {:>8.1}% {:>5.0}% {:>9.0} {:>7.1}% {:>9}",
+                "{:<12} {:>9.3} {:>12.4e} {:>8} {:>8.1}% {:>8.1}% {:>5.0}% {:>9.0} {:>7.1}%",
                 r.runtime,
                 r.median_seconds,
                 r.fom,
@@ -258,7 +243,6 @@ impl Report {
                 100.0 * r.cpu_utilisation,
                 r.io_mib_per_s,
                 r.oversubscription_percent,
-                idle_with_work
             );
         }
         for r in &self.runs {
@@ -322,7 +306,6 @@ mod tests {
             cpu_utilisation: 0.5,
             io_bytes: 1 << 20,
             oversubscription_percent: 1.0,
-            idle_with_work_percent: 2.0,
             activity: Some(Activity {
                 monitor_events: seconds * 100.0,
                 ..Activity::default()

@@ -244,11 +244,8 @@ pub struct Sample {
     /// Bytes written or read by the workload's I/O.
     pub io_bytes: u64,
     /// Time cores had more than one ready worker, over wall time times cores, in percent, as
-    /// umt-rt's leaders saw it (an estimate: see `umt_rt::CoreStats::idle_with_work`).
+    /// umt-rt's leaders saw it (an estimate: see `umt_rt::CoreStats::oversubscribed`).
     pub oversubscription_percent: f64,
-    /// Time cores had no ready worker while work was queued, over wall time times cores, in
-    /// percent, as umt-rt's leaders saw it (an estimate, as `oversubscription_percent`).
-    pub idle_with_work_percent: f64,
     /// What umt-rt's monitor and leaders did, for the umt-rt runners with a monitor.
     pub activity: Option<Activity>,
     /// Per core, what its workers did during the run (umt-rt runners only; empty otherwise).
@@ -408,7 +405,7 @@ pub fn measure(
         }
     }
     let seconds = elapsed.as_secs_f64().max(1e-9);
-    let (polled, oversubscribed, idle_with_work, activity) = match (&before, &after) {
+    let (polled, oversubscribed, activity) = match (&before, &after) {
         (Some(b), Some(a)) => (
             a.leader_poll_time.saturating_sub(b.leader_poll_time),
             a.cores
@@ -416,14 +413,9 @@ pub fn measure(
                 .map(|c| c.oversubscribed)
                 .sum::<Duration>()
                 .saturating_sub(b.cores.iter().map(|c| c.oversubscribed).sum()),
-            a.cores
-                .iter()
-                .map(|c| c.idle_with_work)
-                .sum::<Duration>()
-                .saturating_sub(b.cores.iter().map(|c| c.idle_with_work).sum()),
             (a.backend != BackendKind::Disabled).then(|| Activity::between(b, a, seconds, cores)),
         ),
-        _ => (Duration::ZERO, Duration::ZERO, Duration::ZERO, None),
+        _ => (Duration::ZERO, Duration::ZERO, None),
     };
     let accounts = trace.as_ref().map(|t| t.accounting());
     let per_core = match (&before, &after) {
@@ -444,7 +436,6 @@ pub fn measure(
         cpu_utilisation: cpu.as_secs_f64() / (seconds * cores),
         io_bytes,
         oversubscription_percent: 100.0 * oversubscribed.as_secs_f64() / (seconds * cores),
-        idle_with_work_percent: 100.0 * idle_with_work.as_secs_f64() / (seconds * cores),
         activity,
         cores: per_core,
         trace,

@@ -175,7 +175,6 @@ mod tests {
                             cpu_utilisation: 1.0,
                             io_bytes: 0,
                             oversubscription_percent: 0.0,
-                            idle_with_work_percent: 0.0,
                             activity: None,
                             cores: Vec::new(),
                             trace: None,

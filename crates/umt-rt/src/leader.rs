@@ -135,7 +135,7 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
         let ready = reg.monitor.ready(cpu);
         let pending = ready <= 0 && reg.has_work_for(own);
         // Time accounting: the state this drain leaves holds until the next drain.
-        reg.core_time[own].observe(Instant::now(), ready, pending);
+        reg.core_time[own].observe(Instant::now(), ready);
         if ready <= 0 && !in_flight && (pending || reg.pools.has_surrendered(own)) {
             // If a worker of the core started since `seen` (`Fill::Changed`), the drain may
             // not show it yet: nothing is done, and the next iteration looks again.

@@ -622,7 +622,7 @@ impl WorkerCtx {
                 .fetch_add(n as u64, Ordering::Relaxed);
             self.record(TraceKind::Drained);
             let ready = reg.monitor.ready(self.cpu);
-            reg.core_time[self.core].observe(std::time::Instant::now(), ready, false);
+            reg.core_time[self.core].observe(std::time::Instant::now(), ready);
         }
     }
 
@@ -639,7 +639,7 @@ impl WorkerCtx {
             // The oversubscription ends here, although the count shows it only once this
             // worker's block is drained.
             let ready = self.reg.monitor.ready(self.cpu) - 1;
-            self.reg.core_time[self.core].observe(std::time::Instant::now(), ready, false);
+            self.reg.core_time[self.core].observe(std::time::Instant::now(), ready);
             if self.reg.trace.is_some() {
                 self.record(TraceKind::Surrender);
                 self.record(TraceKind::Park);
