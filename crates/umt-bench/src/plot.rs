@@ -401,6 +401,7 @@ mod tests {
             cpu_utilisation: 0.5,
             io_bytes: 1,
             oversubscription_percent: 0.0,
+            disk_queue_depth: None,
             activity: None,
             cores: Vec::new(),
             trace: None,

@@ -51,6 +51,9 @@ pub struct RunReport {
     pub io_mib_per_s: f64,
     /// Median share of core time with more than one ready worker, in percent.
     pub oversubscription_percent: f64,
+    /// Median of the disks' average queue depth during the runs (see
+    /// [`Sample::disk_queue_depth`]).
+    pub disk_queue_depth: Option<f64>,
     /// Share of core time in [`umt_rt::CoreState::Blocked`] (a task in progress, its worker
     /// blocked, no other worker ready), exact from the trace of the median run, in percent
     /// (`None` when not traced).
@@ -142,6 +145,10 @@ impl RunReport {
                     .map(|s| s.oversubscription_percent)
                     .collect::<Vec<_>>(),
             ),
+            disk_queue_depth: {
+                let depths: Vec<f64> = samples.iter().filter_map(|s| s.disk_queue_depth).collect();
+                (!depths.is_empty()).then(|| median(&depths))
+            },
             activity: median_activity(samples),
             blocked_percent: median_sample.and_then(|s| {
                 let states: Vec<[f64; 4]> =
@@ -216,7 +223,7 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "{:<12} {:>9} {:>12} {:>8} {:>9} {:>9} {:>6} {:>9} {:>8}",
+            "{:<12} {:>9} {:>12} {:>8} {:>9} {:>9} {:>6} {:>9} {:>8} {:>8}",
             "runtime",
             "median s",
             &self.fom_unit,
@@ -226,6 +233,7 @@ impl Report {
             "CPU",
             "I/O MiB/s",
             "oversub",
+            "disk QD",
         );
         for r in &self.runs {
             let speedup = r
@@ -233,7 +241,7 @@ impl Report {
                 .map_or("-".to_string(), |s| format!("{s:.2}x"));
             let _ = writeln!(
                 out,
-                "{:<12} {:>9.3} {:>12.4e} {:>8} {:>8.1}% {:>8.1}% {:>5.0}% {:>9.0} {:>7.1}%",
+                "{:<12} {:>9.3} {:>12.4e} {:>8} {:>8.1}% {:>8.1}% {:>5.0}% {:>9.0} {:>7.1}% {:>8}",
                 r.runtime,
                 r.median_seconds,
                 r.fom,
@@ -243,6 +251,7 @@ impl Report {
                 100.0 * r.cpu_utilisation,
                 r.io_mib_per_s,
                 r.oversubscription_percent,
+                r.disk_queue_depth.map_or("-".into(), |d| format!("{d:.1}")),
             );
         }
         for r in &self.runs {
@@ -306,6 +315,7 @@ mod tests {
             cpu_utilisation: 0.5,
             io_bytes: 1 << 20,
             oversubscription_percent: 1.0,
+            disk_queue_depth: None,
             activity: Some(Activity {
                 monitor_events: seconds * 100.0,
                 ..Activity::default()

@@ -246,6 +246,11 @@ pub struct Sample {
     /// Time cores had more than one ready worker, over wall time times cores, in percent, as
     /// umt-rt's leaders saw it (an estimate: see `umt_rt::CoreStats::oversubscribed`).
     pub oversubscription_percent: f64,
+    /// The disks' average queue depth during the run: the growth of their `time_in_queue`
+    /// (`/sys/block/*/stat`, milliseconds weighted by requests in flight) over the wall time
+    /// (`None` where the file cannot be read). Covers the whole call of the workload, setup
+    /// included, and every process's I/O.
+    pub disk_queue_depth: Option<f64>,
     /// What umt-rt's monitor and leaders did, for the umt-rt runners with a monitor.
     pub activity: Option<Activity>,
     /// Per core, what its workers did during the run (umt-rt runners only; empty otherwise).
@@ -353,6 +358,31 @@ impl Activity {
     }
 }
 
+/// The sum of every disk's `time_in_queue` (the 11th field of `/sys/block/DEV/stat`:
+/// milliseconds spent with requests in flight, weighted by their number), loop, RAM and zram
+/// devices left out; `None` if none can be read.
+fn disk_time_in_queue_ms() -> Option<u64> {
+    let mut total = None;
+    for entry in std::fs::read_dir("/sys/block").ok()?.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if ["loop", "ram", "zram"].iter().any(|p| name.starts_with(p)) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        if let Some(ms) = stat
+            .split_whitespace()
+            .nth(10)
+            .and_then(|f| f.parse::<u64>().ok())
+        {
+            total = Some(total.unwrap_or(0) + ms);
+        }
+    }
+    total
+}
+
 /// CPU time of the whole process so far.
 fn cpu_time() -> Duration {
     match getrusage(UsageWho::RUSAGE_SELF) {
@@ -382,7 +412,9 @@ pub fn measure(
     };
     let cpu_before = cpu_time();
     let before = stats(&engine);
+    let queue_before = disk_time_in_queue_ms();
     let (elapsed, io_bytes) = work(&engine)?;
+    let queue_after = disk_time_in_queue_ms();
     let after = stats(&engine);
     let trace = match &engine {
         Engine::Umt(rt) | Engine::Uring(rt) | Engine::UmtIo(rt) => {
@@ -436,6 +468,9 @@ pub fn measure(
         cpu_utilisation: cpu.as_secs_f64() / (seconds * cores),
         io_bytes,
         oversubscription_percent: 100.0 * oversubscribed.as_secs_f64() / (seconds * cores),
+        disk_queue_depth: queue_before
+            .zip(queue_after)
+            .map(|(b, a)| a.saturating_sub(b) as f64 / (seconds * 1e3)),
         activity,
         cores: per_core,
         trace,

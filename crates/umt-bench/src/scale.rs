@@ -175,6 +175,7 @@ mod tests {
                             cpu_utilisation: 1.0,
                             io_bytes: 0,
                             oversubscription_percent: 0.0,
+                            disk_queue_depth: None,
                             activity: None,
                             cores: Vec::new(),
                             trace: None,

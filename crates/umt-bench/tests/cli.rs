@@ -147,7 +147,10 @@ fn timeline_and_plot_are_written() {
         json.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("oversub") && !out.contains("idle+work"), "{out}");
+    assert!(
+        out.contains("oversub") && !out.contains("idle+work"),
+        "{out}"
+    );
     let svg = std::fs::read_to_string(dir.join("heat-baseline.svg")).unwrap();
     assert!(
         svg.starts_with("<svg") && svg.contains("core 0"),
