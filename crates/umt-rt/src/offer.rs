@@ -58,7 +58,6 @@ impl Gate {
     }
 
     /// Whether the gate is closed.
-    #[cfg(loom)]
     pub(crate) fn is_closed(&self) -> bool {
         self.state.load(Ordering::Acquire) & CLOSED != 0
     }
@@ -79,9 +78,11 @@ mod list {
     /// Work a feature offers to any worker of the runtime with nothing else to do.
     pub(crate) trait Offer: Send + Sync {
         /// Whether [`Offer::take`] may give a job now (a cheap look: the leader asks at each
-        /// iteration, a worker before it parks).
+        /// iteration, a worker before it parks). It must not enter the offer's gate: a leader
+        /// at `SCHED_IDLE` preempted inside would hold up whoever closes it.
         fn has_work(&self) -> bool;
         /// A job for the calling worker (a new participant), or `None` if there is none.
+        /// Workers only, never a leader (see `has_work`).
         fn take(&self) -> Option<Job>;
     }
 

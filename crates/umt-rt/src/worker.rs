@@ -378,7 +378,12 @@ impl WorkerCtx {
                 Steal::Empty => break,
             }
         }
-        self.steal().or_else(|| self.reg.offers.take())
+        // Not a leader running tasks: at `SCHED_IDLE`, preempted inside an offer's gate, it
+        // would hold up the participant that closes it (`offer.rs`).
+        self.steal().or_else(|| match self.role {
+            Role::Leader => None,
+            Role::Worker => self.reg.offers.take(),
+        })
     }
 
     fn steal(&self) -> Option<Job> {

@@ -192,8 +192,6 @@ const MAX_JOINERS: usize = 64;
 
 /// What a loop's offer reaches in [`Fold::run`]'s frame (D5).
 trait Joinable: Sync {
-    /// Whether a joiner would get chunks now.
-    fn has_chunks(&self) -> bool;
     /// A job that runs one more participant, if chunks are left and a participant number free.
     fn join(&self) -> Option<Job>;
 }
@@ -214,10 +212,6 @@ impl<'a, P> Joinable for Join<'a, P>
 where
     P: Fn(usize, bool) + Sync,
 {
-    fn has_chunks(&self) -> bool {
-        self.dispenser.has_chunks() && self.free.load(Ordering::Relaxed) != 0
-    }
-
     fn join(&self) -> Option<Job> {
         if !self.dispenser.has_chunks() {
             return None;
@@ -301,8 +295,12 @@ impl LoopOffer {
 }
 
 impl Offer for LoopOffer {
+    /// Open: no participant has found the loop handed out yet. A look that does not enter the
+    /// gate, since the leaders look (L3) and one at `SCHED_IDLE` preempted inside the gate
+    /// would hold up the participant that closes it for as long as its core stays busy. (A
+    /// spare woken when every joiner number is taken finds nothing and parks again.)
     fn has_work(&self) -> bool {
-        self.with_join(|j| j.has_chunks().then_some(())).is_some()
+        self.target.get().is_some() && !self.gate.is_closed()
     }
 
     fn take(&self) -> Option<Job> {
