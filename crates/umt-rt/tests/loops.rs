@@ -182,37 +182,39 @@ fn schedules() -> impl Strategy<Value = Schedule> {
     ]
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
-
-    /// With bodies that really block (sleeps), so spares join and leave loops, every index is
-    /// still visited once and an ordered result is the sequential one.
-    #[test]
-    fn every_index_runs_once_with_blocking_bodies(
-        len in 0usize..400,
-        every in 3usize..40,
-        s in schedules(),
-    ) {
-        let _serial = serial();
-        static RT: std::sync::OnceLock<Option<Runtime>> = std::sync::OnceLock::new();
-        let Some(rt) = RT.get_or_init(two_core_runtime) else {
-            return Ok(());
-        };
-        let visits: Vec<AtomicU8> = (0..len).map(|_| AtomicU8::new(0)).collect();
-        let got: Vec<usize> = rt.install(|| {
-            (0..len)
-                .into_par_iter()
-                .schedule(s)
-                .map(|i| {
-                    visits[i].fetch_add(1, Ordering::Relaxed);
-                    if i % every == 0 {
-                        std::thread::sleep(Duration::from_micros(100));
-                    }
-                    i * 3
-                })
-                .collect()
-        });
-        prop_assert!(visits.iter().all(|v| v.load(Ordering::Relaxed) == 1));
-        prop_assert_eq!(got, (0..len).map(|i| i * 3).collect::<Vec<_>>());
-    }
+/// With bodies that really block (sleeps), so spares join and leave loops, every index is
+/// still visited once and an ordered result is the sequential one. One runtime for all cases,
+/// dropped at the end: with the Kernel backend a process has one UMT state at a time.
+#[test]
+fn every_index_runs_once_with_blocking_bodies() {
+    let _serial = serial();
+    let Some(rt) = two_core_runtime() else {
+        return;
+    };
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 24,
+        ..ProptestConfig::default()
+    });
+    let strategy = (0usize..400, 3usize..40, schedules());
+    runner
+        .run(&strategy, |(len, every, s)| {
+            let visits: Vec<AtomicU8> = (0..len).map(|_| AtomicU8::new(0)).collect();
+            let got: Vec<usize> = rt.install(|| {
+                (0..len)
+                    .into_par_iter()
+                    .schedule(s)
+                    .map(|i| {
+                        visits[i].fetch_add(1, Ordering::Relaxed);
+                        if i % every == 0 {
+                            std::thread::sleep(Duration::from_micros(100));
+                        }
+                        i * 3
+                    })
+                    .collect()
+            });
+            prop_assert!(visits.iter().all(|v| v.load(Ordering::Relaxed) == 1));
+            prop_assert_eq!(got, (0..len).map(|i| i * 3).collect::<Vec<_>>());
+            Ok(())
+        })
+        .unwrap();
 }
