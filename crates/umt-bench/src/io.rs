@@ -281,7 +281,12 @@ pub fn prefaulted_zeros(n: usize) -> Vec<f64> {
     v
 }
 
-/// Creates (truncating) a checkpoint file for writing in `mode`, with `len` bytes allocated.
+/// Creates a new checkpoint file for writing in `mode`, with `len` bytes allocated.
+///
+/// `O_CREAT | O_EXCL | O_NOFOLLOW`: it never opens what is already at `path`, so a file or a
+/// symbolic link another user planted there (the names are predictable, and the default
+/// directory is shared) makes the run fail, saying so, instead of overwriting the target as
+/// root (issue 30).
 ///
 /// Checkpointing codes preallocate their files, and so does every runner here. On ext4 this
 /// matters for the comparison: a direct write into blocks the file does not have yet takes the
@@ -291,10 +296,13 @@ pub fn prefaulted_zeros(n: usize) -> Vec<f64> {
 /// a file of size 0, written as before.
 pub fn create_file(path: &Path, mode: IoMode, len: u64) -> Result<File, BenchError> {
     let mut opts = OpenOptions::new();
-    opts.write(true).read(true).create(true).truncate(true);
-    if mode == IoMode::Direct {
-        opts.custom_flags(libc::O_DIRECT);
-    }
+    opts.write(true).read(true).create_new(true);
+    let direct = if mode == IoMode::Direct {
+        libc::O_DIRECT
+    } else {
+        0
+    };
+    opts.custom_flags(direct | libc::O_NOFOLLOW);
     let file = opts
         .open(path)
         .map_err(|source| match (mode, source.raw_os_error()) {
@@ -302,6 +310,12 @@ pub fn create_file(path: &Path, mode: IoMode, len: u64) -> Result<File, BenchErr
                 dir: path.parent().unwrap_or(Path::new(".")).to_path_buf(),
                 source,
             },
+            (_, Some(libc::EEXIST)) => BenchError::io(
+                "creating (something is already there, perhaps another user's file or link: \
+                 remove it, or use a --dir only you can write to)",
+                path,
+                source,
+            ),
             _ => BenchError::io("creating", path, source),
         })?;
     let io_error = |source: std::io::Error| BenchError::io("preallocating", path, source);
@@ -377,6 +391,23 @@ pub fn read_f64s(path: &Path, offset: u64, count: usize) -> Result<Vec<f64>, Ben
 
 #[cfg(test)]
 mod tests {
+
+    /// A link planted where a checkpoint will be made is refused, and its target untouched.
+    #[test]
+    fn a_planted_link_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let planted = dir.path().join("umt-heat-1-0-1.ckpt");
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let e = create_file(&planted, IoMode::Buffered, 4096).unwrap_err();
+        assert!(e.to_string().contains("already there"), "{e}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        std::fs::write(dir.path().join("plain"), b"x").unwrap();
+        assert!(create_file(&dir.path().join("plain"), IoMode::Buffered, 0).is_err());
+        assert!(create_file(&dir.path().join("new"), IoMode::Buffered, 0).is_ok());
+    }
+
     use super::*;
 
     #[test]
@@ -467,18 +498,17 @@ mod tests {
     }
 
     #[test]
-    fn files_are_created_preallocated_and_truncated() {
-        let dir = std::env::temp_dir();
-        let path = dir.join(format!("umt-io-prealloc-{}.bin", std::process::id()));
+    fn files_are_created_preallocated_and_never_reopened() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("prealloc.bin");
         let len = 3 * DIRECT_ALIGN as u64;
         let f = create_file(&path, IoMode::Buffered, len).unwrap();
         let got = f.metadata().unwrap().len();
         // A filesystem without fallocate leaves the file empty; every other one sizes it.
         assert!(got == len || got == 0, "size {got}");
         drop(f);
-        // Re-creating truncates first: no stale data or size survives.
-        let f = create_file(&path, IoMode::Buffered, 0).unwrap();
-        assert_eq!(f.metadata().unwrap().len(), 0);
-        std::fs::remove_file(&path).unwrap();
+        // A checkpoint is always a new file: an existing one is refused, not truncated.
+        assert!(create_file(&path, IoMode::Buffered, 0).is_err());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), got);
     }
 }

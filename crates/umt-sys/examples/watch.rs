@@ -55,12 +55,18 @@ fn as_bytes_mut(pages: &mut [Page]) -> &mut [u8] {
 /// filesystem refuses `O_DIRECT`: tmpfs before Linux 6.6, some FUSE and network filesystems).
 fn open_data_file(dir: &std::path::Path) -> std::io::Result<(File, PathBuf, bool)> {
     let path = dir.join(format!("umt-watch-{}.dat", std::process::id()));
-    let mut f = File::create(&path)?;
+    // A new file, never what is already there: a file or link another user planted at this
+    // predictable name makes the example fail instead of overwriting its target (issue 30).
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)?;
     f.write_all(&vec![7u8; 4 * CHUNK])?;
     f.sync_all()?;
     match OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_DIRECT)
+        .custom_flags(libc::O_DIRECT | libc::O_NOFOLLOW)
         .open(&path)
     {
         Ok(f) => Ok((f, path, true)),
