@@ -101,6 +101,13 @@ fn run_worker(
 fn main() -> std::process::ExitCode {
     match watch(Args::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // The reader went away (`watch | head`): nothing more to say, and no one to say it to.
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            std::process::ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("watch: {e}");
             std::process::ExitCode::from(2)
@@ -108,16 +115,38 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Writes a line to stdout; an error (a closed pipe) is returned, never a panic.
+fn out(line: std::fmt::Arguments<'_>) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_fmt(line)?;
+    stdout.write_all(b"\n")
+}
+
+/// Sets `stop` when dropped: on every way out of the watch loop (the deadline, an error, a
+/// closed output), so the workers end and the scope can return.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 fn watch(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let monitor = Monitor::new(args.backend)?;
     let sel = monitor.selection();
-    println!("backend: {} (requested {})", sel.chosen, sel.requested);
+    out(format_args!(
+        "backend: {} (requested {})",
+        sel.chosen, sel.requested
+    ))?;
     for r in &sel.rejected {
-        println!("  rejected: {r}");
+        out(format_args!("  rejected: {r}"))?;
     }
     let dir = args.dir.unwrap_or_else(std::env::temp_dir);
     let (file, path, direct) = open_data_file(&dir)?;
-    println!(
+    // Removed on every way out, an error or a closed output included.
+    let _remove = RemoveOnDrop(&path);
+    out(format_args!(
         "reader: {} ({})",
         path.display(),
         if direct {
@@ -125,7 +154,7 @@ fn watch(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         } else {
             "buffered: this filesystem refuses O_DIRECT"
         }
-    );
+    ))?;
 
     let stop = AtomicBool::new(false);
     let names: Mutex<HashMap<i32, &'static str>> = Mutex::new(HashMap::new());
@@ -135,6 +164,7 @@ fn watch(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut per_thread: HashMap<Option<i32>, (u64, u64)> = HashMap::new();
 
     std::thread::scope(|s| -> Result<(), Box<dyn std::error::Error>> {
+        let _stop = StopOnDrop(&stop);
         let sleep = || std::thread::sleep(Duration::from_millis(30));
         let read = || {
             let mut buf = aligned_buffer(CHUNK);
@@ -153,7 +183,11 @@ fn watch(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             s.spawn(move || run_worker(m, st, n, "reader", &read)),
             s.spawn(move || run_worker(m, st, n, "spinner", &spin)),
         ];
+        let closed: std::cell::RefCell<Option<std::io::Error>> = std::cell::RefCell::new(None);
         let mut print = |ev: &MonitorEvent| {
+            if closed.borrow().is_some() {
+                return;
+            }
             let who = ev
                 .tid
                 .map(|t| {
@@ -180,36 +214,53 @@ fn watch(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             let at_ms = ev.time_ns.map_or(start.elapsed().as_secs_f64() * 1e3, |t| {
                 t.saturating_sub(start_ns) as f64 / 1e6
             });
-            println!(
+            if let Err(e) = out(format_args!(
                 "{at_ms:>9.3} ms  cpu {:<3} {what}  {who:<22} [{cause}]",
                 ev.cpu
-            );
+            )) {
+                *closed.borrow_mut() = Some(e);
+            }
             let e = per_thread.entry(ev.tid).or_default();
             e.0 += u64::from(ev.events.blocked);
             e.1 += u64::from(ev.events.unblocked);
         };
-        while Instant::now() < deadline {
+        while Instant::now() < deadline && closed.borrow().is_none() {
             monitor.wait(Some(Duration::from_millis(100)))?;
             monitor.drain_with(&mut print)?;
         }
         stop.store(true, Ordering::Relaxed);
         for h in handles {
-            h.join().expect("worker panicked")?;
+            h.join().map_err(|_| "a worker thread panicked")??;
         }
         monitor.drain_with(&mut print)?;
-        Ok(())
+        let closed = closed.borrow_mut().take();
+        match closed {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
     })?;
-    let _ = std::fs::remove_file(&path);
 
-    println!("summary after {:.1} s:", args.seconds);
+    out(format_args!("summary after {:.1} s:", args.seconds))?;
     let names = names.into_inner().unwrap();
     let mut rows: Vec<_> = per_thread.into_iter().collect();
     rows.sort_by_key(|(t, _)| *t);
     for (tid, (b, u)) in rows {
         let name = tid.and_then(|t| names.get(&t)).copied().unwrap_or("all");
-        println!("  {name:<8} blocks {b:>5}  unblocks {u:>5}");
+        out(format_args!("  {name:<8} blocks {b:>5}  unblocks {u:>5}"))?;
     }
-    println!("  {:?}", monitor.stats());
-    println!("  ready counts now: {:?}", monitor.ready_counts());
+    out(format_args!("  {:?}", monitor.stats()))?;
+    out(format_args!(
+        "  ready counts now: {:?}",
+        monitor.ready_counts()
+    ))?;
     Ok(())
+}
+
+/// Removes the data file when dropped.
+struct RemoveOnDrop<'a>(&'a std::path::Path);
+
+impl Drop for RemoveOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
 }
