@@ -404,7 +404,19 @@ fn period_and_length(
         None => {
             let c = calibrate()?;
             eprintln!("{c}");
-            c.iof
+            match steps {
+                // An explicit length bounds what calibration picks: the same command must
+                // not run on one machine state and refuse on another (issue 30, item 7).
+                Some(steps) if c.iof > steps => {
+                    eprintln!(
+                        "(a period of {} steps is longer than the {steps} asked for: one period \
+                         of {steps})",
+                        c.iof
+                    );
+                    steps.max(1)
+                }
+                _ => c.iof,
+            }
         }
     };
     Ok((iof, steps.unwrap_or(iof.saturating_mul(calibrate::PERIODS))))

@@ -304,3 +304,31 @@ fn scale_sweeps_the_cores_and_writes_its_three_files() {
     assert_eq!(code, 2);
     assert!(err.contains("give 1 to"), "{err}");
 }
+
+/// An explicit --iters bounds the calibrated period: the same command runs whatever the
+/// calibration measures (it refused "iof 5 is more than iters 2" on some runs).
+#[test]
+fn an_explicit_length_bounds_the_calibrated_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    for _ in 0..3 {
+        let (code, out, err) = umt_bench(&[
+            "heat",
+            "--size",
+            "512",
+            "--block",
+            "128",
+            "--iters",
+            "1",
+            "--repeat",
+            "1",
+            "--runtimes",
+            "baseline",
+            "--buffered",
+            "--dir",
+            d,
+            "--allow-memory-dir",
+        ]);
+        assert_eq!(code, 0, "{out}{err}");
+    }
+}
