@@ -536,20 +536,44 @@ mod imp {
             text.push_str(&format!(": {s}"));
             source = s.source();
         }
-        let denied = text.contains("Operation not permitted")
-            || text.contains("EPERM")
-            || text.contains("Permission denied");
-        let u = Unavailable::new(BackendKind::Bpf, text);
-        if denied {
-            u.with_fix(format!("it needs CAP_BPF and CAP_PERFMON: {PRIVILEGE_FIX}"))
-                .into()
-        } else {
-            u.with_fix("it needs Linux >= 5.18 with BTF and BPF atomics")
-                .into()
-        }
+        let u = Unavailable::new(BackendKind::Bpf, text.clone());
+        load_fix(&text, u).into()
     }
 
     fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The fix for a load or attach failure whose message (with its causes) is `text`: missing
+    /// privilege, the process's file descriptor limit (loading opens a descriptor per map and
+    /// program), or else a kernel too old.
+    fn load_fix(text: &str, u: Unavailable) -> Unavailable {
+        let has = |s: &str| text.contains(s);
+        if has("Operation not permitted") || has("EPERM") || has("Permission denied") {
+            u.with_fix(format!("it needs CAP_BPF and CAP_PERFMON: {PRIVILEGE_FIX}"))
+        } else if has("Too many open files") || has("EMFILE") || has("ENFILE") {
+            u.with_fix(
+                "the process ran out of file descriptors while loading (one per map and program): \
+                 raise the limit (`ulimit -n`) or close descriptors first",
+            )
+        } else {
+            u.with_fix("it needs Linux >= 5.18 with BTF and BPF atomics")
+        }
+    }
+
+    #[cfg(test)]
+    mod load_fix_tests {
+        use super::*;
+
+        #[test]
+        fn a_descriptor_shortage_is_named_as_such() {
+            let u = |t: &str| {
+                load_fix(t, Unavailable::new(BackendKind::Bpf, t.to_string())).to_string()
+            };
+            assert!(u("loading: Too many open files (os error 24)").contains("ulimit -n"));
+            assert!(!u("loading: Too many open files (os error 24)").contains("5.18"));
+            assert!(u("attaching: Operation not permitted").contains("CAP_BPF"));
+            assert!(u("loading: unknown func bpf_foo").contains("5.18"));
+        }
     }
 }
