@@ -3,6 +3,11 @@
 //! the consumers `for_each`, `sum`, `reduce`, `collect`, `count`, `min_by_key`, `max_by_key`.
 //! Every loop runs under a [`Schedule`]. Design notes: `README.md` in this folder.
 //!
+//! Bodies may block (read a file, wait for a lock): while a loop runs it offers its chunks
+//! not yet handed out, and the spare worker the monitor wakes for a core whose participant
+//! blocked joins the loop as one more participant, until that participant is back. Under
+//! every schedule but [`Schedule::Static`], whose participant `i` owns block `i`.
+//!
 //! ```
 //! use umt_rt::prelude::*;
 //!
