@@ -107,8 +107,12 @@ mod list {
             });
         }
 
-        /// O4: takes `offer` off the list.
+        /// O4: takes `offer` off the list (nothing if it is not listed: only its owner adds
+        /// and removes it, so that cannot change meanwhile).
         pub(crate) fn remove(&self, offer: &Arc<dyn Offer>) {
+            if !self.list.load().iter().any(|o| Arc::ptr_eq(o, offer)) {
+                return;
+            }
             self.list.rcu(|list| {
                 let mut list = Vec::clone(list);
                 list.retain(|o| !Arc::ptr_eq(o, offer));
@@ -130,6 +134,46 @@ mod list {
             }
             self.list.load().iter().rev().find_map(|o| o.take())
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::job::Job;
+
+    struct Never;
+    impl Offer for Never {
+        fn has_work(&self) -> bool {
+            true
+        }
+        fn take(&self) -> Option<Job> {
+            None
+        }
+    }
+
+    /// Listing and withdrawing keep the count in step, also for an offer withdrawn twice or
+    /// never listed; a look with none listed finds no work.
+    #[test]
+    fn offers_are_listed_until_withdrawn() {
+        let offers = Offers::default();
+        assert!(!offers.has_work());
+        let a: Arc<dyn Offer> = Arc::new(Never);
+        let b: Arc<dyn Offer> = Arc::new(Never);
+        offers.remove(&a);
+        offers.add(a.clone());
+        offers.add(b.clone());
+        assert!(offers.has_work());
+        assert!(offers.take().is_none());
+        offers.remove(&a);
+        offers.remove(&a);
+        assert!(offers.has_work());
+        offers.remove(&b);
+        assert!(!offers.has_work());
+        offers.add(a);
+        assert!(offers.has_work());
     }
 }
 
