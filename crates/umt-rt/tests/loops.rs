@@ -65,6 +65,10 @@ fn blocked_participant(schedule: Schedule) -> Option<(Vec<Option<Ran>>, Ran, boo
     let read_done = AtomicBool::new(false);
     let joined = AtomicBool::new(false);
     let visited = AtomicUsize::new(0);
+    // Threads that ran an index other than 0: the reader blocks only once another
+    // participant runs, so that a thread on its core afterwards can only be a joiner (not a
+    // spare that took a participant still queued there).
+    let others: Mutex<Vec<i32>> = Mutex::new(Vec::new());
     let joinable = schedule != Schedule::Static;
     std::thread::scope(|s| {
         let looper = s.spawn(|| {
@@ -76,7 +80,17 @@ fn blocked_participant(schedule: Schedule) -> Option<(Vec<Option<Ran>>, Ran, boo
                     };
                     visits[i].fetch_add(1, Ordering::SeqCst);
                     *ran[i].lock().unwrap() = Some(me);
+                    if i != 0 {
+                        others.lock().unwrap().push(me.tid);
+                    }
                     if i == 0 {
+                        // Runnable while it waits (no block, no spare): spins and yields.
+                        let t = Instant::now();
+                        while !others.lock().unwrap().iter().any(|&o| o != me.tid)
+                            && t.elapsed() < PATIENCE
+                        {
+                            std::thread::yield_now();
+                        }
                         blocked_cpu.store(me.cpu, Ordering::SeqCst);
                         blocked_tid.store(me.tid, Ordering::SeqCst);
                         let mut b = [0u8];
@@ -93,9 +107,10 @@ fn blocked_participant(schedule: Schedule) -> Option<(Vec<Option<Ran>>, Ran, boo
                     } else if joinable && me.cpu != blocked {
                         // The other core waits for a joiner on the blocked one, so that the
                         // loop cannot finish its chunks without one.
+                        // Runnable while it waits, so its own core wakes no spare.
                         let t = Instant::now();
                         while !joined.load(Ordering::SeqCst) && t.elapsed() < PATIENCE {
-                            std::thread::sleep(Duration::from_micros(200));
+                            std::thread::yield_now();
                         }
                     }
                     visited.fetch_add(1, Ordering::SeqCst);
