@@ -846,3 +846,43 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn calibrated(iof: usize) -> impl FnOnce() -> Result<Calibration, BenchError> {
+        move || {
+            Ok(Calibration {
+                workload: "heat",
+                cores: 2,
+                step_seconds: 0.01,
+                io_seconds: 0.01 * iof as f64,
+                iof,
+                steps: iof * calibrate::PERIODS,
+            })
+        }
+    }
+
+    /// A calibrated period longer than an explicit length becomes that length; otherwise the
+    /// calibration and the explicit values are kept (issue 30, item 7).
+    #[test]
+    fn an_explicit_length_bounds_the_calibrated_period() {
+        assert_eq!(
+            period_and_length(None, Some(2), calibrated(5)).unwrap(),
+            (2, 2)
+        );
+        assert_eq!(
+            period_and_length(None, Some(8), calibrated(5)).unwrap(),
+            (5, 8)
+        );
+        assert_eq!(
+            period_and_length(None, None, calibrated(5)).unwrap(),
+            (5, 5 * calibrate::PERIODS)
+        );
+        assert_eq!(
+            period_and_length(Some(3), Some(2), calibrated(5)).unwrap(),
+            (3, 2)
+        );
+    }
+}

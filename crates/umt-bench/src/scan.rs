@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::error::BenchError;
+use crate::error::{BenchError, Errors};
 use crate::runner::Engine;
 
 /// Which way the program is written.
@@ -254,21 +254,15 @@ pub fn run(
     let paths = set.paths();
     let rounds = p.rounds;
     let digest = AtomicU64::new(0);
-    let error: std::sync::Mutex<Option<BenchError>> = std::sync::Mutex::new(None);
+    let errors = Errors::default();
     let read: fn(&Path, u32) -> Result<u64, BenchError> = match engine {
         Engine::UmtIo(_) => read_and_hash_io,
         _ => read_and_hash,
     };
-    let one = |i: usize| match read(&paths[i], rounds) {
-        Ok(h) => {
+    let one = |i: usize| {
+        errors.check(read(&paths[i], rounds).map(|h| {
             digest.fetch_add(weigh(i, h), Ordering::Relaxed);
-        }
-        Err(e) => {
-            error
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert(e);
-        }
+        }))
     };
     let start = Instant::now();
     match (engine, front) {
@@ -328,9 +322,7 @@ pub fn run(
         }
     }
     let elapsed = start.elapsed();
-    if let Some(e) = error.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        return Err(e);
-    }
+    errors.first()?;
     Ok(ScanRun {
         elapsed,
         bytes: p.bytes(),
@@ -444,7 +436,7 @@ pub fn io_only(set: &FileSet) -> Result<Duration, BenchError> {
 fn read_all(set: &FileSet, threads: usize) -> Result<Duration, BenchError> {
     set.drop_cache()?;
     let next = AtomicUsize::new(0);
-    let error: std::sync::Mutex<Option<BenchError>> = std::sync::Mutex::new(None);
+    let errors = Errors::default();
     let start = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..threads {
@@ -454,21 +446,17 @@ fn read_all(set: &FileSet, threads: usize) -> Result<Duration, BenchError> {
                     let Some(path) = set.paths().get(i) else {
                         break;
                     };
-                    if let Err(e) = std::fs::read(path) {
-                        error
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .get_or_insert(BenchError::io("reading", path, e));
-                    }
+                    errors.check(
+                        std::fs::read(path)
+                            .map(drop)
+                            .map_err(|e| BenchError::io("reading", path, e)),
+                    );
                 }
             });
         }
     });
     let elapsed = start.elapsed();
-    match error.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        Some(e) => Err(e),
-        None => Ok(elapsed),
-    }
+    errors.first().map(|()| elapsed)
 }
 
 /// The rounds per word that make hashing the files on every core take about as long as
