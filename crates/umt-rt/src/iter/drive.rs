@@ -76,22 +76,22 @@ where
         // As many joiners as the runtime may have spares (every blocked participant, and
         // every blocked joiner, may get one), up to MAX_JOINERS.
         let joiners = (reg.cores() * reg.config.cap.saturating_sub(1)).min(MAX_JOINERS);
-        let dispenser = Dispenser::new(schedule, len, participants, joiners);
         let results: Mutex<Vec<(usize, A)>> = Mutex::new(Vec::new());
         // D5: the loop's offer, listed while it runs (not under `static`: nothing to join).
-        let offer = Arc::new(LoopOffer::default());
+        // It owns the dispenser and the free joiner numbers, so that a look at it (`has_work`)
+        // can ask both without entering its gate.
+        let offer = Arc::new(LoopOffer::new(
+            Dispenser::new(schedule, len, participants, joiners),
+            joiners,
+        ));
+        let dispenser = &offer.dispenser;
         let participate =
-            |p: usize, joined: bool| how.participant(p, joined, &dispenser, &results, &offer.gate);
-        let free = AtomicU64::new(if joiners == 64 {
-            u64::MAX
-        } else {
-            (1u64 << joiners) - 1
-        });
+            |p: usize, joined: bool| how.participant(p, joined, dispenser, &results, &offer.gate);
         let join = Join {
-            dispenser: &dispenser,
+            dispenser,
             participate: &participate,
             first: participants,
-            free: &free,
+            free: &offer.free,
             scope: OnceLock::new(),
         };
         let offered = dispenser.joinable().then(|| {
@@ -253,9 +253,12 @@ where
 /// still hold it), but reaches the loop's frame only inside its gate, which every
 /// participant that finds the loop handed out closes, and [`Withdraw`] closes again before
 /// the frame goes.
-#[derive(Default)]
 struct LoopOffer {
     gate: Gate,
+    /// The loop's chunks.
+    dispenser: Dispenser,
+    /// Joiner numbers not in use, one bit each (see [`Join::free`]).
+    free: AtomicU64,
     /// The loop's [`Join`], in [`Fold::run`]'s frame; its lifetime erased (see the type).
     target: OnceLock<ErasedJoin>,
 }
@@ -270,6 +273,22 @@ unsafe impl Send for ErasedJoin {}
 unsafe impl Sync for ErasedJoin {}
 
 impl LoopOffer {
+    /// The offer of a loop whose chunks `dispenser` hands out, to `joiners` joiners at most
+    /// (up to [`MAX_JOINERS`]; the dispenser made for as many).
+    fn new(dispenser: Dispenser, joiners: usize) -> LoopOffer {
+        let joiners = joiners.min(MAX_JOINERS);
+        LoopOffer {
+            gate: Gate::default(),
+            dispenser,
+            free: AtomicU64::new(if joiners == 64 {
+                u64::MAX
+            } else {
+                (1u64 << joiners) - 1
+            }),
+            target: OnceLock::new(),
+        }
+    }
+
     /// Points the offer at `join`. The caller closes the gate before `join` goes (the
     /// [`Withdraw`] guard does, in the same frame).
     fn set_target<'a>(&self, join: &'a (dyn Joinable + 'a)) {
@@ -295,12 +314,23 @@ impl LoopOffer {
 }
 
 impl Offer for LoopOffer {
-    /// Open: no participant has found the loop handed out yet. A look that does not enter the
-    /// gate, since the leaders look (L3) and one at `SCHED_IDLE` preempted inside the gate
-    /// would hold up the participant that closes it for as long as its core stays busy. (A
-    /// spare woken when every joiner number is taken finds nothing and parks again.)
+    /// Open (no participant has found the loop handed out yet), chunks left and a joiner
+    /// number free: `take` would give a job. A look that does not enter the gate, since the
+    /// leaders look (L3) and one at `SCHED_IDLE` preempted inside the gate would hold up the
+    /// participant that closes it for as long as its core stays busy; the dispenser and the
+    /// numbers belong to the offer, not to the loop's frame, so it needs none.
+    ///
+    /// The gate alone is not enough (`src/README.md`, "Offers": a look that says "work" must
+    /// be one a take can honour): once the last chunk is
+    /// handed out, the gate stays open until a participant asks for one more, and the
+    /// participants holding the last chunks may be surrendered. Idle workers that saw the
+    /// open gate as work never parked, their core never emptied, and its leader never woke
+    /// the surrendered participants again: the loop hung.
     fn has_work(&self) -> bool {
-        self.target.get().is_some() && !self.gate.is_closed()
+        self.target.get().is_some()
+            && !self.gate.is_closed()
+            && self.free.load(Ordering::Acquire) != 0
+            && self.dispenser.has_chunks()
     }
 
     fn take(&self) -> Option<Job> {
@@ -320,5 +350,64 @@ impl Drop for Withdraw<'_> {
         self.offer.gate.close();
         let offer: Arc<dyn Offer> = self.offer.clone();
         self.reg.offers.remove(&offer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct NoJoin;
+    impl Joinable for NoJoin {
+        fn join(&self) -> Option<Job> {
+            None
+        }
+    }
+
+    /// The offer says "work" only while a take could give some: not once the chunks are all
+    /// handed out, even with its gate still open (no participant has asked for one more), and
+    /// not while every joiner number is in use.
+    #[test]
+    fn an_offer_has_work_only_while_chunks_and_joiner_numbers_are_left() {
+        for schedule in [
+            Schedule::Dynamic(3),
+            Schedule::Guided(1),
+            Schedule::StaticSteal,
+            Schedule::Fac2,
+            Schedule::Af,
+        ] {
+            let offer = LoopOffer::new(Dispenser::new(schedule, 10, 2, 2), 2);
+            assert!(!offer.has_work(), "{schedule:?}: no target yet");
+            let target = NoJoin;
+            offer.set_target(&target);
+            assert!(offer.has_work(), "{schedule:?}: chunks left");
+            let taken = offer.free.swap(0, Ordering::AcqRel);
+            assert!(
+                !offer.has_work(),
+                "{schedule:?}: every joiner number in use"
+            );
+            offer.free.store(taken, Ordering::Release);
+            let mut cursors = [Cursor::new(0), Cursor::new(1)];
+            let mut left = 10;
+            while left > 0 {
+                for c in &mut cursors {
+                    if let Some(r) = offer.dispenser.next(c) {
+                        left -= r.len();
+                    }
+                }
+            }
+            assert!(!offer.gate.is_closed());
+            assert!(
+                !offer.has_work(),
+                "{schedule:?}: all handed out, gate still open"
+            );
+            offer.gate.close();
+        }
+        let none = LoopOffer::new(Dispenser::new(Schedule::Dynamic(1), 10, 2, 0), 0);
+        none.set_target(&NoJoin);
+        assert!(
+            !none.has_work(),
+            "a runtime without spares has no joiner numbers"
+        );
     }
 }
