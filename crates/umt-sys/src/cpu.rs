@@ -131,6 +131,50 @@ pub fn pin_current_thread_to(cpus: &[CpuId]) -> Result<()> {
     }
 }
 
+/// Pins the thread `tid` of this process to `cpu` (the kernel moves it there before this
+/// returns if it is runnable, or when it next wakes).
+///
+/// The caller must know that the thread is alive: a thread id is reused once its thread
+/// exits, possibly by another process (which root could then move).
+///
+/// Returns [`Error::CpuNotInMask`] when the kernel refuses `cpu`, and an error naming
+/// `sched_setaffinity` when no thread has that id (`ESRCH`).
+pub fn pin_thread(tid: i32, cpu: CpuId) -> Result<()> {
+    let refused = || -> Error {
+        match process_cpus() {
+            Ok(allowed) => Error::CpuNotInMask { cpu, allowed },
+            Err(e) => e,
+        }
+    };
+    let mut set = CpuSet::new();
+    set.set(cpu).map_err(|_| refused())?;
+    match sched_setaffinity(Pid::from_raw(tid), &set) {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EINVAL) => Err(refused()),
+        Err(e) => Err(Error::os("sched_setaffinity", e)),
+    }
+}
+
+/// Whether the thread `tid` of this process is running or waiting for a CPU (state `R` in
+/// `/proc/self/task/<tid>/stat`), rather than sleeping or blocked; an error if it has exited
+/// or `/proc` is not mounted.
+pub fn thread_runnable(tid: i32) -> Result<bool> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
+        .map_err(|e| Error::os("reading /proc/self/task/<tid>/stat", e))?;
+    parse_stat_state(&text).map(|s| s == 'R').ok_or_else(|| {
+        Error::os(
+            "parsing /proc/self/task/<tid>/stat",
+            std::io::Error::from(std::io::ErrorKind::InvalidData),
+        )
+    })
+}
+
+/// The state letter of a `stat` file: the first field after the command name, which may hold
+/// spaces and parentheses (so after its last `)`).
+fn parse_stat_state(text: &str) -> Option<char> {
+    text[text.rfind(')')? + 1..].trim_start().chars().next()
+}
+
 /// Moves the calling thread to the `SCHED_IDLE` policy: it then runs only on CPUs that have
 /// nothing else to run, and never preempts a normal thread when it wakes. Unprivileged.
 ///
@@ -265,6 +309,63 @@ fn parse_stat_cpu_ticks(text: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_state_parses_after_the_last_parenthesis() {
+        assert_eq!(parse_stat_state("12 (a) b) R 1 2 3"), Some('R'));
+        assert_eq!(parse_stat_state("12 (sleepy) S 1"), Some('S'));
+        assert_eq!(parse_stat_state("12 (x)"), None);
+        assert_eq!(parse_stat_state("garbage"), None);
+    }
+
+    /// A thread that spins is runnable, one asleep in `park` is not; another thread can be
+    /// pinned.
+    #[test]
+    fn another_thread_is_seen_runnable_and_pinned() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+        let (tid, go) = (
+            Arc::new(AtomicI32::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let t = {
+            let (tid, go) = (tid.clone(), go.clone());
+            std::thread::spawn(move || {
+                tid.store(current_tid(), Ordering::Release);
+                while !go.load(Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+                std::thread::park();
+                current_cpu().ok()
+            })
+        };
+        while tid.load(Ordering::Acquire) == 0 {
+            std::thread::yield_now();
+        }
+        let tid = tid.load(Ordering::Acquire);
+        assert!(
+            thread_runnable(tid).unwrap(),
+            "a spinning thread is runnable"
+        );
+        let cpu = thread_cpus().unwrap()[0];
+        pin_thread(tid, cpu).unwrap();
+        go.store(true, Ordering::Release);
+        // Parked (state S) once it stops being runnable; a spurious wake-up runs it again.
+        while thread_runnable(tid).unwrap_or(false) {
+            std::thread::yield_now();
+        }
+        t.thread().unpark();
+        assert_eq!(
+            t.join().unwrap(),
+            Some(cpu),
+            "the pinned thread ran on its new CPU"
+        );
+        // (Not pinned again: its id may already name another process's thread.)
+        assert!(
+            thread_runnable(tid).is_err(),
+            "an exited thread is no task of this process"
+        );
+    }
 
     #[test]
     fn schedstat_parses() {
