@@ -90,6 +90,7 @@ pub struct Builder {
     thread_name: NameFn,
     panic_handler: Option<PanicFn>,
     handoff: bool,
+    lend_workers: bool,
     leader_runs_tasks: bool,
     require_monitor: bool,
     trace: bool,
@@ -106,6 +107,7 @@ impl std::fmt::Debug for Builder {
             .field("scan_period", &self.scan_period)
             .field("leader_policy", &self.leader_policy)
             .field("handoff", &self.handoff)
+            .field("lend_workers", &self.lend_workers)
             .field("leader_runs_tasks", &self.leader_runs_tasks)
             .field("require_monitor", &self.require_monitor)
             .field("trace", &self.trace)
@@ -127,6 +129,7 @@ impl Default for Builder {
             thread_name: Box::new(|cpu, k| format!("umt-worker-{cpu}.{k}")),
             panic_handler: None,
             handoff: false,
+            lend_workers: true,
             leader_runs_tasks: false,
             require_monitor: false,
             trace: false,
@@ -220,6 +223,21 @@ impl Builder {
     /// counts them.
     pub fn handoff(mut self, on: bool) -> Self {
         self.handoff = on;
+        self
+    }
+
+    /// Lending (default on): a leader whose core has no ready worker, and can wake none (every
+    /// worker of the core is blocked and the spare limit is reached, or nothing is queued),
+    /// moves a runnable worker of the most oversubscribed other core to its own, as the
+    /// kernel's load balancer moves the threads of an unpinned pool; the worker goes home
+    /// once that core's own workers are back, or before it parks. Without it, a core whose
+    /// workers all wait for the device idles while another core's returned workers share
+    /// their core (measured: `umt-bench scan`, 8 % of the cores' time on 2 cores). Only with
+    /// counts that follow a thread to its new CPU and that another core can read at any time
+    /// (the Bpf backend, the Kernel backend's ABI 2: `Monitor::counts_are_live`); elsewhere
+    /// it does nothing. [`Stats::workers_lent`](crate::Stats::workers_lent) counts the loans.
+    pub fn lend_workers(mut self, on: bool) -> Self {
+        self.lend_workers = on;
         self
     }
 
@@ -341,6 +359,7 @@ impl Builder {
             .unwrap_or(LeaderPolicy::default_for(monitor.backend()));
         // Polling leaders need no signal per event (no thread has registered yet).
         monitor.set_signal_each_event(leader_policy != LeaderPolicy::Poll);
+        let lend = self.lend_workers && monitor.counts_are_live() && cpus.len() > 1;
         let config = Config {
             cpus,
             cap: self.max_workers_per_core,
@@ -349,6 +368,7 @@ impl Builder {
             thread_name: self.thread_name,
             panic_handler: self.panic_handler,
             handoff: self.handoff,
+            lend,
             leader_runs_tasks: self.leader_runs_tasks,
             trace: self.trace,
             io_poll_interval: self.io_poll_interval,

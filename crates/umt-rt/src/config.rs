@@ -114,6 +114,9 @@ pub(crate) struct Config {
     /// A worker that runs out of work while another worker of its core is ready parks at
     /// once instead of spinning (`Builder::handoff`).
     pub(crate) handoff: bool,
+    /// Leaders lend runnable workers of oversubscribed cores to their own (`Builder::lend_workers`,
+    /// and only where the counts are live).
+    pub(crate) lend: bool,
     /// A leader that finds its core starved runs tasks itself instead of waking a worker
     /// (`Builder::leader_runs_tasks`).
     pub(crate) leader_runs_tasks: bool,
@@ -141,6 +144,7 @@ impl std::fmt::Debug for Config {
             .field("scan_period", &self.scan_period)
             .field("leader_policy", &self.leader_policy)
             .field("handoff", &self.handoff)
+            .field("lend", &self.lend)
             .field("leader_runs_tasks", &self.leader_runs_tasks)
             .field("trace", &self.trace)
             .field("io_poll_interval", &self.io_poll_interval)

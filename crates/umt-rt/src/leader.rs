@@ -134,6 +134,7 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
         // reads the deques, whose cache lines the workers write.
         let ready = reg.monitor.ready(cpu);
         let pending = ready <= 0 && reg.has_work_for(own);
+        let mut woke = false;
         // Time accounting: the state this drain leaves holds until the next drain.
         reg.core_time[own].observe(Instant::now(), ready);
         if ready <= 0 && !in_flight && (pending || reg.pools.has_surrendered(own)) {
@@ -148,10 +149,37 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
                 _ => {
                     if fill(&reg, own, seen, &starter) {
                         record_with(TraceKind::SpareWoken, ready);
+                        woke = true;
                     }
                 }
             }
             quiet = false;
+        }
+        // L4 (M1–M2 of "Lending"): still no ready worker, and none woken (every worker of the
+        // core blocked and the spare limit reached, or nothing queued): a runnable worker of
+        // an oversubscribed core moves here.
+        if cfg.lend && ready <= 0 && !in_flight && !woke {
+            match lend(&reg, own) {
+                Loan::Lent => {
+                    // With the count the loan left (the worker counts here once moved).
+                    record(TraceKind::Lent);
+                    // Handed over now: the worker keeps this leader (at `SCHED_IDLE`) off
+                    // the core, perhaps until the run ends.
+                    if let Some(rec) = &reg.trace {
+                        trace.flush(rec);
+                    }
+                    quiet = false;
+                }
+                // Look again soon: the donor's workers may be runnable at the next look.
+                Loan::Refused => quiet = false,
+                // Nobody signals this leader when another core's workers come back, so while
+                // this core's own workers are blocked (it has active ones, none ready) it
+                // looks every scan period, not at a doubling timeout: a look that came 64
+                // periods late left a core idle for tens of milliseconds beside a core whose
+                // returned workers shared it. The core idles meanwhile, so the looks cost
+                // no worker any time.
+                Loan::NoDonor => quiet &= reg.pools.active(own) == 0,
+            }
         }
         timeout = if quiet {
             (timeout * 2).min(max_timeout)
@@ -199,6 +227,60 @@ fn fill(reg: &Registry, core: usize, seen: u64, starter: &StartRequests) -> bool
         }
         Fill::Changed | Fill::Full => false,
     }
+}
+
+/// What a leader's look for a worker to borrow found (L4).
+enum Loan {
+    /// A worker of another core now runs here.
+    Lent,
+    /// Another core has more than one ready worker, but none could be moved now (none
+    /// runnable at the look, or each being lent or exiting).
+    Refused,
+    /// No other core has more than one ready worker.
+    NoDonor,
+}
+
+/// L4, M1–M2 of `README.md`, "Lending": moves a runnable worker of the other core with the
+/// most ready workers (at least two) to core `own`, which has none. Live counts only
+/// (`Config::lend`): another core's count is read without a drain, and it follows the moved
+/// thread to its new CPU.
+fn lend(reg: &Registry, own: usize) -> Loan {
+    let cpus = &reg.config.cpus;
+    let donor = (0..reg.cores())
+        .filter(|&c| c != own)
+        .map(|c| (c, reg.monitor.ready(cpus[c])))
+        .max_by_key(|&(_, ready)| ready);
+    let Some((donor, _)) = donor.filter(|&(_, ready)| ready >= 2) else {
+        return Loan::NoDonor;
+    };
+    // M2: an active worker of the donor (parked ones are skipped) that is running or waiting
+    // for its CPU, not one blocked in the kernel (which would only wake here later).
+    for i in reg.stealable_slots(donor, 0) {
+        let slot = &reg.slots[i];
+        let tid = slot.tid.load(Ordering::Relaxed);
+        if slot.leader || slot.core != donor || tid == 0 || slot.lend.lent_to().is_some() {
+            continue;
+        }
+        if !umt_sys::cpu::thread_runnable(tid).unwrap_or(false) {
+            continue;
+        }
+        // The worker cannot exit meanwhile: `Lend::retire` waits for a lend in progress.
+        // Counted before the move: once moved, the worker keeps this leader (at `SCHED_IDLE`)
+        // off the core, and a count made after would show late.
+        reg.counters.workers_lent.fetch_add(1, Ordering::Relaxed);
+        let moved = slot.lend.lend(
+            own,
+            || umt_sys::cpu::pin_thread(tid, cpus[own]).is_ok(),
+            || {
+                let _ = umt_sys::cpu::pin_thread(tid, cpus[donor]);
+            },
+        );
+        if moved {
+            return Loan::Lent;
+        }
+        reg.counters.workers_lent.fetch_sub(1, Ordering::Relaxed);
+    }
+    Loan::Refused
 }
 
 /// The pause between two polling iterations: about what 8 `sched_yield`s took on an idle

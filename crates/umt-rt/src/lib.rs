@@ -135,6 +135,7 @@ mod join;
 mod latch;
 #[cfg(not(loom))]
 mod leader;
+mod lend;
 mod offer;
 #[cfg(not(loom))]
 pub mod onload;

@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::core_time::CoreTime;
 use crate::diag::Warnings;
 use crate::job::Job;
+use crate::lend::Lend;
 use crate::offer::Offers;
 use crate::pool::{LEADER_BIT, Notifier, Pools};
 use crate::sync::{AtomicBool, Mutex};
@@ -44,6 +45,8 @@ pub(crate) struct Slot {
     pub(crate) monitored: std::sync::atomic::AtomicBool,
     /// The thread's kernel id, for its `/proc` figures; 0 until it starts.
     pub(crate) tid: std::sync::atomic::AtomicI32,
+    /// Whether a leader lent this worker to its own core (`lend.rs`).
+    pub(crate) lend: Lend,
 }
 
 /// Counters of the leaders, the starter and the workers' drains.
@@ -51,6 +54,8 @@ pub(crate) struct Slot {
 pub(crate) struct Counters {
     /// Parked workers a leader woke because their core had no ready worker.
     pub(crate) leader_wakeups: AtomicU64,
+    /// Workers a leader lent to its core (`lend.rs`).
+    pub(crate) workers_lent: AtomicU64,
     /// Spare workers the starter thread created (at a leader's request).
     pub(crate) workers_created: AtomicU64,
     /// Times a leader woke up (events, scan timer, or a poll).
@@ -139,6 +144,7 @@ impl Registry {
                     handoffs: AtomicU64::new(0),
                     monitored: std::sync::atomic::AtomicBool::new(false),
                     tid: std::sync::atomic::AtomicI32::new(0),
+                    lend: Lend::default(),
                 })
             })
             .collect();

@@ -63,6 +63,13 @@ impl Runtime {
         self.reg.config.leader_policy
     }
 
+    /// Whether the leaders lend workers of oversubscribed cores to starved ones
+    /// ([`Builder::lend_workers`](crate::Builder::lend_workers), which needs live counts: the
+    /// Bpf backend, or the Kernel backend's ABI 2; and more than one core).
+    pub fn lends_workers(&self) -> bool {
+        self.reg.config.lend
+    }
+
     /// How the backend was chosen, with the reasons better ones were rejected.
     pub fn selection(&self) -> &Selection {
         self.reg.monitor.selection()

@@ -23,6 +23,11 @@ pub struct Stats {
     pub leader_iterations: u64,
     /// Parked workers the leader woke because their core had no ready worker.
     pub leader_wakeups: u64,
+    /// Runnable workers of an oversubscribed core that a leader moved to its own core, whose
+    /// workers were all blocked with none to wake ([`Builder::lend_workers`]).
+    ///
+    /// [`Builder::lend_workers`]: crate::Builder::lend_workers
+    pub workers_lent: u64,
     /// CPU time the leaders spent polling without finding anything to do
     /// ([`LeaderPolicy::Poll`](crate::LeaderPolicy::Poll) only; zero otherwise). It is time
     /// their cores would have idled: subtract it from the process's CPU time to see what
@@ -224,6 +229,7 @@ pub(crate) fn snapshot(reg: &Registry) -> Stats {
         monitor_events: c.monitor_events.load(Ordering::Relaxed),
         leader_iterations: c.leader_iterations.load(Ordering::Relaxed),
         leader_wakeups: c.leader_wakeups.load(Ordering::Relaxed),
+        workers_lent: c.workers_lent.load(Ordering::Relaxed),
         leader_poll_time: Duration::from_nanos(c.leader_poll_ns.load(Ordering::Relaxed)),
         surrenders: workers.iter().map(|w| w.surrenders).sum(),
         monitored_workers: workers.iter().filter(|w| w.monitored && !w.leader).count(),

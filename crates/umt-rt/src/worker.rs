@@ -117,6 +117,14 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
     slot.monitored.store(monitored, Ordering::Relaxed);
     slot.tid
         .store(umt_sys::cpu::current_tid(), Ordering::Relaxed);
+    // However this thread ends, no leader moves its id afterwards (`Lend::retire`).
+    struct Retire<'a>(&'a crate::lend::Lend);
+    impl Drop for Retire<'_> {
+        fn drop(&mut self) {
+            self.0.retire();
+        }
+    }
+    let _retire = Retire(&slot.lend);
     let Some(deque) = lock(&slot.deque).take() else {
         return;
     };
@@ -215,7 +223,7 @@ impl WorkerCtx {
         self.core
     }
 
-    /// Records `kind` with the core's ready count, if the runtime traces.
+    /// Records `kind` with the ready count of the core it runs on, if the runtime traces.
     #[inline]
     fn record(&self, kind: TraceKind) {
         if let Some(rec) = &self.reg.trace {
@@ -223,8 +231,13 @@ impl WorkerCtx {
                 Role::Leader => TraceThread::Leader,
                 Role::Worker => TraceThread::Worker(self.index),
             };
-            let ready = self.reg.monitor.ready(self.cpu);
-            self.trace.record(rec, self.core, thread, kind, ready);
+            // On the core where it runs: the one it is lent to, if any.
+            let core = match self.role {
+                Role::Worker => self.slot().lend.lent_to().unwrap_or(self.core),
+                Role::Leader => self.core,
+            };
+            let ready = self.reg.monitor.ready(self.reg.config.cpus[core]);
+            self.trace.record(rec, core, thread, kind, ready);
         }
     }
 
@@ -519,6 +532,8 @@ impl WorkerCtx {
             std::thread::yield_now();
             return;
         }
+        // M4: a worker parks on its own core only.
+        self.go_home();
         let reg = &*self.reg;
         let recheck = || {
             done.is_some_and(|d| d())
@@ -538,7 +553,26 @@ impl WorkerCtx {
         );
         self.record(TraceKind::Unpark);
         if parked {
+            // Lent while it parked (M4): woken for its own core.
+            self.go_home();
             reg.poke_leader(self.core);
+        }
+    }
+
+    /// M4 of `README.md`, "Lending": if a leader lent this worker to its core, back to its
+    /// own. Before it parks (a parked worker is its own core's), when it was lent while it
+    /// parked, and when the core it was lent to has its own workers back.
+    fn go_home(&self) {
+        if self.role == Role::Worker && self.slot().lend.take_home() {
+            if let Err(e) = umt_sys::cpu::pin_current_thread(self.cpu) {
+                self.reg.warnings.warn(Warning::Unpinned, || {
+                    format!(
+                        "worker {} could not go back to CPU {} after a loan: {e}",
+                        self.index, self.cpu
+                    )
+                });
+            }
+            self.record(TraceKind::Home);
         }
     }
 
@@ -595,6 +629,14 @@ impl WorkerCtx {
         }
         if !self.monitored {
             return false;
+        }
+        // M3: lent to another core, the worker stays there while that core has no other
+        // ready worker, and goes home once it has (its own workers are back).
+        if let Some(to) = self.slot().lend.lent_to() {
+            if monitor.ready(self.reg.config.cpus[to]) <= 1 {
+                return false;
+            }
+            self.go_home();
         }
         if self.reg.config.polling() {
             // Nobody is signalled per event: this worker's own unblock, if it just came back
@@ -655,6 +697,7 @@ impl WorkerCtx {
         if !pools.surrender(self.core, self.index, self.notifier(), count) {
             return false;
         }
+        self.go_home();
         self.record(TraceKind::Unpark);
         self.reg.poke_leader(self.core);
         true

@@ -66,6 +66,8 @@ pub(super) fn to_json(trace: &Trace) -> String {
                     TraceKind::Surrender => "surrender",
                     TraceKind::SpareWoken => "spare woken",
                     TraceKind::LeaderWake => "leader wake-up",
+                    TraceKind::Lent => "worker lent here",
+                    TraceKind::Home => "lent worker home",
                     _ => "drain",
                 };
                 json!({"ph": "i", "s": "t", "name": name, "pid": pid, "tid": tid, "ts": ts,

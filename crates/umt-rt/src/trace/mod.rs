@@ -67,6 +67,11 @@ pub enum TraceKind {
     LeaderWake,
     /// A drain applied monitor events; the record's `ready` is the count they left.
     Drained,
+    /// The core's leader lent it a runnable worker of another, oversubscribed core, because
+    /// its own workers were all blocked and none could be woken (`Runtime` docs, "Lending").
+    Lent,
+    /// A worker lent to another core went back to its own; recorded on its own core.
+    Home,
 }
 
 /// The thread that recorded a [`TraceRecord`].

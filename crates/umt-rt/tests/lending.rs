@@ -1,0 +1,209 @@
+//! Lending (`src/README.md`, "Lending a worker to a starved core"): a core whose workers are
+//! all blocked, with no spare it may wake, gets a runnable worker of an oversubscribed core,
+//! which runs its task there while the blocked workers are still blocked.
+//!
+//! The test uses the first two CPUs of the affinity mask. It asserts an order of events (the
+//! borrowed worker ran on the starved core before any of that core's readers returned), never
+//! a time; on a busy machine it only takes longer.
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use umt_rt::{LeaderPolicy, Runtime};
+
+mod common;
+use common::{monitored_backend, skip_unmonitored};
+
+/// How long anything waits before the test gives up (a failure, not a timing).
+const PATIENCE: Duration = Duration::from_secs(120);
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool, state: impl Fn() -> String) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "gave up waiting ({PATIENCE:?}) for: {what}\n{}",
+            state()
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// Core 0's two workers block in pipe reads (the cap is 2, so no spare is left for it); core
+/// 1's two workers spin in tasks, so it has two ready workers. Core 0's leader lends one of
+/// them: a spinner finds itself on core 0's CPU while both readers are still blocked.
+#[test]
+fn a_starved_core_borrows_a_runnable_worker_of_an_oversubscribed_one() {
+    let cpus = umt_sys::cpu::process_cpus().unwrap();
+    if cpus.len() < 2 {
+        eprintln!("skipped: needs two CPUs");
+        return;
+    }
+    let (c0, c1) = (cpus[0], cpus[1]);
+    let backend = monitored_backend();
+    let rt = Runtime::builder()
+        .cores([c0, c1])
+        .max_workers_per_core(2)
+        .monitor(backend)
+        .leader_policy(LeaderPolicy::default_for(backend))
+        .build()
+        .unwrap();
+    if skip_unmonitored(&rt) {
+        return;
+    }
+    if !rt.lends_workers() {
+        eprintln!(
+            "skipped: the {} backend's counts are not live here, so nothing is lent",
+            rt.backend()
+        );
+        return;
+    }
+    let st = Arc::new(State::default());
+    let readers: Vec<_> = (0..2).map(|_| std::io::pipe().unwrap()).collect();
+    let (q_rx, q_tx) = std::io::pipe().unwrap();
+    for (i, (rx, _)) in readers.iter().enumerate() {
+        *st.readers_rx[i].lock().unwrap() = Some(rx.try_clone().unwrap());
+    }
+    *st.q_rx.lock().unwrap() = Some(q_rx);
+    // Whatever happens (a failed wait panics), the readers and spinners are let go, and the
+    // runtime's drop does not wait for them forever.
+    let mut release = Release {
+        st: st.clone(),
+        txs: readers
+            .iter()
+            .map(|(_, tx)| tx.try_clone().unwrap())
+            .collect(),
+        q: q_tx,
+        q_written: false,
+    };
+    let mut handles = Vec::new();
+    wait_for(
+        "both readers on core 0 and both spinners on core 1",
+        || {
+            if !release.q_written && st.extra.load(Ordering::Acquire) {
+                release.q.write_all(b"q").unwrap();
+                release.q_written = true;
+            }
+            let filled =
+                st.reading.load(Ordering::Acquire) >= 2 && st.spinners.load(Ordering::Acquire) >= 2;
+            if !filled && st.outstanding.load(Ordering::Acquire) < 4 {
+                st.outstanding.fetch_add(1, Ordering::AcqRel);
+                let st = st.clone();
+                handles.push(rt.spawn(move || {
+                    st.role(c0, c1);
+                    st.outstanding.fetch_sub(1, Ordering::AcqRel);
+                }));
+            }
+            filled || st.lent_seen.load(Ordering::Acquire) > 0
+        },
+        || format!("{:#?}", rt.stats()),
+    );
+    wait_for(
+        "a spinner of core 1 runs on core 0",
+        || st.lent_seen.load(Ordering::Acquire) > 0,
+        || format!("{:#?}", rt.stats()),
+    );
+    drop(release);
+    for h in handles {
+        h.join();
+    }
+    let stats = rt.stats();
+    assert!(stats.workers_lent >= 1, "{stats:#?}");
+    assert_eq!(
+        st.lent_seen.load(Ordering::Acquire),
+        3,
+        "a spinner ran on core 0 before both of its readers blocked, or after one returned \
+         ({} blocked): {stats:#?}",
+        st.blocked.load(Ordering::Acquire)
+    );
+}
+
+/// What the tasks of the test share.
+#[derive(Default)]
+struct State {
+    readers_rx: [Mutex<Option<std::io::PipeReader>>; 2],
+    q_rx: Mutex<Option<std::io::PipeReader>>,
+    /// Readers on core 0 (blocked until the end), and how many blocked and returned.
+    reading: AtomicUsize,
+    blocked: AtomicUsize,
+    returned: AtomicUsize,
+    /// Core 1's blocker (it blocks so that core 1 starts its spare, then spins), and its
+    /// other spinner.
+    blocker: AtomicBool,
+    extra: AtomicBool,
+    spinners: AtomicUsize,
+    stop: AtomicBool,
+    /// Role tasks spawned and not yet finished: the test keeps a few queued, not millions.
+    outstanding: AtomicUsize,
+    /// Readers still blocked when a spinner of core 1 first ran on core 0, plus one (0: never).
+    lent_seen: AtomicUsize,
+}
+
+impl State {
+    fn spin(&self, c0: usize) {
+        self.spinners.fetch_add(1, Ordering::AcqRel);
+        while !self.stop.load(Ordering::Acquire) {
+            if umt_sys::cpu::current_cpu().ok() == Some(c0) {
+                let still =
+                    self.reading.load(Ordering::Acquire) - self.returned.load(Ordering::Acquire);
+                let _ = self.lent_seen.compare_exchange(
+                    0,
+                    still + 1,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// A task takes the role its CPU still needs, or none.
+    fn role(&self, c0: usize, c1: usize) {
+        let mut b = [0u8; 1];
+        match umt_sys::cpu::current_cpu().ok() {
+            Some(c) if c == c0 => {
+                let i = self.reading.fetch_add(1, Ordering::AcqRel);
+                if i >= 2 {
+                    self.reading.fetch_sub(1, Ordering::AcqRel);
+                    return;
+                }
+                let mut rx = self.readers_rx[i].lock().unwrap().take().unwrap();
+                self.blocked.fetch_add(1, Ordering::AcqRel);
+                rx.read_exact(&mut b).unwrap();
+                self.returned.fetch_add(1, Ordering::AcqRel);
+            }
+            Some(c) if c == c1 => {
+                if !self.blocker.swap(true, Ordering::AcqRel) {
+                    let mut rx = self.q_rx.lock().unwrap().take().unwrap();
+                    rx.read_exact(&mut b).unwrap();
+                    self.spin(c0);
+                } else if !self.extra.swap(true, Ordering::AcqRel) {
+                    self.spin(c0);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Lets every reader and spinner go when dropped.
+struct Release {
+    st: Arc<State>,
+    txs: Vec<std::io::PipeWriter>,
+    q: std::io::PipeWriter,
+    q_written: bool,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.st.stop.store(true, Ordering::Release);
+        for tx in &mut self.txs {
+            let _ = tx.write_all(b"r");
+        }
+        if !self.q_written {
+            let _ = self.q.write_all(b"q");
+        }
+    }
+}
