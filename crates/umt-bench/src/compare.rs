@@ -273,6 +273,7 @@ fn compare(
     params["verified"] = opts.verify.into();
     params["leader"] = opts.umt.leader.map_or("default", LeaderPolicy::name).into();
     params["handoff"] = opts.umt.handoff.into();
+    params["lend_workers"] = opts.umt.lend_workers.into();
     params["leader_runs_tasks"] = opts.umt.leader_runs_tasks.into();
     params["staged_checkpoints"] = opts.umt.staged_checkpoints.into();
     Ok(Report {

@@ -165,6 +165,11 @@ struct Common {
     /// active worker of the core is not ready (umt_rt::Builder::handoff).
     #[arg(long)]
     handoff: bool,
+    /// umt-rt runners with live counts (umt-bpf, umt-kernel on ABI 2): leaders do not lend
+    /// runnable workers of an oversubscribed core to a starved one
+    /// (umt_rt::Builder::lend_workers(false)), to measure what lending gives.
+    #[arg(long)]
+    no_lending: bool,
     /// umt-rt runners with a monitor: a leader runs the queued tasks of its starved core
     /// itself (umt_rt::Builder::leader_runs_tasks).
     #[arg(long)]
@@ -337,6 +342,7 @@ impl Common {
             umt: UmtOptions {
                 leader: self.leader,
                 handoff: self.handoff,
+                lend_workers: !self.no_lending,
                 leader_runs_tasks: self.leader_runs_tasks,
                 staged_checkpoints: self.staged_checkpoints,
                 trace: self.timeline.is_some(),

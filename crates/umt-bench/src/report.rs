@@ -184,6 +184,7 @@ fn median_activity(samples: &[Sample]) -> Option<Activity> {
         spares_started: m(|a| a.spares_started),
         surrenders: m(|a| a.surrenders),
         handoffs: m(|a| a.handoffs),
+        workers_lent: m(|a| a.workers_lent),
         leader_tasks: m(|a| a.leader_tasks),
     })
 }
@@ -292,6 +293,9 @@ impl Report {
                     a.spares_started,
                     a.surrenders
                 );
+                if a.workers_lent > 0.0 {
+                    let _ = write!(out, ", {:.1} workers lent", a.workers_lent);
+                }
                 if a.handoffs > 0.0 {
                     let _ = write!(out, ", {:.0} handoffs", a.handoffs);
                 }

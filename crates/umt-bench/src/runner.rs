@@ -44,12 +44,14 @@ pub enum Runner {
 
 /// How the umt-rt runners with a monitor run, beyond their backend (the
 /// [`umt_rt::Builder`] options a comparison may change).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UmtOptions {
     /// The leader policy, instead of the library's default for the backend.
     pub leader: Option<LeaderPolicy>,
     /// [`umt_rt::Builder::handoff`].
     pub handoff: bool,
+    /// [`umt_rt::Builder::lend_workers`] (on unless asked otherwise).
+    pub lend_workers: bool,
     /// [`umt_rt::Builder::leader_runs_tasks`].
     pub leader_runs_tasks: bool,
     /// Heat's checkpoints written from staged copies ([`crate::heat::run_staged`]) instead of
@@ -58,6 +60,20 @@ pub struct UmtOptions {
     /// Every umt-rt runtime (also baseline's and io-uring's) records a trace
     /// ([`umt_rt::Builder::trace`]), which each [`Sample`] carries.
     pub trace: bool,
+}
+
+impl Default for UmtOptions {
+    /// The library's defaults.
+    fn default() -> Self {
+        UmtOptions {
+            leader: None,
+            handoff: false,
+            lend_workers: true,
+            leader_runs_tasks: false,
+            staged_checkpoints: false,
+            trace: false,
+        }
+    }
 }
 
 /// A built runtime of some kind, ready for one run.
@@ -148,6 +164,7 @@ impl Runner {
             let mut b = Runtime::builder()
                 .monitor(self.backend().unwrap_or(BackendKind::Disabled))
                 .handoff(umt.handoff)
+                .lend_workers(umt.lend_workers)
                 .leader_runs_tasks(umt.leader_runs_tasks)
                 .trace(umt.trace);
             if let Some(policy) = umt.leader {
@@ -331,6 +348,8 @@ pub struct Activity {
     pub surrenders: f64,
     /// Handoff yields ([`umt_rt::Builder::handoff`]).
     pub handoffs: f64,
+    /// Workers lent to a starved core ([`umt_rt::Builder::lend_workers`]).
+    pub workers_lent: f64,
     /// Tasks the leaders ran themselves ([`umt_rt::Builder::leader_runs_tasks`]).
     pub leader_tasks: f64,
 }
@@ -353,6 +372,7 @@ impl Activity {
             spares_started: rate(after.workers_created, before.workers_created),
             surrenders: rate(after.surrenders, before.surrenders),
             handoffs: rate(after.handoffs, before.handoffs),
+            workers_lent: rate(after.workers_lent, before.workers_lent),
             leader_tasks: rate(after.leader_tasks, before.leader_tasks),
         }
     }
