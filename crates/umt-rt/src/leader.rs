@@ -66,6 +66,8 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
     } else {
         Duration::ZERO
     };
+    // Looks in a row that found the own core starved and no donor (L4).
+    let mut starved_looks = 0u32;
     // Leader-follower: the context in which this leader runs tasks itself.
     let follower = if cfg.leader_runs_tasks {
         WorkerCtx::for_leader(&reg, own)
@@ -115,9 +117,11 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
         // Only the own core's events: the work of an iteration does not grow with the number
         // of cores, and no other leader consumes what woke this one.
         let mut quiet = true;
+        let mut quiet_drain = true;
         match reg.monitor.drain_cpu(cpu) {
             Ok(n) => {
                 quiet = n == 0;
+                quiet_drain = quiet;
                 if n > 0 {
                     reg.counters
                         .monitor_events
@@ -158,9 +162,15 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
         // L4 (M1–M2 of "Lending"): still no ready worker, and none woken (every worker of the
         // core blocked and the spare limit reached, or nothing queued): a runnable worker of
         // an oversubscribed core moves here.
+        // A new drop to zero (a drained signal), a ready worker or a wake starts the count
+        // of starved looks again.
+        if ready > 0 || woke || !quiet_drain {
+            starved_looks = 0;
+        }
         if cfg.lend && ready <= 0 && !in_flight && !woke {
             match lend(&reg, own) {
                 Loan::Lent => {
+                    starved_looks = 0;
                     // With the count the loan left (the worker counts here once moved).
                     record(TraceKind::Lent);
                     // Handed over now: the worker keeps this leader (at `SCHED_IDLE`) off
@@ -178,7 +188,10 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
                 // periods late left a core idle for tens of milliseconds beside a core whose
                 // returned workers shared it. The core idles meanwhile, so the looks cost
                 // no worker any time.
-                Loan::NoDonor => quiet &= reg.pools.active(own) == 0,
+                Loan::NoDonor => {
+                    starved_looks += 1;
+                    quiet &= reg.pools.active(own) == 0 || starved_looks > MAX_STARVED_LOOKS;
+                }
             }
         }
         timeout = if quiet {
@@ -229,6 +242,11 @@ fn fill(reg: &Registry, core: usize, seen: u64, starter: &StartRequests) -> bool
     }
 }
 
+/// How many looks in a row a starved leader makes every scan period before its timeout
+/// doubles again (L4): a core whose workers wait in the kernel for long (an idle server's
+/// I/O waits) would otherwise wake its leader every period for as long as they wait.
+const MAX_STARVED_LOOKS: u32 = 64;
+
 /// What a leader's look for a worker to borrow found (L4).
 enum Loan {
     /// A worker of another core now runs here.
@@ -258,7 +276,13 @@ fn lend(reg: &Registry, own: usize) -> Loan {
     for i in reg.stealable_slots(donor, 0) {
         let slot = &reg.slots[i];
         let tid = slot.tid.load(Ordering::Relaxed);
-        if slot.leader || slot.core != donor || tid == 0 || slot.lend.lent_to().is_some() {
+        // Unmonitored workers are not lent: their count would not follow them.
+        if slot.leader
+            || slot.core != donor
+            || tid == 0
+            || !slot.monitored.load(Ordering::Relaxed)
+            || slot.lend.lent_to().is_some()
+        {
             continue;
         }
         if !umt_sys::cpu::thread_runnable(tid).unwrap_or(false) {
@@ -270,6 +294,7 @@ fn lend(reg: &Registry, own: usize) -> Loan {
         reg.counters.workers_lent.fetch_add(1, Ordering::Relaxed);
         let moved = slot.lend.lend(
             own,
+            &reg.guests[own],
             || umt_sys::cpu::pin_thread(tid, cpus[own]).is_ok(),
             || {
                 let _ = umt_sys::cpu::pin_thread(tid, cpus[donor]);

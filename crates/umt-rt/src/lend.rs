@@ -12,15 +12,17 @@ use crate::sync::{AtomicUsize, Mutex, Ordering};
 const HOME: usize = usize::MAX;
 /// [`Lend::to`] of a worker that exits: it can no longer be lent.
 const RETIRED: usize = usize::MAX - 1;
+/// [`Lend::to`] of a worker moving itself home: no leader lends it until it is there.
+const GOING_HOME: usize = usize::MAX - 2;
 
 /// Where one worker is lent, if anywhere.
 #[derive(Debug)]
 pub(crate) struct Lend {
-    /// [`HOME`], or the index of the core the worker is lent to.
+    /// [`HOME`], [`GOING_HOME`], [`RETIRED`], or the index of the core the worker is lent to.
     to: AtomicUsize,
     /// Held by a leader while it lends this worker (M2), so two leaders never interleave their
-    /// moves of one thread. Only leaders take it, and only with `try_lock`: the worker never
-    /// waits for a leader, which runs at `SCHED_IDLE` and may be preempted holding it.
+    /// moves of one thread. Leaders take it with `try_lock` only; the worker takes it once,
+    /// as it exits ([`Lend::retire`]), never while it runs tasks.
     lending: Mutex<()>,
 }
 
@@ -33,19 +35,21 @@ impl Default for Lend {
     }
 }
 
+/// A core index or one of the states above.
+fn lent(to: usize) -> Option<usize> {
+    (to < GOING_HOME).then_some(to)
+}
+
 impl Lend {
-    /// The core the worker is lent to, or `None` if it is home.
+    /// The core the worker is lent to, or `None` if it is home (or on its way).
     pub(crate) fn lent_to(&self) -> Option<usize> {
-        match self.to.load(Ordering::Acquire) {
-            HOME | RETIRED => None,
-            to => Some(to),
-        }
+        lent(self.to.load(Ordering::Acquire))
     }
 
     /// By the worker as it exits: no leader lends it from now on, and none is moving it
-    /// (it waits for a lend in progress). A thread id is reused once its thread exits,
-    /// possibly by another process: a lend that moved an exited worker's id could move that
-    /// process's thread (when the runtime runs as root).
+    /// (it waits for a lend in progress, a few system calls). A thread id is reused once its
+    /// thread exits, possibly by another process: a lend that moved an exited worker's id
+    /// could move that process's thread (when the runtime runs as root).
     pub(crate) fn retire(&self) {
         let _lending = crate::sync::lock(&self.lending);
         self.to.store(RETIRED, Ordering::Release);
@@ -53,37 +57,49 @@ impl Lend {
 
     /// M2, by the leader of core `to`: lends the worker to it. `move_to` moves the thread
     /// to that core (its affinity) and says whether it could; `move_home` moves it back.
-    /// Returns whether the thread was moved: it was lent, although it may be home again by
-    /// the time this returns (a moved worker can run its whole loan before the leader, at
-    /// `SCHED_IDLE` on the core it just filled, runs again).
+    /// `guests` counts the workers lent to core `to`: one more while this mark is set (the
+    /// one who clears the mark takes it back). Returns whether the thread was moved: it was
+    /// lent, although it may be home again by the time this returns (a moved worker can run
+    /// its whole loan before the leader, at `SCHED_IDLE` on the core it just filled, runs
+    /// again).
     ///
     /// The race with the worker's [`Lend::take_home`] (M4): the worker may take itself home
     /// between the mark and the move, and its own move home may land before this `move_to`.
     /// So after moving, the leader looks again: if the mark is gone, it moves the thread home
-    /// itself. Either way the last move is home, and no other leader can lend the worker
-    /// meanwhile (the lock), so the thread ends where its mark says.
+    /// itself. Either way the last move is home; no other leader can lend the worker meanwhile
+    /// (the lock, and [`GOING_HOME`] until the worker's own move home is done), so the thread
+    /// ends where its mark says.
     pub(crate) fn lend(
         &self,
         to: usize,
+        guests: &AtomicUsize,
         move_to: impl FnOnce() -> bool,
         move_home: impl FnOnce(),
     ) -> bool {
         let Ok(_lending) = self.lending.try_lock() else {
             return false;
         };
+        // Counted before the mark: whoever clears the mark takes the count back, and the
+        // worker may clear it at once.
+        guests.fetch_add(1, Ordering::AcqRel);
         if self
             .to
             .compare_exchange(HOME, to, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
+            guests.fetch_sub(1, Ordering::AcqRel);
             return false;
         }
         if !move_to() {
             // Not moved (the thread exited, or the core left the cpuset): unmark, unless the
             // worker already did.
-            let _ = self
+            if self
                 .to
-                .compare_exchange(to, HOME, Ordering::AcqRel, Ordering::Acquire);
+                .compare_exchange(to, HOME, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                guests.fetch_sub(1, Ordering::AcqRel);
+            }
             return false;
         }
         // The look after the move is a read-modify-write, not a load: each side writes (the
@@ -102,14 +118,22 @@ impl Lend {
         true
     }
 
-    /// M4, by the worker itself: clears the mark; returns whether it was lent, in which case
-    /// the worker moves itself home.
-    pub(crate) fn take_home(&self) -> bool {
+    /// M4, by the worker itself: if it is lent, marks it going home and returns the core it
+    /// was lent to; the worker then moves itself home, takes back that core's guest count
+    /// and calls [`Lend::arrived`].
+    pub(crate) fn take_home(&self) -> Option<usize> {
         self.to
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |to| {
-                (to != HOME && to != RETIRED).then_some(HOME)
+                lent(to).map(|_| GOING_HOME)
             })
-            .is_ok()
+            .ok()
+    }
+
+    /// M4, by the worker once its move home is done: leaders may lend it again.
+    pub(crate) fn arrived(&self) {
+        let _ = self
+            .to
+            .compare_exchange(GOING_HOME, HOME, Ordering::AcqRel, Ordering::Acquire);
     }
 }
 
@@ -118,36 +142,49 @@ mod loom_tests {
     use super::*;
     use loom::sync::Arc;
 
-    /// M2 against M4: whatever the interleaving, once both are done the thread is on the
-    /// core its mark names (lent, or home: the worker took itself home, and if its own move
-    /// home landed before the leader's move, the leader moved it home again).
+    /// M2 against M4, with a second leader (as on a machine of three cores or more):
+    /// whatever the interleaving, once all are done the thread is where its mark says (lent
+    /// to a core, or home), and the guest counts match the marks.
     #[test]
     fn loom_a_worker_ends_where_its_mark_says() {
         loom::model(|| {
             let lend = Arc::new(Lend::default());
             // Where the thread runs: HOME or the core it was moved to.
             let on = Arc::new(AtomicUsize::new(HOME));
-            let leader = {
-                let (lend, on) = (lend.clone(), on.clone());
+            let guests: Arc<[AtomicUsize; 3]> = Arc::new(Default::default());
+            let leader = |core: usize| {
+                let (lend, on, guests) = (lend.clone(), on.clone(), guests.clone());
                 loom::thread::spawn(move || {
                     lend.lend(
-                        1,
+                        core,
+                        &guests[core],
                         || {
-                            on.store(1, Ordering::SeqCst);
+                            on.store(core, Ordering::SeqCst);
                             true
                         },
                         || on.store(HOME, Ordering::SeqCst),
-                    )
+                    );
                 })
             };
-            if lend.take_home() {
+            let (a, b) = (leader(1), leader(2));
+            if let Some(to) = lend.take_home() {
                 on.store(HOME, Ordering::SeqCst);
+                guests[to].fetch_sub(1, Ordering::SeqCst);
+                lend.arrived();
             }
-            let _ = leader.join().unwrap();
-            // The worker looks once more at its next scheduling point.
+            a.join().unwrap();
+            b.join().unwrap();
             let mark = lend.to.load(Ordering::SeqCst);
             let place = on.load(Ordering::SeqCst);
             assert_eq!(mark, place, "the thread is not where its mark says");
+            for core in [1, 2] {
+                let want = usize::from(mark == core);
+                assert_eq!(
+                    guests[core].load(Ordering::SeqCst),
+                    want,
+                    "guests of {core}"
+                );
+            }
         });
     }
 }
@@ -159,18 +196,26 @@ mod tests {
     #[test]
     fn a_lend_is_refused_while_lent_and_undone_when_the_move_fails() {
         let lend = Lend::default();
+        let guests = AtomicUsize::new(0);
         assert_eq!(lend.lent_to(), None);
-        assert!(!lend.lend(1, || false, || {}));
+        assert!(!lend.lend(1, &guests, || false, || {}));
         assert_eq!(lend.lent_to(), None, "a failed move leaves the worker home");
-        assert!(lend.lend(1, || true, || panic!("not moved home")));
+        assert_eq!(guests.load(Ordering::Relaxed), 0);
+        assert!(lend.lend(1, &guests, || true, || panic!("not moved home")));
         assert_eq!(lend.lent_to(), Some(1));
-        assert!(!lend.lend(2, || panic!("moved twice"), || {}));
-        assert!(lend.take_home());
-        assert!(!lend.take_home());
+        assert_eq!(guests.load(Ordering::Relaxed), 1);
+        assert!(!lend.lend(2, &guests, || panic!("moved twice"), || {}));
+        assert_eq!(lend.take_home(), Some(1));
         assert_eq!(lend.lent_to(), None);
+        assert!(
+            !lend.lend(2, &guests, || panic!("lent on its way home"), || {}),
+            "no lend before the worker is home"
+        );
+        lend.arrived();
+        assert_eq!(lend.take_home(), None);
         lend.retire();
-        assert!(!lend.lend(1, || panic!("an exited worker moved"), || {}));
-        assert!(!lend.take_home());
+        assert!(!lend.lend(1, &guests, || panic!("an exited worker moved"), || {}));
+        assert_eq!(lend.take_home(), None);
         assert_eq!(lend.lent_to(), None);
     }
 }

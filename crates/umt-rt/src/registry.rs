@@ -93,6 +93,9 @@ pub(crate) struct Registry {
     pub(crate) counters: CachePadded<Counters>,
     /// Per-core time accounting, written by the leaders.
     pub(crate) core_time: Box<[CachePadded<CoreTime>]>,
+    /// Per core, the workers of other cores lent to it (`lend.rs`): its ready count minus
+    /// these is its own ready workers.
+    pub(crate) guests: Box<[CachePadded<std::sync::atomic::AtomicUsize>]>,
     /// The warnings already said (each kind once).
     pub(crate) warnings: Warnings,
     /// Handles of the workers and the starter thread, joined at shutdown.
@@ -153,6 +156,7 @@ impl Registry {
             core_time: (0..cores)
                 .map(|_| CachePadded::new(CoreTime::new()))
                 .collect(),
+            guests: (0..cores).map(|_| CachePadded::default()).collect(),
             config,
             slots,
             injector: Injector::new(),

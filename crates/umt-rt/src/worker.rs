@@ -376,8 +376,12 @@ impl WorkerCtx {
         if let Some(job) = self.deque.pop() {
             return Some(job);
         }
+        // A worker lent to another core leaves its home core's inbox (broadcast calls, which
+        // must run on that core's CPU) to the workers there.
         let inbox = &self.reg.inboxes[self.core];
-        while !inbox.is_empty() {
+        while !inbox.is_empty()
+            && (self.role == Role::Leader || self.slot().lend.lent_to().is_none())
+        {
             match inbox.steal() {
                 Steal::Success(job) => return Some(job),
                 Steal::Retry => continue,
@@ -563,7 +567,11 @@ impl WorkerCtx {
     /// own. Before it parks (a parked worker is its own core's), when it was lent while it
     /// parked, and when the core it was lent to has its own workers back.
     fn go_home(&self) {
-        if self.role == Role::Worker && self.slot().lend.take_home() {
+        if self.role != Role::Worker {
+            return;
+        }
+        let lend = &self.slot().lend;
+        if let Some(to) = lend.take_home() {
             if let Err(e) = umt_sys::cpu::pin_current_thread(self.cpu) {
                 self.reg.warnings.warn(Warning::Unpinned, || {
                     format!(
@@ -572,8 +580,17 @@ impl WorkerCtx {
                     )
                 });
             }
+            self.reg.guests[to].fetch_sub(1, Ordering::AcqRel);
+            lend.arrived();
             self.record(TraceKind::Home);
         }
+    }
+
+    /// The ready workers of core `core` that are its own: its ready count less the workers
+    /// of other cores lent to it (who leave first when its own come back, M3).
+    fn own_ready(&self, core: usize) -> i64 {
+        self.reg.monitor.ready(self.reg.config.cpus[core])
+            - self.reg.guests[core].load(Ordering::Acquire) as i64
     }
 
     fn notifier(&self) -> &Notifier {
@@ -604,7 +621,8 @@ impl WorkerCtx {
     /// first the yield returns at once. Returns whether it yielded.
     #[inline]
     fn hand_off(&self) -> bool {
-        if !self.reg.config.handoff || !self.monitored {
+        // Not lent: its home core's counts say nothing of the core it runs on.
+        if !self.reg.config.handoff || !self.monitored || self.slot().lend.lent_to().is_some() {
             return false;
         }
         let active = self.reg.pools.active(self.core) as i64;
@@ -630,10 +648,11 @@ impl WorkerCtx {
         if !self.monitored {
             return false;
         }
-        // M3: lent to another core, the worker stays there while that core has no other
-        // ready worker, and goes home once it has (its own workers are back).
+        // M3: lent to another core, the worker stays there until one of that core's own
+        // workers is ready again, and then goes home (guests leave first; the core's own
+        // workers count only each other, below).
         if let Some(to) = self.slot().lend.lent_to() {
-            if monitor.ready(self.reg.config.cpus[to]) <= 1 {
+            if self.own_ready(to) < 1 {
                 return false;
             }
             self.go_home();
@@ -653,6 +672,8 @@ impl WorkerCtx {
             self.drained(monitor.drain_cpu(self.cpu));
             ready = monitor.ready(self.cpu);
         }
+        // Workers lent here do not count: they leave when this one is back (M3).
+        ready -= self.reg.guests[self.core].load(Ordering::Acquire) as i64;
         ready > 1 && !self.reg.terminate.load(Ordering::Acquire)
     }
 

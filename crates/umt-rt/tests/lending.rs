@@ -7,7 +7,7 @@
 //! a time; on a busy machine it only takes longer.
 
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -82,7 +82,12 @@ fn a_starved_core_borrows_a_runnable_worker_of_an_oversubscribed_one() {
     wait_for(
         "both readers on core 0 and both spinners on core 1",
         || {
-            if !release.q_written && st.extra.load(Ordering::Acquire) {
+            // Core 1's blocker returns only once both readers of core 0 are blocked, so that
+            // core 1 has two ready workers only then, and core 0 borrows only then.
+            if !release.q_written
+                && st.extra.load(Ordering::Acquire)
+                && st.blocked.load(Ordering::Acquire) >= 2
+            {
                 release.q.write_all(b"q").unwrap();
                 release.q_written = true;
             }
@@ -109,6 +114,13 @@ fn a_starved_core_borrows_a_runnable_worker_of_an_oversubscribed_one() {
     for h in handles {
         h.join();
     }
+    // M4: out of work, the lent worker parks, and goes home first.
+    let tid = st.lent_tid.load(Ordering::Acquire);
+    wait_for(
+        "the lent worker goes back to core 1",
+        || allowed_cpus(tid).as_deref() == Some(c1.to_string().as_str()),
+        || format!("allowed: {:?}\n{:#?}", allowed_cpus(tid), rt.stats()),
+    );
     let stats = rt.stats();
     assert!(stats.workers_lent >= 1, "{stats:#?}");
     assert_eq!(
@@ -118,6 +130,15 @@ fn a_starved_core_borrows_a_runnable_worker_of_an_oversubscribed_one() {
          ({} blocked): {stats:#?}",
         st.blocked.load(Ordering::Acquire)
     );
+}
+
+/// The CPUs thread `tid` may run on (`Cpus_allowed_list` of its `/proc` status).
+fn allowed_cpus(tid: i32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_string())
 }
 
 /// What the tasks of the test share.
@@ -139,6 +160,8 @@ struct State {
     outstanding: AtomicUsize,
     /// Readers still blocked when a spinner of core 1 first ran on core 0, plus one (0: never).
     lent_seen: AtomicUsize,
+    /// That spinner's thread.
+    lent_tid: AtomicI32,
 }
 
 impl State {
@@ -147,13 +170,15 @@ impl State {
         while !self.stop.load(Ordering::Acquire) {
             if umt_sys::cpu::current_cpu().ok() == Some(c0) {
                 let still =
-                    self.reading.load(Ordering::Acquire) - self.returned.load(Ordering::Acquire);
-                let _ = self.lent_seen.compare_exchange(
-                    0,
-                    still + 1,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
+                    self.blocked.load(Ordering::Acquire) - self.returned.load(Ordering::Acquire);
+                if self
+                    .lent_seen
+                    .compare_exchange(0, still + 1, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    self.lent_tid
+                        .store(umt_sys::cpu::current_tid(), Ordering::Release);
+                }
             }
             std::hint::spin_loop();
         }

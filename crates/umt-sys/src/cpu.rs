@@ -360,11 +360,7 @@ mod tests {
             Some(cpu),
             "the pinned thread ran on its new CPU"
         );
-        // (Not pinned again: its id may already name another process's thread.)
-        assert!(
-            thread_runnable(tid).is_err(),
-            "an exited thread is no task of this process"
-        );
+        // (Not pinned again, nor looked at: its id may already name another thread.)
     }
 
     #[test]
