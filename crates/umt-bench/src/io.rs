@@ -93,20 +93,42 @@ fn lock_live() -> std::sync::MutexGuard<'static, (Vec<PathBuf>, bool)> {
     LIVE_FILES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// On Ctrl-C (or `SIGTERM`), removes every file the runs created and not yet removed, and
-/// ends the process with status 130. For the command line; call it once.
+/// On `SIGINT` (Ctrl-C), `SIGTERM` or `SIGHUP`, removes every file the runs created and not
+/// yet removed, says so on stderr, and ends the process with status 128 + the signal's number
+/// (130, 143, 129), as a shell reports a process the signal killed. For the command line;
+/// call it once.
 pub fn remove_files_on_interrupt() -> Result<(), BenchError> {
-    ctrlc::set_handler(|| {
-        // Held until the process ends: no file is created after this clean-up.
-        let mut live = lock_live();
-        live.1 = true;
-        for path in live.0.drain(..) {
-            let _ = std::fs::remove_file(path);
-        }
-        eprintln!("umt-bench: interrupted; the files of the run were removed");
-        std::process::exit(130);
-    })
-    .map_err(|e| BenchError::Runtime(format!("cannot handle Ctrl-C: {e}")))
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    use std::io::Write;
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]).map_err(|e| {
+            BenchError::Runtime(format!("cannot handle SIGINT, SIGTERM and SIGHUP: {e}"))
+        })?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                // Held until the process ends: no file is created after this clean-up.
+                let mut live = lock_live();
+                live.1 = true;
+                for path in live.0.drain(..) {
+                    let _ = std::fs::remove_file(path);
+                }
+                let name = match sig {
+                    SIGINT => "SIGINT",
+                    SIGTERM => "SIGTERM",
+                    _ => "SIGHUP",
+                };
+                // Not `eprintln!`: a closed stderr must not turn the exit into a panic.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "umt-bench: interrupted ({name}); the files of the run were removed"
+                );
+                std::process::exit(128 + sig);
+            }
+        })
+        .map_err(|e| BenchError::Runtime(format!("cannot start the signal thread: {e}")))?;
+    Ok(())
 }
 
 /// Bytes of memory this machine can give now without swapping (`MemAvailable`), if known.

@@ -184,44 +184,60 @@ fn a_failed_write_leaves_no_file_behind() {
     assert!(dir.files().is_empty(), "left behind: {:?}", dir.files());
 }
 
-/// Ctrl-C in the middle of a run removes the checkpoint files, and the process says so.
+/// Ctrl-C (`SIGINT`), `SIGTERM` or `SIGHUP` in the middle of a run removes the checkpoint
+/// files, the process says so and ends with status 128 + the signal's number, as a shell
+/// reports a process the signal killed (issue 30: `SIGTERM` and `SIGHUP` ended with 130).
 #[test]
-fn ctrl_c_leaves_no_file_behind() {
-    let dir = Dir::new("ctrl-c");
-    let child = bench()
-        .args([
-            "heat",
-            "--size",
-            "1024",
-            "--block",
-            "256",
-            "--iters",
-            "400",
-            "--iof",
-            "2",
-            "--repeat",
-            "5",
-            "--runtimes",
-            "baseline",
-            "--buffered",
-            "--dir",
-            dir.path(),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while dir.files().is_empty() {
-        assert!(Instant::now() < deadline, "no checkpoint file appeared");
-        std::thread::sleep(Duration::from_millis(5));
+fn a_signal_leaves_no_file_behind_and_exits_128_plus_its_number() {
+    use nix::sys::signal::Signal;
+    for (signal, name) in [
+        (Signal::SIGINT, "SIGINT"),
+        (Signal::SIGTERM, "SIGTERM"),
+        (Signal::SIGHUP, "SIGHUP"),
+    ] {
+        let dir = Dir::new(&format!("signal-{name}"));
+        let child = bench()
+            .args([
+                "heat",
+                "--size",
+                "1024",
+                "--block",
+                "256",
+                "--iters",
+                "400",
+                "--iof",
+                "2",
+                "--repeat",
+                "5",
+                "--runtimes",
+                "baseline",
+                "--buffered",
+                "--dir",
+            ])
+            .arg(dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while dir.files().is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: no checkpoint file appeared"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, signal).unwrap();
+        let (code, _, err) = output(child.wait_with_output().unwrap());
+        assert_eq!(code, 128 + signal as i32, "{name}: {err}");
+        assert!(err.contains(&format!("interrupted ({name})")), "{err}");
+        assert!(
+            dir.files().is_empty(),
+            "{name}: left behind: {:?}",
+            dir.files()
+        );
     }
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
-    let (code, _, err) = output(child.wait_with_output().unwrap());
-    assert_eq!(code, 130, "{err}");
-    assert!(err.contains("interrupted"), "{err}");
-    assert!(dir.files().is_empty(), "left behind: {:?}", dir.files());
 }
 
 #[test]
