@@ -131,6 +131,57 @@ pub fn remove_files_on_interrupt() -> Result<(), BenchError> {
     Ok(())
 }
 
+/// The directory a file named `path` goes in (`.` for a bare name).
+fn parent_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Checks, before a run, that an output named by `flag` (`--json`, `--plot`) can be written
+/// at `path` when the run ends: not a directory, and its directory takes a new file (one is
+/// made there and removed at once). `path` itself is left as it is: a refused or failed run
+/// never truncates the results of an earlier one.
+pub fn check_writable(flag: &str, path: &Path) -> Result<(), BenchError> {
+    if path.is_dir() {
+        return Err(BenchError::InvalidParam(format!(
+            "{flag} {}: that is a directory; give a file name",
+            path.display()
+        )));
+    }
+    let dir = parent_dir(path);
+    tempfile::Builder::new()
+        .prefix(".umt-bench-")
+        .tempfile_in(dir)
+        .map(drop)
+        .map_err(|e| {
+            BenchError::InvalidParam(format!(
+                "{flag} {}: cannot write a file in {}: {e}; give a path in a directory that \
+                 exists and that you may write",
+                path.display(),
+                dir.display()
+            ))
+        })
+}
+
+/// Writes `bytes` to `path` atomically: into a new temporary file in the same directory
+/// (`O_EXCL`, mode 600), then renamed over `path`. A reader sees the old file or the whole
+/// new one, and a failure leaves the old one.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), BenchError> {
+    use std::io::Write;
+    let dir = parent_dir(path);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".umt-bench-")
+        .tempfile_in(dir)
+        .map_err(|e| BenchError::io("writing a file in", dir, e))?;
+    tmp.write_all(bytes)
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| BenchError::io("writing", path, e))?;
+    tmp.persist(path)
+        .map_err(|e| BenchError::io("writing", path, e.error))?;
+    Ok(())
+}
+
 /// Bytes of memory this machine can give now without swapping (`MemAvailable`), if known.
 pub fn memory_available() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;

@@ -22,7 +22,8 @@ use umt_bench::error::BenchError;
 use umt_bench::fwi::FwiParams;
 use umt_bench::heat::HeatParams;
 use umt_bench::io::{
-    IoMode, check_memory, memory_filesystem, probe_direct, remove_files_on_interrupt,
+    IoMode, check_memory, check_writable, memory_filesystem, probe_direct,
+    remove_files_on_interrupt, write_atomically,
 };
 use umt_bench::report::Report;
 use umt_bench::runner::{Runner, UmtOptions};
@@ -358,8 +359,9 @@ impl Common {
         checkpoint_io(self.dir.clone(), self.buffered, self.allow_memory_dir)
     }
 
-    /// Checks what can be checked before any run: the repeat count and that the JSON file can
-    /// be written (it is created now, and filled at the end).
+    /// Checks what can be checked before any run: the repeat count, and that the outputs can
+    /// be written at the end (`--json` and `--plot` files are not touched now: a refused run
+    /// leaves an earlier run's results as they were; the `--timeline` directory is made).
     fn check(&self) -> Result<(), BenchError> {
         if self.repeat == 0 {
             return Err(BenchError::InvalidParam(
@@ -367,7 +369,15 @@ impl Common {
             ));
         }
         if let Some(path) = &self.json {
-            std::fs::File::create(path).map_err(|e| BenchError::io("creating", path, e))?;
+            check_writable("--json", path)?;
+        }
+        if let Some(path) = &self.plot {
+            check_writable("--plot", path)?;
+        }
+        if let Some(dir) = &self.timeline {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| BenchError::io("--timeline: creating", dir, e))?;
+            check_writable("--timeline", &dir.join("check"))?;
         }
         Ok(())
     }
@@ -730,7 +740,7 @@ fn run_scale(a: &ScaleArgs) -> Result<(), BenchError> {
     let json = a.out.join("scale.json");
     let text = serde_json::to_string_pretty(&points)
         .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
-    std::fs::write(&json, text).map_err(|e| BenchError::io("writing", &json, e))?;
+    write_atomically(&json, text.as_bytes())?;
     let md = a.out.join("scale.md");
     let table = scale::markdown(&points);
     std::fs::write(&md, &table).map_err(|e| BenchError::io("writing", &md, e))?;
@@ -762,10 +772,36 @@ fn use_cores(n: usize) -> Result<(), BenchError> {
         .map_err(|e| BenchError::InvalidParam(format!("--cores {n}: {e}")))
 }
 
+/// `--json` with `--mpi` is refused before the run: rank 0 prints the table across ranks, and
+/// nothing writes it as JSON yet (an empty file was left where the results should be).
+fn no_json_with_mpi(common: &Common) -> Result<(), BenchError> {
+    match &common.json {
+        Some(path) => Err(BenchError::InvalidParam(format!(
+            "--json {} with --mpi: the comparison across ranks is printed by rank 0 and not \
+             written as JSON; leave --json out and keep the printed table",
+            path.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn emit(reports: &[Report], common: &Common) -> Result<(), BenchError> {
     let json = common.json.as_ref();
     for r in reports {
         println!("{}", r.table());
+    }
+    // The JSON first, and whole or not at all: a failing plot or timeline afterwards does
+    // not cost the results.
+    if let Some(path) = json {
+        let value = if reports.len() == 1 {
+            serde_json::to_value(&reports[0])
+        } else {
+            serde_json::to_value(reports)
+        }
+        .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
+        let text = serde_json::to_string_pretty(&value)
+            .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
+        write_atomically(path, text.as_bytes())?;
     }
     if let Some(dir) = &common.timeline {
         std::fs::create_dir_all(dir).map_err(|e| BenchError::io("creating", dir, e))?;
@@ -790,17 +826,6 @@ fn emit(reports: &[Report], common: &Common) -> Result<(), BenchError> {
         umt_bench::plot::comparison(reports, path)?;
         eprintln!("wrote {}", path.display());
     }
-    if let Some(path) = json {
-        let value = if reports.len() == 1 {
-            serde_json::to_value(&reports[0])
-        } else {
-            serde_json::to_value(reports)
-        }
-        .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
-        let text = serde_json::to_string_pretty(&value)
-            .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
-        std::fs::write(path, text).map_err(|e| BenchError::io("writing", path, e))?;
-    }
     Ok(())
 }
 
@@ -824,8 +849,8 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let result = match cli.command {
-        Cmd::Heat(a) if a.mpi => run_heat_mpi(&a),
-        Cmd::Fwi(a) if a.mpi => run_fwi_mpi(&a),
+        Cmd::Heat(a) if a.mpi => no_json_with_mpi(&a.common).and_then(|()| run_heat_mpi(&a)),
+        Cmd::Fwi(a) if a.mpi => no_json_with_mpi(&a.common).and_then(|()| run_fwi_mpi(&a)),
         Cmd::Heat(a) => run_heat(&a).and_then(|r| emit(&[r], &a.common)),
         Cmd::Fwi(a) => run_fwi(&a).and_then(|r| emit(&[r], &a.common)),
         Cmd::Scan(a) => run_scan(&a).and_then(|r| emit(&r, &a.common)),

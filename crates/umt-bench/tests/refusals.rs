@@ -286,3 +286,80 @@ fn few_descriptors_never_give_a_silently_degraded_row() {
     assert!(refused > 0, "some limit is too low for every worker");
     assert!(dir.files().is_empty());
 }
+
+/// A refused run leaves the results of an earlier one as they were (issue 30: `--json` was
+/// truncated before the parameters were checked), and a run writes its JSON whole, by a
+/// rename, with no file of its own left beside it.
+#[test]
+fn a_refused_run_leaves_an_earlier_json_as_it_was() {
+    let dir = Dir::new("json-kept");
+    let json = dir.0.join("out.json");
+    std::fs::write(&json, "earlier results").unwrap();
+    let path = json.to_str().unwrap();
+    for refused in [
+        &["--repeat", "0", "--json", path][..],
+        &["--runtimes", "no-such-runtime", "--json", path][..],
+    ] {
+        let mut args = small_heat(&dir, &[]);
+        args.retain(|a| *a != "--repeat" && *a != "1");
+        args.extend_from_slice(refused);
+        if !refused.contains(&"--repeat") {
+            args.extend(["--repeat", "1"]);
+        }
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 2, "{refused:?}: {err}");
+        assert_eq!(
+            std::fs::read_to_string(&json).unwrap(),
+            "earlier results",
+            "{refused:?}"
+        );
+    }
+    let (code, _, err) = run(&small_heat(
+        &dir,
+        &["--runtimes", "baseline", "--json", path],
+    ));
+    assert_eq!(code, 0, "{err}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(doc["workload"], "heat");
+    let names: Vec<String> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".umt-bench-"))
+        .collect();
+    assert!(names.is_empty(), "temporary files left: {names:?}");
+}
+
+/// Outputs that cannot be written are refused before anything runs, saying which flag: a
+/// `--json` or `--plot` in a missing directory, a `--json` that is a directory, and `--json`
+/// with `--mpi` (nothing writes the comparison across ranks as JSON).
+#[test]
+fn outputs_that_cannot_be_written_are_refused_before_the_run() {
+    let dir = Dir::new("outputs");
+    let missing = dir.0.join("no-such-dir").join("out");
+    let missing = missing.to_str().unwrap();
+    for (flag, value) in [
+        ("--json", missing),
+        ("--plot", missing),
+        ("--json", dir.path()),
+    ] {
+        let (code, out, err) = run(&small_heat(&dir, &["--runtimes", "baseline", flag, value]));
+        assert_eq!(code, 2, "{flag} {value}: {err}");
+        assert!(err.contains(flag), "{flag} {value}: {err}");
+        assert!(!out.contains("baseline"), "{flag} {value}: it ran: {out}");
+    }
+    let json = dir.0.join("mpi.json");
+    let (code, _, err) = run(&small_heat(
+        &dir,
+        &[
+            "--runtimes",
+            "baseline",
+            "--mpi",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--mpi"), "{err}");
+    assert!(!json.exists(), "an empty --json file was left");
+}
