@@ -177,7 +177,15 @@ fn timeline_and_plot_are_written() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let run = &doc["runs"][0];
     assert_eq!(run["cores"].as_array().unwrap().len(), cores);
-    assert!(run["cores"][0]["cpu_seconds"].as_f64().unwrap() > 0.0);
+    // Some core worked (not necessarily core 0: on a busy machine, or a run this small, one
+    // core's worker may take every task).
+    let cpu: f64 = run["cores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["cpu_seconds"].as_f64().unwrap())
+        .sum();
+    assert!(cpu > 0.0, "{run}");
     assert!(run["cores"][0]["states"].as_array().unwrap().len() == 4);
     assert!(run["cores_cov"]["cpu_time"].as_f64().unwrap() >= 0.0);
     std::fs::remove_dir_all(&dir).unwrap();
