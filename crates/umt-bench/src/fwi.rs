@@ -65,6 +65,14 @@ impl FwiParams {
         if self.iof == 0 {
             return bad("iof must be at least 1".into());
         }
+        if self.steps > crate::heat::MAX_STEPS {
+            return bad(format!(
+                "steps {}: at most {} (a run that long measures nothing more, and its list of \
+                 snapshots would not fit in memory); give fewer",
+                self.steps,
+                crate::heat::MAX_STEPS
+            ));
+        }
         if self.iof > self.steps {
             return bad(format!(
                 "iof {} is more than steps {}: no snapshot would be taken; use an iof of at \

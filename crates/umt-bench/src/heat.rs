@@ -29,6 +29,11 @@ type Staged = std::sync::Mutex<Option<(AlignedBuf, u64)>>;
 /// Temperature of the top edge.
 pub const TOP: f64 = 1.0;
 
+/// Most iterations a heat run (and steps an FWI run) accepts, checked before anything is
+/// allocated: about an hour of the smallest grid's iterations on one core, and a list of
+/// checkpoints that fits in memory.
+pub const MAX_STEPS: usize = 1 << 20;
+
 /// The parameters of one heat run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HeatParams {
@@ -64,6 +69,13 @@ impl HeatParams {
         }
         if self.iters == 0 {
             return bad("iters must be at least 1: a run of no iteration measures nothing".into());
+        }
+        if self.iters > MAX_STEPS {
+            return bad(format!(
+                "iters {}: at most {MAX_STEPS} (a run that long measures nothing more, and its \
+                 list of checkpoints would not fit in memory); give fewer",
+                self.iters
+            ));
         }
         if self.iof == Some(0) {
             return bad("iof must be at least 1 (or no checkpoints)".into());

@@ -68,6 +68,12 @@ struct Counts {
     rejected: AtomicU64,
 }
 
+/// Most rounds [`compare`] accepts.
+pub const MAX_ROUNDS: usize = 1000;
+/// Longest offer period [`compare`] accepts, in compression times (beyond it the period
+/// overflows a `Duration`, and the service offers nothing anyway).
+pub const MAX_OFFER_EVERY: f64 = 1e6;
+
 /// Runs heat `rounds` times per way on `rt`, the ways alternating, with a chunk offered
 /// every `offer_every` compression times.
 pub fn compare(
@@ -76,10 +82,16 @@ pub fn compare(
     rounds: usize,
     offer_every: f64,
 ) -> Result<(Duration, Vec<WayReport>), BenchError> {
-    if rounds == 0 || !offer_every.is_finite() || offer_every <= 0.0 {
-        return Err(BenchError::InvalidParam(
-            "rounds must be at least 1 and the offer period positive".into(),
-        ));
+    if rounds == 0 || rounds > MAX_ROUNDS {
+        return Err(BenchError::InvalidParam(format!(
+            "--rounds {rounds}: give 1 to {MAX_ROUNDS}"
+        )));
+    }
+    if !offer_every.is_finite() || offer_every <= 0.0 || offer_every > MAX_OFFER_EVERY {
+        return Err(BenchError::InvalidParam(format!(
+            "--offer-every {offer_every:e}: give a number of compression times above 0 and at \
+             most {MAX_OFFER_EVERY} (that is already about never)"
+        )));
     }
     let data = chunk();
     let t = Instant::now();

@@ -363,3 +363,69 @@ fn outputs_that_cannot_be_written_are_refused_before_the_run() {
     assert!(err.contains("--mpi"), "{err}");
     assert!(!json.exists(), "an empty --json file was left");
 }
+
+/// Flags that size the work are bounded before anything is allocated or run (issue 30: a huge
+/// `--iters` grew memory until the OOM killer, `--offer-every 1e300` panicked).
+#[test]
+fn huge_work_sizes_are_refused_before_the_run() {
+    let dir = Dir::new("huge");
+    let huge = "1000000000000";
+    let cases: [Vec<&str>; 5] = [
+        vec![
+            "heat",
+            "--size",
+            "512",
+            "--block",
+            "128",
+            "--iters",
+            huge,
+            "--iof",
+            "1",
+            "--runtimes",
+            "baseline",
+            "--buffered",
+            "--dir",
+            dir.path(),
+        ],
+        vec![
+            "fwi",
+            "--steps",
+            huge,
+            "--iof",
+            "1",
+            "--runtimes",
+            "baseline",
+            "--buffered",
+            "--dir",
+            dir.path(),
+        ],
+        vec!["onload", "--iters", huge, "--buffered", "--dir", dir.path()],
+        vec![
+            "onload",
+            "--rounds",
+            huge,
+            "--buffered",
+            "--dir",
+            dir.path(),
+        ],
+        vec![
+            "onload",
+            "--offer-every",
+            "1e300",
+            "--buffered",
+            "--dir",
+            dir.path(),
+        ],
+    ];
+    for args in cases {
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains("invalid parameter"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(
+            dir.files().is_empty(),
+            "{args:?}: left behind {:?}",
+            dir.files()
+        );
+    }
+}
