@@ -370,53 +370,24 @@ fn outputs_that_cannot_be_written_are_refused_before_the_run() {
 fn huge_work_sizes_are_refused_before_the_run() {
     let dir = Dir::new("huge");
     let huge = "1000000000000";
-    let cases: [Vec<&str>; 5] = [
-        vec![
-            "heat",
-            "--size",
-            "512",
-            "--block",
-            "128",
-            "--iters",
-            huge,
-            "--iof",
-            "1",
-            "--runtimes",
-            "baseline",
-            "--buffered",
-            "--dir",
-            dir.path(),
-        ],
-        vec![
-            "fwi",
-            "--steps",
-            huge,
-            "--iof",
-            "1",
-            "--runtimes",
-            "baseline",
-            "--buffered",
-            "--dir",
-            dir.path(),
-        ],
-        vec!["onload", "--iters", huge, "--buffered", "--dir", dir.path()],
-        vec![
-            "onload",
-            "--rounds",
-            huge,
-            "--buffered",
-            "--dir",
-            dir.path(),
-        ],
-        vec![
-            "onload",
-            "--offer-every",
-            "1e300",
-            "--buffered",
-            "--dir",
-            dir.path(),
-        ],
+    // (command, the flag that sizes the work, its value): each with the same tail.
+    let cases = [
+        ("heat", "--iters", huge),
+        ("fwi", "--steps", huge),
+        ("onload", "--iters", huge),
+        ("onload", "--rounds", huge),
+        ("onload", "--offer-every", "1e300"),
     ];
+    let cases = cases.map(|(command, flag, value)| {
+        let mut args = vec![command, flag, value, "--buffered", "--dir", dir.path()];
+        if command != "onload" {
+            args.extend(["--iof", "1", "--runtimes", "baseline"]);
+        }
+        if command == "heat" {
+            args.extend(["--size", "512", "--block", "128"]);
+        }
+        args
+    });
     for args in cases {
         let (code, _, err) = run(&args);
         assert_eq!(code, 2, "{args:?}: {err}");

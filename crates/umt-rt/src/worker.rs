@@ -232,10 +232,7 @@ impl WorkerCtx {
                 Role::Worker => TraceThread::Worker(self.index),
             };
             // On the core where it runs: the one it is lent to, if any.
-            let core = match self.role {
-                Role::Worker => self.slot().lend.lent_to().unwrap_or(self.core),
-                Role::Leader => self.core,
-            };
+            let core = self.lent_to().unwrap_or(self.core);
             let ready = self.reg.monitor.ready(self.reg.config.cpus[core]);
             self.trace.record(rec, core, thread, kind, ready);
         }
@@ -379,9 +376,7 @@ impl WorkerCtx {
         // A worker lent to another core leaves its home core's inbox (broadcast calls, which
         // must run on that core's CPU) to the workers there.
         let inbox = &self.reg.inboxes[self.core];
-        while !inbox.is_empty()
-            && (self.role == Role::Leader || self.slot().lend.lent_to().is_none())
-        {
+        while !inbox.is_empty() && self.lent_to().is_none() {
             match inbox.steal() {
                 Steal::Success(job) => return Some(job),
                 Steal::Retry => continue,
@@ -567,7 +562,7 @@ impl WorkerCtx {
     /// own. Before it parks (a parked worker is its own core's), when it was lent while it
     /// parked, and when the core it was lent to has its own workers back.
     fn go_home(&self) {
-        if self.role != Role::Worker {
+        if self.role != Role::Worker || !self.reg.config.lend {
             return;
         }
         let lend = &self.slot().lend;
@@ -584,6 +579,16 @@ impl WorkerCtx {
             lend.arrived();
             self.record(TraceKind::Home);
         }
+    }
+
+    /// The core this worker is lent to (`lend.rs`), if any: never where the runtime does not
+    /// lend (no load then), nor for a leader running tasks.
+    #[inline]
+    fn lent_to(&self) -> Option<usize> {
+        if !self.reg.config.lend || self.role != Role::Worker {
+            return None;
+        }
+        self.slot().lend.lent_to()
     }
 
     /// The ready workers of core `core` that are its own: its ready count less the workers
@@ -622,7 +627,7 @@ impl WorkerCtx {
     #[inline]
     fn hand_off(&self) -> bool {
         // Not lent: its home core's counts say nothing of the core it runs on.
-        if !self.reg.config.handoff || !self.monitored || self.slot().lend.lent_to().is_some() {
+        if !self.reg.config.handoff || !self.monitored || self.lent_to().is_some() {
             return false;
         }
         let active = self.reg.pools.active(self.core) as i64;
@@ -651,7 +656,8 @@ impl WorkerCtx {
         // M3: lent to another core, the worker stays there until one of that core's own
         // workers is ready again, and then goes home (guests leave first; the core's own
         // workers count only each other, below).
-        if let Some(to) = self.slot().lend.lent_to() {
+        let lending = self.reg.config.lend;
+        if let Some(to) = self.lent_to() {
             if self.own_ready(to) < 1 {
                 return false;
             }
@@ -673,7 +679,9 @@ impl WorkerCtx {
             ready = monitor.ready(self.cpu);
         }
         // Workers lent here do not count: they leave when this one is back (M3).
-        ready -= self.reg.guests[self.core].load(Ordering::Acquire) as i64;
+        if lending {
+            ready -= self.reg.guests[self.core].load(Ordering::Acquire) as i64;
+        }
         ready > 1 && !self.reg.terminate.load(Ordering::Acquire)
     }
 

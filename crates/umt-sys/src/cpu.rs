@@ -111,6 +111,12 @@ pub fn pin_current_thread(cpu: CpuId) -> Result<()> {
 /// kernel decides: a set with no CPU the thread may use gives [`Error::CpuNotInMask`] naming
 /// the first CPU and, as the allowed list, the main thread's mask.
 pub fn pin_current_thread_to(cpus: &[CpuId]) -> Result<()> {
+    set_affinity(Pid::from_raw(0), cpus)
+}
+
+/// Restricts thread `tid` (0: the caller) to `cpus`; the errors of
+/// [`pin_current_thread_to`].
+fn set_affinity(tid: Pid, cpus: &[CpuId]) -> Result<()> {
     let refused = |cpu: CpuId| -> Error {
         match process_cpus() {
             Ok(allowed) => Error::CpuNotInMask { cpu, allowed },
@@ -124,7 +130,7 @@ pub fn pin_current_thread_to(cpus: &[CpuId]) -> Result<()> {
     for &cpu in cpus {
         set.set(cpu).map_err(|_| refused(cpu))?;
     }
-    match sched_setaffinity(Pid::from_raw(0), &set) {
+    match sched_setaffinity(tid, &set) {
         Ok(()) => Ok(()),
         Err(nix::errno::Errno::EINVAL) => Err(refused(first)),
         Err(e) => Err(Error::os("sched_setaffinity", e)),
@@ -140,19 +146,7 @@ pub fn pin_current_thread_to(cpus: &[CpuId]) -> Result<()> {
 /// Returns [`Error::CpuNotInMask`] when the kernel refuses `cpu`, and an error naming
 /// `sched_setaffinity` when no thread has that id (`ESRCH`).
 pub fn pin_thread(tid: i32, cpu: CpuId) -> Result<()> {
-    let refused = || -> Error {
-        match process_cpus() {
-            Ok(allowed) => Error::CpuNotInMask { cpu, allowed },
-            Err(e) => e,
-        }
-    };
-    let mut set = CpuSet::new();
-    set.set(cpu).map_err(|_| refused())?;
-    match sched_setaffinity(Pid::from_raw(tid), &set) {
-        Ok(()) => Ok(()),
-        Err(nix::errno::Errno::EINVAL) => Err(refused()),
-        Err(e) => Err(Error::os("sched_setaffinity", e)),
-    }
+    set_affinity(Pid::from_raw(tid), &[cpu])
 }
 
 /// Whether the thread `tid` of this process is running or waiting for a CPU (state `R` in
