@@ -19,6 +19,8 @@ typedef int __s32;
 typedef unsigned long long __u64;
 typedef long long __s64;
 typedef _Bool bool;
+#define true 1
+#define false 0
 
 #define SEC(name) __attribute__((section(name), used))
 #define __uint(name, val) int (*name)[val]
@@ -36,16 +38,44 @@ static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
 static __u32 (*bpf_get_smp_processor_id)(void) = (void *)8;
 static long (*bpf_perf_event_output)(void *ctx, void *map, __u64 flags, void *data,
 				     __u64 size) = (void *)25;
+static long (*bpf_probe_read_kernel)(void *dst, __u32 size, const void *unsafe_ptr) = (void *)113;
+
+/* Copies the kernel field `src` (relocated against the running kernel) into `dst`. */
+#define READ_KERNEL(dst, src) \
+	bpf_probe_read_kernel(&(dst), sizeof(dst), __builtin_preserve_access_index(&(src)))
+
+/* include/linux/pid_namespace.h */
+#define MAX_PID_NS_LEVEL 32
 
 /* Only the fields read here; the loader relocates their offsets (CO-RE). */
 struct thread_info {
 	__u32 cpu;
 } __attribute__((preserve_access_index));
 
+struct ns_common {
+	unsigned int inum;
+} __attribute__((preserve_access_index));
+
+struct pid_namespace {
+	struct ns_common ns;
+} __attribute__((preserve_access_index));
+
+/* A task's id in one PID namespace; `struct pid` holds one per level, the last its own. */
+struct upid {
+	int nr;
+	struct pid_namespace *ns;
+};
+
+struct pid {
+	unsigned int level;
+	struct upid numbers[1];
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	struct thread_info thread_info;
 	__s32 pid;
 	__s32 tgid;
+	struct pid *thread_pid;
 } __attribute__((preserve_access_index));
 
 /*
@@ -107,8 +137,24 @@ struct {
 	__uint(max_entries, 1);	/* set to the number of possible CPUs by the loader */
 } notes SEC(".maps");
 
-/* The process whose threads count; set by the loader. */
+/*
+ * The process whose threads count, set by the loader. In the initial PID namespace
+ * (`target_ns` 0) the ids the process sees are the kernel's: `target_tgid` is its tgid and
+ * `threads` is keyed by `task->pid`. Inside another PID namespace (a container) they are not:
+ * `target_ns` is the inode of the process's namespace, `threads` is keyed by the thread id
+ * the process sees (`gettid`, the task's id in its own, innermost, namespace), and
+ * `seen_tgid` learns the kernel's tgid of the process from the first registered thread found
+ * that way, after which it filters as cheaply as `target_tgid` does.
+ */
 const volatile __s32 target_tgid = 0;
+const volatile __u32 target_ns = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __s32);
+	__uint(max_entries, 1);
+} seen_tgid SEC(".maps");
 
 char _license[] SEC("license") = "GPL";
 
@@ -117,17 +163,57 @@ static __attribute__((always_inline)) struct umt_cpu *cpu_counts(__u32 cpu)
 	return bpf_map_lookup_elem(&counts, &cpu);
 }
 
-/* The state word of a monitored thread of the target process, or NULL. */
-static __attribute__((always_inline)) __u64 *thread_slot(struct task_struct *p)
+/*
+ * `p`'s id in its innermost PID namespace, into `tid`, when that namespace is `target_ns`
+ * (what task_pid_vnr() gives the task itself). Each step reads through
+ * bpf_probe_read_kernel: a task being torn down may have no `struct pid` any more.
+ */
+static __attribute__((always_inline)) bool ns_tid(struct task_struct *p, __u32 *tid)
 {
-	__u32 tid, *slot;
+	struct pid *pid;
+	struct upid up;
+	unsigned int level, inum;
 
-	if (!p || p->tgid != target_tgid)
+	if (READ_KERNEL(pid, p->thread_pid) || !pid)
+		return false;
+	if (READ_KERNEL(level, pid->level) || level > MAX_PID_NS_LEVEL)
+		return false;
+	if (bpf_probe_read_kernel(&up, sizeof(up),
+				  (char *)__builtin_preserve_access_index(&pid->numbers[0]) +
+					  level * sizeof(struct upid)))
+		return false;
+	if (!up.ns || READ_KERNEL(inum, up.ns->ns.inum) || inum != target_ns)
+		return false;
+	*tid = up.nr;
+	return true;
+}
+
+/*
+ * The state word of a monitored thread of the target process, or NULL; `tid` gets the key it
+ * has in `threads`.
+ */
+static __attribute__((always_inline)) __u64 *thread_slot(struct task_struct *p, __u32 *tid)
+{
+	__u32 zero = 0, *slot;
+	__s32 *seen = 0;
+
+	if (!p)
 		return 0;
-	tid = p->pid;
-	slot = bpf_map_lookup_elem(&threads, &tid);
+	if (!target_ns) {
+		if (p->tgid != target_tgid)
+			return 0;
+		*tid = p->pid;
+	} else {
+		seen = bpf_map_lookup_elem(&seen_tgid, &zero);
+		if (!seen || (*seen && p->tgid != *seen) || !ns_tid(p, tid))
+			return 0;
+	}
+	slot = bpf_map_lookup_elem(&threads, tid);
 	if (!slot)
 		return 0;
+	/* Only the target's threads are in `threads`, so this is the target's tgid. */
+	if (seen && !*seen)
+		*seen = p->tgid;
 	return bpf_map_lookup_elem(&slots, slot);
 }
 
@@ -206,12 +292,12 @@ int umt_switch(__u64 *ctx)
 	struct task_struct *prev = (void *)ctx[1];
 	struct task_struct *next = (void *)ctx[2];
 	__u32 prev_state = ctx[3];
-	__u32 cpu = bpf_get_smp_processor_id();
+	__u32 cpu = bpf_get_smp_processor_id(), tid;
 	__u64 *st;
 
 	/* prev blocked: it leaves the runqueue (a preempted one, or one whose sleep a signal
 	 * cancelled, reports TASK_RUNNING or preempt, and stays ready). */
-	st = thread_slot(prev);
+	st = thread_slot(prev, &tid);
 	if (st && !preempt && prev_state != 0) {
 		__u64 old = *st;
 
@@ -222,7 +308,7 @@ int umt_switch(__u64 *ctx)
 			add_ready(ctx, old & ST_CPU_MASK, -1);
 		}
 	}
-	st = thread_slot(next);
+	st = thread_slot(next, &tid);
 	if (st)
 		settle_running(ctx, st, cpu);
 	return 0;
@@ -232,9 +318,9 @@ int umt_switch(__u64 *ctx)
 static __attribute__((always_inline)) int woken(__u64 *ctx)
 {
 	struct task_struct *p = (void *)ctx[0];
-	__u64 *st = thread_slot(p);
+	__u32 cpu, tid;
+	__u64 *st = thread_slot(p, &tid);
 	__u64 old, want;
-	__u32 cpu;
 
 	if (!st)
 		return 0;
@@ -268,8 +354,8 @@ SEC("tp_btf/sched_migrate_task")
 int umt_migrate(__u64 *ctx)
 {
 	struct task_struct *p = (void *)ctx[0];
-	__u32 dest = ctx[1];
-	__u64 *st = thread_slot(p);
+	__u32 dest = ctx[1], tid;
+	__u64 *st = thread_slot(p, &tid);
 	__u64 old, want;
 
 	if (!st)
@@ -292,9 +378,9 @@ SEC("tp_btf/sched_process_exit")
 int umt_exit(__u64 *ctx)
 {
 	struct task_struct *p = (void *)ctx[0];
-	__u64 *st = thread_slot(p);
-	__u64 old;
 	__u32 tid;
+	__u64 *st = thread_slot(p, &tid);
+	__u64 old;
 
 	if (!st)
 		return 0;
@@ -305,7 +391,6 @@ int umt_exit(__u64 *ctx)
 	    __sync_val_compare_and_swap(st, old, (old & ~ST_ACTIVE) | ST_EXITED) == old &&
 	    (old & ST_READY))
 		add_ready(ctx, old & ST_CPU_MASK, -1);
-	tid = p->pid;
 	bpf_map_delete_elem(&threads, &tid);
 	return 0;
 }

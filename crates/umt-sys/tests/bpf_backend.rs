@@ -390,3 +390,101 @@ fn without_privilege_bpf_is_unavailable_and_auto_falls_through() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("1 passed"), "{text}");
 }
+
+/// Lets the thread of [`namespaced_checks`] finish whatever happens, so that a failed check
+/// ends the child process instead of leaving its scope waiting for a spinning thread.
+struct Release<'a> {
+    go: &'a AtomicBool,
+    done: &'a AtomicBool,
+    tx: std::io::PipeWriter,
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.go.store(true, Ordering::SeqCst);
+        let _ = self.tx.write_all(b"x");
+        self.done.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The child side of [`counts_inside_a_pid_namespace`], run as the first process of a PID
+/// namespace of its own: one thread's block and wake-up move its CPU's count, as outside.
+fn namespaced_checks() {
+    assert_eq!(
+        std::process::id(),
+        1,
+        "not the first process of a new PID namespace"
+    );
+    let bpf = Monitor::new(BackendKind::Bpf).unwrap();
+    let c = *cpu::process_cpus().unwrap().last().unwrap();
+    let (mut rx, tx) = std::io::pipe().unwrap();
+    let (go, done) = (AtomicBool::new(false), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let (bpf, go, done) = (&bpf, &go, &done);
+        s.spawn(move || {
+            cpu::pin_current_thread(c).unwrap();
+            bpf.register_current_thread().unwrap();
+            while !go.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+            let mut b = [0u8; 1];
+            rx.read_exact(&mut b).unwrap();
+            while !done.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+            bpf.unregister_current_thread().unwrap();
+        });
+        let mut release = Release { go, done, tx };
+        let state = || format!("ready {:?}, {:?}", bpf.ready_counts(), bpf.stats());
+        wait_until("the spinning thread counts", || bpf.ready(c) == 1, state);
+        let before = bpf.stats();
+        go.store(true, Ordering::SeqCst);
+        wait_until("its block is counted", || bpf.ready(c) == 0, state);
+        assert!(bpf.stats().blocks > before.blocks, "{}", state());
+        release.tx.write_all(b"x").unwrap();
+        wait_until("its wake-up is counted", || bpf.ready(c) == 1, state);
+        assert!(bpf.stats().unblocks > before.unblocks, "{}", state());
+    });
+    assert_eq!(bpf.ready(c), 0, "unregistered: nothing left");
+}
+
+/// In a container the process's ids are not the kernel's: the programs find its threads
+/// through its PID namespace (issue 30: they used to count nothing there, silently).
+#[test]
+fn counts_inside_a_pid_namespace() {
+    if std::env::var_os("UMT_BPF_PIDNS_CHILD").is_some() {
+        namespaced_checks();
+        return;
+    }
+    let _serial = serial();
+    if bpf_monitor().is_none() {
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    // `timeout`: a child that hangs fails this test instead of stopping the suite.
+    let out = match std::process::Command::new("timeout")
+        .args(["120", "unshare", "--pid", "--fork", "--mount-proc"])
+        .arg(&exe)
+        .args(["--exact", "counts_inside_a_pid_namespace", "--nocapture"])
+        .env("UMT_BPF_PIDNS_CHILD", "1")
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("skipped: cannot run timeout and unshare (coreutils, util-linux): {e}");
+            return;
+        }
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() && text.starts_with("unshare:") {
+        // No new namespaces here (a container without CAP_SYS_ADMIN).
+        eprintln!("skipped: {text}");
+        return;
+    }
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 passed"), "{text}");
+}

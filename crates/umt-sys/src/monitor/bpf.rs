@@ -167,6 +167,39 @@ mod imp {
         generation: u64,
     }
 
+    /// The inode number of the initial PID namespace (`PROC_PID_INIT_INO`,
+    /// `include/linux/proc_ns.h`): fixed by the kernel.
+    const INIT_PID_NS: u64 = 0xEFFF_FFFC;
+
+    /// The process's PID namespace as the programs identify it: 0 for the initial one (where
+    /// the ids the process sees are the kernel's), else the namespace's inode number.
+    fn pid_namespace() -> Result<u32> {
+        use std::os::unix::fs::MetadataExt;
+        let ino = std::fs::metadata("/proc/self/ns/pid")
+            .map_err(|e| {
+                Unavailable::new(
+                    BackendKind::Bpf,
+                    format!(
+                        "cannot tell which PID namespace this process is in: /proc/self/ns/pid: {e}"
+                    ),
+                )
+                .with_fix("mount /proc (in a container, its own PID namespace's /proc)")
+            })?
+            .ino();
+        if ino == INIT_PID_NS {
+            return Ok(0);
+        }
+        u32::try_from(ino).map_err(|_| {
+            Unavailable::new(
+                BackendKind::Bpf,
+                format!(
+                    "the PID namespace's inode number {ino} does not fit the programs' 32 bits"
+                ),
+            )
+            .into()
+        })
+    }
+
     /// The loaded, attached programs and the process's views of their maps.
     pub(crate) struct BpfBackend {
         /// Owns the programs (attached while it lives) and the maps not taken out of it.
@@ -200,7 +233,14 @@ mod imp {
                 )
                 .with_fix("use a kernel built with CONFIG_DEBUG_INFO_BTF=y (Linux >= 5.18)")
             })?;
-            let tgid = std::process::id() as i32;
+            let namespace = pid_namespace()?;
+            // In a PID namespace of its own the process's ids are not the kernel's: the
+            // programs then find its threads through the namespace (`target_ns`).
+            let tgid = if namespace == 0 {
+                std::process::id() as i32
+            } else {
+                0
+            };
             let mut ebpf = EbpfLoader::new()
                 .btf(Some(&btf))
                 .map_max_entries("counts", cpus)
@@ -208,6 +248,7 @@ mod imp {
                 .map_max_entries("slots", BPF_MAX_THREADS)
                 .map_max_entries("threads", BPF_MAX_THREADS)
                 .override_global("target_tgid", &tgid, true)
+                .override_global("target_ns", &namespace, true)
                 .load(OBJECT)
                 .map_err(|e| load_error(&format!("loading the programs: {e}"), &e))?;
             for (name, tracepoint) in PROGRAMS {
