@@ -90,6 +90,10 @@ pub const UMT_ABI_VERSION: u32 = 2;
 
 /// One CPU's counters in the counter page (`struct umt_counts`): 64 bytes, updated by the
 /// kernel with atomic operations, read-only for user space.
+///
+/// The page is mapped `PROT_READ`: load its fields with `Ordering::Relaxed` only, and put a
+/// `fence` beside the load where an ordering is needed. Rust promises that relaxed loads work
+/// on read-only memory; a stronger load may be compiled as a read-modify-write, which faults.
 #[repr(C)]
 #[derive(Debug)]
 pub struct UmtCounts {

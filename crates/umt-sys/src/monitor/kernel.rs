@@ -24,7 +24,7 @@ use crate::abi::{
 use crate::backend::{BackendKind, Unavailable};
 use crate::error::{Error, Result};
 use crate::event::{Cause, MonitorEvent};
-use crate::monitor::shared::Shared;
+use crate::monitor::shared::{ReadOnlyLoad, Shared};
 
 const FIX: &str = "boot the patched kernel from kernel-patch/ (`cargo xtask vm run -- CMD`), \
                    or use the perf backend";
@@ -84,8 +84,9 @@ pub(crate) struct KernelBackend {
     fds: Vec<OwnedFd>,
     /// Its owner announced that it is shutting down (`Monitor::shut_down`).
     shutting_down: AtomicBool,
-    /// ABI 2: the counter page (one [`UmtCounts`] per possible CPU), mapped read-only; the
-    /// files then signal drops to zero only, once between two reads.
+    /// ABI 2: the counter page (one [`UmtCounts`] per possible CPU), mapped read-only (so read
+    /// only through [`ReadOnlyLoad`]); the files then signal drops to zero only, once between
+    /// two reads.
     page: Option<Shared<UmtCounts>>,
     /// ABI 2, per possible CPU: its `drops` when a drain of that CPU last looked (K3).
     seen_cpu: Box<[AtomicU64]>,
@@ -173,7 +174,7 @@ impl KernelBackend {
     /// ABI 2: the ready count of `cpu`, from the counter page.
     pub(crate) fn ready(&self, cpu: usize) -> Option<i64> {
         let page = self.page.as_ref()?;
-        Some(page.get(cpu).map_or(0, |c| c.ready.load(Ordering::Acquire)))
+        Some(page.get(cpu).map_or(0, |c| c.ready.load_acquire()))
     }
 
     /// ABI 2: the counter page's totals.
@@ -181,10 +182,10 @@ impl KernelBackend {
         let page = self.page.as_ref()?;
         let mut t = PageTotals::default();
         for c in (0..page.len()).filter_map(|cpu| page.get(cpu)) {
-            t.blocks += c.blocks.load(Ordering::Relaxed);
-            t.unblocks += c.unblocks.load(Ordering::Relaxed);
-            t.signals += c.signals.load(Ordering::Relaxed);
-            t.drops += c.drops.load(Ordering::Relaxed);
+            t.blocks += c.blocks.load_relaxed();
+            t.unblocks += c.unblocks.load_relaxed();
+            t.signals += c.signals.load_relaxed();
+            t.drops += c.drops.load_relaxed();
         }
         Some(t)
     }
@@ -340,9 +341,9 @@ impl KernelBackend {
                     continue;
                 };
                 let now = [
-                    c.blocks.load(Ordering::SeqCst),
-                    c.unblocks.load(Ordering::SeqCst),
-                    c.drops.load(Ordering::SeqCst),
+                    c.blocks.load_seq_cst(),
+                    c.unblocks.load_seq_cst(),
+                    c.drops.load_seq_cst(),
                 ];
                 if let Some(ev) = MonitorEvent::counted(cpu, [last[0], last[1]], [now[0], now[1]]) {
                     sink(ev);
@@ -399,7 +400,7 @@ fn read_file(fd: &OwnedFd, cpu: usize, sink: &mut dyn FnMut(MonitorEvent)) -> Re
 
 /// ABI 2: `cpu`'s drops to zero so far (0 for a CPU out of range).
 fn drops(page: &Shared<UmtCounts>, cpu: usize) -> u64 {
-    page.get(cpu).map_or(0, |c| c.drops.load(Ordering::SeqCst))
+    page.get(cpu).map_or(0, |c| c.drops.load_seq_cst())
 }
 
 /// ABI 2: reads and discards the word of a file (the drops it counts are in the page), which

@@ -142,6 +142,7 @@ impl MonitorBuilder {
             self.signal_each_event,
         )?;
         Ok(Monitor {
+            id: NEXT_MONITOR_ID.fetch_add(1, Ordering::Relaxed),
             backend,
             selection,
             counts: ReadyCounts::new(possible),
@@ -180,6 +181,8 @@ impl MonitorBuilder {
 /// # Ok::<_, umt_sys::Error>(())
 /// ```
 pub struct Monitor {
+    /// Names this monitor in the calling thread's [`REGISTERED_HERE`].
+    id: u64,
     /// Where the events come from.
     backend: Backend,
     /// How `backend` was chosen.
@@ -195,7 +198,10 @@ pub struct Monitor {
     /// In every wait set: once written ([`Monitor::shut_down`]), every wait returns at once.
     /// Never read, so it stays readable.
     interrupt: EventFd,
-    /// Thread ids registered now, to reject double registration with a typed error.
+    /// Thread ids registered now (for the statistics, and to find a registration that a
+    /// thread which exited registered left behind). Whether the calling thread is registered
+    /// is [`REGISTERED_HERE`]'s answer, not this set's: a new thread may carry the id of one
+    /// that exited registered before anything reaped it.
     registered: Mutex<HashSet<i32>>,
     /// Events consumed outside a drain (by register/unregister): already applied to `counts`,
     /// handed to the next drainer so that watchers see every event.
@@ -275,13 +281,18 @@ impl Monitor {
     /// Starts monitoring the calling thread. It counts as ready on its current core.
     pub fn register_current_thread(&self) -> Result<()> {
         let tid = cpu::current_tid();
+        if self.registered_here() {
+            return Err(Error::AlreadyRegistered { tid });
+        }
         if let Backend::Bpf(b) = &self.backend {
             // Threads that exited registered give back their slots and their ids, which a
             // new thread (this one) may be reusing.
             self.forget_exited(b.exited());
         }
         if !self.lock_registered().insert(tid) {
-            return Err(Error::AlreadyRegistered { tid });
+            // A thread that exited registered had this id, and its exit is not reaped yet:
+            // its registration goes now (this thread is not registered, so it is not its).
+            self.retire_stale(tid);
         }
         let res = match &self.backend {
             Backend::Kernel(k) => k.register(),
@@ -291,18 +302,45 @@ impl Monitor {
             }),
             Backend::Disabled => Ok(()),
         };
-        if res.is_err() {
-            self.lock_registered().remove(&tid);
+        match res {
+            Ok(()) => REGISTERED_HERE.with_borrow_mut(|here| here.push(self.id)),
+            Err(_) => {
+                self.lock_registered().remove(&tid);
+            }
         }
         res
+    }
+
+    /// Whether the calling thread registered with this monitor (and has not unregistered).
+    fn registered_here(&self) -> bool {
+        REGISTERED_HERE.with_borrow(|here| here.contains(&self.id))
+    }
+
+    /// Takes back the registration of an exited thread whose id `tid` the calling thread now
+    /// has (the caller is about to register it): what that thread still counted goes, as at
+    /// an exit. `tid` stays in `registered`, now for the caller.
+    fn retire_stale(&self, tid: i32) {
+        match &self.backend {
+            Backend::Perf(p) => {
+                p.retire_stale(tid, &self.epoll, &mut |e| self.record_pending(e));
+            }
+            // The reap above found what the programs marked exited; a registration the
+            // programs never saw exit (one that failed halfway) is cleared as an unregister.
+            Backend::Bpf(b) => {
+                let _ = b.unregister(tid);
+            }
+            // The kernel keeps its state per task: it went with the task.
+            Backend::Kernel(_) | Backend::Disabled => {}
+        }
     }
 
     /// Stops monitoring the calling thread; its contribution to the ready counts is removed.
     pub fn unregister_current_thread(&self) -> Result<()> {
         let tid = cpu::current_tid();
-        if !self.lock_registered().contains(&tid) {
+        if !self.registered_here() {
             return Err(Error::NotRegistered { tid });
         }
+        REGISTERED_HERE.with_borrow_mut(|here| here.retain(|&id| id != self.id));
         let res = match &self.backend {
             Backend::Kernel(k) => k.unregister(),
             Backend::Bpf(b) => b.unregister(tid),
@@ -348,7 +386,7 @@ impl Monitor {
 
     /// `true` when the calling thread is registered.
     pub fn is_current_thread_registered(&self) -> bool {
-        self.lock_registered().contains(&cpu::current_tid())
+        self.registered_here()
     }
 
     /// Reads every pending event without blocking, applies it to the ready counts and hands it
@@ -690,6 +728,16 @@ impl Monitor {
             Cause::Resync | Cause::Register | Cause::Unregister | Cause::Exit => {}
         }
     }
+}
+
+/// Source of [`Monitor`]'s `id`.
+static NEXT_MONITOR_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The monitors (their ids) the calling thread is registered with. It dies with the
+    /// thread, so a new thread that the kernel gave the id of one that exited registered is
+    /// not taken for it.
+    static REGISTERED_HERE: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The epoll tag of the interrupt descriptor: no CPU index or thread id takes it.

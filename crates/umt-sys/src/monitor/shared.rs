@@ -4,6 +4,7 @@
 use std::num::NonZeroUsize;
 use std::os::fd::BorrowedFd;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering, fence};
 
 use nix::errno::Errno;
 use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
@@ -70,5 +71,48 @@ impl<T> Drop for Shared<T> {
         // SAFETY: the mapping made in `map`, unmapped once; no reference into it outlives
         // `self`.
         let _ = unsafe { munmap(self.ptr.cast(), self.bytes.get()) };
+    }
+}
+
+/// Loads from shared memory mapped read-only (the Kernel backend's counter page, `PROT_READ`).
+///
+/// Rust guarantees that relaxed atomic loads of at most 8 bytes work on read-only memory; an
+/// acquire or sequentially consistent load may be compiled as a read-modify-write on some
+/// targets (not x86-64 or aarch64 for these sizes, but the language does not promise it), which
+/// would fault on a read-only page. So every load here is relaxed, and the ordering a caller
+/// needs comes from fences beside it, which order at least as much as the stronger load would:
+/// an acquire fence after the load makes it an acquire load; a sequentially consistent fence
+/// before it orders it after everything the caller did before (its read of the CPU's file, a
+/// system call, in the arm-then-check handshake of K2).
+pub(crate) trait ReadOnlyLoad {
+    /// The loaded value.
+    type Value;
+    /// A relaxed load (counters only summed for statistics).
+    fn load_relaxed(&self) -> Self::Value;
+    /// A load that later loads cannot pass: a relaxed load, then an acquire fence.
+    fn load_acquire(&self) -> Self::Value {
+        let v = self.load_relaxed();
+        fence(Ordering::Acquire);
+        v
+    }
+    /// A load ordered after every earlier access too: a sequentially consistent fence, then
+    /// [`ReadOnlyLoad::load_acquire`].
+    fn load_seq_cst(&self) -> Self::Value {
+        fence(Ordering::SeqCst);
+        self.load_acquire()
+    }
+}
+
+impl ReadOnlyLoad for AtomicU64 {
+    type Value = u64;
+    fn load_relaxed(&self) -> u64 {
+        self.load(Ordering::Relaxed)
+    }
+}
+
+impl ReadOnlyLoad for AtomicI64 {
+    type Value = i64;
+    fn load_relaxed(&self) -> i64 {
+        self.load(Ordering::Relaxed)
     }
 }

@@ -66,6 +66,8 @@ pub(crate) struct PerfBackend {
     signal_each_event: AtomicBool,
     /// Times a thread's state was re-read from `/proc` because records may have been lost.
     resyncs: AtomicU64,
+    /// Source of [`Slot::key`].
+    next_key: AtomicU64,
     /// Registered threads, by the CPU they registered on (their core, when pinned): a drain
     /// of one CPU reads only its threads' rings.
     buckets: Box<[CachePadded<Bucket>]>,
@@ -116,6 +118,11 @@ struct Own {
 /// One monitored thread.
 struct Slot {
     tid: i32,
+    /// This registration's tag in the wait sets, unique in the backend: a thread id is not.
+    /// Once a thread exits, the kernel may give its id to a new thread, which may register
+    /// before the exit is seen; the rings that report an exit name the slot, never the id,
+    /// so the new thread's slot is not retired for the old one's exit.
+    key: u64,
     /// The CPU it registered on: its bucket in [`PerfBackend::buckets`].
     cpu: CpuId,
     inner: Mutex<SlotInner>,
@@ -175,6 +182,7 @@ impl PerfBackend {
             ring_bytes,
             signal_each_event: AtomicBool::new(signal_each_event),
             resyncs: AtomicU64::new(0),
+            next_key: AtomicU64::new(0),
             buckets: (0..possible_cpus).map(|_| CachePadded::default()).collect(),
         })
     }
@@ -198,9 +206,14 @@ impl PerfBackend {
     /// Removes the slot of thread `tid` from bucket `cpu`, or from any bucket when `cpu` is
     /// `None` (or does not hold it).
     fn take_slot(&self, tid: i32, cpu: Option<CpuId>) -> Option<Arc<Slot>> {
+        self.take_slot_where(|s| s.tid == tid, cpu)
+    }
+
+    /// Removes the first slot that `is` picks, from bucket `cpu` first, then from any.
+    fn take_slot_where(&self, is: impl Fn(&Slot) -> bool, cpu: Option<CpuId>) -> Option<Arc<Slot>> {
         let take = |bucket: &CachePadded<Bucket>| {
             let mut threads = bucket.threads.write().unwrap_or_else(|p| p.into_inner());
-            let i = threads.iter().position(|s| s.tid == tid)?;
+            let i = threads.iter().position(|s| is(s))?;
             Some(threads.swap_remove(i))
         };
         cpu.and_then(|c| self.buckets.get(c))
@@ -230,14 +243,15 @@ impl PerfBackend {
         })?;
         // SAFETY: the sampler owns this descriptor and outlives the borrow (used only here).
         let fd = unsafe { BorrowedFd::borrow_raw(sampler.as_raw_fd()) };
+        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
         epoll
-            .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, tid as u64))
+            .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, key))
             .map_err(|e| Error::os("epoll_ctl(ADD)", e))?;
         let cpu = cpu::current_cpu()?;
         // Also in the wait set of the CPU the thread registers on (its core, when pinned). It
         // leaves that set when the sampler's descriptor is closed, with the slot.
         cpu_set(cpu)?
-            .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, tid as u64))
+            .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, key))
             .map_err(|e| Error::os("epoll_ctl(ADD)", e))?;
         let peek = RingPeek::new(fd, page_size() + self.ring_bytes)?;
         let slot_peek = RingPeek::new(fd, page_size() + self.ring_bytes)?;
@@ -245,6 +259,7 @@ impl PerfBackend {
         let fd = sampler.as_raw_fd();
         let slot = Arc::new(Slot {
             tid,
+            key,
             cpu,
             inner: Mutex::new(SlotInner {
                 sampler,
@@ -360,6 +375,24 @@ impl PerfBackend {
         OWN.with_borrow_mut(|all| all.retain(|o| o.backend != self.id));
         self.retire(&slot, &[epoll], Cause::Unregister, sink);
         Ok(())
+    }
+
+    /// Retires the slot of a thread that exited registered with id `tid`, before a new thread
+    /// that the kernel gave the same id registers (the caller is that thread, so the slot
+    /// found is not its own). `true` if there was one.
+    pub(crate) fn retire_stale(
+        &self,
+        tid: i32,
+        epoll: &Epoll,
+        sink: &mut dyn FnMut(MonitorEvent),
+    ) -> bool {
+        match self.take_slot(tid, None) {
+            Some(slot) => {
+                self.retire(&slot, &[epoll], Cause::Exit, sink);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Stops a slot: disables its event, consumes what is left, takes back its contribution,
@@ -487,10 +520,9 @@ impl PerfBackend {
             if !ev.events().contains(EpollFlags::EPOLLHUP) {
                 continue;
             }
-            let tid = ev.data() as i32;
-            if let Some(slot) = self.take_slot(tid, cpu) {
+            if let Some(slot) = self.take_slot_where(|s| s.key == ev.data(), cpu) {
                 self.retire(&slot, &[epoll, set], Cause::Exit, sink);
-                outcome.exited.push(tid);
+                outcome.exited.push(slot.tid);
             }
         }
         Ok(())
