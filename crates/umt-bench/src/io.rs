@@ -29,10 +29,30 @@ impl IoMode {
     }
 }
 
-/// The files the benchmark created and has not removed yet (see [`TempPath`]), and whether
-/// the process is stopping (then no file is created any more).
-static LIVE_FILES: std::sync::Mutex<(Vec<PathBuf>, bool)> =
-    std::sync::Mutex::new((Vec::new(), false));
+/// What the benchmark created and has not removed yet, for the interrupt handler.
+struct Live {
+    /// Files (see [`TempPath`]).
+    files: Vec<PathBuf>,
+    /// Run directories (see [`crate::rundir::RunDir`]).
+    dirs: Vec<PathBuf>,
+    /// The process is stopping: no file is created any more.
+    stopping: bool,
+}
+
+static LIVE: std::sync::Mutex<Live> = std::sync::Mutex::new(Live {
+    files: Vec::new(),
+    dirs: Vec::new(),
+    stopping: false,
+});
+
+/// Adds (`live`) or removes a run directory from those the interrupt handler removes.
+pub(crate) fn track_run_dir(path: &Path, live: bool) {
+    let mut all = lock_live();
+    all.dirs.retain(|d| d != path);
+    if live {
+        all.dirs.push(path.to_path_buf());
+    }
+}
 
 /// A file a run creates (a checkpoint, a snapshot): removed when this is dropped, on every
 /// way out of the run (its end, an error, a panic), and by [`remove_files_on_interrupt`]'s
@@ -49,10 +69,10 @@ impl TempPath {
         create: impl FnOnce(&Path) -> Result<T, BenchError>,
     ) -> Result<(TempPath, T), BenchError> {
         let mut live = lock_live();
-        if live.1 {
+        if live.stopping {
             return Err(BenchError::Runtime("interrupted".into()));
         }
-        live.0.push(path.clone());
+        live.files.push(path.clone());
         let guard = TempPath(path);
         // On failure, `guard` removes what `create` may have left, once the lock is free.
         match create(&guard) {
@@ -83,18 +103,18 @@ impl Drop for TempPath {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
         let mut live = lock_live();
-        if let Some(i) = live.0.iter().position(|p| *p == self.0) {
-            live.0.swap_remove(i);
+        if let Some(i) = live.files.iter().position(|p| *p == self.0) {
+            live.files.swap_remove(i);
         }
     }
 }
 
-fn lock_live() -> std::sync::MutexGuard<'static, (Vec<PathBuf>, bool)> {
-    LIVE_FILES.lock().unwrap_or_else(|e| e.into_inner())
+fn lock_live() -> std::sync::MutexGuard<'static, Live> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// On `SIGINT` (Ctrl-C), `SIGTERM` or `SIGHUP`, removes every file the runs created and not
-/// yet removed, says so on stderr, and ends the process with status 128 + the signal's number
+/// On `SIGINT` (Ctrl-C), `SIGTERM` or `SIGHUP`, removes every file and run directory the
+/// runs created and not yet removed, says so on stderr, and ends the process with status 128 + the signal's number
 /// (130, 143, 129), as a shell reports a process the signal killed. For the command line;
 /// call it once.
 pub fn remove_files_on_interrupt() -> Result<(), BenchError> {
@@ -110,9 +130,13 @@ pub fn remove_files_on_interrupt() -> Result<(), BenchError> {
             if let Some(sig) = signals.forever().next() {
                 // Held until the process ends: no file is created after this clean-up.
                 let mut live = lock_live();
-                live.1 = true;
-                for path in live.0.drain(..) {
+                live.stopping = true;
+                for path in live.files.drain(..) {
                     let _ = std::fs::remove_file(path);
+                }
+                // Their locks go with the process, just after.
+                for dir in live.dirs.drain(..) {
+                    let _ = std::fs::remove_dir_all(dir);
                 }
                 let name = match sig {
                     SIGINT => "SIGINT",
@@ -410,8 +434,13 @@ pub fn create_file(path: &Path, mode: IoMode, len: u64) -> Result<File, BenchErr
 /// Checks that `dir` accepts `O_DIRECT` files (creates and removes a probe file).
 pub fn probe_direct(dir: &Path) -> Result<(), BenchError> {
     let path = dir.join(format!(".umt-direct-probe-{}", std::process::id()));
+    // Removed unless it was there before (`O_EXCL` refused it): that is not this probe's to
+    // remove. A filesystem without `O_DIRECT` may make the file before it refuses the flag.
     let f = create_file(&path, IoMode::Direct, 0);
-    let _ = std::fs::remove_file(&path);
+    if !matches!(&f, Err(BenchError::Io { source, .. }) if source.raw_os_error() == Some(libc::EEXIST))
+    {
+        let _ = std::fs::remove_file(&path);
+    }
     let f = f?;
     let buf = AlignedBuf::new(DIRECT_ALIGN);
     f.write_all_at(buf.as_slice(), 0)
@@ -533,10 +562,10 @@ mod tests {
         let (guard, _file) =
             TempPath::create(path.clone(), |p| create_file(p, IoMode::Buffered, 4096)).unwrap();
         assert!(path.exists());
-        assert!(lock_live().0.contains(&path));
+        assert!(lock_live().files.contains(&path));
         drop(guard);
         assert!(!path.exists());
-        assert!(!lock_live().0.contains(&path));
+        assert!(!lock_live().files.contains(&path));
         // A creation that fails leaves nothing either.
         let failed = TempPath::create(path.clone(), |p| {
             create_file(p, IoMode::Buffered, 0)?;

@@ -49,6 +49,7 @@ pub mod port_rayon;
 pub mod port_tokio;
 pub mod port_uring;
 pub mod report;
+pub mod rundir;
 pub mod runner;
 pub mod scale;
 pub mod scan;

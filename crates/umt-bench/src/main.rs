@@ -26,6 +26,7 @@ use umt_bench::io::{
     remove_files_on_interrupt, write_atomically,
 };
 use umt_bench::report::Report;
+use umt_bench::rundir::RunDir;
 use umt_bench::runner::{Runner, UmtOptions};
 use umt_rt::LeaderPolicy;
 
@@ -829,8 +830,31 @@ fn emit(reports: &[Report], common: &Common) -> Result<(), BenchError> {
     Ok(())
 }
 
+/// The command's `--dir`.
+fn dir_flag(command: &mut Cmd) -> &mut Option<PathBuf> {
+    match command {
+        Cmd::Heat(a) => &mut a.common.dir,
+        Cmd::Fwi(a) => &mut a.common.dir,
+        Cmd::Scan(a) => &mut a.common.dir,
+        Cmd::Scale(a) => &mut a.common.dir,
+        Cmd::Compare(c) => &mut c.dir,
+        Cmd::Onload(a) => &mut a.dir,
+    }
+}
+
+/// Replaces the command's `--dir` (default: the temporary directory) with a private run
+/// directory inside it, after sweeping the ones runs killed there left (`rundir.rs`): every
+/// file the run makes goes in it, and it goes at the end.
+fn private_dir(command: &mut Cmd) -> Result<RunDir, BenchError> {
+    let dir = dir_flag(command);
+    let parent = dir.clone().unwrap_or_else(std::env::temp_dir);
+    let run = RunDir::create(&parent)?;
+    *dir = Some(run.path().to_path_buf());
+    Ok(run)
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     let common = match &cli.command {
         Cmd::Heat(a) => Some(&a.common),
         Cmd::Fwi(a) => Some(&a.common),
@@ -844,10 +868,14 @@ fn main() -> ExitCode {
             c.cores.map_or(Ok(()), use_cores).and_then(|()| c.check())
         })
         .and_then(|()| remove_files_on_interrupt());
-    if let Err(e) = prepared {
-        eprintln!("umt-bench: {e}");
-        return ExitCode::from(2);
-    }
+    // Dropped at the end of `main`, with what is left in it.
+    let _run_dir = match prepared.and_then(|()| private_dir(&mut cli.command)) {
+        Ok(run) => run,
+        Err(e) => {
+            eprintln!("umt-bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
         Cmd::Heat(a) if a.mpi => no_json_with_mpi(&a.common).and_then(|()| run_heat_mpi(&a)),
         Cmd::Fwi(a) if a.mpi => no_json_with_mpi(&a.common).and_then(|()| run_fwi_mpi(&a)),

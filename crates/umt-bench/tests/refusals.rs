@@ -22,33 +22,46 @@ fn output(out: Output) -> (i32, String, String) {
 }
 
 /// A fresh, empty directory on the disk, removed when dropped.
-struct Dir(PathBuf);
+struct Dir(tempfile::TempDir);
 
 impl Dir {
     fn new(name: &str) -> Dir {
-        let dir = std::env::temp_dir().join(format!("umt-refusals-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("umt-refusals-{name}-"))
+            .tempdir()
+            .unwrap();
         Dir(dir)
     }
 
     fn path(&self) -> &str {
-        self.0.to_str().unwrap()
+        self.0.path().to_str().unwrap()
     }
 
+    /// Everything in it, at any depth (the runs' private directories too).
     fn files(&self) -> Vec<PathBuf> {
-        std::fs::read_dir(&self.0)
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .collect()
+        walk(self.0.path())
+    }
+
+    /// The regular files in it, at any depth: checkpoints.
+    fn checkpoints(&self) -> Vec<PathBuf> {
+        self.files().into_iter().filter(|p| p.is_file()).collect()
     }
 }
 
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut all = Vec::new();
+    for path in std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+    {
+        if path.is_dir() {
+            all.extend(walk(&path));
+        }
+        all.push(path);
     }
+    all
 }
 
 /// A small heat run in `dir`, with `extra` arguments.
@@ -220,7 +233,7 @@ fn a_signal_leaves_no_file_behind_and_exits_128_plus_its_number() {
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
-        while dir.files().is_empty() {
+        while dir.checkpoints().is_empty() {
             assert!(
                 Instant::now() < deadline,
                 "{name}: no checkpoint file appeared"
@@ -240,10 +253,78 @@ fn a_signal_leaves_no_file_behind_and_exits_128_plus_its_number() {
     }
 }
 
+/// A long heat run in `dir` (killed by the tests that start it).
+fn long_heat(dir: &Dir) -> std::process::Child {
+    bench()
+        .args([
+            "heat",
+            "--size",
+            "1024",
+            "--block",
+            "256",
+            "--iters",
+            "400",
+            "--iof",
+            "2",
+            "--repeat",
+            "50",
+            "--runtimes",
+            "baseline",
+            "--buffered",
+            "--dir",
+        ])
+        .arg(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// SIGKILL (or the OOM killer) leaves a run no chance to clean up: its private directory
+/// stays, checkpoints and all, and the next run in the same `--dir` removes it, since the
+/// lock it held died with it. A live run's directory is left alone (issue 30).
+#[test]
+fn the_next_run_sweeps_what_a_killed_run_left() {
+    let dir = Dir::new("sigkill");
+    let mut child = long_heat(&dir);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while dir.checkpoints().is_empty() {
+        assert!(Instant::now() < deadline, "no checkpoint file appeared");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let private: Vec<PathBuf> = std::fs::read_dir(dir.0.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(private.len(), 1, "one private directory: {private:?}");
+    assert!(
+        private[0]
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with(umt_bench::rundir::PREFIX),
+        "{private:?}"
+    );
+    // A run beside the live one leaves its directory alone.
+    let (code, _, err) = run(&small_heat(&dir, &["--runtimes", "baseline"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the long run ended early"
+    );
+    assert!(private[0].is_dir(), "a live run's directory was swept");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(private[0].is_dir(), "SIGKILL cleans nothing up");
+    let (code, _, err) = run(&small_heat(&dir, &["--runtimes", "baseline"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(dir.files().is_empty(), "left behind: {:?}", dir.files());
+}
+
 #[test]
 fn verify_checks_every_runner_against_the_sequential_reference() {
     let dir = Dir::new("verify");
-    let json = dir.0.join("out.json");
+    let json = dir.0.path().join("out.json");
     let mut args = small_heat(&dir, &["--runtimes", "baseline,rayon,tokio", "--verify"]);
     args.extend(["--json", json.to_str().unwrap()]);
     let (code, out, err) = run(&args);
@@ -293,7 +374,7 @@ fn few_descriptors_never_give_a_silently_degraded_row() {
 #[test]
 fn a_refused_run_leaves_an_earlier_json_as_it_was() {
     let dir = Dir::new("json-kept");
-    let json = dir.0.join("out.json");
+    let json = dir.0.path().join("out.json");
     std::fs::write(&json, "earlier results").unwrap();
     let path = json.to_str().unwrap();
     for refused in [
@@ -322,7 +403,7 @@ fn a_refused_run_leaves_an_earlier_json_as_it_was() {
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(doc["workload"], "heat");
-    let names: Vec<String> = std::fs::read_dir(&dir.0)
+    let names: Vec<String> = std::fs::read_dir(dir.0.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with(".umt-bench-"))
@@ -336,7 +417,7 @@ fn a_refused_run_leaves_an_earlier_json_as_it_was() {
 #[test]
 fn outputs_that_cannot_be_written_are_refused_before_the_run() {
     let dir = Dir::new("outputs");
-    let missing = dir.0.join("no-such-dir").join("out");
+    let missing = dir.0.path().join("no-such-dir").join("out");
     let missing = missing.to_str().unwrap();
     for (flag, value) in [
         ("--json", missing),
@@ -348,7 +429,7 @@ fn outputs_that_cannot_be_written_are_refused_before_the_run() {
         assert!(err.contains(flag), "{flag} {value}: {err}");
         assert!(!out.contains("baseline"), "{flag} {value}: it ran: {out}");
     }
-    let json = dir.0.join("mpi.json");
+    let json = dir.0.path().join("mpi.json");
     let (code, _, err) = run(&small_heat(
         &dir,
         &[

@@ -53,10 +53,16 @@ fn as_bytes_mut(pages: &mut [Page]) -> &mut [u8] {
 
 /// Creates a 4 MiB file and opens it for direct reads (falls back to buffered reads when the
 /// filesystem refuses `O_DIRECT`: tmpfs before Linux 6.6, some FUSE and network filesystems).
-fn open_data_file(dir: &std::path::Path) -> std::io::Result<(File, PathBuf, bool)> {
-    let path = dir.join(format!("umt-watch-{}.dat", std::process::id()));
-    // A new file, never what is already there: a file or link another user planted at this
-    // predictable name makes the example fail instead of overwriting its target (issue 30).
+/// The file lives in a private directory made in `dir` (`mkdtemp`, mode 700), removed with it
+/// when the returned guard drops: nobody else can plant a file or a link where it goes, or
+/// swap it between its creation and its reopening (issue 30).
+fn open_data_file(
+    dir: &std::path::Path,
+) -> std::io::Result<(File, PathBuf, bool, tempfile::TempDir)> {
+    let private = tempfile::Builder::new()
+        .prefix("umt-watch-")
+        .tempdir_in(dir)?;
+    let path = private.path().join("data");
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -69,8 +75,8 @@ fn open_data_file(dir: &std::path::Path) -> std::io::Result<(File, PathBuf, bool
         .custom_flags(libc::O_DIRECT | libc::O_NOFOLLOW)
         .open(&path)
     {
-        Ok(f) => Ok((f, path, true)),
-        Err(_) => Ok((File::open(&path)?, path, false)),
+        Ok(f) => Ok((f, path, true, private)),
+        Err(_) => Ok((File::open(&path)?, path, false, private)),
     }
 }
 
@@ -143,9 +149,8 @@ fn watch(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         out(format_args!("  rejected: {r}"))?;
     }
     let dir = args.dir.unwrap_or_else(std::env::temp_dir);
-    let (file, path, direct) = open_data_file(&dir)?;
     // Removed on every way out, an error or a closed output included.
-    let _remove = RemoveOnDrop(&path);
+    let (file, path, direct, _private) = open_data_file(&dir)?;
     out(format_args!(
         "reader: {} ({})",
         path.display(),
@@ -254,13 +259,4 @@ fn watch(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         monitor.ready_counts()
     ))?;
     Ok(())
-}
-
-/// Removes the data file when dropped.
-struct RemoveOnDrop<'a>(&'a std::path::Path);
-
-impl Drop for RemoveOnDrop<'_> {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.0);
-    }
 }
