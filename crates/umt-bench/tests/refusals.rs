@@ -197,6 +197,30 @@ fn a_failed_write_leaves_no_file_behind() {
     assert!(dir.files().is_empty(), "left behind: {:?}", dir.files());
 }
 
+/// A long heat run in `dir`, to be killed by the test that starts it.
+fn long_heat(dir: &Dir) -> Command {
+    let mut cmd = bench();
+    cmd.args([
+        "heat",
+        "--size",
+        "1024",
+        "--block",
+        "256",
+        "--iters",
+        "400",
+        "--iof",
+        "2",
+        "--repeat",
+        "50",
+        "--runtimes",
+        "baseline",
+        "--buffered",
+        "--dir",
+    ])
+    .arg(dir.path());
+    cmd
+}
+
 /// Ctrl-C (`SIGINT`), `SIGTERM` or `SIGHUP` in the middle of a run removes the checkpoint
 /// files, the process says so and ends with status 128 + the signal's number, as a shell
 /// reports a process the signal killed (issue 30: `SIGTERM` and `SIGHUP` ended with 130).
@@ -209,25 +233,7 @@ fn a_signal_leaves_no_file_behind_and_exits_128_plus_its_number() {
         (Signal::SIGHUP, "SIGHUP"),
     ] {
         let dir = Dir::new(&format!("signal-{name}"));
-        let child = bench()
-            .args([
-                "heat",
-                "--size",
-                "1024",
-                "--block",
-                "256",
-                "--iters",
-                "400",
-                "--iof",
-                "2",
-                "--repeat",
-                "5",
-                "--runtimes",
-                "baseline",
-                "--buffered",
-                "--dir",
-            ])
-            .arg(dir.path())
+        let child = long_heat(&dir)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -253,40 +259,17 @@ fn a_signal_leaves_no_file_behind_and_exits_128_plus_its_number() {
     }
 }
 
-/// A long heat run in `dir` (killed by the tests that start it).
-fn long_heat(dir: &Dir) -> std::process::Child {
-    bench()
-        .args([
-            "heat",
-            "--size",
-            "1024",
-            "--block",
-            "256",
-            "--iters",
-            "400",
-            "--iof",
-            "2",
-            "--repeat",
-            "50",
-            "--runtimes",
-            "baseline",
-            "--buffered",
-            "--dir",
-        ])
-        .arg(dir.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
 /// SIGKILL (or the OOM killer) leaves a run no chance to clean up: its private directory
 /// stays, checkpoints and all, and the next run in the same `--dir` removes it, since the
 /// lock it held died with it. A live run's directory is left alone (issue 30).
 #[test]
 fn the_next_run_sweeps_what_a_killed_run_left() {
     let dir = Dir::new("sigkill");
-    let mut child = long_heat(&dir);
+    let mut child = long_heat(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while dir.checkpoints().is_empty() {
         assert!(Instant::now() < deadline, "no checkpoint file appeared");
