@@ -78,7 +78,8 @@ pub fn heat(p: &HeatParams, opts: &Options) -> Result<Report, BenchError> {
     });
     let work = (p.n * p.n * p.iters) as f64;
     let (iters, iof) = (p.iters, p.iof.unwrap_or(0));
-    let tight = |compute, io| bound::heat_tight(compute, io, iters, iof);
+    let blocks = p.blocks() * p.blocks();
+    let tight = |compute, io| bound::heat_tight(compute, io, iters, iof, blocks);
     let reference = opts.verify.then(|| heat::sequential(p, p.iters));
     let once = |kind, engine: &Engine| {
         let out = match (kind, engine) {
@@ -112,7 +113,7 @@ pub fn fwi(p: &FwiParams, opts: &Options) -> Result<Report, BenchError> {
         "io": format!("{:?}", p.io), "dir": p.dir, "snapshot_bytes": p.snapshot_bytes(),
     });
     let work = p.cell_updates() / 1000.0;
-    let tight = |compute, io| bound::fwi_tight(compute, io, p.steps, p.iof);
+    let tight = |compute, io| bound::fwi_tight(compute, io, p.steps, p.iof, p.ny);
     let reference = opts.verify.then(|| fwi::sequential(p));
     let once = |kind, engine: &Engine| {
         let part = match kind {
