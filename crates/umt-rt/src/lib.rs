@@ -34,8 +34,9 @@
 //! use std::io::Write;
 //! use umt_rt::{Access, Runtime};
 //!
-//! let rt = Runtime::new()?; // monitor: Auto (the UMT kernel, else perf events, else off)
-//! let dir = std::env::temp_dir();
+//! let rt = Runtime::new()?; // monitor: Auto (the UMT kernel, else BPF, else perf events, else off)
+//! // A directory of our own (mkdtemp): no other user can plant a link where we write.
+//! let dir = tempfile::tempdir().expect("a private directory");
 //! let mut results = vec![0u64; 8];
 //! rt.scope(|s| {
 //!     for (i, r) in results.iter_mut().enumerate() {
@@ -47,7 +48,7 @@
 //!     for i in 0..8 {
 //!         // ...and write a checkpoint of it as soon as it is ready. While this task blocks in
 //!         // the kernel, the leader gives its core to another worker that keeps computing.
-//!         let path = dir.join(format!("umt-doc-{}-{i}.bin", std::process::id()));
+//!         let path = dir.path().join(format!("checkpoint-{i}.bin"));
 //!         s.spawn_with([Access::read(i)], move |_| {
 //!             let mut f = std::fs::File::create(&path).expect("create");
 //!             f.write_all(&[i as u8; 1 << 16]).expect("write");
@@ -62,6 +63,8 @@
 //! println!("{:?}: {} surrenders, {} leader wake-ups", stats.backend, stats.surrenders, stats.leader_wakeups);
 //! # Ok::<(), umt_rt::BuildError>(())
 //! ```
+//!
+//! (`tempfile` stands in for wherever an application keeps its files.)
 //!
 //! As in rayon, [`join`], [`scope`], [`spawn`], [`broadcast`] and the parallel iterators
 //! also work outside a runtime: they then run on the global runtime, built on first use with
@@ -324,3 +327,8 @@ pub fn current_thread_index() -> Option<usize> {
 pub fn current_cpu() -> Option<CpuId> {
     worker::with_current(|ctx| ctx.map(|ctx| ctx.cpu()))
 }
+
+/// The crate's `README.md`, whose examples run as doc tests (what crates.io shows compiles).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
 /*
  * umt_counts: per-CPU ready counts of one process's monitored threads, kept by BPF programs on
  * the scheduler's tracepoints in memory that the process maps, with a wake-up only when a
@@ -156,7 +156,8 @@ struct {
 	__uint(max_entries, 1);
 } seen_tgid SEC(".maps");
 
-char _license[] SEC("license") = "GPL";
+/* GPL-compatible for the kernel (bpf_probe_read_kernel is a GPL-only helper). */
+char _license[] SEC("license") = "Dual MIT/GPL";
 
 static __attribute__((always_inline)) struct umt_cpu *cpu_counts(__u32 cpu)
 {

@@ -81,3 +81,8 @@ pub use cpu::CpuId;
 pub use error::{Error, Result};
 pub use event::{Cause, MonitorEvent};
 pub use monitor::{BPF_MAX_THREADS, DEFAULT_RING_PAGES, Monitor, MonitorBuilder, MonitorStats};
+
+/// The crate's `README.md`, whose examples run as doc tests (what crates.io shows compiles).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -28,8 +28,7 @@
 //! use umt_rt::{Runtime, io};
 //!
 //! let rt = Runtime::builder().num_threads(2).build()?;
-//! let path = std::env::temp_dir().join(format!("umt-io-doc-{}", std::process::id()));
-//! let file = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path)?;
+//! let file = tempfile::tempfile()?; // unnamed: nobody else can reach it
 //! let (reader, mut writer) = std::io::pipe()?;
 //! let got = rt.install(|| {
 //!     umt_rt::join(
@@ -47,7 +46,6 @@
 //! });
 //! assert_eq!(got.0?, b"checkpoint");
 //! got.1?;
-//! # std::fs::remove_file(&path)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
