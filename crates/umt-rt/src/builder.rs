@@ -82,7 +82,8 @@ pub enum BuildError {
 pub struct Builder {
     cores: Option<Vec<CpuId>>,
     num_threads: Option<usize>,
-    monitor: BackendKind,
+    /// `None`: `UMT_BACKEND`, else Auto.
+    monitor: Option<BackendKind>,
     max_workers_per_core: usize,
     scan_period: Duration,
     leader_policy: Option<LeaderPolicy>,
@@ -121,7 +122,7 @@ impl Default for Builder {
         Builder {
             cores: None,
             num_threads: None,
-            monitor: BackendKind::Auto,
+            monitor: None,
             max_workers_per_core: 16,
             scan_period: Duration::from_millis(1),
             leader_policy: None,
@@ -155,6 +156,11 @@ impl Builder {
     /// (rayon's `num_threads`; spares come on top of those, one core at a time). Instead of
     /// [`Builder::cores`]; `0` is [`BuildError::NoCores`], more than the mask holds is
     /// [`BuildError::TooManyThreads`].
+    ///
+    /// When neither this nor [`Builder::cores`] is called: `UMT_NUM_THREADS` if set (as
+    /// `RAYON_NUM_THREADS`; `0` means the default), else as many CPUs as the cgroup's CPU
+    /// quota allows ([`umt_sys::cpu::cgroup_cpu_limit`], rounded up), else every CPU of the
+    /// mask. A value that cannot be used, or a quota that binds, is said once.
     pub fn num_threads(mut self, n: usize) -> Self {
         self.num_threads = Some(n);
         self
@@ -166,10 +172,10 @@ impl Builder {
         self
     }
 
-    /// The monitor backend (default [`BackendKind::Auto`]; `Disabled` gives a classic
-    /// one-worker-per-core pool).
+    /// The monitor backend (default: `UMT_BACKEND` if set, `auto`, `kernel`, `bpf`, `perf` or
+    /// `off`, else [`BackendKind::Auto`]; `Disabled` gives a classic one-worker-per-core pool).
     pub fn monitor(mut self, backend: BackendKind) -> Self {
-        self.monitor = backend;
+        self.monitor = Some(backend);
         self
     }
 
@@ -314,6 +320,8 @@ impl Builder {
     /// per core.
     pub fn build(self) -> Result<Runtime, BuildError> {
         let allowed = umt_sys::cpu::process_cpus()?;
+        // What the environment decided, said once the runtime exists.
+        let mut notes = Vec::new();
         let cpus = match (self.cores, self.num_threads) {
             (Some(_), Some(_)) => return Err(BuildError::CoresAndNumThreads),
             (Some(cpus), None) => cpus,
@@ -324,7 +332,12 @@ impl Builder {
                 });
             }
             (None, Some(n)) => allowed[..n].to_vec(),
-            (None, None) => allowed.clone(),
+            (None, None) => crate::env::default_cpus(
+                &allowed,
+                crate::env::var("UMT_NUM_THREADS").as_deref(),
+                umt_sys::cpu::cgroup_cpu_limit(),
+                &mut notes,
+            ),
         };
         if cpus.is_empty() {
             return Err(BuildError::NoCores);
@@ -346,11 +359,14 @@ impl Builder {
         if self.scan_period.is_zero() {
             return Err(BuildError::ZeroScanPeriod);
         }
+        let backend = self.monitor.unwrap_or_else(|| {
+            crate::env::default_backend(crate::env::var("UMT_BACKEND").as_deref(), &mut notes)
+        });
         let monitor = Monitor::builder()
-            .backend(self.monitor)
+            .backend(backend)
             .ring_pages(self.ring_pages)
             .build()?;
-        let fell_back = !monitor.is_active() && self.monitor != BackendKind::Disabled;
+        let fell_back = !monitor.is_active() && backend != BackendKind::Disabled;
         if fell_back && self.require_monitor {
             return Err(BuildError::MonitorRequired(monitor.selection().clone()));
         }
@@ -376,6 +392,9 @@ impl Builder {
         // From here on, dropping `rt` on an error stops whatever was started.
         let rt = Runtime::from_registry(Arc::new(Registry::new(config, monitor)));
         let reg = rt.registry();
+        for (kind, note) in notes {
+            reg.warnings.warn(kind, || note);
+        }
         if fell_back {
             reg.warnings.warn(Warning::NoMonitor, || {
                 format!(

@@ -31,6 +31,12 @@ pub(crate) enum Warning {
     Onload,
     /// A core could not make its io_uring: waits block in system calls.
     Io,
+    /// `UMT_NUM_THREADS` was left out or bounded.
+    EnvNumThreads,
+    /// `UMT_BACKEND` was left out.
+    EnvBackend,
+    /// The cgroup's CPU quota made the default core count smaller than the affinity mask.
+    CpuQuota,
 }
 
 /// The kinds already said, for one runtime.

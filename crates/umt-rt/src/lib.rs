@@ -91,6 +91,15 @@
 //! `UMT_SCHEDULE` (`static`, `static_steal`, `dynamic,CHUNK`, `guided,MIN`, `fac2`, `af`,
 //! `auto`) sets the schedule of every loop that does not choose one.
 //!
+//! ## The environment
+//!
+//! What the code leaves unset, a deployer can set: `UMT_NUM_THREADS` (cores, as rayon's
+//! `RAYON_NUM_THREADS`; `0` for one per CPU), `UMT_BACKEND` (`auto`, `kernel`, `bpf`, `perf`
+//! or `off`) and `UMT_SCHEDULE` (above). Without `UMT_NUM_THREADS`, a runtime runs on as many
+//! CPUs as the cgroup's CPU quota allows (a container's `--cpus`, a unit's `CPUQuota=`;
+//! [`umt_sys::cpu::cgroup_cpu_limit`]) when that is fewer than the affinity mask holds, and
+//! says so. Explicit [`Builder`] calls win; an unusable value is said once and left out.
+//!
 //! ## Seeing what the cores did, and using their idle time
 //!
 //! [`Runtime::stats`] gives per core the kernel's figures of its workers (CPU time, run-queue
@@ -124,6 +133,8 @@ mod core_time;
 mod deps;
 #[cfg(not(loom))]
 mod diag;
+#[cfg(not(loom))]
+mod env;
 #[cfg(not(loom))]
 mod global;
 #[cfg(not(loom))]

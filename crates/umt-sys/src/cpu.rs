@@ -1,6 +1,7 @@
 //! CPU helpers: the process affinity mask, the possible CPUs, pinning the calling thread.
 
 use std::fs;
+use std::path::Path;
 
 use nix::sched::{CpuSet, sched_getaffinity, sched_getcpu, sched_setaffinity};
 use nix::unistd::{Pid, getpid};
@@ -25,6 +26,93 @@ fn mask_cpus(pid: Pid) -> Result<Vec<CpuId>> {
     Ok((0..CpuSet::count())
         .filter(|&cpu| set.is_set(cpu).unwrap_or(false))
         .collect())
+}
+
+/// How much CPU time the process's cgroup may use, in CPUs (a quota of 150 ms per 100 ms
+/// period is 1.5): cgroup v2's `cpu.max`, or cgroup v1's `cpu.cfs_quota_us` and
+/// `cpu.cfs_period_us`, the lowest along the path from the process's cgroup to the root of
+/// the hierarchy (a container's limit sits on its own cgroup or above). `None` when no limit
+/// applies, or when the hierarchy is not mounted at `/sys/fs/cgroup` (v2) or
+/// `/sys/fs/cgroup/cpu` (v1).
+///
+/// A quota limits time, not CPUs: a process allowed 2 CPUs' worth may still run on all 16 of
+/// its affinity mask, each for an eighth of the time, and its pinned workers then wait for the
+/// quota instead of running. umt-rt's default core count takes it into account.
+pub fn cgroup_cpu_limit() -> Option<f64> {
+    let cgroup = fs::read_to_string("/proc/self/cgroup").ok()?;
+    cgroup_cpu_limit_in(Path::new("/sys/fs/cgroup"), &cgroup)
+}
+
+/// [`cgroup_cpu_limit`] for the text of `/proc/self/cgroup`, `proc_cgroup`, with the cgroup
+/// hierarchies mounted under `root` (v2 at `root`, v1's cpu controller at `root/cpu`).
+pub fn cgroup_cpu_limit_in(root: &Path, proc_cgroup: &str) -> Option<f64> {
+    // Lines `ID:CONTROLLERS:PATH`: v2 is `0::PATH`; v1's cpu controller is a line whose
+    // controllers include `cpu`. Both may be there (a hybrid mount): the lower limit counts.
+    let mut limit: Option<f64> = None;
+    for line in proc_cgroup.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let found = if id == "0" && controllers.is_empty() {
+            lowest_along(root, path.trim(), |dir| {
+                read_number_pair(&dir.join("cpu.max"), &dir.join("cpu.max"))
+            })
+        } else if controllers.split(',').any(|c| c == "cpu") {
+            lowest_along(&root.join("cpu"), path.trim(), |dir| {
+                read_number_pair(
+                    &dir.join("cpu.cfs_quota_us"),
+                    &dir.join("cpu.cfs_period_us"),
+                )
+            })
+        } else {
+            None
+        };
+        if let Some(cpus) = found {
+            limit = Some(limit.map_or(cpus, |l| l.min(cpus)));
+        }
+    }
+    limit
+}
+
+/// The lowest of `read(dir)` for the directories from `root/path` up to `root`. A path
+/// outside the process's cgroup namespace shows as `/..`: its files are not visible here.
+fn lowest_along(root: &Path, path: &str, read: impl Fn(&Path) -> Option<f64>) -> Option<f64> {
+    if path.split('/').any(|part| part == "..") {
+        return None;
+    }
+    let mut dir = root.join(path.trim_start_matches('/'));
+    let mut limit: Option<f64> = None;
+    loop {
+        if let Some(cpus) = read(&dir) {
+            limit = Some(limit.map_or(cpus, |l| l.min(cpus)));
+        }
+        if dir == root || !dir.pop() || !dir.starts_with(root) {
+            return limit;
+        }
+    }
+}
+
+/// A quota over a period, in CPUs: from one file holding both (v2's `cpu.max`) or from two
+/// (v1). `None` for no limit (`max`, `-1`) or text it cannot read.
+fn read_number_pair(quota_file: &Path, period_file: &Path) -> Option<f64> {
+    let quota = fs::read_to_string(quota_file).ok()?;
+    if quota_file == period_file {
+        return parse_cpu_max(&quota);
+    }
+    let period = fs::read_to_string(period_file).ok()?;
+    parse_cpu_max(&format!("{} {}", quota.trim(), period.trim()))
+}
+
+/// The CPUs' worth of time a `cpu.max` file allows: `QUOTA PERIOD` in microseconds, or `None`
+/// for `max PERIOD` (no limit; v1 writes `-1`) and for text it cannot read.
+pub fn parse_cpu_max(text: &str) -> Option<f64> {
+    let mut parts = text.split_whitespace();
+    let quota: u64 = parts.next()?.parse().ok()?;
+    let period: u64 = parts.next()?.parse().ok()?;
+    (period > 0).then(|| quota as f64 / period as f64)
 }
 
 /// The number of CPU ids the kernel may ever use (`nr_cpu_ids`): one more than the highest
@@ -302,6 +390,52 @@ fn parse_stat_cpu_ticks(text: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn cpu_max_reads_a_quota_as_cpus_and_max_as_none() {
+        assert_eq!(parse_cpu_max("150000 100000\n"), Some(1.5));
+        assert_eq!(parse_cpu_max("max 100000\n"), None);
+        assert_eq!(parse_cpu_max(""), None);
+        assert_eq!(parse_cpu_max("100 0"), None);
+    }
+
+    /// The lowest limit along the path counts: a container's limit on a parent cgroup bounds
+    /// a child cgroup without one; the root's file counts too (a container's own root).
+    #[test]
+    fn the_lowest_cpu_max_along_the_path_counts() {
+        let root = tempfile::tempdir().unwrap();
+        let leaf = root.path().join("system.slice/app.service");
+        std::fs::create_dir_all(&leaf).unwrap();
+        std::fs::write(root.path().join("system.slice/cpu.max"), "200000 100000\n").unwrap();
+        std::fs::write(leaf.join("cpu.max"), "max 100000\n").unwrap();
+        let proc_cgroup = "0::/system.slice/app.service\n";
+        assert_eq!(cgroup_cpu_limit_in(root.path(), proc_cgroup), Some(2.0));
+        std::fs::write(root.path().join("cpu.max"), "50000 100000\n").unwrap();
+        assert_eq!(cgroup_cpu_limit_in(root.path(), proc_cgroup), Some(0.5));
+        // A path outside the namespace: no answer.
+        assert_eq!(cgroup_cpu_limit_in(root.path(), "0::/../other\n"), None);
+        // No file anywhere: no limit.
+        let empty = tempfile::tempdir().unwrap();
+        assert_eq!(cgroup_cpu_limit_in(empty.path(), "0::/\n"), None);
+    }
+
+    /// cgroup v1 (older container hosts): the cpu controller's quota and period files, and
+    /// on a hybrid mount the lower of the two hierarchies.
+    #[test]
+    fn cgroup_v1_quota_and_period_count_too() {
+        let root = tempfile::tempdir().unwrap();
+        let docker = root.path().join("cpu/docker/abc");
+        std::fs::create_dir_all(&docker).unwrap();
+        std::fs::write(docker.join("cpu.cfs_quota_us"), "300000\n").unwrap();
+        std::fs::write(docker.join("cpu.cfs_period_us"), "100000\n").unwrap();
+        std::fs::write(root.path().join("cpu/cpu.cfs_quota_us"), "-1\n").unwrap();
+        std::fs::write(root.path().join("cpu/cpu.cfs_period_us"), "100000\n").unwrap();
+        let v1 = "4:cpu,cpuacct:/docker/abc\n1:name=systemd:/docker/abc\n0::/\n";
+        assert_eq!(cgroup_cpu_limit_in(root.path(), v1), Some(3.0));
+        std::fs::write(root.path().join("cpu.max"), "100000 100000\n").unwrap();
+        assert_eq!(cgroup_cpu_limit_in(root.path(), v1), Some(1.0));
+        assert_eq!(parse_cpu_max("-1 100000"), None);
+    }
     use super::*;
 
     #[test]

@@ -1,0 +1,85 @@
+//! What a deployer sets without touching the code: `UMT_NUM_THREADS` and `UMT_BACKEND` shape
+//! the default runtime (and the global one), explicit builder calls win, and a value that
+//! cannot be used is said once and left out. Each case runs this binary again with the
+//! variables set (tests of one process share its environment).
+
+use std::process::Command;
+
+use umt_rt::{BackendKind, Runtime};
+
+/// The checks the child makes, by the value of `UMT_ENV_CHILD`.
+fn child(case: &str) {
+    let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = said.clone();
+    umt_rt::set_warning_hook(move |line| sink.lock().unwrap().push(line.to_owned()));
+    match case {
+        "one-thread-off" => {
+            let rt = Runtime::new().unwrap();
+            assert_eq!(rt.cpus().len(), 1);
+            assert_eq!(rt.backend(), BackendKind::Disabled);
+            // The global runtime too, as rayon's RAYON_NUM_THREADS.
+            assert_eq!(umt_rt::current_num_threads(), 1);
+            // Explicit calls win.
+            let all = umt_sys::cpu::process_cpus().unwrap().len();
+            let rt = Runtime::builder()
+                .num_threads(all)
+                .monitor(BackendKind::Perf)
+                .build()
+                .unwrap();
+            assert_eq!(rt.cpus().len(), all);
+            assert_ne!(rt.backend(), BackendKind::Disabled, "{}", rt.selection());
+        }
+        "unusable" => {
+            let rt = Runtime::new().unwrap();
+            let all = umt_sys::cpu::process_cpus().unwrap().len();
+            assert_eq!(rt.cpus().len(), all);
+            assert_eq!(rt.selection().requested, BackendKind::Auto);
+            let said = said.lock().unwrap();
+            assert!(
+                said.iter().any(|l| l.contains("UMT_NUM_THREADS")),
+                "{said:?}"
+            );
+            assert!(said.iter().any(|l| l.contains("UMT_BACKEND")), "{said:?}");
+        }
+        other => panic!("unknown case {other}"),
+    }
+}
+
+fn run(case: &str, vars: &[(&str, &str)]) {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "environment_shapes_the_default_runtime",
+        "--nocapture",
+    ])
+    .env("UMT_ENV_CHILD", case)
+    .env_remove("UMT_NUM_THREADS")
+    .env_remove("UMT_BACKEND");
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{case}: {text}");
+    assert!(text.contains("1 passed"), "{case}: {text}");
+}
+
+#[test]
+fn environment_shapes_the_default_runtime() {
+    if let Ok(case) = std::env::var("UMT_ENV_CHILD") {
+        child(&case);
+        return;
+    }
+    run(
+        "one-thread-off",
+        &[("UMT_NUM_THREADS", "1"), ("UMT_BACKEND", "off")],
+    );
+    run(
+        "unusable",
+        &[("UMT_NUM_THREADS", "many"), ("UMT_BACKEND", "fastest")],
+    );
+}
