@@ -137,6 +137,31 @@ fn install_runs_on_a_worker_of_the_runtime() {
     }
 }
 
+/// The taskyield, strictly: on a one-core runtime, a task queued behind the caller runs
+/// inside `yield_now` (it could run nowhere else), and with nothing queued nothing runs.
+#[test]
+fn yield_now_runs_the_task_queued_behind_the_caller_on_one_core() {
+    let rt = Runtime::builder()
+        .num_threads(1)
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    rt.install(|| {
+        let ran = std::sync::Arc::new(AtomicUsize::new(0));
+        let seen = ran.clone();
+        let h = rt.spawn(move || seen.fetch_add(1, Ordering::SeqCst));
+        assert_eq!(
+            ran.load(Ordering::SeqCst),
+            0,
+            "nothing else could run it yet"
+        );
+        assert_eq!(umt_rt::yield_now(), Some(Yield::Executed));
+        assert_eq!(ran.load(Ordering::SeqCst), 1, "it ran inside yield_now");
+        assert_eq!(umt_rt::yield_now(), Some(Yield::Idle));
+        assert_eq!(h.join(), 0);
+    });
+}
+
 #[test]
 fn parallel_for_visits_each_index_once() {
     for rt in runtimes() {
