@@ -84,6 +84,60 @@ proptest! {
         });
     }
 
+    /// The calls added for rayon users (issue 33), each against `Iterator`'s.
+    #[test]
+    fn more_adaptors_and_consumers_match_the_sequential_reference(
+        v in proptest::collection::vec(-500i32..500, 0..1300),
+        s in schedules(),
+        target in -500i32..500,
+    ) {
+        rt().install(|| {
+            let fm: Vec<i32> = v.par_iter().schedule(s).filter_map(|&x| (x % 3 == 0).then_some(x / 3)).collect();
+            assert_eq!(fm, v.iter().filter_map(|&x| (x % 3 == 0).then_some(x / 3)).collect::<Vec<_>>());
+            let flat: Vec<i32> = v.par_iter().schedule(s).flat_map_iter(|&x| [x; 2].into_iter().take((x & 1) as usize + 1)).collect();
+            assert_eq!(flat, v.iter().flat_map(|&x| [x; 2].into_iter().take((x & 1) as usize + 1)).collect::<Vec<_>>());
+            let seen = AtomicUsize::new(0);
+            let copied: Vec<i32> = v.par_iter().schedule(s).inspect(|_| { seen.fetch_add(1, Ordering::Relaxed); }).copied().collect();
+            assert_eq!(copied, v);
+            assert_eq!(seen.load(Ordering::Relaxed), v.len());
+            let cloned: Vec<i32> = v.par_iter().schedule(s).cloned().collect();
+            assert_eq!(cloned, v);
+            // Ties: the first minimum, the last maximum, as `Iterator`'s.
+            let by = |a: &&i32, b: &&i32| a.rem_euclid(5).cmp(&b.rem_euclid(5));
+            assert_eq!(
+                v.par_iter().schedule(s).min_by(by).map(|x| x as *const i32),
+                v.iter().min_by(by).map(|x| x as *const i32)
+            );
+            assert_eq!(
+                v.par_iter().schedule(s).max_by(by).map(|x| x as *const i32),
+                v.iter().max_by(by).map(|x| x as *const i32)
+            );
+            assert_eq!(v.par_iter().schedule(s).copied().min(), v.iter().copied().min());
+            assert_eq!(v.par_iter().schedule(s).copied().max(), v.iter().copied().max());
+            let concat = v.par_iter().schedule(s).map(|&x| vec![x]).reduce_with(|mut a, b| {
+                a.extend(b);
+                a
+            });
+            assert_eq!(concat.unwrap_or_default(), v);
+            assert_eq!(v.par_iter().schedule(s).any(|&x| x == target), v.contains(&target));
+            assert_eq!(v.par_iter().schedule(s).all(|&x| x != target), !v.contains(&target));
+            let found = v.par_iter().schedule(s).find_any(|&&x| x == target);
+            assert_eq!(found.is_some(), v.contains(&target));
+            assert!(found.is_none_or(|&x| x == target));
+            let at = v.par_iter().schedule(s).position_any(|&x| x == target);
+            assert_eq!(at.is_some(), v.contains(&target));
+            assert!(at.is_none_or(|i| v[i] == target));
+            let tried = v.par_iter().schedule(s).try_for_each(|&x| if x == target { Err(x) } else { Ok(()) });
+            assert_eq!(tried.is_err(), v.contains(&target));
+            let sum = AtomicUsize::new(0);
+            v.par_iter().schedule(s).for_each_init(Vec::new, |scratch: &mut Vec<i32>, &x| {
+                scratch.push(x);
+                sum.fetch_add(scratch.len(), Ordering::Relaxed);
+            });
+            assert!(sum.load(Ordering::Relaxed) >= v.len());
+        });
+    }
+
     #[test]
     fn adaptors_match_the_sequential_reference(
         v in proptest::collection::vec(any::<u16>(), 0..1200),
@@ -185,6 +239,60 @@ fn large_sorts_match_the_standard_ones() {
         let mut b = input;
         b.par_sort();
         assert_eq!(b, want);
+    }
+}
+
+/// `any`, `find_any`, `position_any` and `try_for_each` stop once decided: on one core, with
+/// no other participant, the loop visits exactly the items up to the one that decides.
+#[test]
+fn short_circuiting_consumers_stop_once_decided() {
+    let rt = Runtime::builder()
+        .num_threads(1)
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    let n = 100_000usize;
+    for s in [
+        Schedule::StaticSteal,
+        Schedule::Dynamic(64),
+        Schedule::Guided(8),
+    ] {
+        let visited = AtomicUsize::new(0);
+        let count = |i: &usize| {
+            visited.fetch_add(1, Ordering::Relaxed);
+            *i == 1000
+        };
+        rt.install(|| {
+            assert!((0..n).into_par_iter().schedule(s).any(|i| count(&i)));
+            assert_eq!(visited.swap(0, Ordering::Relaxed), 1001, "{s}: any");
+            assert_eq!(
+                (0..n).into_par_iter().schedule(s).find_any(count),
+                Some(1000)
+            );
+            assert_eq!(visited.swap(0, Ordering::Relaxed), 1001, "{s}: find_any");
+            assert_eq!(
+                (0..n)
+                    .into_par_iter()
+                    .schedule(s)
+                    .position_any(|i| count(&i)),
+                Some(1000)
+            );
+            assert_eq!(
+                visited.swap(0, Ordering::Relaxed),
+                1001,
+                "{s}: position_any"
+            );
+            let r = (0..n)
+                .into_par_iter()
+                .schedule(s)
+                .try_for_each(|i| if count(&i) { Err(i) } else { Ok(()) });
+            assert_eq!(r, Err(1000));
+            assert_eq!(
+                visited.swap(0, Ordering::Relaxed),
+                1001,
+                "{s}: try_for_each"
+            );
+        });
     }
 }
 

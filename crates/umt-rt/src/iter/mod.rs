@@ -1,6 +1,9 @@
 //! Parallel iterators for the everyday cases, with rayon's names where the meaning is the
-//! same: sources on slices and ranges, the adaptors `map`, `filter`, `enumerate`, `zip`, and
-//! the consumers `for_each`, `sum`, `reduce`, `collect`, `count`, `min_by_key`, `max_by_key`.
+//! same: sources on slices and ranges; the adaptors `map`, `filter`, `filter_map`,
+//! `flat_map_iter`, `inspect`, `copied`, `cloned`, `enumerate`, `zip`; the consumers
+//! `for_each`, `for_each_init`, `try_for_each`, `sum`, `count`, `reduce`, `reduce_with`,
+//! `collect`, `min`, `max`, `min_by`, `max_by`, `min_by_key`, `max_by_key`, and the ones that
+//! stop early once decided, `any`, `all`, `find_any`, `position_any`.
 //! Every loop runs under a [`Schedule`]. Design notes: `README.md` in this folder.
 //!
 //! Bodies may block (read a file, wait for a lock): while a loop runs it offers its chunks
@@ -28,13 +31,15 @@
 mod drive;
 mod producer;
 
+use std::cmp::Ordering as CmpOrdering;
 use std::iter::Sum;
 use std::ops::Range;
 use std::panic::Location;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use producer::{
-    Chunks, ChunksMut, Enumerate, Filter, Indexed, Map, Producer, RangeProducer, Slice, SliceMut,
-    Zip,
+    Chunks, ChunksMut, Cloned, Copied, Enumerate, Filter, FilterMap, FlatMapIter, Indexed, Inspect,
+    Map, Producer, RangeProducer, Slice, SliceMut, Zip,
 };
 
 use crate::schedule::Schedule;
@@ -65,6 +70,14 @@ impl<P: Producer> ParIter<P> {
         }
     }
 
+    /// This loop's schedule over the producer `make` builds on this one's.
+    fn adapt<Q>(self, make: impl FnOnce(P) -> Q) -> ParIter<Q> {
+        ParIter {
+            producer: make(self.producer),
+            schedule: self.schedule,
+        }
+    }
+
     /// Runs this loop under `schedule` instead of the program's (`UMT_SCHEDULE`, else
     /// [`Schedule::StaticSteal`]).
     pub fn schedule(mut self, schedule: Schedule) -> Self {
@@ -87,10 +100,7 @@ impl<P: Producer> ParIter<P> {
     where
         F: Fn(P::Item) -> R + Sync,
     {
-        ParIter {
-            producer: Map::new(self.producer, f),
-            schedule: self.schedule,
-        }
+        self.adapt(|p| Map::new(p, f))
     }
 
     /// Keeps the items for which `f` is true.
@@ -98,10 +108,51 @@ impl<P: Producer> ParIter<P> {
     where
         F: Fn(&P::Item) -> bool + Sync,
     {
-        ParIter {
-            producer: Filter::new(self.producer, f),
-            schedule: self.schedule,
-        }
+        self.adapt(|p| Filter::new(p, f))
+    }
+
+    /// Applies `f` to each item and keeps the values of the `Some`s.
+    pub fn filter_map<F, R>(self, f: F) -> ParIter<FilterMap<P, F>>
+    where
+        F: Fn(P::Item) -> Option<R> + Sync,
+    {
+        self.adapt(|p| FilterMap::new(p, f))
+    }
+
+    /// Replaces each item by the items of the sequential iterator `f` makes of it (rayon's
+    /// `flat_map_iter`: the inner iterator runs where its item is, not in parallel).
+    pub fn flat_map_iter<F, U>(self, f: F) -> ParIter<FlatMapIter<P, F>>
+    where
+        F: Fn(P::Item) -> U + Sync,
+        U: IntoIterator,
+    {
+        self.adapt(|p| FlatMapIter::new(p, f))
+    }
+
+    /// Calls `f` on each item as it passes.
+    pub fn inspect<F>(self, f: F) -> ParIter<Inspect<P, F>>
+    where
+        F: Fn(&P::Item) + Sync,
+    {
+        self.adapt(|p| Inspect::new(p, f))
+    }
+
+    /// Copies items that are references.
+    pub fn copied<'a, T>(self) -> ParIter<Copied<P>>
+    where
+        T: Copy + 'a,
+        P: Producer<Item = &'a T>,
+    {
+        self.adapt(Copied::new)
+    }
+
+    /// Clones items that are references.
+    pub fn cloned<'a, T>(self) -> ParIter<Cloned<P>>
+    where
+        T: Clone + 'a,
+        P: Producer<Item = &'a T>,
+    {
+        self.adapt(Cloned::new)
     }
 
     /// Pairs each item with its index (not after `filter`).
@@ -109,10 +160,7 @@ impl<P: Producer> ParIter<P> {
     where
         P: Indexed,
     {
-        ParIter {
-            producer: Enumerate::new(self.producer),
-            schedule: self.schedule,
-        }
+        self.adapt(Enumerate::new)
     }
 
     /// Pairs the items of both, index by index, as long as the shorter. The schedule is this
@@ -138,16 +186,143 @@ impl<P: Producer> ParIter<P> {
         F: Fn(P::Item) + Sync,
     {
         let producer = &self.producer;
-        let fold = |(), r: Range<usize>| producer.items(r).for_each(&f);
+        self.for_ranges(Location::caller(), |r| producer.items(r).for_each(&f))
+    }
+
+    /// Calls `f` on each item with a value `init()` made for the part of the loop that item
+    /// falls in (one per chunk the schedule hands out: `init` runs several times, as rayon's).
+    #[track_caller]
+    pub fn for_each_init<INIT, T, F>(self, init: INIT, f: F)
+    where
+        INIT: Fn() -> T + Sync,
+        F: Fn(&mut T, P::Item) + Sync,
+    {
+        let producer = &self.producer;
+        self.for_ranges(Location::caller(), |r| {
+            let mut state = init();
+            producer.items(r).for_each(|item| f(&mut state, item));
+        })
+    }
+
+    /// Runs the loop, calling `body` on each range of indices the schedule hands out.
+    fn for_ranges(&self, site: &'static Location<'static>, body: impl Fn(Range<usize>) + Sync) {
         self.run(
-            Location::caller(),
+            site,
             Fold {
                 identity: || (),
-                fold,
+                fold: |(), r| body(r),
                 combine: |(), ()| (),
                 ordered: false,
             },
         )
+    }
+
+    /// Calls `f` on each item until one returns an error, and returns that error (any of
+    /// them if several do: the loop stops handing out items once one has failed).
+    #[track_caller]
+    pub fn try_for_each<F, E>(self, f: F) -> Result<(), E>
+    where
+        F: Fn(P::Item) -> Result<(), E> + Sync,
+        E: Send,
+    {
+        let producer = &self.producer;
+        let failed = self.find_map_any(Location::caller(), |r, go_on| {
+            producer
+                .items(r)
+                .take_while(|_| go_on())
+                .find_map(|item| f(item).err())
+        });
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Some item for which `f` is true, if there is one: not necessarily the first (the loop
+    /// stops handing out items once one is found).
+    #[track_caller]
+    pub fn find_any<F>(self, f: F) -> Option<P::Item>
+    where
+        P::Item: Send,
+        F: Fn(&P::Item) -> bool + Sync,
+    {
+        let producer = &self.producer;
+        self.find_map_any(Location::caller(), |r, go_on| {
+            producer
+                .items(r)
+                .take_while(|_| go_on())
+                .find(|item| f(item))
+        })
+    }
+
+    /// The index of some item for which `f` is true, if there is one (see
+    /// [`ParIter::find_any`]).
+    #[track_caller]
+    pub fn position_any<F>(self, f: F) -> Option<usize>
+    where
+        P: Indexed,
+        F: Fn(P::Item) -> bool + Sync,
+    {
+        let producer = &self.producer;
+        self.find_map_any(Location::caller(), |r: Range<usize>, go_on| {
+            r.clone()
+                .zip(producer.items(r))
+                .take_while(|_| go_on())
+                .find_map(|(i, item)| f(item).then_some(i))
+        })
+    }
+
+    /// Whether `f` is true for some item (the loop stops once one is found).
+    #[track_caller]
+    pub fn any<F>(self, f: F) -> bool
+    where
+        F: Fn(P::Item) -> bool + Sync,
+    {
+        let producer = &self.producer;
+        self.find_map_any(Location::caller(), |r, go_on| {
+            producer
+                .items(r)
+                .take_while(|_| go_on())
+                .any(&f)
+                .then_some(())
+        })
+        .is_some()
+    }
+
+    /// Runs the loop until `search` finds something in a range. From then on, ranges still
+    /// handed out are skipped, and searches under way stop at their next `go_on()`: what the
+    /// short-circuiting consumers share.
+    fn find_map_any<R: Send>(
+        &self,
+        site: &'static Location<'static>,
+        search: impl Fn(Range<usize>, &dyn Fn() -> bool) -> Option<R> + Sync,
+    ) -> Option<R> {
+        let stop = AtomicBool::new(false);
+        let go_on = || !stop.load(Ordering::Relaxed);
+        self.run(
+            site,
+            Fold {
+                identity: || None,
+                fold: |acc: Option<R>, r| {
+                    if acc.is_some() || !go_on() {
+                        return acc;
+                    }
+                    let found = search(r, &go_on);
+                    if found.is_some() {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    found
+                },
+                combine: |a: Option<R>, b| a.or(b),
+                ordered: false,
+            },
+        )
+    }
+
+    /// Whether `f` is true for every item (the loop stops once one is false).
+    #[track_caller]
+    pub fn all<F>(self, f: F) -> bool
+    where
+        F: Fn(P::Item) -> bool + Sync,
+    {
+        !self.any(|item| !f(item))
     }
 
     /// The sum of the items, added in an unspecified order (as rayon's).
@@ -206,6 +381,31 @@ impl<P: Producer> ParIter<P> {
         )
     }
 
+    /// Combines the items with `op`, in index order; `None` when there are none. `op` must be
+    /// associative.
+    #[track_caller]
+    pub fn reduce_with<OP>(self, op: OP) -> Option<P::Item>
+    where
+        P::Item: Send,
+        OP: Fn(P::Item, P::Item) -> P::Item + Sync,
+    {
+        let producer = &self.producer;
+        let op = &op;
+        let join = |a: Option<P::Item>, b: Option<P::Item>| match (a, b) {
+            (Some(a), Some(b)) => Some(op(a, b)),
+            (a, b) => a.or(b),
+        };
+        self.run(
+            Location::caller(),
+            Fold {
+                identity: || None,
+                fold: |acc, r| join(acc, producer.items(r).reduce(op)),
+                combine: join,
+                ordered: true,
+            },
+        )
+    }
+
     /// The items, in index order, in any collection (`Vec`, `String`, `HashMap`, ...).
     #[track_caller]
     pub fn collect<B>(self) -> B
@@ -238,6 +438,75 @@ impl<P: Producer> ParIter<P> {
             all.append(&mut part);
         }
         all.into_iter().collect()
+    }
+
+    /// The smallest item; the first of several (as `Iterator::min`).
+    #[track_caller]
+    pub fn min(self) -> Option<P::Item>
+    where
+        P::Item: Ord + Send,
+    {
+        self.best_by(Location::caller(), &P::Item::cmp, |o| {
+            o == CmpOrdering::Less
+        })
+    }
+
+    /// The largest item; the last of several (as `Iterator::max`).
+    #[track_caller]
+    pub fn max(self) -> Option<P::Item>
+    where
+        P::Item: Ord + Send,
+    {
+        self.best_by(Location::caller(), &P::Item::cmp, |o| {
+            o != CmpOrdering::Less
+        })
+    }
+
+    /// The smallest item by `compare`; the first of several.
+    #[track_caller]
+    pub fn min_by<F>(self, compare: F) -> Option<P::Item>
+    where
+        P::Item: Send,
+        F: Fn(&P::Item, &P::Item) -> CmpOrdering + Sync,
+    {
+        self.best_by(Location::caller(), &compare, |o| o == CmpOrdering::Less)
+    }
+
+    /// The largest item by `compare`; the last of several.
+    #[track_caller]
+    pub fn max_by<F>(self, compare: F) -> Option<P::Item>
+    where
+        P::Item: Send,
+        F: Fn(&P::Item, &P::Item) -> CmpOrdering + Sync,
+    {
+        self.best_by(Location::caller(), &compare, |o| o != CmpOrdering::Less)
+    }
+
+    /// The item that `better(compare(new, old))` prefers, scanning in index order.
+    fn best_by<F>(
+        self,
+        site: &'static Location<'static>,
+        compare: &F,
+        better: fn(CmpOrdering) -> bool,
+    ) -> Option<P::Item>
+    where
+        P::Item: Send,
+        F: Fn(&P::Item, &P::Item) -> CmpOrdering + Sync + ?Sized,
+    {
+        let producer = &self.producer;
+        let pick = |old: Option<P::Item>, new: Option<P::Item>| match (old, new) {
+            (Some(o), Some(n)) => Some(if better(compare(&n, &o)) { n } else { o }),
+            (o, n) => o.or(n),
+        };
+        self.run(
+            site,
+            Fold {
+                identity: || None,
+                fold: |acc, r| producer.items(r).map(Some).fold(acc, pick),
+                combine: pick,
+                ordered: true,
+            },
+        )
     }
 
     /// The item with the smallest key; the first of several.

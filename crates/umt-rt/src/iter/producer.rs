@@ -316,6 +316,167 @@ impl<P: Producer, F: Fn(&P::Item) -> bool + Sync> Producer for Filter<P, F> {
     }
 }
 
+/// `filter_map`'s producer.
+#[derive(Debug, Clone)]
+pub struct FilterMap<P, F> {
+    base: P,
+    f: F,
+}
+
+impl<P, F> FilterMap<P, F> {
+    pub(crate) fn new(base: P, f: F) -> Self {
+        FilterMap { base, f }
+    }
+}
+
+impl<P, F> sealed::Sealed for FilterMap<P, F> {}
+
+impl<P: Producer, F: Fn(P::Item) -> Option<R> + Sync, R> Producer for FilterMap<P, F> {
+    type Item = R;
+    type Iter<'p>
+        = std::iter::FilterMap<P::Iter<'p>, &'p F>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.base.len()
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { self.base.iter(r, token) }.filter_map(&self.f)
+    }
+}
+
+/// `flat_map_iter`'s producer: each item becomes a sequential iterator, run where the item is.
+#[derive(Debug, Clone)]
+pub struct FlatMapIter<P, F> {
+    base: P,
+    f: F,
+}
+
+impl<P, F> FlatMapIter<P, F> {
+    pub(crate) fn new(base: P, f: F) -> Self {
+        FlatMapIter { base, f }
+    }
+}
+
+impl<P, F> sealed::Sealed for FlatMapIter<P, F> {}
+
+impl<P: Producer, F: Fn(P::Item) -> U + Sync, U: IntoIterator> Producer for FlatMapIter<P, F> {
+    type Item = U::Item;
+    type Iter<'p>
+        = std::iter::FlatMap<P::Iter<'p>, U, &'p F>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.base.len()
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { self.base.iter(r, token) }.flat_map(&self.f)
+    }
+}
+
+/// `inspect`'s producer.
+#[derive(Debug, Clone)]
+pub struct Inspect<P, F> {
+    base: P,
+    f: F,
+}
+
+impl<P, F> Inspect<P, F> {
+    pub(crate) fn new(base: P, f: F) -> Self {
+        Inspect { base, f }
+    }
+}
+
+impl<P, F> sealed::Sealed for Inspect<P, F> {}
+impl<P: Indexed, F: Fn(&P::Item) + Sync> Indexed for Inspect<P, F> {}
+
+impl<P: Producer, F: Fn(&P::Item) + Sync> Producer for Inspect<P, F> {
+    type Item = P::Item;
+    type Iter<'p>
+        = std::iter::Inspect<P::Iter<'p>, &'p F>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.base.len()
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { self.base.iter(r, token) }.inspect(&self.f)
+    }
+}
+
+/// `copied`'s producer: items by reference, copied.
+#[derive(Debug, Clone)]
+pub struct Copied<P> {
+    base: P,
+}
+
+impl<P> Copied<P> {
+    pub(crate) fn new(base: P) -> Self {
+        Copied { base }
+    }
+}
+
+impl<P> sealed::Sealed for Copied<P> {}
+impl<'a, T: Copy + 'a, P: Indexed<Item = &'a T>> Indexed for Copied<P> {}
+
+impl<'a, T: Copy + 'a, P: Producer<Item = &'a T>> Producer for Copied<P> {
+    type Item = T;
+    type Iter<'p>
+        = std::iter::Copied<P::Iter<'p>>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.base.len()
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { self.base.iter(r, token) }.copied()
+    }
+}
+
+/// `cloned`'s producer: items by reference, cloned.
+#[derive(Debug, Clone)]
+pub struct Cloned<P> {
+    base: P,
+}
+
+impl<P> Cloned<P> {
+    pub(crate) fn new(base: P) -> Self {
+        Cloned { base }
+    }
+}
+
+impl<P> sealed::Sealed for Cloned<P> {}
+impl<'a, T: Clone + 'a, P: Indexed<Item = &'a T>> Indexed for Cloned<P> {}
+
+impl<'a, T: Clone + 'a, P: Producer<Item = &'a T>> Producer for Cloned<P> {
+    type Item = T;
+    type Iter<'p>
+        = std::iter::Cloned<P::Iter<'p>>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.base.len()
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
+        // SAFETY: forwarded with the caller's guarantee.
+        unsafe { self.base.iter(r, token) }.cloned()
+    }
+}
+
 /// `enumerate`'s producer.
 #[derive(Debug, Clone)]
 pub struct Enumerate<P> {
