@@ -138,6 +138,35 @@ proptest! {
         });
     }
 
+    /// `par_chunks_exact`, `par_windows` and ranges of every integer type, against `std`'s.
+    #[test]
+    fn more_sources_match_the_sequential_reference(
+        v in proptest::collection::vec(any::<u8>(), 0..700),
+        size in 0usize..12,
+        start in -300i64..300,
+        len in 0i64..900,
+        s in schedules(),
+    ) {
+        rt().install(|| {
+            let size1 = size.max(1);
+            let exact: Vec<&[u8]> = v.par_chunks_exact(size).schedule(s).collect();
+            assert_eq!(exact, v.chunks_exact(size1).collect::<Vec<_>>());
+            let windows: Vec<&[u8]> = v.par_windows(size).schedule(s).collect();
+            assert_eq!(windows, v.windows(size1).collect::<Vec<_>>());
+            let r = start..start + len;
+            let got: Vec<i64> = r.clone().into_par_iter().schedule(s).collect();
+            assert_eq!(got, r.clone().collect::<Vec<_>>());
+            let small = (start.clamp(-128, 127) as i8)..(start.clamp(-128, 127) as i8).saturating_add(len.min(100) as i8);
+            let sum: i64 = small.clone().into_par_iter().schedule(s).map(i64::from).sum();
+            assert_eq!(sum, small.map(i64::from).sum::<i64>());
+            let unsigned = (len as u32)..(2 * len as u32);
+            assert_eq!(unsigned.clone().into_par_iter().schedule(s).count(), unsigned.len());
+            // An empty or reversed range has no items.
+            let reversed = (start + len)..start;
+            assert_eq!(reversed.clone().into_par_iter().schedule(s).count(), reversed.count());
+        });
+    }
+
     #[test]
     fn adaptors_match_the_sequential_reference(
         v in proptest::collection::vec(any::<u16>(), 0..1200),

@@ -1,5 +1,6 @@
 //! Parallel iterators for the everyday cases, with rayon's names where the meaning is the
-//! same: sources on slices and ranges; the adaptors `map`, `filter`, `filter_map`,
+//! same: sources on slices (`par_iter`, `par_chunks`, `par_chunks_exact`, `par_windows`, and
+//! their `_mut` forms) and integer ranges; the adaptors `map`, `filter`, `filter_map`,
 //! `flat_map_iter`, `inspect`, `copied`, `cloned`, `enumerate`, `zip`; the consumers
 //! `for_each`, `for_each_init`, `try_for_each`, `sum`, `count`, `reduce`, `reduce_with`,
 //! `collect`, `min`, `max`, `min_by`, `max_by`, `min_by_key`, `max_by_key`, and the ones that
@@ -38,8 +39,9 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use producer::{
-    Chunks, ChunksMut, Cloned, Copied, Enumerate, Filter, FilterMap, FlatMapIter, Indexed, Inspect,
-    Map, Producer, RangeProducer, Slice, SliceMut, Zip,
+    ByChunks, ByExactChunks, ByWindows, Chunks, ChunksExact, ChunksMut, Cloned, Copied, Enumerate,
+    Filter, FilterMap, FlatMapIter, Indexed, Inspect, Map, Producer, RangeInteger, RangeProducer,
+    Slice, SliceMut, Split, SubSlices, Windows, Zip,
 };
 
 use crate::schedule::Schedule;
@@ -576,7 +578,7 @@ impl<P: Producer> ParIter<P> {
     }
 }
 
-/// Types that become a [`ParIter`]: `Range<usize>`, `&[T]`, `&mut [T]`, `&Vec<T>`,
+/// Types that become a [`ParIter`]: ranges of integers (up to 64 bits), `&[T]`, `&mut [T]`, `&Vec<T>`,
 /// `&mut Vec<T>`, and parallel iterators themselves.
 pub trait IntoParallelIterator {
     /// What makes the items.
@@ -594,10 +596,13 @@ impl<P: Producer> IntoParallelIterator for ParIter<P> {
     }
 }
 
-impl IntoParallelIterator for Range<usize> {
-    type Producer = RangeProducer;
+impl<T: RangeInteger> IntoParallelIterator for Range<T>
+where
+    Range<T>: Iterator<Item = T>,
+{
+    type Producer = RangeProducer<T>;
 
-    fn into_par_iter(self) -> ParIter<RangeProducer> {
+    fn into_par_iter(self) -> ParIter<RangeProducer<T>> {
         ParIter::new(RangeProducer::new(self))
     }
 }
@@ -642,6 +647,14 @@ pub trait ParallelSlice<T: Sync> {
     /// Non-overlapping sub-slices of `size` elements (the last may be shorter); `size` 0 is
     /// taken as 1.
     fn par_chunks(&self, size: usize) -> ParIter<Chunks<'_, T>>;
+
+    /// Non-overlapping sub-slices of exactly `size` elements; the last `len % size` are left
+    /// out. `size` 0 is taken as 1.
+    fn par_chunks_exact(&self, size: usize) -> ParIter<ChunksExact<'_, T>>;
+
+    /// Every run of `size` consecutive elements (`len - size + 1` of them; none when the slice
+    /// is shorter). `size` 0 is taken as 1.
+    fn par_windows(&self, size: usize) -> ParIter<Windows<'_, T>>;
 }
 
 impl<T: Sync> ParallelSlice<T> for [T] {
@@ -651,6 +664,14 @@ impl<T: Sync> ParallelSlice<T> for [T] {
 
     fn par_chunks(&self, size: usize) -> ParIter<Chunks<'_, T>> {
         ParIter::new(Chunks::new(self, size))
+    }
+
+    fn par_chunks_exact(&self, size: usize) -> ParIter<ChunksExact<'_, T>> {
+        ParIter::new(ChunksExact::new(self, size))
+    }
+
+    fn par_windows(&self, size: usize) -> ParIter<Windows<'_, T>> {
+        ParIter::new(Windows::new(self, size))
     }
 }
 

@@ -60,31 +60,69 @@ pub(crate) trait ProducerExt: Producer {
 
 impl<P: Producer> ProducerExt for P {}
 
-/// `0..n` as a producer (`Range<usize>::into_par_iter`).
+/// A range of integers as a producer (`into_par_iter` on `Range<T>` for every integer type up
+/// to 64 bits).
 #[derive(Debug, Clone)]
-pub struct RangeProducer {
-    range: Range<usize>,
+pub struct RangeProducer<T = usize> {
+    range: Range<T>,
 }
 
-impl RangeProducer {
-    pub(crate) fn new(range: Range<usize>) -> Self {
+impl<T> RangeProducer<T> {
+    pub(crate) fn new(range: Range<T>) -> Self {
         RangeProducer { range }
     }
 }
 
-impl sealed::Sealed for RangeProducer {}
-impl Indexed for RangeProducer {}
+/// The integer types a [`RangeProducer`] walks: their distance and offset in `usize`.
+pub trait RangeInteger: Copy + Send + Sync + sealed::Sealed
+where
+    Range<Self>: Iterator<Item = Self>,
+{
+    /// `end - start` (0 when `end <= start`), as a count of indices.
+    #[doc(hidden)]
+    fn distance(start: Self, end: Self) -> usize;
+    /// `start + i`, for `i` at most [`RangeInteger::distance`] from `start`.
+    #[doc(hidden)]
+    fn offset(start: Self, i: usize) -> Self;
+}
 
-impl Producer for RangeProducer {
-    type Item = usize;
-    type Iter<'p> = Range<usize>;
+macro_rules! range_integer {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl RangeInteger for $t {
+            fn distance(start: Self, end: Self) -> usize {
+                // Every type here fits an i128, and a distance fits a usize on 64-bit targets.
+                usize::try_from((end as i128 - start as i128).max(0)).unwrap_or(usize::MAX)
+            }
+            fn offset(start: Self, i: usize) -> Self {
+                // In range: `i` is at most the distance to `end`, a value of the type.
+                (start as i128 + i as i128) as $t
+            }
+        }
+    )*};
+}
+
+range_integer!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize);
+
+impl<T> sealed::Sealed for RangeProducer<T> {}
+impl<T: RangeInteger> Indexed for RangeProducer<T> where Range<T>: Iterator<Item = T> {}
+
+impl<T: RangeInteger> Producer for RangeProducer<T>
+where
+    Range<T>: Iterator<Item = T>,
+{
+    type Item = T;
+    type Iter<'p>
+        = Range<T>
+    where
+        Self: 'p;
 
     fn len(&self) -> usize {
-        self.range.end.saturating_sub(self.range.start)
+        T::distance(self.range.start, self.range.end)
     }
 
-    unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Range<usize> {
-        self.range.start + r.start..self.range.start + r.end
+    unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Range<T> {
+        T::offset(self.range.start, r.start)..T::offset(self.range.start, r.end)
     }
 }
 
@@ -119,40 +157,124 @@ impl<'data, T: Sync> Producer for Slice<'data, T> {
     }
 }
 
-/// A shared slice in sub-slices of a fixed size (`par_chunks`).
-#[derive(Debug, Clone)]
-pub struct Chunks<'data, T> {
+/// A shared slice in sub-slices of `size` elements, cut as `S` says: [`Chunks`]
+/// (`par_chunks`), [`ChunksExact`] (`par_chunks_exact`), [`Windows`] (`par_windows`).
+#[derive(Debug)]
+pub struct SubSlices<'data, T, S> {
     slice: &'data [T],
     size: usize,
+    _split: PhantomData<S>,
 }
 
-impl<'data, T: Sync> Chunks<'data, T> {
-    pub(crate) fn new(slice: &'data [T], size: usize) -> Self {
-        Chunks {
-            slice,
-            size: size.max(1),
+impl<T, S> Clone for SubSlices<'_, T, S> {
+    fn clone(&self) -> Self {
+        SubSlices {
+            slice: self.slice,
+            size: self.size,
+            _split: PhantomData,
         }
     }
 }
 
-impl<T> sealed::Sealed for Chunks<'_, T> {}
-impl<T: Sync> Indexed for Chunks<'_, T> {}
+impl<'data, T: Sync, S> SubSlices<'data, T, S> {
+    /// `size` 0 is taken as 1.
+    pub(crate) fn new(slice: &'data [T], size: usize) -> Self {
+        SubSlices {
+            slice,
+            size: size.max(1),
+            _split: PhantomData,
+        }
+    }
+}
 
-impl<'data, T: Sync> Producer for Chunks<'data, T> {
+/// How [`SubSlices`] cuts a slice: how many sub-slices, and those of a range of them.
+pub trait Split: Sync + sealed::Sealed {
+    /// The sub-slices of part of the slice.
+    type Iter<'data, T: 'data>: Iterator<Item = &'data [T]>;
+    /// How many sub-slices of `size` a slice of `len` elements makes.
+    #[doc(hidden)]
+    fn count(len: usize, size: usize) -> usize;
+    /// Sub-slices `r` of `slice`.
+    #[doc(hidden)]
+    fn cut<T>(slice: &[T], size: usize, r: Range<usize>) -> Self::Iter<'_, T>;
+}
+
+/// `par_chunks`: `size` elements each, the last maybe fewer.
+#[derive(Debug, Clone, Copy)]
+pub struct ByChunks;
+
+/// `par_chunks_exact`: exactly `size` elements each; the remainder is left out
+/// (`slice.chunks_exact(size).remainder()` has it).
+#[derive(Debug, Clone, Copy)]
+pub struct ByExactChunks;
+
+/// `par_windows`: every run of `size` consecutive elements.
+#[derive(Debug, Clone, Copy)]
+pub struct ByWindows;
+
+impl sealed::Sealed for ByChunks {}
+impl sealed::Sealed for ByExactChunks {}
+impl sealed::Sealed for ByWindows {}
+
+impl Split for ByChunks {
+    type Iter<'data, T: 'data> = std::slice::Chunks<'data, T>;
+    fn count(len: usize, size: usize) -> usize {
+        len.div_ceil(size)
+    }
+    fn cut<T>(slice: &[T], size: usize, r: Range<usize>) -> Self::Iter<'_, T> {
+        let n = slice.len();
+        slice[(r.start * size).min(n)..(r.end * size).min(n)].chunks(size)
+    }
+}
+
+impl Split for ByExactChunks {
+    type Iter<'data, T: 'data> = std::slice::ChunksExact<'data, T>;
+    fn count(len: usize, size: usize) -> usize {
+        len / size
+    }
+    fn cut<T>(slice: &[T], size: usize, r: Range<usize>) -> Self::Iter<'_, T> {
+        slice[r.start * size..r.end * size].chunks_exact(size)
+    }
+}
+
+impl Split for ByWindows {
+    type Iter<'data, T: 'data> = std::slice::Windows<'data, T>;
+    fn count(len: usize, size: usize) -> usize {
+        (len + 1).saturating_sub(size)
+    }
+    fn cut<T>(slice: &[T], size: usize, r: Range<usize>) -> Self::Iter<'_, T> {
+        let end = if r.is_empty() {
+            r.start
+        } else {
+            r.end + size - 1
+        };
+        slice[r.start..end].windows(size)
+    }
+}
+
+/// `par_chunks`'s producer.
+pub type Chunks<'data, T> = SubSlices<'data, T, ByChunks>;
+/// `par_chunks_exact`'s producer.
+pub type ChunksExact<'data, T> = SubSlices<'data, T, ByExactChunks>;
+/// `par_windows`'s producer.
+pub type Windows<'data, T> = SubSlices<'data, T, ByWindows>;
+
+impl<T, S> sealed::Sealed for SubSlices<'_, T, S> {}
+impl<T: Sync, S: Split> Indexed for SubSlices<'_, T, S> {}
+
+impl<'data, T: Sync, S: Split> Producer for SubSlices<'data, T, S> {
     type Item = &'data [T];
     type Iter<'p>
-        = std::slice::Chunks<'data, T>
+        = S::Iter<'data, T>
     where
         Self: 'p;
 
     fn len(&self) -> usize {
-        self.slice.len().div_ceil(self.size)
+        S::count(self.slice.len(), self.size)
     }
 
     unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
-        let n = self.slice.len();
-        let (start, end) = ((r.start * self.size).min(n), (r.end * self.size).min(n));
-        self.slice[start..end].chunks(self.size)
+        S::cut(self.slice, self.size, r)
     }
 }
 
