@@ -211,7 +211,11 @@ pub use umt_sys::{BackendKind, CpuId, Error as MonitorError, Selection, Unavaila
 #[cfg(not(loom))]
 pub mod prelude {
     pub use crate::Schedule;
-    pub use crate::iter::{IntoParallelIterator, ParIter, ParallelSlice, ParallelSliceMut};
+    pub use crate::iter::{
+        FromParallelIterator, IndexedParallelIterator, IntoParallelIterator,
+        IntoParallelRefIterator, IntoParallelRefMutIterator, ParIter, ParallelExtend,
+        ParallelIterator, ParallelSlice, ParallelSliceMut,
+    };
 }
 
 /// What [`yield_now`] did.

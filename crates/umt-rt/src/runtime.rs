@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use umt_sys::{BackendKind, CpuId, Selection};
 
-use crate::iter::IntoParallelIterator;
+use crate::iter::{IntoParallelIterator, ParallelIterator};
 use crate::job::Job;
 use crate::latch::{Latch, Waiter};
 use crate::registry::Registry;

@@ -14,7 +14,7 @@ use std::time::Instant;
 use crossbeam_utils::CachePadded;
 
 /// How a parallel loop hands its iterations to the cores: set per loop with
-/// [`ParIter::schedule`](crate::iter::ParIter::schedule), for a whole program with the
+/// [`ParallelIterator::schedule`](crate::iter::ParallelIterator::schedule), for a whole program with the
 /// environment variable `UMT_SCHEDULE` (same spelling as [`Schedule::from_str`]: `static`,
 /// `static_steal`, `dynamic,64`, `guided,8`, `fac2`, `af`, `auto`), else
 /// [`Schedule::StaticSteal`].

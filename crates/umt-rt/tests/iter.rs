@@ -492,3 +492,84 @@ fn warnings_go_to_the_hook() {
         "{lines:?}"
     );
 }
+
+/// Generic code written against rayon's trait bounds, with only the import swapped (issue 33).
+mod written_for_rayon {
+    use std::collections::HashMap;
+
+    use umt_rt::prelude::*;
+
+    fn plus_one_sum<I: ParallelIterator<Item = u64>>(it: I) -> u64 {
+        it.map(|x| x + 1).sum()
+    }
+
+    fn numbered<I: IndexedParallelIterator<Item = u64>>(it: I) -> Vec<(usize, u64)> {
+        it.enumerate().collect()
+    }
+
+    fn gathered<I: IntoParallelIterator<Item = u32>>(items: I) -> Vec<u32> {
+        items.into_par_iter().collect()
+    }
+
+    fn largest<'a, C>(c: &'a C) -> Option<u64>
+    where
+        C: IntoParallelRefIterator<'a, Item = &'a u64> + ?Sized,
+    {
+        c.par_iter().copied().max()
+    }
+
+    fn doubled<'a, C>(c: &'a mut C)
+    where
+        C: IntoParallelRefMutIterator<'a, Item = &'a mut u64> + ?Sized,
+    {
+        c.par_iter_mut().for_each(|x| *x *= 2);
+    }
+
+    #[test]
+    fn generic_code_over_the_traits_compiles_and_runs() {
+        let mut v: Vec<u64> = (0..1000).collect();
+        assert_eq!(plus_one_sum(v.par_iter().copied()), (1..=1000).sum::<u64>());
+        assert_eq!(
+            plus_one_sum((0..1000u64).into_par_iter()),
+            (1..=1000).sum::<u64>()
+        );
+        assert_eq!(
+            numbered((5..8u64).into_par_iter()),
+            [(0, 5), (1, 6), (2, 7)]
+        );
+        assert_eq!(gathered(0..5u32), [0, 1, 2, 3, 4]);
+        assert_eq!(
+            gathered((0..5u32).into_par_iter().filter(|x| x % 2 == 0)),
+            [0, 2, 4]
+        );
+        assert_eq!(largest(&v), Some(999));
+        assert_eq!(largest(&v[..10]), Some(9));
+        assert_eq!(largest(&[3u64, 9, 4]), Some(9));
+        doubled(&mut v);
+        doubled(&mut v[..1]);
+        assert_eq!(v[..3], [0, 2, 4]);
+        let mut a = [1u64, 2];
+        doubled(&mut a);
+        assert_eq!(a, [2, 4]);
+    }
+
+    #[test]
+    fn collect_and_par_extend_fill_any_collection_in_order() {
+        let ok: Result<Vec<u32>, String> = (0..100u32).into_par_iter().map(Ok).collect();
+        assert_eq!(ok.unwrap(), (0..100).collect::<Vec<_>>());
+        let err: Result<Vec<u32>, u32> = (0..100u32)
+            .into_par_iter()
+            .map(|x| if x == 42 { Err(x) } else { Ok(x) })
+            .collect();
+        assert_eq!(err, Err(42));
+        let some: Option<Vec<u32>> = (0..10u32).into_par_iter().map(Some).collect();
+        assert_eq!(some.map(|v| v.len()), Some(10));
+        let squares: HashMap<u32, u32> = (0..50u32).into_par_iter().map(|x| (x, x * x)).collect();
+        assert_eq!(squares[&7], 49);
+        let text: String = ["a", "b", "c"].par_iter().copied().collect();
+        assert_eq!(text, "abc");
+        let mut v = vec![9u32];
+        v.par_extend((0..5u32).into_par_iter().map(|x| x * 10));
+        assert_eq!(v, [9, 0, 10, 20, 30, 40]);
+    }
+}

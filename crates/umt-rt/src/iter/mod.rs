@@ -48,15 +48,10 @@ use crate::schedule::Schedule;
 use drive::{Fold, drive};
 use producer::ProducerExt;
 
-/// A parallel iterator: a [`Producer`] of items by index, and the [`Schedule`] its loop runs
-/// under. Made by [`IntoParallelIterator::into_par_iter`], [`ParallelSlice`] or
-/// [`ParallelSliceMut`]; it runs when a consumer (`for_each`, `sum`, ...) is called: on the
-/// calling worker's runtime, or on the global one outside a runtime
-/// ([`Runtime::install`](crate::Runtime::install) picks another).
-///
-/// Items come in index order to `collect`, `reduce`, `min_by_key` and `max_by_key`
-/// (`reduce`'s operation needs to be associative, not commutative); `for_each`, `sum` and
-/// `count` see them in any order.
+/// The parallel iterator: a [`Producer`] of items by index and the [`Schedule`] its loop runs
+/// under. Made by [`IntoParallelIterator::into_par_iter`], [`IntoParallelRefIterator::par_iter`],
+/// [`ParallelSlice`] or [`ParallelSliceMut`]; its adaptors and consumers are those of
+/// [`ParallelIterator`] and [`IndexedParallelIterator`].
 #[derive(Debug, Clone)]
 #[must_use = "a parallel iterator does nothing until a consumer (for_each, sum, ...) runs it"]
 pub struct ParIter<P> {
@@ -80,132 +75,6 @@ impl<P: Producer> ParIter<P> {
         }
     }
 
-    /// Runs this loop under `schedule` instead of the program's (`UMT_SCHEDULE`, else
-    /// [`Schedule::StaticSteal`]).
-    pub fn schedule(mut self, schedule: Schedule) -> Self {
-        self.schedule = Some(schedule);
-        self
-    }
-
-    /// How many indices the loop visits (items before any `filter`).
-    pub fn len(&self) -> usize {
-        self.producer.len()
-    }
-
-    /// Whether the loop visits no index.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Applies `f` to each item.
-    pub fn map<F, R>(self, f: F) -> ParIter<Map<P, F>>
-    where
-        F: Fn(P::Item) -> R + Sync,
-    {
-        self.adapt(|p| Map::new(p, f))
-    }
-
-    /// Keeps the items for which `f` is true.
-    pub fn filter<F>(self, f: F) -> ParIter<Filter<P, F>>
-    where
-        F: Fn(&P::Item) -> bool + Sync,
-    {
-        self.adapt(|p| Filter::new(p, f))
-    }
-
-    /// Applies `f` to each item and keeps the values of the `Some`s.
-    pub fn filter_map<F, R>(self, f: F) -> ParIter<FilterMap<P, F>>
-    where
-        F: Fn(P::Item) -> Option<R> + Sync,
-    {
-        self.adapt(|p| FilterMap::new(p, f))
-    }
-
-    /// Replaces each item by the items of the sequential iterator `f` makes of it (rayon's
-    /// `flat_map_iter`: the inner iterator runs where its item is, not in parallel).
-    pub fn flat_map_iter<F, U>(self, f: F) -> ParIter<FlatMapIter<P, F>>
-    where
-        F: Fn(P::Item) -> U + Sync,
-        U: IntoIterator,
-    {
-        self.adapt(|p| FlatMapIter::new(p, f))
-    }
-
-    /// Calls `f` on each item as it passes.
-    pub fn inspect<F>(self, f: F) -> ParIter<Inspect<P, F>>
-    where
-        F: Fn(&P::Item) + Sync,
-    {
-        self.adapt(|p| Inspect::new(p, f))
-    }
-
-    /// Copies items that are references.
-    pub fn copied<'a, T>(self) -> ParIter<Copied<P>>
-    where
-        T: Copy + 'a,
-        P: Producer<Item = &'a T>,
-    {
-        self.adapt(Copied::new)
-    }
-
-    /// Clones items that are references.
-    pub fn cloned<'a, T>(self) -> ParIter<Cloned<P>>
-    where
-        T: Clone + 'a,
-        P: Producer<Item = &'a T>,
-    {
-        self.adapt(Cloned::new)
-    }
-
-    /// Pairs each item with its index (not after `filter`).
-    pub fn enumerate(self) -> ParIter<Enumerate<P>>
-    where
-        P: Indexed,
-    {
-        self.adapt(Enumerate::new)
-    }
-
-    /// Pairs the items of both, index by index, as long as the shorter. The schedule is this
-    /// iterator's (or `other`'s when only it has one).
-    pub fn zip<O>(self, other: O) -> ParIter<Zip<P, O::Producer>>
-    where
-        P: Indexed,
-        O: IntoParallelIterator,
-        O::Producer: Indexed,
-    {
-        let other = other.into_par_iter();
-        let schedule = self.schedule.or(other.schedule);
-        ParIter {
-            producer: Zip::new(self.producer, other.producer),
-            schedule,
-        }
-    }
-
-    /// Calls `f` on each item.
-    #[track_caller]
-    pub fn for_each<F>(self, f: F)
-    where
-        F: Fn(P::Item) + Sync,
-    {
-        let producer = &self.producer;
-        self.for_ranges(Location::caller(), |r| producer.items(r).for_each(&f))
-    }
-
-    /// Calls `f` on each item with a value `init()` made for the part of the loop that item
-    /// falls in (one per chunk the schedule hands out: `init` runs several times, as rayon's).
-    #[track_caller]
-    pub fn for_each_init<INIT, T, F>(self, init: INIT, f: F)
-    where
-        INIT: Fn() -> T + Sync,
-        F: Fn(&mut T, P::Item) + Sync,
-    {
-        let producer = &self.producer;
-        self.for_ranges(Location::caller(), |r| {
-            let mut state = init();
-            producer.items(r).for_each(|item| f(&mut state, item));
-        })
-    }
-
     /// Runs the loop, calling `body` on each range of indices the schedule hands out.
     fn for_ranges(&self, site: &'static Location<'static>, body: impl Fn(Range<usize>) + Sync) {
         self.run(
@@ -217,75 +86,6 @@ impl<P: Producer> ParIter<P> {
                 ordered: false,
             },
         )
-    }
-
-    /// Calls `f` on each item until one returns an error, and returns that error (any of
-    /// them if several do: the loop stops handing out items once one has failed).
-    #[track_caller]
-    pub fn try_for_each<F, E>(self, f: F) -> Result<(), E>
-    where
-        F: Fn(P::Item) -> Result<(), E> + Sync,
-        E: Send,
-    {
-        let producer = &self.producer;
-        let failed = self.find_map_any(Location::caller(), |r, go_on| {
-            producer
-                .items(r)
-                .take_while(|_| go_on())
-                .find_map(|item| f(item).err())
-        });
-        failed.map_or(Ok(()), Err)
-    }
-
-    /// Some item for which `f` is true, if there is one: not necessarily the first (the loop
-    /// stops handing out items once one is found).
-    #[track_caller]
-    pub fn find_any<F>(self, f: F) -> Option<P::Item>
-    where
-        P::Item: Send,
-        F: Fn(&P::Item) -> bool + Sync,
-    {
-        let producer = &self.producer;
-        self.find_map_any(Location::caller(), |r, go_on| {
-            producer
-                .items(r)
-                .take_while(|_| go_on())
-                .find(|item| f(item))
-        })
-    }
-
-    /// The index of some item for which `f` is true, if there is one (see
-    /// [`ParIter::find_any`]).
-    #[track_caller]
-    pub fn position_any<F>(self, f: F) -> Option<usize>
-    where
-        P: Indexed,
-        F: Fn(P::Item) -> bool + Sync,
-    {
-        let producer = &self.producer;
-        self.find_map_any(Location::caller(), |r: Range<usize>, go_on| {
-            r.clone()
-                .zip(producer.items(r))
-                .take_while(|_| go_on())
-                .find_map(|(i, item)| f(item).then_some(i))
-        })
-    }
-
-    /// Whether `f` is true for some item (the loop stops once one is found).
-    #[track_caller]
-    pub fn any<F>(self, f: F) -> bool
-    where
-        F: Fn(P::Item) -> bool + Sync,
-    {
-        let producer = &self.producer;
-        self.find_map_any(Location::caller(), |r, go_on| {
-            producer
-                .items(r)
-                .take_while(|_| go_on())
-                .any(&f)
-                .then_some(())
-        })
-        .is_some()
     }
 
     /// Runs the loop until `search` finds something in a range. From then on, ranges still
@@ -318,172 +118,6 @@ impl<P: Producer> ParIter<P> {
         )
     }
 
-    /// Whether `f` is true for every item (the loop stops once one is false).
-    #[track_caller]
-    pub fn all<F>(self, f: F) -> bool
-    where
-        F: Fn(P::Item) -> bool + Sync,
-    {
-        !self.any(|item| !f(item))
-    }
-
-    /// The sum of the items, added in an unspecified order (as rayon's).
-    #[track_caller]
-    pub fn sum<S>(self) -> S
-    where
-        S: Sum<P::Item> + Sum<S> + Send,
-    {
-        let producer = &self.producer;
-        self.run(
-            Location::caller(),
-            Fold {
-                identity: || std::iter::empty::<S>().sum(),
-                fold: |acc: S, r| [acc, producer.items(r).sum()].into_iter().sum(),
-                combine: |a: S, b: S| [a, b].into_iter().sum(),
-                ordered: false,
-            },
-        )
-    }
-
-    /// How many items there are.
-    #[track_caller]
-    pub fn count(self) -> usize {
-        let producer = &self.producer;
-        self.run(
-            Location::caller(),
-            Fold {
-                identity: || 0,
-                fold: |acc: usize, r| acc + producer.items(r).count(),
-                combine: |a, b| a + b,
-                ordered: false,
-            },
-        )
-    }
-
-    /// Combines the items with `op`, in index order, starting each part from `identity()`
-    /// (which must be neutral for `op`); `identity()` when there are none. `op` must be
-    /// associative.
-    #[track_caller]
-    pub fn reduce<ID, OP>(self, identity: ID, op: OP) -> P::Item
-    where
-        P::Item: Send,
-        ID: Fn() -> P::Item + Sync,
-        OP: Fn(P::Item, P::Item) -> P::Item + Sync,
-    {
-        let producer = &self.producer;
-        let (identity, op) = (&identity, &op);
-        self.run(
-            Location::caller(),
-            Fold {
-                identity,
-                fold: |acc, r| producer.items(r).fold(acc, op),
-                combine: op,
-                ordered: true,
-            },
-        )
-    }
-
-    /// Combines the items with `op`, in index order; `None` when there are none. `op` must be
-    /// associative.
-    #[track_caller]
-    pub fn reduce_with<OP>(self, op: OP) -> Option<P::Item>
-    where
-        P::Item: Send,
-        OP: Fn(P::Item, P::Item) -> P::Item + Sync,
-    {
-        let producer = &self.producer;
-        let op = &op;
-        let join = |a: Option<P::Item>, b: Option<P::Item>| match (a, b) {
-            (Some(a), Some(b)) => Some(op(a, b)),
-            (a, b) => a.or(b),
-        };
-        self.run(
-            Location::caller(),
-            Fold {
-                identity: || None,
-                fold: |acc, r| join(acc, producer.items(r).reduce(op)),
-                combine: join,
-                ordered: true,
-            },
-        )
-    }
-
-    /// The items, in index order, in any collection (`Vec`, `String`, `HashMap`, ...).
-    #[track_caller]
-    pub fn collect<B>(self) -> B
-    where
-        P::Item: Send,
-        B: FromIterator<P::Item>,
-    {
-        let producer = &self.producer;
-        let parts: Vec<Vec<P::Item>> = self.run(
-            Location::caller(),
-            Fold {
-                identity: Vec::new,
-                fold: |mut acc: Vec<Vec<P::Item>>, r| {
-                    match acc.last_mut() {
-                        Some(v) => v.extend(producer.items(r)),
-                        None => acc.push(producer.items(r).collect()),
-                    }
-                    acc
-                },
-                combine: |mut a: Vec<Vec<P::Item>>, mut b: Vec<Vec<P::Item>>| {
-                    a.append(&mut b);
-                    a
-                },
-                ordered: true,
-            },
-        );
-        // One copy of each part into place; `Vec`'s `collect` from a `Vec` reuses it.
-        let mut all = Vec::with_capacity(parts.iter().map(Vec::len).sum());
-        for mut part in parts {
-            all.append(&mut part);
-        }
-        all.into_iter().collect()
-    }
-
-    /// The smallest item; the first of several (as `Iterator::min`).
-    #[track_caller]
-    pub fn min(self) -> Option<P::Item>
-    where
-        P::Item: Ord + Send,
-    {
-        self.best_by(Location::caller(), &P::Item::cmp, |o| {
-            o == CmpOrdering::Less
-        })
-    }
-
-    /// The largest item; the last of several (as `Iterator::max`).
-    #[track_caller]
-    pub fn max(self) -> Option<P::Item>
-    where
-        P::Item: Ord + Send,
-    {
-        self.best_by(Location::caller(), &P::Item::cmp, |o| {
-            o != CmpOrdering::Less
-        })
-    }
-
-    /// The smallest item by `compare`; the first of several.
-    #[track_caller]
-    pub fn min_by<F>(self, compare: F) -> Option<P::Item>
-    where
-        P::Item: Send,
-        F: Fn(&P::Item, &P::Item) -> CmpOrdering + Sync,
-    {
-        self.best_by(Location::caller(), &compare, |o| o == CmpOrdering::Less)
-    }
-
-    /// The largest item by `compare`; the last of several.
-    #[track_caller]
-    pub fn max_by<F>(self, compare: F) -> Option<P::Item>
-    where
-        P::Item: Send,
-        F: Fn(&P::Item, &P::Item) -> CmpOrdering + Sync,
-    {
-        self.best_by(Location::caller(), &compare, |o| o != CmpOrdering::Less)
-    }
-
     /// The item that `better(compare(new, old))` prefers, scanning in index order.
     fn best_by<F>(
         self,
@@ -509,28 +143,6 @@ impl<P: Producer> ParIter<P> {
                 ordered: true,
             },
         )
-    }
-
-    /// The item with the smallest key; the first of several.
-    #[track_caller]
-    pub fn min_by_key<K, F>(self, f: F) -> Option<P::Item>
-    where
-        P::Item: Send,
-        K: Ord + Send,
-        F: Fn(&P::Item) -> K + Sync,
-    {
-        self.best_by_key(Location::caller(), f, |new, old| new < old)
-    }
-
-    /// The item with the largest key; the last of several (as `Iterator::max_by_key`).
-    #[track_caller]
-    pub fn max_by_key<K, F>(self, f: F) -> Option<P::Item>
-    where
-        P::Item: Send,
-        K: Ord + Send,
-        F: Fn(&P::Item) -> K + Sync,
-    {
-        self.best_by_key(Location::caller(), f, |new, old| new >= old)
     }
 
     /// The item whose key `better(new, old)` prefers, scanning in index order.
@@ -576,22 +188,523 @@ impl<P: Producer> ParIter<P> {
     {
         drive(self.producer.len(), self.schedule, site, how)
     }
+
+    /// The items in index order (what `collect` and `par_extend` gather).
+    fn collect_vec(self, site: &'static Location<'static>) -> Vec<P::Item>
+    where
+        P::Item: Send,
+    {
+        let producer = &self.producer;
+        let parts: Vec<Vec<P::Item>> = self.run(
+            site,
+            Fold {
+                identity: Vec::new,
+                fold: |mut acc: Vec<Vec<P::Item>>, r| {
+                    match acc.last_mut() {
+                        Some(v) => v.extend(producer.items(r)),
+                        None => acc.push(producer.items(r).collect()),
+                    }
+                    acc
+                },
+                combine: |mut a: Vec<Vec<P::Item>>, mut b: Vec<Vec<P::Item>>| {
+                    a.append(&mut b);
+                    a
+                },
+                ordered: true,
+            },
+        );
+        // One copy of each part into place; `Vec`'s `collect` from a `Vec` reuses it.
+        let mut all = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+        for mut part in parts {
+            all.append(&mut part);
+        }
+        all
+    }
 }
 
-/// Types that become a [`ParIter`]: ranges of integers (up to 64 bits), `&[T]`, `&mut [T]`, `&Vec<T>`,
-/// `&mut Vec<T>`, and parallel iterators themselves.
-pub trait IntoParallelIterator {
-    /// What makes the items.
-    type Producer: Producer;
+/// A parallel iterator: what rayon's `ParallelIterator` is, for generic code written against
+/// it (`fn f<I: ParallelIterator<Item = u64>>(it: I)`). Its one implementation is [`ParIter`],
+/// a [`Producer`] of items by index and the [`Schedule`] its loop runs under; it runs when a
+/// consumer (`for_each`, `sum`, ...) is called: on the calling worker's runtime, or on the
+/// global one outside a runtime ([`Runtime::install`](crate::Runtime::install) picks another).
+///
+/// Items come in index order to `collect`, `reduce`, `reduce_with`, `min*` and `max*`
+/// (`reduce`'s operation needs to be associative, not commutative); `for_each`, `sum` and
+/// `count` see them in any order.
+pub trait ParallelIterator: Sized {
+    /// The item.
+    type Item;
+    /// What makes the items (this crate's; named only in return types).
+    type Producer: Producer<Item = Self::Item>;
 
-    /// The parallel iterator.
-    fn into_par_iter(self) -> ParIter<Self::Producer>;
+    /// The iterator as its one concrete type.
+    #[doc(hidden)]
+    fn into_parts(self) -> ParIter<Self::Producer>;
+
+    /// Runs this loop under `schedule` instead of the program's (`UMT_SCHEDULE`, else
+    /// [`Schedule::StaticSteal`]).
+    fn schedule(self, schedule: Schedule) -> ParIter<Self::Producer> {
+        let mut it = self.into_parts();
+        it.schedule = Some(schedule);
+        it
+    }
+
+    /// Applies `f` to each item.
+    fn map<F, R>(self, f: F) -> ParIter<Map<Self::Producer, F>>
+    where
+        F: Fn(Self::Item) -> R + Sync,
+    {
+        self.into_parts().adapt(|p| Map::new(p, f))
+    }
+
+    /// Keeps the items for which `f` is true.
+    fn filter<F>(self, f: F) -> ParIter<Filter<Self::Producer, F>>
+    where
+        F: Fn(&Self::Item) -> bool + Sync,
+    {
+        self.into_parts().adapt(|p| Filter::new(p, f))
+    }
+
+    /// Applies `f` to each item and keeps the values of the `Some`s.
+    fn filter_map<F, R>(self, f: F) -> ParIter<FilterMap<Self::Producer, F>>
+    where
+        F: Fn(Self::Item) -> Option<R> + Sync,
+    {
+        self.into_parts().adapt(|p| FilterMap::new(p, f))
+    }
+
+    /// Replaces each item by the items of the sequential iterator `f` makes of it (rayon's
+    /// `flat_map_iter`: the inner iterator runs where its item is, not in parallel).
+    fn flat_map_iter<F, U>(self, f: F) -> ParIter<FlatMapIter<Self::Producer, F>>
+    where
+        F: Fn(Self::Item) -> U + Sync,
+        U: IntoIterator,
+    {
+        self.into_parts().adapt(|p| FlatMapIter::new(p, f))
+    }
+
+    /// Calls `f` on each item as it passes.
+    fn inspect<F>(self, f: F) -> ParIter<Inspect<Self::Producer, F>>
+    where
+        F: Fn(&Self::Item) + Sync,
+    {
+        self.into_parts().adapt(|p| Inspect::new(p, f))
+    }
+
+    /// Copies items that are references.
+    fn copied<'a, T>(self) -> ParIter<Copied<Self::Producer>>
+    where
+        T: Copy + 'a,
+        Self::Producer: Producer<Item = &'a T>,
+    {
+        self.into_parts().adapt(Copied::new)
+    }
+
+    /// Clones items that are references.
+    fn cloned<'a, T>(self) -> ParIter<Cloned<Self::Producer>>
+    where
+        T: Clone + 'a,
+        Self::Producer: Producer<Item = &'a T>,
+    {
+        self.into_parts().adapt(Cloned::new)
+    }
+
+    /// Calls `f` on each item.
+    #[track_caller]
+    fn for_each<F>(self, f: F)
+    where
+        F: Fn(Self::Item) + Sync,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        it.for_ranges(Location::caller(), |r| producer.items(r).for_each(&f))
+    }
+
+    /// Calls `f` on each item with a value `init()` made for the part of the loop that item
+    /// falls in (one per chunk the schedule hands out: `init` runs several times, as rayon's).
+    #[track_caller]
+    fn for_each_init<INIT, T, F>(self, init: INIT, f: F)
+    where
+        INIT: Fn() -> T + Sync,
+        F: Fn(&mut T, Self::Item) + Sync,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        it.for_ranges(Location::caller(), |r| {
+            let mut state = init();
+            producer.items(r).for_each(|item| f(&mut state, item));
+        })
+    }
+
+    /// Calls `f` on each item until one returns an error, and returns that error (any of
+    /// them if several do: the loop stops handing out items once one has failed).
+    #[track_caller]
+    fn try_for_each<F, E>(self, f: F) -> Result<(), E>
+    where
+        F: Fn(Self::Item) -> Result<(), E> + Sync,
+        E: Send,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        let failed = it.find_map_any(Location::caller(), |r, go_on| {
+            producer
+                .items(r)
+                .take_while(|_| go_on())
+                .find_map(|item| f(item).err())
+        });
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Some item for which `f` is true, if there is one: not necessarily the first (the loop
+    /// stops handing out items once one is found).
+    #[track_caller]
+    fn find_any<F>(self, f: F) -> Option<Self::Item>
+    where
+        Self::Item: Send,
+        F: Fn(&Self::Item) -> bool + Sync,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        it.find_map_any(Location::caller(), |r, go_on| {
+            producer
+                .items(r)
+                .take_while(|_| go_on())
+                .find(|item| f(item))
+        })
+    }
+
+    /// Whether `f` is true for some item (the loop stops once one is found).
+    #[track_caller]
+    fn any<F>(self, f: F) -> bool
+    where
+        F: Fn(Self::Item) -> bool + Sync,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        it.find_map_any(Location::caller(), |r, go_on| {
+            producer
+                .items(r)
+                .take_while(|_| go_on())
+                .any(&f)
+                .then_some(())
+        })
+        .is_some()
+    }
+
+    /// Whether `f` is true for every item (the loop stops once one is false).
+    #[track_caller]
+    fn all<F>(self, f: F) -> bool
+    where
+        F: Fn(Self::Item) -> bool + Sync,
+    {
+        !self.any(|item| !f(item))
+    }
+
+    /// The sum of the items, added in an unspecified order (as rayon's).
+    #[track_caller]
+    fn sum<S>(self) -> S
+    where
+        S: Sum<Self::Item> + Sum<S> + Send,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        it.run(
+            Location::caller(),
+            Fold {
+                identity: || std::iter::empty::<S>().sum(),
+                fold: |acc: S, r| [acc, producer.items(r).sum()].into_iter().sum(),
+                combine: |a: S, b: S| [a, b].into_iter().sum(),
+                ordered: false,
+            },
+        )
+    }
+
+    /// How many items there are.
+    #[track_caller]
+    fn count(self) -> usize {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        it.run(
+            Location::caller(),
+            Fold {
+                identity: || 0,
+                fold: |acc: usize, r| acc + producer.items(r).count(),
+                combine: |a, b| a + b,
+                ordered: false,
+            },
+        )
+    }
+
+    /// Combines the items with `op`, in index order, starting each part from `identity()`
+    /// (which must be neutral for `op`); `identity()` when there are none. `op` must be
+    /// associative.
+    #[track_caller]
+    fn reduce<ID, OP>(self, identity: ID, op: OP) -> Self::Item
+    where
+        Self::Item: Send,
+        ID: Fn() -> Self::Item + Sync,
+        OP: Fn(Self::Item, Self::Item) -> Self::Item + Sync,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        let (identity, op) = (&identity, &op);
+        it.run(
+            Location::caller(),
+            Fold {
+                identity,
+                fold: |acc, r| producer.items(r).fold(acc, op),
+                combine: op,
+                ordered: true,
+            },
+        )
+    }
+
+    /// Combines the items with `op`, in index order; `None` when there are none. `op` must be
+    /// associative.
+    #[track_caller]
+    fn reduce_with<OP>(self, op: OP) -> Option<Self::Item>
+    where
+        Self::Item: Send,
+        OP: Fn(Self::Item, Self::Item) -> Self::Item + Sync,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        let op = &op;
+        let join = |a: Option<Self::Item>, b: Option<Self::Item>| match (a, b) {
+            (Some(a), Some(b)) => Some(op(a, b)),
+            (a, b) => a.or(b),
+        };
+        it.run(
+            Location::caller(),
+            Fold {
+                identity: || None,
+                fold: |acc, r| join(acc, producer.items(r).reduce(op)),
+                combine: join,
+                ordered: true,
+            },
+        )
+    }
+
+    /// The items, in index order, in any collection (`Vec`, `String`, `HashMap`, `Result`,
+    /// ...: every [`FromParallelIterator`]).
+    #[track_caller]
+    fn collect<C>(self) -> C
+    where
+        C: FromParallelIterator<Self::Item>,
+    {
+        C::from_par_iter(self.into_parts())
+    }
+
+    /// The smallest item; the first of several (as `Iterator::min`).
+    #[track_caller]
+    fn min(self) -> Option<Self::Item>
+    where
+        Self::Item: Ord + Send,
+    {
+        self.into_parts()
+            .best_by(Location::caller(), &Self::Item::cmp, |o| {
+                o == CmpOrdering::Less
+            })
+    }
+
+    /// The largest item; the last of several (as `Iterator::max`).
+    #[track_caller]
+    fn max(self) -> Option<Self::Item>
+    where
+        Self::Item: Ord + Send,
+    {
+        self.into_parts()
+            .best_by(Location::caller(), &Self::Item::cmp, |o| {
+                o != CmpOrdering::Less
+            })
+    }
+
+    /// The smallest item by `compare`; the first of several.
+    #[track_caller]
+    fn min_by<F>(self, compare: F) -> Option<Self::Item>
+    where
+        Self::Item: Send,
+        F: Fn(&Self::Item, &Self::Item) -> CmpOrdering + Sync,
+    {
+        self.into_parts()
+            .best_by(Location::caller(), &compare, |o| o == CmpOrdering::Less)
+    }
+
+    /// The largest item by `compare`; the last of several.
+    #[track_caller]
+    fn max_by<F>(self, compare: F) -> Option<Self::Item>
+    where
+        Self::Item: Send,
+        F: Fn(&Self::Item, &Self::Item) -> CmpOrdering + Sync,
+    {
+        self.into_parts()
+            .best_by(Location::caller(), &compare, |o| o != CmpOrdering::Less)
+    }
+
+    /// The item with the smallest key; the first of several.
+    #[track_caller]
+    fn min_by_key<K, F>(self, f: F) -> Option<Self::Item>
+    where
+        Self::Item: Send,
+        K: Ord + Send,
+        F: Fn(&Self::Item) -> K + Sync,
+    {
+        self.into_parts()
+            .best_by_key(Location::caller(), f, |new, old| new < old)
+    }
+
+    /// The item with the largest key; the last of several (as `Iterator::max_by_key`).
+    #[track_caller]
+    fn max_by_key<K, F>(self, f: F) -> Option<Self::Item>
+    where
+        Self::Item: Send,
+        K: Ord + Send,
+        F: Fn(&Self::Item) -> K + Sync,
+    {
+        self.into_parts()
+            .best_by_key(Location::caller(), f, |new, old| new >= old)
+    }
 }
 
-impl<P: Producer> IntoParallelIterator for ParIter<P> {
+/// A parallel iterator whose item `i` is its source's index `i` (no `filter` or `flat_map`
+/// upstream): rayon's `IndexedParallelIterator`, for `len`, `enumerate`, `zip` and positions.
+pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
+    /// The iterator as its one concrete type, by reference.
+    #[doc(hidden)]
+    fn as_parts(&self) -> &ParIter<Self::Producer>;
+
+    /// How many indices the loop visits (items before any `filter`).
+    fn len(&self) -> usize {
+        self.as_parts().producer.len()
+    }
+
+    /// Whether the loop visits no index.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Pairs each item with its index (not after `filter`).
+    fn enumerate(self) -> ParIter<Enumerate<Self::Producer>> {
+        self.into_parts().adapt(Enumerate::new)
+    }
+
+    /// Pairs the items of both, index by index, as long as the shorter. The schedule is this
+    /// iterator's (or `other`'s when only it has one).
+    #[allow(clippy::type_complexity)]
+    fn zip<O>(
+        self,
+        other: O,
+    ) -> ParIter<Zip<Self::Producer, <O::Iter as ParallelIterator>::Producer>>
+    where
+        O: IntoParallelIterator,
+        O::Iter: IndexedParallelIterator,
+    {
+        let (this, other) = (self.into_parts(), other.into_par_iter().into_parts());
+        ParIter {
+            producer: Zip::new(this.producer, other.producer),
+            schedule: this.schedule.or(other.schedule),
+        }
+    }
+
+    /// The index of some item for which `f` is true, if there is one (see
+    /// [`ParallelIterator::find_any`]).
+    #[track_caller]
+    fn position_any<F>(self, f: F) -> Option<usize>
+    where
+        F: Fn(Self::Item) -> bool + Sync,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        it.find_map_any(Location::caller(), |r: Range<usize>, go_on| {
+            r.clone()
+                .zip(producer.items(r))
+                .take_while(|_| go_on())
+                .find_map(|(i, item)| f(item).then_some(i))
+        })
+    }
+}
+
+impl<P: Producer> ParallelIterator for ParIter<P> {
+    type Item = P::Item;
     type Producer = P;
 
-    fn into_par_iter(self) -> ParIter<P> {
+    fn into_parts(self) -> ParIter<P> {
+        self
+    }
+}
+
+impl<P: Indexed> IndexedParallelIterator for ParIter<P> {
+    fn as_parts(&self) -> &ParIter<P> {
+        self
+    }
+}
+
+/// Collections a parallel iterator can be collected into (`collect`): rayon's
+/// `FromParallelIterator`, here for every `FromIterator` (`Vec`, `String`, `HashMap`,
+/// `Result<C, E>`, `Option<C>`, ...), in index order.
+pub trait FromParallelIterator<T>: Sized {
+    /// Collects the items of `par_iter`.
+    #[track_caller]
+    fn from_par_iter<I>(par_iter: I) -> Self
+    where
+        I: IntoParallelIterator<Item = T>;
+}
+
+impl<T: Send, C: FromIterator<T>> FromParallelIterator<T> for C {
+    #[track_caller]
+    fn from_par_iter<I>(par_iter: I) -> Self
+    where
+        I: IntoParallelIterator<Item = T>,
+    {
+        let site = Location::caller();
+        par_iter
+            .into_par_iter()
+            .into_parts()
+            .collect_vec(site)
+            .into_iter()
+            .collect()
+    }
+}
+
+/// Collections a parallel iterator can extend (`par_extend`): rayon's `ParallelExtend`, here
+/// for every `Extend`, in index order.
+pub trait ParallelExtend<T> {
+    /// Adds the items of `par_iter`.
+    #[track_caller]
+    fn par_extend<I>(&mut self, par_iter: I)
+    where
+        I: IntoParallelIterator<Item = T>;
+}
+
+impl<T: Send, C: Extend<T>> ParallelExtend<T> for C {
+    #[track_caller]
+    fn par_extend<I>(&mut self, par_iter: I)
+    where
+        I: IntoParallelIterator<Item = T>,
+    {
+        let site = Location::caller();
+        self.extend(par_iter.into_par_iter().into_parts().collect_vec(site));
+    }
+}
+
+/// Types that become a parallel iterator (rayon's `IntoParallelIterator`): ranges of integers
+/// (up to 64 bits), `&[T]`, `&mut [T]`, `&Vec<T>`, `&mut Vec<T>`, `&[T; N]`, `&mut [T; N]`,
+/// and parallel iterators themselves.
+pub trait IntoParallelIterator {
+    /// The parallel iterator.
+    type Iter: ParallelIterator<Item = Self::Item>;
+    /// Its item.
+    type Item;
+
+    /// The parallel iterator.
+    fn into_par_iter(self) -> Self::Iter;
+}
+
+impl<I: ParallelIterator> IntoParallelIterator for I {
+    type Iter = I;
+    type Item = I::Item;
+
+    fn into_par_iter(self) -> I {
         self
     }
 }
@@ -600,50 +713,118 @@ impl<T: RangeInteger> IntoParallelIterator for Range<T>
 where
     Range<T>: Iterator<Item = T>,
 {
-    type Producer = RangeProducer<T>;
+    type Iter = ParIter<RangeProducer<T>>;
+    type Item = T;
 
-    fn into_par_iter(self) -> ParIter<RangeProducer<T>> {
+    fn into_par_iter(self) -> Self::Iter {
         ParIter::new(RangeProducer::new(self))
     }
 }
 
-impl<'data, T: Sync + 'data> IntoParallelIterator for &'data [T] {
-    type Producer = Slice<'data, T>;
+impl<'data, T: Sync + 'data, const N: usize> IntoParallelIterator for &'data [T; N] {
+    type Iter = ParIter<Slice<'data, T>>;
+    type Item = &'data T;
 
-    fn into_par_iter(self) -> ParIter<Slice<'data, T>> {
+    fn into_par_iter(self) -> Self::Iter {
+        ParIter::new(Slice::new(self))
+    }
+}
+
+impl<'data, T: Sync + 'data> IntoParallelIterator for &'data [T] {
+    type Iter = ParIter<Slice<'data, T>>;
+    type Item = &'data T;
+
+    fn into_par_iter(self) -> Self::Iter {
         ParIter::new(Slice::new(self))
     }
 }
 
 impl<'data, T: Sync + 'data> IntoParallelIterator for &'data Vec<T> {
-    type Producer = Slice<'data, T>;
+    type Iter = ParIter<Slice<'data, T>>;
+    type Item = &'data T;
 
-    fn into_par_iter(self) -> ParIter<Slice<'data, T>> {
+    fn into_par_iter(self) -> Self::Iter {
         ParIter::new(Slice::new(self))
     }
 }
 
 impl<'data, T: Send + 'data> IntoParallelIterator for &'data mut [T] {
-    type Producer = SliceMut<'data, T>;
+    type Iter = ParIter<SliceMut<'data, T>>;
+    type Item = &'data mut T;
 
-    fn into_par_iter(self) -> ParIter<SliceMut<'data, T>> {
+    fn into_par_iter(self) -> Self::Iter {
         ParIter::new(SliceMut::new(self))
     }
 }
 
 impl<'data, T: Send + 'data> IntoParallelIterator for &'data mut Vec<T> {
-    type Producer = SliceMut<'data, T>;
+    type Iter = ParIter<SliceMut<'data, T>>;
+    type Item = &'data mut T;
 
-    fn into_par_iter(self) -> ParIter<SliceMut<'data, T>> {
+    fn into_par_iter(self) -> Self::Iter {
         ParIter::new(SliceMut::new(self))
     }
 }
 
-/// Parallel iterators over a shared slice (and so over `Vec`, arrays...).
-pub trait ParallelSlice<T: Sync> {
-    /// Each element, by reference.
-    fn par_iter(&self) -> ParIter<Slice<'_, T>>;
+impl<'data, T: Send + 'data, const N: usize> IntoParallelIterator for &'data mut [T; N] {
+    type Iter = ParIter<SliceMut<'data, T>>;
+    type Item = &'data mut T;
 
+    fn into_par_iter(self) -> Self::Iter {
+        ParIter::new(SliceMut::new(self))
+    }
+}
+
+/// `par_iter()` on anything whose shared borrow is an [`IntoParallelIterator`] (slices,
+/// vectors, arrays): rayon's `IntoParallelRefIterator`.
+pub trait IntoParallelRefIterator<'data> {
+    /// The parallel iterator.
+    type Iter: ParallelIterator<Item = Self::Item>;
+    /// Its item (a shared reference).
+    type Item: 'data;
+
+    /// Each element, by reference.
+    fn par_iter(&'data self) -> Self::Iter;
+}
+
+impl<'data, I: 'data + ?Sized> IntoParallelRefIterator<'data> for I
+where
+    &'data I: IntoParallelIterator,
+{
+    type Iter = <&'data I as IntoParallelIterator>::Iter;
+    type Item = <&'data I as IntoParallelIterator>::Item;
+
+    fn par_iter(&'data self) -> Self::Iter {
+        self.into_par_iter()
+    }
+}
+
+/// `par_iter_mut()` on anything whose mutable borrow is an [`IntoParallelIterator`]:
+/// rayon's `IntoParallelRefMutIterator`.
+pub trait IntoParallelRefMutIterator<'data> {
+    /// The parallel iterator.
+    type Iter: ParallelIterator<Item = Self::Item>;
+    /// Its item (a mutable reference).
+    type Item: 'data;
+
+    /// Each element, by mutable reference.
+    fn par_iter_mut(&'data mut self) -> Self::Iter;
+}
+
+impl<'data, I: 'data + ?Sized> IntoParallelRefMutIterator<'data> for I
+where
+    &'data mut I: IntoParallelIterator,
+{
+    type Iter = <&'data mut I as IntoParallelIterator>::Iter;
+    type Item = <&'data mut I as IntoParallelIterator>::Item;
+
+    fn par_iter_mut(&'data mut self) -> Self::Iter {
+        self.into_par_iter()
+    }
+}
+
+/// Parallel iterators over parts of a shared slice (and so of a `Vec`, an array...).
+pub trait ParallelSlice<T: Sync> {
     /// Non-overlapping sub-slices of `size` elements (the last may be shorter); `size` 0 is
     /// taken as 1.
     fn par_chunks(&self, size: usize) -> ParIter<Chunks<'_, T>>;
@@ -658,10 +839,6 @@ pub trait ParallelSlice<T: Sync> {
 }
 
 impl<T: Sync> ParallelSlice<T> for [T] {
-    fn par_iter(&self) -> ParIter<Slice<'_, T>> {
-        ParIter::new(Slice::new(self))
-    }
-
     fn par_chunks(&self, size: usize) -> ParIter<Chunks<'_, T>> {
         ParIter::new(Chunks::new(self, size))
     }
@@ -675,11 +852,8 @@ impl<T: Sync> ParallelSlice<T> for [T] {
     }
 }
 
-/// Parallel iterators and sorts over a mutable slice.
+/// Parallel iterators over parts of a mutable slice, and parallel sorts.
 pub trait ParallelSliceMut<T: Send> {
-    /// Each element, by mutable reference.
-    fn par_iter_mut(&mut self) -> ParIter<SliceMut<'_, T>>;
-
     /// Non-overlapping mutable sub-slices of `size` elements (the last may be shorter);
     /// `size` 0 is taken as 1.
     fn par_chunks_mut(&mut self, size: usize) -> ParIter<ChunksMut<'_, T>>;
@@ -716,10 +890,6 @@ pub trait ParallelSliceMut<T: Send> {
 }
 
 impl<T: Send> ParallelSliceMut<T> for [T] {
-    fn par_iter_mut(&mut self) -> ParIter<SliceMut<'_, T>> {
-        ParIter::new(SliceMut::new(self))
-    }
-
     fn par_chunks_mut(&mut self, size: usize) -> ParIter<ChunksMut<'_, T>> {
         ParIter::new(ChunksMut::new(self, size))
     }
