@@ -138,6 +138,41 @@ proptest! {
         });
     }
 
+    /// `chain`, `skip`, `take`, `step_by`, `unzip` and `partition`, against `Iterator`'s.
+    #[test]
+    fn reshaping_calls_match_the_sequential_reference(
+        v in proptest::collection::vec(any::<i16>(), 0..900),
+        w in proptest::collection::vec(any::<i16>(), 0..300),
+        n in 0usize..1000,
+        step in 0usize..9,
+        s in schedules(),
+    ) {
+        rt().install(|| {
+            let chained: Vec<i16> = v.par_iter().schedule(s).chain(w.par_iter()).copied().collect();
+            assert_eq!(chained, v.iter().chain(w.iter()).copied().collect::<Vec<_>>());
+            let odd_then_all: Vec<i16> = v.par_iter().filter(|x| *x % 2 != 0).chain(&w).copied().collect();
+            assert_eq!(odd_then_all, v.iter().filter(|x| *x % 2 != 0).chain(&w).copied().collect::<Vec<_>>());
+            let skipped: Vec<&i16> = v.par_iter().schedule(s).skip(n).collect();
+            assert_eq!(skipped, v.iter().skip(n).collect::<Vec<_>>());
+            let taken: Vec<&i16> = v.par_iter().schedule(s).take(n).collect();
+            assert_eq!(taken, v.iter().take(n).collect::<Vec<_>>());
+            let stepped: Vec<(usize, &i16)> = v.par_iter().schedule(s).step_by(step).enumerate().collect();
+            assert_eq!(stepped, v.iter().step_by(step.max(1)).enumerate().collect::<Vec<_>>());
+            let mut marked = v.clone();
+            marked.par_iter_mut().schedule(s).skip(1).step_by(step).for_each(|x| *x = 0);
+            let mut want = v.clone();
+            want.iter_mut().skip(1).step_by(step.max(1)).for_each(|x| *x = 0);
+            assert_eq!(marked, want);
+            let (firsts, seconds): (Vec<i16>, Vec<usize>) =
+                v.par_iter().schedule(s).enumerate().map(|(i, &x)| (x, i)).unzip();
+            assert_eq!(firsts, v);
+            assert_eq!(seconds, (0..v.len()).collect::<Vec<_>>());
+            let (neg, rest): (Vec<i16>, Vec<i16>) = v.par_iter().schedule(s).copied().partition(|x| *x < 0);
+            let want: (Vec<i16>, Vec<i16>) = v.iter().copied().partition(|x| *x < 0);
+            assert_eq!((neg, rest), want);
+        });
+    }
+
     /// `par_chunks_exact`, `par_windows` and ranges of every integer type, against `std`'s.
     #[test]
     fn more_sources_match_the_sequential_reference(

@@ -39,9 +39,9 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use producer::{
-    ByChunks, ByExactChunks, ByWindows, Chunks, ChunksExact, ChunksMut, Cloned, Copied, Enumerate,
-    Filter, FilterMap, FlatMapIter, Indexed, Inspect, Map, Producer, RangeInteger, RangeProducer,
-    Slice, SliceMut, Split, SubSlices, Windows, Zip,
+    ByChunks, ByExactChunks, ByWindows, Chain, Chunks, ChunksExact, ChunksMut, Cloned, Copied,
+    Enumerate, Filter, FilterMap, FlatMapIter, Indexed, Inspect, Map, Producer, RangeInteger,
+    RangeProducer, Slice, SliceMut, Split, StepBy, SubSlices, Window, Windows, Zip,
 };
 
 use crate::schedule::Schedule;
@@ -309,6 +309,23 @@ pub trait ParallelIterator: Sized {
         self.into_parts().adapt(Cloned::new)
     }
 
+    /// This iterator's items, then `other`'s. The schedule is this iterator's (or `other`'s
+    /// when only it has one).
+    #[allow(clippy::type_complexity)]
+    fn chain<O>(
+        self,
+        other: O,
+    ) -> ParIter<Chain<Self::Producer, <O::Iter as ParallelIterator>::Producer>>
+    where
+        O: IntoParallelIterator<Item = Self::Item>,
+    {
+        let (this, other) = (self.into_parts(), other.into_par_iter().into_parts());
+        ParIter {
+            producer: Chain::new(this.producer, other.producer),
+            schedule: this.schedule.or(other.schedule),
+        }
+    }
+
     /// Calls `f` on each item.
     #[track_caller]
     fn for_each<F>(self, f: F)
@@ -495,6 +512,41 @@ pub trait ParallelIterator: Sized {
         C::from_par_iter(self.into_parts())
     }
 
+    /// The pairs' first and second halves, each in index order, in two collections.
+    #[track_caller]
+    fn unzip<A, B, FromA, FromB>(self) -> (FromA, FromB)
+    where
+        Self: ParallelIterator<Item = (A, B)>,
+        A: Send,
+        B: Send,
+        FromA: Default + Extend<A>,
+        FromB: Default + Extend<B>,
+    {
+        let site = Location::caller();
+        self.into_parts().collect_vec(site).into_iter().unzip()
+    }
+
+    /// The items for which `f` is true, and the others, each in index order.
+    #[track_caller]
+    fn partition<A, B, F>(self, f: F) -> (A, B)
+    where
+        Self::Item: Send,
+        A: Default + Extend<Self::Item>,
+        B: Default + Extend<Self::Item>,
+        F: Fn(&Self::Item) -> bool + Sync,
+    {
+        let site = Location::caller();
+        let (mut yes, mut no) = (A::default(), B::default());
+        for item in self.into_parts().collect_vec(site) {
+            if f(&item) {
+                yes.extend(std::iter::once(item));
+            } else {
+                no.extend(std::iter::once(item));
+            }
+        }
+        (yes, no)
+    }
+
     /// The smallest item; the first of several (as `Iterator::min`).
     #[track_caller]
     fn min(self) -> Option<Self::Item>
@@ -581,6 +633,21 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
     /// Whether the loop visits no index.
     fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// All but the first `n` items.
+    fn skip(self, n: usize) -> ParIter<Window<Self::Producer>> {
+        self.into_parts().adapt(|p| Window::new(p, n, usize::MAX))
+    }
+
+    /// The first `n` items at most.
+    fn take(self, n: usize) -> ParIter<Window<Self::Producer>> {
+        self.into_parts().adapt(|p| Window::new(p, 0, n))
+    }
+
+    /// Every `step`-th item, from the first (`step` 0 is taken as 1).
+    fn step_by(self, step: usize) -> ParIter<StepBy<Self::Producer>> {
+        self.into_parts().adapt(|p| StepBy::new(p, step))
     }
 
     /// Pairs each item with its index (not after `filter`).

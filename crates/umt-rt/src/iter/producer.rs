@@ -668,3 +668,129 @@ impl<A: Indexed, B: Indexed> Producer for Zip<A, B> {
         }
     }
 }
+
+/// `chain`'s producer: `a`'s indices, then `b`'s.
+#[derive(Debug, Clone)]
+pub struct Chain<A, B> {
+    a: A,
+    b: B,
+}
+
+impl<A, B> Chain<A, B> {
+    pub(crate) fn new(a: A, b: B) -> Self {
+        Chain { a, b }
+    }
+}
+
+impl<A, B> sealed::Sealed for Chain<A, B> {}
+impl<A: Indexed, B: Indexed<Item = A::Item>> Indexed for Chain<A, B> {}
+
+impl<A: Producer, B: Producer<Item = A::Item>> Producer for Chain<A, B> {
+    type Item = A::Item;
+    type Iter<'p>
+        = std::iter::Chain<A::Iter<'p>, B::Iter<'p>>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.a.len() + self.b.len()
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
+        let n = self.a.len();
+        let in_a = r.start.min(n)..r.end.min(n);
+        let in_b = r.start.max(n) - n..r.end.max(n) - n;
+        // SAFETY: forwarded with the caller's guarantee: index `i` of the chain is `a`'s `i`
+        // or `b`'s `i - n`, one of them, once.
+        unsafe {
+            self.a
+                .iter(in_a, token)
+                .chain(self.b.iter(in_b, sealed::Token))
+        }
+    }
+}
+
+/// `skip`'s and `take`'s producer: indices `start..end` of the base, renumbered from 0.
+#[derive(Debug, Clone)]
+pub struct Window<P> {
+    base: P,
+    start: usize,
+    end: usize,
+}
+
+impl<P: Producer> Window<P> {
+    /// The base's indices from `skip` on, at most `take` of them.
+    pub(crate) fn new(base: P, skip: usize, take: usize) -> Self {
+        let start = skip.min(base.len());
+        let end = start + take.min(base.len() - start);
+        Window { base, start, end }
+    }
+}
+
+impl<P> sealed::Sealed for Window<P> {}
+impl<P: Indexed> Indexed for Window<P> {}
+
+impl<P: Indexed> Producer for Window<P> {
+    type Item = P::Item;
+    type Iter<'p>
+        = P::Iter<'p>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
+        // SAFETY: forwarded with the caller's guarantee (a shift is one to one).
+        unsafe {
+            self.base
+                .iter(self.start + r.start..self.start + r.end, token)
+        }
+    }
+}
+
+/// `step_by`'s producer: the base's indices `0, step, 2 * step, ...`.
+#[derive(Debug, Clone)]
+pub struct StepBy<P> {
+    base: P,
+    step: usize,
+}
+
+impl<P> StepBy<P> {
+    /// `step` 0 is taken as 1.
+    pub(crate) fn new(base: P, step: usize) -> Self {
+        StepBy {
+            base,
+            step: step.max(1),
+        }
+    }
+}
+
+impl<P> sealed::Sealed for StepBy<P> {}
+impl<P: Indexed> Indexed for StepBy<P> {}
+
+impl<P: Indexed> Producer for StepBy<P> {
+    type Item = P::Item;
+    type Iter<'p>
+        = std::iter::StepBy<P::Iter<'p>>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.base.len().div_ceil(self.step)
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
+        // The base's indices from the first kept one to just past the last: the ones between
+        // are made and dropped, each still asked once (the ranges of the chunks do not overlap).
+        let start = r.start * self.step;
+        let end = if r.is_empty() {
+            start
+        } else {
+            ((r.end - 1) * self.step + 1).min(self.base.len())
+        };
+        // SAFETY: forwarded with the caller's guarantee (disjoint `r`s give disjoint ranges).
+        unsafe { self.base.iter(start..end, token) }.step_by(self.step)
+    }
+}
