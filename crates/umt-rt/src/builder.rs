@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use umt_sys::{BackendKind, CpuId, Monitor};
 
-use crate::config::{Config, LeaderPolicy, NameFn, PanicFn};
+use crate::config::{Config, LeaderPolicy, NameFn, PanicFn, ThreadFn};
 use crate::diag::Warning;
 use crate::registry::Registry;
 use crate::runtime::Runtime;
@@ -89,6 +89,9 @@ pub struct Builder {
     leader_policy: Option<LeaderPolicy>,
     ring_pages: usize,
     thread_name: NameFn,
+    stack_size: Option<usize>,
+    start_handler: Option<ThreadFn>,
+    exit_handler: Option<ThreadFn>,
     panic_handler: Option<PanicFn>,
     handoff: bool,
     lend_workers: bool,
@@ -128,6 +131,9 @@ impl Default for Builder {
             leader_policy: None,
             ring_pages: umt_sys::DEFAULT_RING_PAGES,
             thread_name: Box::new(|cpu, k| format!("umt-worker-{cpu}.{k}")),
+            stack_size: None,
+            start_handler: None,
+            exit_handler: None,
             panic_handler: None,
             handoff: false,
             lend_workers: true,
@@ -298,6 +304,31 @@ impl Builder {
         self
     }
 
+    /// The stack size of worker threads, in bytes (default: the standard library's, 2 MiB
+    /// unless `RUST_MIN_STACK` says otherwise), as rayon's `ThreadPoolBuilder::stack_size`.
+    /// Tasks run on their worker's stack, and a worker waiting in `join` or a scope runs
+    /// other tasks on top of the waiting one.
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    /// Calls `f` on each worker thread as it starts, before it runs any task, with its index
+    /// (`core * max_workers_per_core + k` for the `k`-th worker of a core: spares too), as
+    /// rayon's `start_handler`: to set up thread-local state, a profiler, an allocator arena.
+    /// A panic in `f` is said and the worker goes on.
+    pub fn start_handler(mut self, f: impl Fn(usize) + Send + Sync + 'static) -> Self {
+        self.start_handler = Some(Box::new(f));
+        self
+    }
+
+    /// Calls `f` on each worker thread as it ends (the runtime is dropped), after its last
+    /// task, with its index (see [`Builder::start_handler`]).
+    pub fn exit_handler(mut self, f: impl Fn(usize) + Send + Sync + 'static) -> Self {
+        self.exit_handler = Some(Box::new(f));
+        self
+    }
+
     /// Builds the runtime and makes it the global one, which [`join`](crate::join),
     /// [`scope`](crate::scope) and [`spawn`](crate::spawn) use outside a runtime (otherwise
     /// built on first use with the defaults). Once per process:
@@ -382,6 +413,9 @@ impl Builder {
             scan_period: self.scan_period,
             leader_policy,
             thread_name: self.thread_name,
+            stack_size: self.stack_size,
+            start_handler: self.start_handler,
+            exit_handler: self.exit_handler,
             panic_handler: self.panic_handler,
             handoff: self.handoff,
             lend,

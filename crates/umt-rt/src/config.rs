@@ -96,6 +96,10 @@ impl std::str::FromStr for LeaderPolicy {
 /// Names a worker thread from its CPU and its index among the core's workers.
 pub(crate) type NameFn = Box<dyn Fn(CpuId, usize) -> String + Send + Sync>;
 
+/// Called on a worker thread as it starts or ends, with its index (`Builder::start_handler`,
+/// `Builder::exit_handler`).
+pub(crate) type ThreadFn = Box<dyn Fn(usize) + Send + Sync>;
+
 /// Receives the panic of a detached task (`Builder::panic_handler`).
 pub(crate) type PanicFn = Box<dyn Fn(Box<dyn std::any::Any + Send>) + Send + Sync>;
 
@@ -111,6 +115,12 @@ pub(crate) struct Config {
     pub(crate) leader_policy: LeaderPolicy,
     /// Names worker threads.
     pub(crate) thread_name: NameFn,
+    /// Stack size of worker threads, bytes (`None`: the standard library's default).
+    pub(crate) stack_size: Option<usize>,
+    /// Called on each worker thread as it starts.
+    pub(crate) start_handler: Option<ThreadFn>,
+    /// Called on each worker thread as it ends.
+    pub(crate) exit_handler: Option<ThreadFn>,
     /// A worker that runs out of work while another worker of its core is ready parks at
     /// once instead of spinning (`Builder::handoff`).
     pub(crate) handoff: bool,

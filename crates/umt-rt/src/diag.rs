@@ -37,6 +37,8 @@ pub(crate) enum Warning {
     EnvBackend,
     /// The cgroup's CPU quota made the default core count smaller than the affinity mask.
     CpuQuota,
+    /// A start or exit handler panicked.
+    Handler,
 }
 
 /// The kinds already said, for one runtime.

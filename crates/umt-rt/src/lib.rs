@@ -66,6 +66,9 @@
 //!
 //! (`tempfile` stands in for wherever an application keeps its files.)
 //!
+//! Coming from rayon? [`coming_from_rayon`] says what is the same, what differs, and each
+//! rayon call's counterpart.
+//!
 //! As in rayon, [`join`], [`scope`], [`spawn`], [`broadcast`] and the parallel iterators
 //! also work outside a runtime: they then run on the global runtime, built on first use with
 //! the defaults, or configured once with [`Builder::build_global`].
@@ -206,6 +209,10 @@ pub use stats::{CoreStats, Stats, WorkerStats, coefficient_of_variation};
 #[cfg(not(loom))]
 pub use trace::{CoreAccount, CoreState, Span, Trace, TraceKind, TraceRecord, TraceThread};
 pub use umt_sys::{BackendKind, CpuId, Error as MonitorError, Selection, Unavailable};
+
+#[cfg(not(loom))]
+#[doc = include_str!("coming_from_rayon.md")]
+pub mod coming_from_rayon {}
 
 /// Everything a parallel loop needs, in one import: `use umt_rt::prelude::*;`.
 #[cfg(not(loom))]

@@ -82,7 +82,11 @@ pub(crate) fn start(reg: &Arc<Registry>, index: usize) -> std::io::Result<()> {
     let slot = &reg.slots[index];
     let cfg = &reg.config;
     let name = (cfg.thread_name)(cfg.cpus[slot.core], index % cfg.cap);
-    let handle = std::thread::Builder::new().name(name).spawn({
+    let mut builder = std::thread::Builder::new().name(name);
+    if let Some(bytes) = cfg.stack_size {
+        builder = builder.stack_size(bytes);
+    }
+    let handle = builder.spawn({
         let reg = reg.clone();
         move || worker_main(reg, index)
     })?;
@@ -133,6 +137,7 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
     if slot.spare {
         reg.pools.woken(slot.core);
     }
+    call_handler(&reg, reg.config.start_handler.as_ref(), "start", index);
     let ctx = WorkerCtx {
         role: Role::Worker,
         core: slot.core,
@@ -152,8 +157,27 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         ctx.main_loop();
     }
     ctx.flush_trace();
+    call_handler(&reg, reg.config.exit_handler.as_ref(), "exit", index);
     if monitored {
         let _ = reg.monitor.unregister_current_thread();
+    }
+}
+
+/// Calls the application's start or exit handler on worker `index`; a panic in it is said,
+/// and the worker goes on (a worker lost there would leave its core's queue unserved).
+fn call_handler(
+    reg: &Registry,
+    handler: Option<&crate::config::ThreadFn>,
+    which: &str,
+    index: usize,
+) {
+    let Some(handler) = handler else {
+        return;
+    };
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(index))).is_err() {
+        reg.warnings.warn(Warning::Handler, || {
+            format!("the {which} handler panicked on worker {index}; the worker goes on")
+        });
     }
 }
 

@@ -395,3 +395,56 @@ fn detached_tasks_run_once_and_their_panics_reach_the_handler() {
     rt.spawn_detached(|| panic!("nobody listens"));
     assert_eq!(rt.join(|| 1, || 2), (1, 2));
 }
+
+/// This thread's stack size, as the thread library set it up.
+fn current_stack_size() -> usize {
+    let mut attr = std::mem::MaybeUninit::<libc::pthread_attr_t>::uninit();
+    let mut size = 0;
+    // SAFETY: `pthread_getattr_np` initialises `attr` for the calling thread (checked by its
+    // return value) before it is read, and it is destroyed once.
+    unsafe {
+        assert_eq!(
+            libc::pthread_getattr_np(libc::pthread_self(), attr.as_mut_ptr()),
+            0
+        );
+        libc::pthread_attr_getstacksize(attr.as_ptr(), &mut size);
+        libc::pthread_attr_destroy(attr.as_mut_ptr());
+    }
+    size
+}
+
+/// rayon's `ThreadPoolBuilder` shape: the start handler runs on every worker before its first
+/// task and the exit handler on the same ones when the runtime goes; `stack_size` sizes their
+/// stacks; a handler that panics costs no worker.
+#[test]
+fn handlers_run_on_every_worker_and_stack_size_applies() {
+    use std::sync::Arc;
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let exited = Arc::new(Mutex::new(Vec::new()));
+    let (s, e) = (started.clone(), exited.clone());
+    let rt = Runtime::builder()
+        .monitor(BackendKind::Disabled)
+        .stack_size(16 << 20)
+        .start_handler(move |i| s.lock().unwrap().push(i))
+        .exit_handler(move |i| e.lock().unwrap().push(i))
+        .build()
+        .unwrap();
+    let cores = rt.cpus().len();
+    let sizes = rt.broadcast(|_| current_stack_size());
+    assert_eq!(sizes.len(), cores);
+    assert!(sizes.iter().all(|&s| s >= 16 << 20), "{sizes:?}");
+    drop(rt);
+    let mut started = started.lock().unwrap().clone();
+    let mut exited = exited.lock().unwrap().clone();
+    started.sort_unstable();
+    exited.sort_unstable();
+    assert!(started.len() >= cores, "{started:?}");
+    assert_eq!(started, exited);
+    // A panicking start handler: every worker still runs tasks.
+    let rt = Runtime::builder()
+        .monitor(BackendKind::Disabled)
+        .start_handler(|_| panic!("a start handler that fails"))
+        .build()
+        .unwrap();
+    assert_eq!(rt.broadcast(|ctx| ctx.index()).len(), rt.cpus().len());
+}
