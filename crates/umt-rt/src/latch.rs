@@ -57,6 +57,11 @@ impl Latch {
         waiter.wake();
     }
 
+    /// Who waits, for a condition it waits for besides the latch (`Scope::wait`).
+    pub(crate) fn waiter(&self) -> Waiter {
+        self.waiter.clone()
+    }
+
     /// Whether [`Latch::set`] was called.
     pub(crate) fn is_set(&self) -> bool {
         self.set.load(Ordering::Acquire)

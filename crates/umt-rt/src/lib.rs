@@ -201,7 +201,7 @@ pub use schedule::{
     guided_chunk,
 };
 #[cfg(not(loom))]
-pub use scope::Scope;
+pub use scope::{NotTheBody, Scope};
 #[cfg(not(loom))]
 pub use spawn::JoinHandle;
 #[cfg(not(loom))]

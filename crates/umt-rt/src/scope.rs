@@ -20,6 +20,8 @@ pub struct Scope<'scope> {
     /// `pending` to reach zero): the same guarantee that lets tasks borrow for `'scope`. A
     /// pointer rather than an `Arc` spares every task a shared reference-count round trip.
     state: *const ScopeState,
+    /// This is the handle the scope's body got (tasks get their own).
+    body: bool,
     /// Invariant in `'scope`, as `std::thread::Scope`.
     _marker: PhantomData<&'scope mut &'scope ()>,
 }
@@ -33,16 +35,22 @@ unsafe impl Sync for Scope<'_> {}
 impl std::fmt::Debug for Scope<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scope")
-            .field("pending", &self.state().pending.load(Ordering::Relaxed))
+            .field(
+                "pending",
+                &(self.state().pending.load(Ordering::Relaxed) & !WAITING),
+            )
             .finish()
     }
 }
 
 struct ScopeState {
-    /// Tasks not yet finished, plus one for the scope's body.
+    /// Tasks not yet finished, plus one for the scope's body; and [`WAITING`] while the body
+    /// waits in [`Scope::wait`].
     pending: AtomicUsize,
     /// Set when `pending` reaches zero.
     latch: Latch,
+    /// The thread that runs the body (the only one [`Scope::wait`] serves).
+    body_thread: std::thread::ThreadId,
     /// The first panic of a task, re-raised by the scope.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
     /// Tasks cancelled because a task they depend on failed.
@@ -53,10 +61,21 @@ struct ScopeState {
     registry: Option<Arc<Registry>>,
 }
 
+/// In `pending`: the body waits in [`Scope::wait`] (far above any count of tasks).
+const WAITING: usize = 1 << (usize::BITS - 1);
+
 impl ScopeState {
     fn complete_one(&self) {
-        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+        let old = self.pending.fetch_sub(1, Ordering::SeqCst);
+        if old == 1 {
             self.latch.set();
+        } else if old == 2 | WAITING {
+            // W2: only the body is left, and it waits for that. It cannot return before
+            // `WAITING` is cleared, so the state lives until then; the waiter is cloned first,
+            // for it may be gone right after.
+            let waiter = self.latch.waiter();
+            self.pending.fetch_and(!WAITING, Ordering::SeqCst);
+            waiter.wake();
         }
     }
 
@@ -87,6 +106,7 @@ where
     let state = ScopeState {
         pending: AtomicUsize::new(1),
         latch: Latch::new(Waiter::current()),
+        body_thread: std::thread::current().id(),
         panic: Mutex::new(None),
         cancelled: AtomicUsize::new(0),
         deps: Mutex::new(DepTable::default()),
@@ -94,6 +114,7 @@ where
     };
     let scope = Scope {
         state: &state,
+        body: true,
         _marker: PhantomData,
     };
     let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
@@ -115,11 +136,68 @@ where
     }
 }
 
+/// [`Scope::wait`] called from a task of the scope instead of its body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "Scope::wait waits for the scope's tasks from its body only: a task waiting for its siblings \
+     could wait for itself; open a scope inside the task for its own children"
+)]
+pub struct NotTheBody;
+
 impl<'scope> Scope<'scope> {
     fn state(&self) -> &ScopeState {
         // SAFETY: the state lives in `run_scope`'s frame until every task has finished, and
         // every `Scope` is used only by the scope's body or its tasks (see the field).
         unsafe { &*self.state }
+    }
+
+    /// Waits until every task spawned in this scope so far has finished, and the tasks they
+    /// spawned (the taskwait of the paper's runtime, mid-scope): the body's phases, one after
+    /// the other, in one scope. A worker runs other tasks meanwhile. The first panic of a task
+    /// is still re-raised when the scope ends.
+    ///
+    /// For the scope's body only: a task of the scope waiting for its siblings could wait for
+    /// a frame below its own on the same stack, forever. A task that needs to wait for its own
+    /// children opens a scope of its own for them ([`crate::scope`]); on a task's handle this
+    /// returns [`NotTheBody`] at once.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    ///
+    /// let done = AtomicUsize::new(0);
+    /// umt_rt::scope(|s| {
+    ///     for _ in 0..8 {
+    ///         s.spawn(|_| {
+    ///             done.fetch_add(1, Ordering::Relaxed);
+    ///         });
+    ///     }
+    ///     s.wait().expect("called from the body");
+    ///     assert_eq!(done.load(Ordering::Relaxed), 8); // phase one is over
+    ///     s.spawn(|_| {
+    ///         done.fetch_add(1, Ordering::Relaxed);
+    ///     });
+    /// });
+    /// assert_eq!(done.into_inner(), 9);
+    /// ```
+    pub fn wait(&self) -> Result<(), NotTheBody> {
+        let state = self.state();
+        if !self.body || std::thread::current().id() != state.body_thread {
+            return Err(NotTheBody);
+        }
+        // W1: the mark and the look are one operation, so the task that brings the count
+        // down to the body's 1 sees the mark (W2 in `complete_one`) and wakes the body.
+        let old = state.pending.fetch_or(WAITING, Ordering::SeqCst);
+        if old == 1 {
+            // Nothing runs (and nothing can spawn): take the mark back.
+            state.pending.fetch_and(!WAITING, Ordering::SeqCst);
+            return Ok(());
+        }
+        // W3: done once the count is the body's 1 and the task of W2 has cleared the mark
+        // (after which it touches nothing of the scope). A wait nested in this one, on this
+        // thread (a task run meanwhile whose closure holds this handle), found the mark set
+        // and waits for the same.
+        crate::latch::wait_until(&|| state.pending.load(Ordering::SeqCst) == 1);
+        Ok(())
     }
 
     /// Spawns a task into the scope. It may borrow anything that outlives the scope, and spawn
@@ -198,6 +276,7 @@ impl<'scope> Scope<'scope> {
     pub(crate) fn handle(&self) -> Scope<'scope> {
         Scope {
             state: self.state,
+            body: self.body,
             _marker: PhantomData,
         }
     }
@@ -209,6 +288,7 @@ impl<'scope> Scope<'scope> {
         self.state().pending.fetch_add(1, Ordering::AcqRel);
         let scope = Scope {
             state: self.state,
+            body: false,
             _marker: PhantomData,
         };
         let task = move || {

@@ -448,3 +448,57 @@ fn handlers_run_on_every_worker_and_stack_size_applies() {
         .unwrap();
     assert_eq!(rt.broadcast(|ctx| ctx.index()).len(), rt.cpus().len());
 }
+
+/// `Scope::wait`, the mid-scope taskwait: every task spawned so far, and what those spawned,
+/// has finished when it returns; the body goes on in the same scope. Many rounds, the body
+/// on a worker (`install`) and on a thread outside the runtime, with and without a monitor.
+#[test]
+fn scope_wait_finishes_every_task_spawned_so_far_then_the_scope_goes_on() {
+    fn phases<'s>(s: &umt_rt::Scope<'s>, done: &'s AtomicUsize) {
+        for round in 1..=3usize {
+            for _ in 0..8 {
+                s.spawn(move |t| {
+                    done.fetch_add(1, Ordering::SeqCst);
+                    // A task's children count too.
+                    t.spawn(move |_| {
+                        done.fetch_add(1, Ordering::SeqCst);
+                    });
+                });
+            }
+            s.wait().unwrap();
+            assert_eq!(done.load(Ordering::SeqCst), round * 16);
+        }
+    }
+    for rt in runtimes() {
+        for _ in 0..100 {
+            let done = AtomicUsize::new(0);
+            rt.scope(|s| phases(s, &done));
+            let done = AtomicUsize::new(0);
+            rt.install(|| umt_rt::scope(|s| phases(s, &done)));
+        }
+        // Nothing spawned: returns at once.
+        rt.scope(|s| s.wait().unwrap());
+    }
+}
+
+/// A task of the scope, or another thread holding the body's handle, gets `NotTheBody`
+/// instead of a wait that could be for itself.
+#[test]
+fn scope_wait_serves_the_body_only() {
+    let rt = Runtime::builder()
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    let refused = AtomicUsize::new(0);
+    rt.scope(|s| {
+        s.spawn(|t| {
+            assert_eq!(t.wait(), Err(umt_rt::NotTheBody));
+            refused.fetch_add(1, Ordering::SeqCst);
+        });
+        std::thread::scope(|threads| {
+            threads.spawn(|| assert_eq!(s.wait(), Err(umt_rt::NotTheBody)));
+        });
+        s.wait().unwrap();
+        assert_eq!(refused.load(Ordering::SeqCst), 1);
+    });
+}
