@@ -165,6 +165,7 @@ mod runtime;
 mod schedule;
 #[cfg(not(loom))]
 mod scope;
+mod scope_count;
 #[cfg(not(loom))]
 mod sort;
 #[cfg(not(loom))]

@@ -10,6 +10,7 @@ use crate::deps::{Access, DepNode, DepTable};
 use crate::job::Job;
 use crate::latch::{Latch, Waiter};
 use crate::registry::Registry;
+use crate::scope_count::{Completed, ScopeCount};
 use crate::worker::with_current;
 
 /// A scope in which tasks may borrow anything that outlives it. Created by
@@ -35,18 +36,15 @@ unsafe impl Sync for Scope<'_> {}
 impl std::fmt::Debug for Scope<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scope")
-            .field(
-                "pending",
-                &(self.state().pending.load(Ordering::Relaxed) & !WAITING),
-            )
+            .field("pending", &self.state().pending.count())
             .finish()
     }
 }
 
 struct ScopeState {
-    /// Tasks not yet finished, plus one for the scope's body; and [`WAITING`] while the body
-    /// waits in [`Scope::wait`].
-    pending: AtomicUsize,
+    /// Tasks not yet finished, plus one for the scope's body, and the mark of a body waiting
+    /// in [`Scope::wait`].
+    pending: ScopeCount,
     /// Set when `pending` reaches zero.
     latch: Latch,
     /// The thread that runs the body (the only one [`Scope::wait`] serves).
@@ -61,21 +59,14 @@ struct ScopeState {
     registry: Option<Arc<Registry>>,
 }
 
-/// In `pending`: the body waits in [`Scope::wait`] (far above any count of tasks).
-const WAITING: usize = 1 << (usize::BITS - 1);
-
 impl ScopeState {
     fn complete_one(&self) {
-        let old = self.pending.fetch_sub(1, Ordering::SeqCst);
-        if old == 1 {
-            self.latch.set();
-        } else if old == 2 | WAITING {
-            // W2: only the body is left, and it waits for that. It cannot return before
-            // `WAITING` is cleared, so the state lives until then; the waiter is cloned first,
-            // for it may be gone right after.
-            let waiter = self.latch.waiter();
-            self.pending.fetch_and(!WAITING, Ordering::SeqCst);
-            waiter.wake();
+        match self.pending.complete(|| self.latch.waiter()) {
+            Completed::Last => self.latch.set(),
+            // W2: only the body is left, and it waits for that; the waiter was cloned while
+            // the state surely lived.
+            Completed::WakeBody(waiter) => waiter.wake(),
+            Completed::Other => {}
         }
     }
 
@@ -104,7 +95,7 @@ where
     F: FnOnce(&Scope<'scope>) -> R,
 {
     let state = ScopeState {
-        pending: AtomicUsize::new(1),
+        pending: ScopeCount::new(),
         latch: Latch::new(Waiter::current()),
         body_thread: std::thread::current().id(),
         panic: Mutex::new(None),
@@ -186,17 +177,11 @@ impl<'scope> Scope<'scope> {
         }
         // W1: the mark and the look are one operation, so the task that brings the count
         // down to the body's 1 sees the mark (W2 in `complete_one`) and wakes the body.
-        let old = state.pending.fetch_or(WAITING, Ordering::SeqCst);
-        if old == 1 {
-            // Nothing runs (and nothing can spawn): take the mark back.
-            state.pending.fetch_and(!WAITING, Ordering::SeqCst);
+        if state.pending.mark() {
             return Ok(());
         }
-        // W3: done once the count is the body's 1 and the task of W2 has cleared the mark
-        // (after which it touches nothing of the scope). A wait nested in this one, on this
-        // thread (a task run meanwhile whose closure holds this handle), found the mark set
-        // and waits for the same.
-        crate::latch::wait_until(&|| state.pending.load(Ordering::SeqCst) == 1);
+        // W3 (`scope_count.rs`).
+        crate::latch::wait_until(&|| state.pending.body_alone());
         Ok(())
     }
 
@@ -285,7 +270,7 @@ impl<'scope> Scope<'scope> {
     where
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
-        self.state().pending.fetch_add(1, Ordering::AcqRel);
+        self.state().pending.add();
         let scope = Scope {
             state: self.state,
             body: false,
