@@ -520,8 +520,16 @@ mod tests {
                 x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
             }
         }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-        let after = thread_sched(current_tid()).unwrap();
+        // A sleep switches out voluntarily unless its timer fired before the thread got to
+        // schedule (a slow guest under emulation): sleep until one of them does.
+        let mut after = thread_sched(current_tid()).unwrap();
+        let start = std::time::Instant::now();
+        while after.voluntary_switches == before.voluntary_switches
+            && start.elapsed() < std::time::Duration::from_secs(20)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            after = thread_sched(current_tid()).unwrap();
+        }
         assert!(after.cpu_time > before.cpu_time);
         assert!(after.voluntary_switches > before.voluntary_switches);
         assert!(thread_sched(i32::MAX).is_err());
