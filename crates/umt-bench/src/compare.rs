@@ -276,6 +276,7 @@ fn compare(
     params["handoff"] = opts.umt.handoff.into();
     params["lend_workers"] = opts.umt.lend_workers.into();
     params["leader_runs_tasks"] = opts.umt.leader_runs_tasks.into();
+    params["max_workers_per_core"] = opts.umt.max_workers_per_core.into();
     params["staged_checkpoints"] = opts.umt.staged_checkpoints.into();
     Ok(Report {
         workload: workload.into(),

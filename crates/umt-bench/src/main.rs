@@ -176,6 +176,10 @@ struct Common {
     /// itself (umt_rt::Builder::leader_runs_tasks).
     #[arg(long)]
     leader_runs_tasks: bool,
+    /// umt-rt runners with a monitor: the most workers a core may have, spares included
+    /// (umt_rt::Builder::max_workers_per_core; default: the library's, 16)
+    #[arg(long)]
+    max_workers_per_core: Option<usize>,
     /// umt-rt runners with a monitor: heat writes each checkpoint block from a staged copy,
     /// as io-uring does, instead of in place from the grid.
     #[arg(long)]
@@ -346,6 +350,7 @@ impl Common {
                 handoff: self.handoff,
                 lend_workers: !self.no_lending,
                 leader_runs_tasks: self.leader_runs_tasks,
+                max_workers_per_core: self.max_workers_per_core,
                 staged_checkpoints: self.staged_checkpoints,
                 trace: self.timeline.is_some(),
             },

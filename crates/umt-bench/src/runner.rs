@@ -54,6 +54,8 @@ pub struct UmtOptions {
     pub lend_workers: bool,
     /// [`umt_rt::Builder::leader_runs_tasks`].
     pub leader_runs_tasks: bool,
+    /// [`umt_rt::Builder::max_workers_per_core`], instead of the library's default.
+    pub max_workers_per_core: Option<usize>,
     /// Heat's checkpoints written from staged copies ([`crate::heat::run_staged`]) instead of
     /// in place, on the umt-rt runners with a monitor.
     pub staged_checkpoints: bool,
@@ -70,6 +72,7 @@ impl Default for UmtOptions {
             handoff: false,
             lend_workers: true,
             leader_runs_tasks: false,
+            max_workers_per_core: None,
             staged_checkpoints: false,
             trace: false,
         }
@@ -169,6 +172,9 @@ impl Runner {
                 .trace(umt.trace);
             if let Some(policy) = umt.leader {
                 b = b.leader_policy(policy);
+            }
+            if let Some(n) = umt.max_workers_per_core {
+                b = b.max_workers_per_core(n);
             }
             b.build()
                 .map_err(|e| BenchError::Runtime(format!("{}: {e}", self.name())))
