@@ -44,6 +44,9 @@ pub enum BenchError {
         /// The file.
         path: PathBuf,
     },
+    /// A system call of umt-sys failed (reading a thread's CPU time, for example).
+    #[error(transparent)]
+    System(#[from] umt_sys::Error),
     /// A file operation failed.
     #[error("{what} {path}: {source}")]
     Io {

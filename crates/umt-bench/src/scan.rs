@@ -375,27 +375,35 @@ fn uring_scan(rt: &umt_rt::Runtime, set: &FileSet, p: &ScanParams) -> Result<u64
     Ok(digest.into_inner())
 }
 
-/// The compute-only run of the bound: the same scan with the files in the page cache (read
-/// once before the timed part), as a loop on `rt`: everything but the device's wait,
-/// including the kernel's own CPU cost of a read (copying from the page cache), which on 2
-/// cores is a third of the hashing's. Where the files do not fit in half the memory
-/// available, one file's bytes hashed once per file instead (the hashing alone).
+/// The compute-only part of the bound: the longer of two figures, both of everything but the
+/// device's wait.
+///
+/// 1. **The CPU floor.** Reading a file cold costs the kernel CPU (allocating page-cache pages,
+///    submitting and completing the reads, copying out): on 2 cores as much as a third of the
+///    hashing's. Every runner spends it, so every runner spends at least the CPU of reading
+///    every file cold plus the CPU of hashing it, spread at best evenly over the cores. Both
+///    are measured here as thread CPU time: the files read cold by one reader per core (the
+///    fewest switches any runner makes; interrupts that land on an idle core are not charged,
+///    so this is an underestimate, never an overestimate), and one file hashed (the least of
+///    three tries) times the number of files.
+/// 2. **The warm scan.** The same loop on `rt` with the files in the page cache (where they fit
+///    in half the memory available; otherwise one file's bytes hashed once per file).
 pub fn compute_only(
     rt: &umt_rt::Runtime,
     set: &FileSet,
     p: &ScanParams,
 ) -> Result<Duration, BenchError> {
     let paths = set.paths();
+    let cpu_floor = cpu_floor(set, p)?;
+    let bytes = std::fs::read(&paths[0]).map_err(|e| BenchError::io("reading", &paths[0], e))?;
+    let rounds = p.rounds;
     let warm = crate::io::memory_available().is_some_and(|m| p.bytes() < m / 2);
-    let bytes = if warm {
+    if warm {
+        // The cold read above left what fits in the page cache; read the rest back.
         for path in paths {
             std::fs::read(path).map_err(|e| BenchError::io("reading", path, e))?;
         }
-        Vec::new()
-    } else {
-        std::fs::read(&paths[0]).map_err(|e| BenchError::io("reading", &paths[0], e))?
-    };
-    let rounds = p.rounds;
+    }
     let start = Instant::now();
     let d = rt.install(|| {
         use umt_rt::prelude::*;
@@ -412,7 +420,24 @@ pub fn compute_only(
             .reduce(|| 0, u64::wrapping_add)
     });
     std::hint::black_box(d);
-    Ok(start.elapsed())
+    Ok(start.elapsed().max(cpu_floor))
+}
+
+/// Step 1 of [`compute_only`]: the CPU time of reading every file of `set` cold and hashing
+/// it, over the cores of this process.
+fn cpu_floor(set: &FileSet, p: &ScanParams) -> Result<Duration, BenchError> {
+    let paths = set.paths();
+    let cores = umt_sys::cpu::process_cpus().map_or(1, |c| c.len().max(1));
+    let read_cpu = read_all(set, cores)?.cpu;
+    let bytes = std::fs::read(&paths[0]).map_err(|e| BenchError::io("reading", &paths[0], e))?;
+    let mut hash_cpu = Duration::MAX;
+    for _ in 0..3 {
+        let before = umt_sys::cpu::current_thread_cpu_time()?;
+        std::hint::black_box(hash_bytes(std::hint::black_box(&bytes), p.rounds));
+        hash_cpu = hash_cpu.min(umt_sys::cpu::current_thread_cpu_time()?.saturating_sub(before));
+    }
+    let files = u32::try_from(paths.len()).unwrap_or(u32::MAX);
+    Ok((read_cpu + hash_cpu * files) / u32::try_from(cores).unwrap_or(u32::MAX))
 }
 
 /// Readers per core of the I/O-only runs: from one (the baseline's) to umt-rt's default cap of
@@ -427,20 +452,31 @@ pub fn io_only(set: &FileSet) -> Result<Duration, BenchError> {
     let cores = umt_sys::cpu::process_cpus().map_or(1, |c| c.len().max(1));
     let mut best = Duration::MAX;
     for per_core in READERS_PER_CORE {
-        best = best.min(read_all(set, per_core * cores)?);
+        best = best.min(read_all(set, per_core * cores)?.wall);
     }
     Ok(best)
 }
 
-/// Reads every file of `set` cold with `threads` threads; the wall time.
-fn read_all(set: &FileSet, threads: usize) -> Result<Duration, BenchError> {
+/// What reading every file cold took.
+#[derive(Debug)]
+struct ColdRead {
+    /// From the first reader's start to the last one's end.
+    wall: Duration,
+    /// The readers' CPU time together (user and kernel).
+    cpu: Duration,
+}
+
+/// Reads every file of `set` cold with `threads` threads.
+fn read_all(set: &FileSet, threads: usize) -> Result<ColdRead, BenchError> {
     set.drop_cache()?;
     let next = AtomicUsize::new(0);
+    let cpu_nanos = AtomicU64::new(0);
     let errors = Errors::default();
     let start = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| {
+                let before = umt_sys::cpu::current_thread_cpu_time();
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(path) = set.paths().get(i) else {
@@ -452,11 +488,24 @@ fn read_all(set: &FileSet, threads: usize) -> Result<Duration, BenchError> {
                             .map_err(|e| BenchError::io("reading", path, e)),
                     );
                 }
+                let spent = before
+                    .and_then(|b| Ok(umt_sys::cpu::current_thread_cpu_time()?.saturating_sub(b)));
+                errors.check(
+                    spent
+                        .map(|d| {
+                            let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+                            cpu_nanos.fetch_add(nanos, Ordering::Relaxed);
+                        })
+                        .map_err(BenchError::from),
+                );
             });
         }
     });
-    let elapsed = start.elapsed();
-    errors.first().map(|()| elapsed)
+    let wall = start.elapsed();
+    errors.first().map(|()| ColdRead {
+        wall,
+        cpu: Duration::from_nanos(cpu_nanos.into_inner()),
+    })
 }
 
 /// The rounds per word that make hashing the files on every core take about as long as
@@ -527,6 +576,35 @@ mod tests {
         assert!(
             !dir.exists(),
             "the private directory is removed with the set"
+        );
+    }
+
+    #[test]
+    fn the_cpu_floor_counts_the_readers_and_the_hashing() {
+        let p = ScanParams {
+            files: 4,
+            file_mib: 1,
+            rounds: 20,
+            dir: std::env::temp_dir(),
+        };
+        let set = FileSet::create(&p).unwrap();
+        let read = read_all(&set, 3).unwrap();
+        // Each reader's CPU time fits in its life, which fits in the timed span.
+        assert!(read.cpu <= read.wall * 3, "{read:?}");
+        // The floor counts the hashing of every file, spread over the cores.
+        let floor = cpu_floor(&set, &p).unwrap();
+        let cores = umt_sys::cpu::process_cpus().unwrap().len() as u32;
+        let bytes = std::fs::read(&set.paths()[0]).unwrap();
+        let mut one = Duration::MAX;
+        for _ in 0..3 {
+            let before = umt_sys::cpu::current_thread_cpu_time().unwrap();
+            std::hint::black_box(hash_bytes(&bytes, p.rounds));
+            one = one.min(umt_sys::cpu::current_thread_cpu_time().unwrap() - before);
+        }
+        // (rounds make the hashing many times the cold read's CPU; half of it, for noise)
+        assert!(
+            floor >= one * 4 / cores / 2,
+            "floor {floor:?}, one file {one:?}"
         );
     }
 
