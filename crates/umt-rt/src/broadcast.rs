@@ -72,3 +72,16 @@ where
         .map(|r| r.expect("the scope ran every call (a panic would have been re-raised)"))
         .collect()
 }
+
+// `Runtime::broadcast`: once per core of this runtime.
+impl crate::Runtime {
+    /// Calls `f` once per core of this runtime, each on a worker of that core (see
+    /// [`broadcast`](crate::broadcast)).
+    pub fn broadcast<F, R>(&self, f: F) -> Vec<R>
+    where
+        F: Fn(crate::BroadcastContext) -> R + Sync,
+        R: Send,
+    {
+        crate::broadcast::broadcast_on(self.registry(), f)
+    }
+}

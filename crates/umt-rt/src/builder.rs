@@ -140,7 +140,7 @@ impl Default for Builder {
             leader_runs_tasks: false,
             require_monitor: false,
             trace: false,
-            io_poll_interval: crate::io::DEFAULT_POLL_INTERVAL,
+            io_poll_interval: crate::config::DEFAULT_POLL_INTERVAL,
         }
     }
 }

@@ -94,6 +94,9 @@ impl std::str::FromStr for LeaderPolicy {
 }
 
 /// Names a worker thread from its CPU and its index among the core's workers.
+/// The default of [`Builder::io_poll_interval`](crate::Builder::io_poll_interval).
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_micros(20);
+
 pub(crate) type NameFn = Box<dyn Fn(CpuId, usize) -> String + Send + Sync>;
 
 /// Called on a worker thread as it starts or ends, with its index (`Builder::start_handler`,

@@ -165,3 +165,82 @@ impl<F: FnOnce() -> R + Send, R: Send> StackJob<F, R> {
         self.result.into_inner()
     }
 }
+
+// `Runtime::join`: the two closures run on this runtime.
+impl crate::Runtime {
+    /// Runs `a` and `b` in parallel on this runtime and returns both results.
+    pub fn join<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
+    where
+        A: FnOnce() -> RA + Send,
+        B: FnOnce() -> RB + Send,
+        RA: Send,
+        RB: Send,
+    {
+        self.install(|| crate::join(a, b))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod worker_tests {
+    //! Worker behaviour seen through the task API (here, above both, so the test may use
+    //! `join` and the `Runtime`).
+
+    use std::time::{Duration, Instant};
+
+    use umt_sys::BackendKind;
+
+    use crate::Runtime;
+
+    fn tree(depth: u32) -> u64 {
+        if depth == 0 {
+            return 1;
+        }
+        let (a, b) = crate::join(|| tree(depth - 1), || tree(depth - 1));
+        a + b
+    }
+
+    /// Idle workers spin muted, then sleep unmuted: once every worker sleeps, each core's
+    /// ready count is 0 again. A worker that slept still muted would stay counted as ready,
+    /// and the leader would never refill its core when it blocked.
+    #[test]
+    fn muted_spinning_leaves_exact_ready_counts() {
+        let rt = match Runtime::builder().monitor(BackendKind::Perf).build() {
+            Ok(rt) => rt,
+            // The rule of the integration tests (`tests/common`): skip, unless required.
+            Err(e) if std::env::var("UMT_REQUIRE_MONITOR").is_ok_and(|b| b == "perf") => {
+                panic!("UMT_REQUIRE_MONITOR=perf, but: {e}")
+            }
+            Err(e) => {
+                eprintln!("skipped: {e}");
+                return;
+            }
+        };
+        for _ in 0..2000 {
+            assert_eq!(rt.install(|| tree(6)), 64);
+        }
+        let reg = rt.registry();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            reg.monitor.drain().unwrap();
+            let ready: Vec<i64> = reg
+                .config
+                .cpus
+                .iter()
+                .map(|&c| reg.monitor.ready(c))
+                .collect();
+            if ready.iter().all(|&r| r == 0) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "workers asleep, yet ready counts {ready:?}: {:?}",
+                rt.stats()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // What the kernel dropped while workers were muted is not counted as lost. (A ring may
+        // still overflow if the leaders are starved, under load: that is resynchronised.)
+        let m = reg.monitor.stats();
+        assert_eq!(m.lost_records, 0, "{m:?}");
+    }
+}

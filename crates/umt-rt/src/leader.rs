@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 use crate::config::LeaderPolicy;
 use crate::diag::Warning;
 use crate::pool::Fill;
-use crate::registry::Registry;
-use crate::starter::StartRequests;
+use crate::registry::{Registry, StartRequests};
 use crate::trace::{LocalTrace, TraceKind, TraceThread};
 use crate::worker::WorkerCtx;
 

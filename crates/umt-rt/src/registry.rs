@@ -49,6 +49,63 @@ pub(crate) struct Slot {
     pub(crate) lend: Lend,
 }
 
+/// The leaders' end of the starter thread (`starter.rs`): requests to start the worker of a
+/// slot.
+#[derive(Clone)]
+pub(crate) struct StartRequests(std::sync::mpsc::Sender<usize>);
+
+/// The request that stops the starter.
+pub(crate) const STOP_STARTER: usize = usize::MAX;
+
+impl StartRequests {
+    /// The sending end of the starter's channel.
+    pub(crate) fn new(tx: std::sync::mpsc::Sender<usize>) -> StartRequests {
+        StartRequests(tx)
+    }
+
+    /// Asks for the worker of slot `index` (already reserved in its core's pool) to be started.
+    /// Returns `false` when the starter is gone (the runtime is shutting down).
+    pub(crate) fn request(&self, index: usize) -> bool {
+        self.0.send(index).is_ok()
+    }
+
+    /// Stops the starter once it has served every request sent before (shutdown: the leaders
+    /// may still be running, so the starter cannot wait for them to drop their senders).
+    pub(crate) fn stop(&self) {
+        let _ = self.0.send(STOP_STARTER);
+    }
+}
+
+/// The features above the core that keep state in a runtime, one slot each (E1).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Feature {
+    /// `io/`: the per-core rings and waits.
+    Io,
+    /// `onload/`: the onload threads.
+    Onload,
+}
+
+/// How many [`Feature`]s there are.
+const FEATURES: usize = 2;
+
+/// What the core calls on a feature's state (E2, E3); each does nothing by default.
+pub(crate) trait Hooks: std::any::Any + Send + Sync {
+    /// At every scheduling point of a worker of `core` (after each task): must be cheap when
+    /// the feature has nothing to do there.
+    fn sched_point(&self, _reg: &Registry, _core: usize) {}
+
+    /// At shutdown, before the workers are stopped and again once they are joined: what runs
+    /// finishes, what waits is handed back. A second call finds nothing left to do, unless a
+    /// task that ran during shutdown gave it something.
+    fn shut_down(&self) {}
+}
+
+/// A feature's state, kept in the registry's slot of its [`Feature`].
+pub(crate) trait Extension: Hooks + Sized {
+    /// Its slot; no two extensions share one.
+    const FEATURE: Feature;
+}
+
 /// Counters of the leaders, the starter and the workers' drains.
 #[derive(Default)]
 pub(crate) struct Counters {
@@ -104,14 +161,13 @@ pub(crate) struct Registry {
     /// `Drop`).
     pub(crate) leader_threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Where leaders send requests to start spares; shutdown stops the starter through it.
-    pub(crate) starter: OnceLock<crate::starter::StartRequests>,
+    pub(crate) starter: OnceLock<StartRequests>,
     /// The leader of each core, set once all have started; with polling leaders a worker
     /// that becomes active unparks its core's leader (see [`Registry::poke_leader`]).
     pub(crate) leaders: OnceLock<Vec<std::thread::Thread>>,
-    /// The onload threads, made by the first `Runtime::onload` (`onload/`).
-    pub(crate) onload: OnceLock<crate::onload::OnloadPool>,
-    /// The per-core rings and waits of `crate::io`, made by the first wait.
-    pub(crate) io: OnceLock<crate::io::IoCores>,
+    /// What the features above the core keep in this runtime, one slot per [`Feature`], each
+    /// made by its feature on first use (steps E1–E3 in `README.md`).
+    extensions: [OnceLock<Box<dyn Hooks>>; FEATURES],
     /// When the runtime was built (`Stats::elapsed`).
     pub(crate) started: std::time::Instant,
     /// Where threads hand their trace records over (`Builder::trace`); `None` when off.
@@ -170,10 +226,48 @@ impl Registry {
             leader_threads: Mutex::new(Vec::new()),
             starter: OnceLock::new(),
             leaders: OnceLock::new(),
-            onload: OnceLock::new(),
-            io: OnceLock::new(),
+            extensions: std::array::from_fn(|_| OnceLock::new()),
             started: std::time::Instant::now(),
             trace: config_trace.then(crate::trace::Recorder::new),
+        }
+    }
+
+    /// The state of feature `T`, if it was made (E1).
+    #[inline]
+    pub(crate) fn extension<T: Extension>(&self) -> Option<&T> {
+        let hooks: &dyn std::any::Any = &**self.extensions[T::FEATURE as usize].get()?;
+        hooks.downcast_ref::<T>()
+    }
+
+    /// The state of feature `T`, made by `init` if it was not yet; several threads may race
+    /// here, one `init` runs (E1).
+    pub(crate) fn extension_or_init<T: Extension>(&self, init: impl FnOnce() -> T) -> &T {
+        let slot = &self.extensions[T::FEATURE as usize];
+        let hooks: &dyn std::any::Any = &**slot.get_or_init(|| Box::new(init()));
+        match hooks.downcast_ref::<T>() {
+            Some(t) => t,
+            // Each slot is only ever filled here, by its own `T::FEATURE`.
+            None => unreachable!("two extensions share the slot of {:?}", T::FEATURE),
+        }
+    }
+
+    /// Every feature's hook at a scheduling point of a worker of `core` (E2): one load per
+    /// feature when none is in use.
+    #[inline]
+    pub(crate) fn sched_point(&self, core: usize) {
+        for slot in &self.extensions {
+            if let Some(hooks) = slot.get() {
+                hooks.sched_point(self, core);
+            }
+        }
+    }
+
+    /// Every feature's shutdown hook (E3), in [`Feature`] order.
+    pub(crate) fn shut_down_extensions(&self) {
+        for slot in &self.extensions {
+            if let Some(hooks) = slot.get() {
+                hooks.shut_down();
+            }
         }
     }
 
@@ -304,5 +398,103 @@ mod tests {
         assert_eq!(Bits(0).collect::<Vec<_>>(), Vec::<usize>::new());
         assert_eq!(Bits(0b1010_0001).collect::<Vec<_>>(), [0, 5, 7]);
         assert_eq!(Bits(1 << 63).collect::<Vec<_>>(), [63]);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod extension_tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::LeaderPolicy;
+
+    fn registry(cores: usize) -> Registry {
+        let config = Config {
+            cpus: umt_sys::cpu::process_cpus().unwrap()[..1]
+                .iter()
+                .copied()
+                .cycle()
+                .take(cores)
+                .collect(),
+            cap: 2,
+            scan_period: Duration::from_millis(1),
+            leader_policy: LeaderPolicy::Idle,
+            thread_name: Box::new(|_, i| format!("t{i}")),
+            stack_size: None,
+            start_handler: None,
+            exit_handler: None,
+            panic_handler: None,
+            handoff: false,
+            lend: false,
+            leader_runs_tasks: false,
+            trace: false,
+            io_poll_interval: Duration::from_micros(20),
+        };
+        let monitor = Monitor::builder()
+            .backend(umt_sys::BackendKind::Disabled)
+            .build()
+            .unwrap();
+        Registry::new(config, monitor)
+    }
+
+    /// Counts the hooks the core calls on it.
+    #[derive(Default)]
+    struct Probe {
+        points: [AtomicUsize; 2],
+        shut: AtomicUsize,
+    }
+    impl Hooks for Probe {
+        fn sched_point(&self, _reg: &Registry, core: usize) {
+            self.points[core].fetch_add(1, Ordering::Relaxed);
+        }
+        fn shut_down(&self) {
+            self.shut.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    impl Extension for Probe {
+        const FEATURE: Feature = Feature::Io;
+    }
+
+    /// Only made, never called back.
+    struct Quiet(u32);
+    impl Hooks for Quiet {}
+    impl Extension for Quiet {
+        const FEATURE: Feature = Feature::Onload;
+    }
+
+    #[test]
+    fn one_init_wins_and_every_hook_reaches_the_made_extensions() {
+        let reg = registry(2);
+        assert!(reg.extension::<Probe>().is_none());
+        reg.sched_point(0);
+        reg.shut_down_extensions();
+        let inits = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    reg.extension_or_init(|| {
+                        inits.fetch_add(1, Ordering::Relaxed);
+                        Probe::default()
+                    });
+                });
+            }
+        });
+        assert_eq!(inits.into_inner(), 1);
+        assert!(reg.extension::<Quiet>().is_none());
+        assert_eq!(reg.extension_or_init(|| Quiet(7)).0, 7);
+        assert_eq!(reg.extension_or_init(|| Quiet(8)).0, 7, "made once");
+        reg.sched_point(1);
+        reg.sched_point(1);
+        reg.sched_point(0);
+        reg.shut_down_extensions();
+        let probe = reg.extension::<Probe>().unwrap();
+        let points: Vec<usize> = probe
+            .points
+            .iter()
+            .map(|p| p.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(points, [1, 2]);
+        assert_eq!(probe.shut.load(Ordering::Relaxed), 1);
     }
 }

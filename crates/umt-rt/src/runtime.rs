@@ -1,7 +1,8 @@
-//! The runtime handle: the task API (install, scope, join, spawn, loops), its counters, and
-//! shutdown. Building one is in `builder.rs`.
+//! The runtime handle: what it runs on, `install`, `spawn`, its trace, and shutdown. Building
+//! one is in `builder.rs`; the features above the core add their methods in their own files
+//! (`Runtime::scope` in `scope.rs`, `Runtime::parallel_for` in `iter/`, `Runtime::onload` in
+//! `onload/`, ...).
 
-use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -9,13 +10,10 @@ use std::time::{Duration, Instant};
 
 use umt_sys::{BackendKind, CpuId, Selection};
 
-use crate::iter::{IntoParallelIterator, ParallelIterator};
 use crate::job::Job;
 use crate::latch::{Latch, Waiter};
 use crate::registry::Registry;
-use crate::scope::{Scope, run_scope};
 use crate::spawn::{JoinHandle, JoinState};
-use crate::stats::Stats;
 use crate::sync::lock;
 use crate::worker::with_current;
 
@@ -109,38 +107,6 @@ impl Runtime {
         }
     }
 
-    /// Creates a scope on this runtime: `f` runs on a worker, may spawn tasks that borrow from
-    /// the caller's stack, and `scope` returns once all of them have finished.
-    ///
-    /// ```
-    /// let rt = umt_rt::Runtime::builder().monitor(umt_rt::BackendKind::Disabled).build().unwrap();
-    /// let mut parts = vec![0u64; 4];
-    /// rt.scope(|s| {
-    ///     for (i, p) in parts.iter_mut().enumerate() {
-    ///         s.spawn(move |_| *p = (i as u64 + 1) * 10);
-    ///     }
-    /// });
-    /// assert_eq!(parts, [10, 20, 30, 40]);
-    /// ```
-    pub fn scope<'scope, F, R>(&self, f: F) -> R
-    where
-        F: FnOnce(&Scope<'scope>) -> R + Send,
-        R: Send,
-    {
-        self.install(|| run_scope(Some(&self.reg), f))
-    }
-
-    /// Runs `a` and `b` in parallel on this runtime and returns both results.
-    pub fn join<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
-    where
-        A: FnOnce() -> RA + Send,
-        B: FnOnce() -> RB + Send,
-        RA: Send,
-        RB: Send,
-    {
-        self.install(|| crate::join(a, b))
-    }
-
     /// Starts a task that owns its data; the handle waits for it (blocking or as a future).
     pub fn spawn<F, T>(&self, f: F) -> JoinHandle<T>
     where
@@ -160,122 +126,6 @@ impl Runtime {
         spawn_detached_on(&self.reg, f);
     }
 
-    /// Calls `body(i)` for every `i` in `range`, under the program's loop schedule
-    /// (`UMT_SCHEDULE`, else [`Schedule::StaticSteal`](crate::Schedule::StaticSteal)).
-    pub fn parallel_for<F>(&self, range: Range<usize>, body: F)
-    where
-        F: Fn(usize) + Sync + Send,
-    {
-        self.install(|| range.into_par_iter().for_each(body));
-    }
-
-    /// Like [`Runtime::parallel_for`] in chunks of `chunk` iterations handed out one at a time
-    /// ([`Schedule::Dynamic`](crate::Schedule::Dynamic)).
-    pub fn parallel_for_chunked<F>(&self, range: Range<usize>, chunk: usize, body: F)
-    where
-        F: Fn(usize) + Sync + Send,
-    {
-        self.parallel_for_with(range, crate::Schedule::Dynamic(chunk.max(1)), body);
-    }
-
-    /// Like [`Runtime::parallel_for`] under `schedule`.
-    ///
-    /// ```
-    /// use std::sync::atomic::{AtomicUsize, Ordering};
-    /// use umt_rt::{Runtime, Schedule};
-    ///
-    /// let rt = Runtime::builder().monitor(umt_rt::BackendKind::Disabled).build().unwrap();
-    /// let sum = AtomicUsize::new(0);
-    /// rt.parallel_for_with(0..100, Schedule::Guided(4), |i| {
-    ///     sum.fetch_add(i, Ordering::Relaxed);
-    /// });
-    /// assert_eq!(sum.into_inner(), 4950);
-    /// ```
-    pub fn parallel_for_with<F>(&self, range: Range<usize>, schedule: crate::Schedule, body: F)
-    where
-        F: Fn(usize) + Sync + Send,
-    {
-        self.install(|| range.into_par_iter().schedule(schedule).for_each(body));
-    }
-
-    /// Calls `f` once per core of this runtime, each on a worker of that core (see
-    /// [`broadcast`](crate::broadcast)).
-    pub fn broadcast<F, R>(&self, f: F) -> Vec<R>
-    where
-        F: Fn(crate::BroadcastContext) -> R + Sync,
-        R: Send,
-    {
-        crate::broadcast::broadcast_on(&self.reg, f)
-    }
-
-    /// Runs `f` on a core the application leaves idle, now or never: [`crate::Onload::Started`]
-    /// or [`crate::Onload::Rejected`] with `f` back, unrun ([`crate::onload`], steps O1–O5).
-    /// `f` runs on an onload thread of that core at `SCHED_IDLE`, which any application
-    /// thread preempts.
-    ///
-    /// ```
-    /// use umt_rt::{Onload, OnloadOptions, Runtime};
-    /// use std::time::Duration;
-    ///
-    /// let rt = Runtime::builder().num_threads(2).build()?;
-    /// // Nothing runs: both cores are idle.
-    /// match rt.onload(|ctx| println!("checksumming on CPU {}", ctx.cpu)) {
-    ///     Onload::Started(h) | Onload::Queued(h) => h.wait().ok().expect("not expired"),
-    ///     Onload::Rejected(f) => f(umt_rt::OnloadContext { index: 0, count: 1, cpu: 0, dedicated: false, ready_at_claim: 0 }),
-    /// }
-    /// // Up to 2 cores at once, waiting up to 10 ms for them.
-    /// let opts = OnloadOptions::new().cores(1, 2).deadline(Duration::from_millis(10));
-    /// if let Onload::Started(h) | Onload::Queued(h) = rt.onload_with(&opts, |ctx| {
-    ///     let _part = (ctx.index, ctx.count);
-    /// }) {
-    ///     let _ = h.wait(); // Err(f) if the deadline passed first
-    /// }
-    /// # Ok::<(), umt_rt::BuildError>(())
-    /// ```
-    pub fn onload<F>(&self, f: F) -> crate::Onload<F>
-    where
-        F: Fn(crate::OnloadContext) + Send + Sync + 'static,
-    {
-        crate::onload::onload(&self.reg, f, &crate::OnloadOptions::default())
-    }
-
-    /// [`Runtime::onload`] with a CPU set, a range of cores and a deadline.
-    pub fn onload_with<F>(&self, opts: &crate::OnloadOptions, f: F) -> crate::Onload<F>
-    where
-        F: Fn(crate::OnloadContext) + Send + Sync + 'static,
-    {
-        crate::onload::onload(&self.reg, f, opts)
-    }
-
-    /// What the I/O waits of [`crate::io`] did on this runtime so far (all zero before the
-    /// first).
-    pub fn io_stats(&self) -> crate::io::IoStats {
-        self.reg
-            .io
-            .get()
-            .map(crate::io::IoCores::stats)
-            .unwrap_or_default()
-    }
-
-    /// What onloaded work did so far (all zero before the first [`Runtime::onload`]).
-    pub fn onload_stats(&self) -> crate::onload::OnloadStats {
-        match self.reg.onload.get() {
-            Some(pool) => pool.stats(),
-            None => crate::onload::OnloadStats {
-                runs: vec![0; self.reg.cores()],
-                ..Default::default()
-            },
-        }
-    }
-
-    /// Dedicates `cores` of the runtime's cores (the last ones) to onloaded work, which then
-    /// runs there at the application's priority whether the application needs the core or
-    /// not; on the others, only in idle time (the default, 0). DYON
-    /// ([`crate::onload::Dyon`]) sets it from measurements.
-    pub fn set_onload_partition(&self, cores: usize) {
-        crate::onload::OnloadPool::of(&self.reg).set_dedicated(cores);
-    }
-
     /// Sets the most workers per core the leaders keep active, blocked ones included, between
     /// 1 (no spare: a blocked worker's core idles) and [`Builder::max_workers_per_core`], and
     /// returns what it set. A core that has more active workers keeps them until they park.
@@ -289,13 +139,6 @@ impl Runtime {
     /// The most workers per core the leaders keep active ([`Runtime::set_spare_limit`]).
     pub fn spare_limit(&self) -> usize {
         self.reg.pools.limit()
-    }
-
-    /// A snapshot of the runtime's counters. It drains the monitor events no leader has
-    /// drained yet, and reads two `/proc` files per worker (its per-core figures): tens of
-    /// microseconds, for a monitoring loop rather than a hot path.
-    pub fn stats(&self) -> Stats {
-        crate::stats::snapshot(&self.reg)
     }
 
     /// The trace records handed over since the last call, by time ([`crate::Trace`]), or
@@ -346,10 +189,9 @@ impl Drop for Runtime {
     /// at their next turn, and release the monitor then.
     fn drop(&mut self) {
         let reg = &self.reg;
-        // Onloaded work first: what runs finishes, what waits goes back to its waiters.
-        if let Some(pool) = reg.onload.get() {
-            pool.shut_down();
-        }
+        // Features first (onloaded work: what runs finishes, what waits goes back to its
+        // waiters).
+        reg.shut_down_extensions();
         reg.terminate.store(true, Ordering::Release);
         // Leaders waiting on the monitor return at once, polling leaders that sleep until a
         // worker of their core becomes active are unparked.
@@ -383,6 +225,8 @@ impl Drop for Runtime {
                 let _ = h.join();
             }
         }
+        // A task that ran during shutdown may have made a feature after the first call (E3).
+        reg.shut_down_extensions();
         let mut leaders: Vec<_> = std::mem::take(&mut *lock(&reg.leader_threads));
         let deadline = Instant::now() + LEADER_EXIT_WAIT;
         while !leaders.is_empty() && Instant::now() < deadline {

@@ -311,3 +311,27 @@ impl<'scope> Scope<'scope> {
         unsafe { Job::new_scoped(task) }
     }
 }
+
+// `Runtime::scope`: a scope whose body runs on this runtime.
+impl crate::Runtime {
+    /// Creates a scope on this runtime: `f` runs on a worker, may spawn tasks that borrow from
+    /// the caller's stack, and `scope` returns once all of them have finished.
+    ///
+    /// ```
+    /// let rt = umt_rt::Runtime::builder().monitor(umt_rt::BackendKind::Disabled).build().unwrap();
+    /// let mut parts = vec![0u64; 4];
+    /// rt.scope(|s| {
+    ///     for (i, p) in parts.iter_mut().enumerate() {
+    ///         s.spawn(move |_| *p = (i as u64 + 1) * 10);
+    ///     }
+    /// });
+    /// assert_eq!(parts, [10, 20, 30, 40]);
+    /// ```
+    pub fn scope<'scope, F, R>(&self, f: F) -> R
+    where
+        F: FnOnce(&Scope<'scope>) -> R + Send,
+        R: Send,
+    {
+        self.install(|| run_scope(Some(self.registry()), f))
+    }
+}

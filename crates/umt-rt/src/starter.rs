@@ -11,30 +11,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, channel};
 
-use crate::registry::Registry;
-
-/// The leader's end: requests to start the worker of a slot.
-#[derive(Clone)]
-pub(crate) struct StartRequests(Sender<usize>);
-
-/// The request that stops the starter.
-const STOP: usize = usize::MAX;
-
-impl StartRequests {
-    /// Asks for the worker of slot `index` (already reserved in its core's pool) to be started.
-    /// Returns `false` when the starter is gone (the runtime is shutting down).
-    pub(crate) fn request(&self, index: usize) -> bool {
-        self.0.send(index).is_ok()
-    }
-
-    /// Stops the starter once it has served every request sent before (shutdown: the leaders
-    /// may still be running, so the starter cannot wait for them to drop their senders).
-    pub(crate) fn stop(&self) {
-        let _ = self.0.send(STOP);
-    }
-}
+use crate::registry::{Registry, STOP_STARTER, StartRequests};
 
 /// Starts the starter thread. It exits at [`StartRequests::stop`], or once every clone of the
 /// returned sender is dropped, after serving every request sent before.
@@ -47,11 +26,11 @@ pub(crate) fn start(reg: &Arc<Registry>) -> std::io::Result<StartRequests> {
             move || serve(&reg, rx)
         })?;
     crate::sync::lock(&reg.threads).push(handle);
-    Ok(StartRequests(tx))
+    Ok(StartRequests::new(tx))
 }
 
 fn serve(reg: &Arc<Registry>, requests: Receiver<usize>) {
-    for index in requests.iter().take_while(|&i| i != STOP) {
+    for index in requests.iter().take_while(|&i| i != STOP_STARTER) {
         let core = reg.slots[index].core;
         match crate::worker::start(reg, index) {
             Ok(()) => {

@@ -251,3 +251,13 @@ pub(crate) fn snapshot(reg: &Registry) -> Stats {
         workers,
     }
 }
+
+// `Runtime::stats`.
+impl crate::Runtime {
+    /// A snapshot of the runtime's counters. It drains the monitor events no leader has
+    /// drained yet, and reads two `/proc` files per worker (its per-core figures): tens of
+    /// microseconds, for a monitoring loop rather than a hot path.
+    pub fn stats(&self) -> Stats {
+        crate::stats::snapshot(self.registry())
+    }
+}

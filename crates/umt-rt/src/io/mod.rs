@@ -61,11 +61,10 @@ use umt_sys::uring::{Entry, opcode, types};
 use crate::latch::{Latch, Waiter};
 use crate::worker::with_current;
 
-pub(crate) use per_core::{IoCores, sched_point};
+pub(crate) use per_core::IoCores;
 pub use source::{EventSource, Source};
 
-/// The default of [`Builder::io_poll_interval`](crate::Builder::io_poll_interval).
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_micros(20);
+pub use crate::config::DEFAULT_POLL_INTERVAL;
 
 /// Why a wait failed. Errors of the kernel come back as [`IoError::Os`], whichever way the
 /// runtime waited.
@@ -346,4 +345,16 @@ pub fn readable(fd: &impl AsFd) -> Result<(), IoError> {
 /// Waits until `fd` can be written without blocking.
 pub fn writable(fd: &impl AsFd) -> Result<(), IoError> {
     poll_fd(fd, libc::POLLOUT).map(|_| ())
+}
+
+// `Runtime::io_stats`.
+impl crate::Runtime {
+    /// What the I/O waits of [`crate::io`] did on this runtime so far (all zero before the
+    /// first).
+    pub fn io_stats(&self) -> crate::io::IoStats {
+        self.registry()
+            .extension::<IoCores>()
+            .map(IoCores::stats)
+            .unwrap_or_default()
+    }
 }

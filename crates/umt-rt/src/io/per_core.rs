@@ -12,7 +12,7 @@ use umt_sys::uring::Ring;
 use super::{IoStats, Op};
 use crate::blocker::BlockerRole;
 use crate::diag::Warning;
-use crate::registry::Registry;
+use crate::registry::{Extension, Feature, Hooks, Registry};
 use crate::sync::lock;
 use crate::worker::{WorkerCtx, with_current};
 
@@ -100,8 +100,7 @@ impl IoCores {
 
     /// The waits of `reg`, made on first use.
     pub(crate) fn of(reg: &Registry) -> &IoCores {
-        reg.io
-            .get_or_init(|| IoCores::new(reg.cores(), reg.config.io_poll_interval))
+        reg.extension_or_init(|| IoCores::new(reg.cores(), reg.config.io_poll_interval))
     }
 
     pub(crate) fn core(&self, core: usize) -> &CoreIo {
@@ -123,19 +122,24 @@ impl IoCores {
     }
 }
 
-/// Step W2 at a scheduling point of any task of `core` (`WorkerCtx::execute`): a look at the
-/// core's waits if some task waits and the last look is old enough. One load when none does.
-#[inline]
-pub(crate) fn sched_point(reg: &Registry, core: usize) {
-    if let Some(io) = reg.io.get() {
-        io.cores[core].poll(reg);
+impl Extension for IoCores {
+    const FEATURE: Feature = Feature::Io;
+}
+
+impl Hooks for IoCores {
+    /// Step W2 at a scheduling point of any task of `core` (`WorkerCtx::execute`, through
+    /// `Registry::sched_point`): a look at the core's waits if some task waits and the last
+    /// look is old enough.
+    #[inline]
+    fn sched_point(&self, reg: &Registry, core: usize) {
+        self.cores[core].poll(reg);
     }
 }
 
 /// Counts a wait that blocks its caller in a system call instead (W6).
 pub(crate) fn fallback() {
     with_current(|ctx| {
-        if let Some(io) = ctx.and_then(|c| c.registry().io.get()) {
+        if let Some(io) = ctx.and_then(|c| c.registry().extension::<IoCores>()) {
             io.counters.fallback_waits.fetch_add(1, Ordering::Relaxed);
         }
     });

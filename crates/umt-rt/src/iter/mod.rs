@@ -1003,3 +1003,48 @@ impl<T: Send> ParallelSliceMut<T> for [T] {
         crate::sort::merge_sort(self, &|a: &T, b: &T| key(a).cmp(&key(b)), false);
     }
 }
+
+// The loops of `Runtime`: a range under a schedule, without writing the iterator.
+impl crate::Runtime {
+    /// Calls `body(i)` for every `i` in `range`, under the program's loop schedule
+    /// (`UMT_SCHEDULE`, else [`Schedule::StaticSteal`](crate::Schedule::StaticSteal)).
+    pub fn parallel_for<F>(&self, range: std::ops::Range<usize>, body: F)
+    where
+        F: Fn(usize) + Sync + Send,
+    {
+        self.install(|| range.into_par_iter().for_each(body));
+    }
+
+    /// Like [`Runtime::parallel_for`](crate::Runtime::parallel_for) in chunks of `chunk` iterations handed out one at a time
+    /// ([`Schedule::Dynamic`](crate::Schedule::Dynamic)).
+    pub fn parallel_for_chunked<F>(&self, range: std::ops::Range<usize>, chunk: usize, body: F)
+    where
+        F: Fn(usize) + Sync + Send,
+    {
+        self.parallel_for_with(range, crate::Schedule::Dynamic(chunk.max(1)), body);
+    }
+
+    /// Like [`Runtime::parallel_for`](crate::Runtime::parallel_for) under `schedule`.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use umt_rt::{Runtime, Schedule};
+    ///
+    /// let rt = Runtime::builder().monitor(umt_rt::BackendKind::Disabled).build().unwrap();
+    /// let sum = AtomicUsize::new(0);
+    /// rt.parallel_for_with(0..100, Schedule::Guided(4), |i| {
+    ///     sum.fetch_add(i, Ordering::Relaxed);
+    /// });
+    /// assert_eq!(sum.into_inner(), 4950);
+    /// ```
+    pub fn parallel_for_with<F>(
+        &self,
+        range: std::ops::Range<usize>,
+        schedule: crate::Schedule,
+        body: F,
+    ) where
+        F: Fn(usize) + Sync + Send,
+    {
+        self.install(|| range.into_par_iter().schedule(schedule).for_each(body));
+    }
+}

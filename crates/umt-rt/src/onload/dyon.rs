@@ -164,7 +164,7 @@ impl DyonBuilder {
         let (cores, steps) = (reg.cores(), self.steps);
         let partition = move |arm: usize| (arm * cores + (steps - 1) / 2) / (steps - 1);
         let apply = move |arm: Option<usize>| {
-            if let Some(pool) = reg.onload.get() {
+            if let Some(pool) = reg.extension::<super::OnloadPool>() {
                 pool.set_dedicated(arm.map_or(0, partition));
             }
         };

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use umt_sys::CpuId;
 
-use crate::registry::Registry;
+use crate::registry::{Extension, Feature, Hooks, Registry};
 
 pub use bandit::{Bandit, Strategy};
 pub use dyon::{Dyon, DyonBuilder, Metric};
@@ -378,7 +378,7 @@ impl OnloadPool {
     /// The pool of `reg`, its threads started on first use.
     pub(crate) fn of(reg: &Arc<Registry>) -> &OnloadPool {
         let mut fresh = false;
-        let pool = reg.onload.get_or_init(|| {
+        let pool = reg.extension_or_init(|| {
             fresh = true;
             OnloadPool::new(reg.cores())
         });
@@ -603,10 +603,16 @@ impl OnloadPool {
         self.dedicated
             .store(cores.min(self.slots.len()), Ordering::Relaxed);
     }
+}
 
+impl Extension for OnloadPool {
+    const FEATURE: Feature = Feature::Onload;
+}
+
+impl Hooks for OnloadPool {
     /// Stops the onload threads (after their running work) and hands every queued request
     /// back to its waiter.
-    pub(crate) fn shut_down(&self) {
+    fn shut_down(&self) {
         self.terminate.store(true, Ordering::Release);
         for req in lock(&self.pending).drain(..) {
             req.expire();
@@ -640,7 +646,7 @@ fn onload_main(reg: &Arc<Registry>, core: usize) {
     let cpu = reg.config.cpus[core];
     let _ = umt_sys::cpu::pin_current_thread(cpu);
     let mut idle_policy = umt_sys::cpu::set_current_thread_idle_policy().is_ok();
-    let Some(pool) = reg.onload.get() else {
+    let Some(pool) = reg.extension::<OnloadPool>() else {
         return;
     };
     let slot = &pool.slots[core];
@@ -687,4 +693,65 @@ where
     F: Fn(OnloadContext) + Send + Sync + 'static,
 {
     OnloadPool::of(reg).submit(reg, f, opts)
+}
+
+// Onloading on a `Runtime`: work for the cores its application leaves idle.
+impl crate::Runtime {
+    /// Runs `f` on a core the application leaves idle, now or never: [`crate::Onload::Started`]
+    /// or [`crate::Onload::Rejected`] with `f` back, unrun ([`crate::onload`], steps O1–O5).
+    /// `f` runs on an onload thread of that core at `SCHED_IDLE`, which any application
+    /// thread preempts.
+    ///
+    /// ```
+    /// use umt_rt::{Onload, OnloadOptions, Runtime};
+    /// use std::time::Duration;
+    ///
+    /// let rt = Runtime::builder().num_threads(2).build()?;
+    /// // Nothing runs: both cores are idle.
+    /// match rt.onload(|ctx| println!("checksumming on CPU {}", ctx.cpu)) {
+    ///     Onload::Started(h) | Onload::Queued(h) => h.wait().ok().expect("not expired"),
+    ///     Onload::Rejected(f) => f(umt_rt::OnloadContext { index: 0, count: 1, cpu: 0, dedicated: false, ready_at_claim: 0 }),
+    /// }
+    /// // Up to 2 cores at once, waiting up to 10 ms for them.
+    /// let opts = OnloadOptions::new().cores(1, 2).deadline(Duration::from_millis(10));
+    /// if let Onload::Started(h) | Onload::Queued(h) = rt.onload_with(&opts, |ctx| {
+    ///     let _part = (ctx.index, ctx.count);
+    /// }) {
+    ///     let _ = h.wait(); // Err(f) if the deadline passed first
+    /// }
+    /// # Ok::<(), umt_rt::BuildError>(())
+    /// ```
+    pub fn onload<F>(&self, f: F) -> crate::Onload<F>
+    where
+        F: Fn(crate::OnloadContext) + Send + Sync + 'static,
+    {
+        crate::onload::onload(self.registry(), f, &crate::OnloadOptions::default())
+    }
+
+    /// [`Runtime::onload`](crate::Runtime::onload) with a CPU set, a range of cores and a deadline.
+    pub fn onload_with<F>(&self, opts: &crate::OnloadOptions, f: F) -> crate::Onload<F>
+    where
+        F: Fn(crate::OnloadContext) + Send + Sync + 'static,
+    {
+        crate::onload::onload(self.registry(), f, opts)
+    }
+
+    /// What onloaded work did so far (all zero before the first [`Runtime::onload`](crate::Runtime::onload)).
+    pub fn onload_stats(&self) -> crate::onload::OnloadStats {
+        match self.registry().extension::<OnloadPool>() {
+            Some(pool) => pool.stats(),
+            None => crate::onload::OnloadStats {
+                runs: vec![0; self.registry().cores()],
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Dedicates `cores` of the runtime's cores (the last ones) to onloaded work, which then
+    /// runs there at the application's priority whether the application needs the core or
+    /// not; on the others, only in idle time (the default, 0). DYON
+    /// ([`crate::onload::Dyon`]) sets it from measurements.
+    pub fn set_onload_partition(&self, cores: usize) {
+        crate::onload::OnloadPool::of(self.registry()).set_dedicated(cores);
+    }
 }
