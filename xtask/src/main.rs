@@ -5,6 +5,7 @@
 //! cargo xtask vm run [--kernel PATH] [--cpus N] [--mem M] [--file EXE] -- CMD...
 //! cargo xtask vm test [--debug|--rt]                     # selftests + workspace tests in the guest
 //! cargo xtask vm bench                                   # ping-pong and backends, in the guest
+//! cargo xtask layers [CRATE_SRC...]                      # imports keep each crate's layer table
 //! ```
 //!
 //! Everything it builds lives under `target/xtask/`: the extracted and patched kernel trees,
@@ -13,6 +14,7 @@
 
 mod guest;
 mod kernel;
+mod layers;
 mod util;
 mod vm;
 
@@ -36,6 +38,13 @@ enum Command {
     /// Boot the kernel in QEMU and run things inside.
     #[command(subcommand)]
     Vm(VmCmd),
+    /// Check that each crate's imports keep the layer table of its src/README.md (the test
+    /// `layers::tests::the_workspace_crates_keep_their_layers` runs the same check).
+    Layers {
+        /// The crates' source folders (default: crates/umt-sys/src, crates/umt-rt/src,
+        /// crates/umt-bench/src).
+        srcs: Vec<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -130,6 +139,7 @@ fn main() -> ExitCode {
         Command::Vm(VmCmd::Run { vm, files, cmd }) => vm::run_command(&vm, &files, &cmd),
         Command::Vm(VmCmd::Test { vm }) => guest::test(&vm),
         Command::Vm(VmCmd::Bench { vm, repeat }) => guest::bench(&vm, repeat),
+        Command::Layers { srcs } => layers::run(&srcs),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
