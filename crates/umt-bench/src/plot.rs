@@ -361,7 +361,7 @@ mod tests {
             ready,
         };
         // Core 0 works, blocks for half the time, works; core 1 is oversubscribed a while.
-        let trace = Trace::new(
+        let trace = umt_rt::advanced::trace_from_records(
             vec![0, 1],
             true,
             vec![

@@ -92,7 +92,7 @@ impl CoresCov {
             return None;
         }
         let cov = |f: &dyn Fn(&CoreSample) -> f64| {
-            umt_rt::coefficient_of_variation(&cores.iter().map(f).collect::<Vec<_>>())
+            umt_rt::advanced::coefficient_of_variation(&cores.iter().map(f).collect::<Vec<_>>())
         };
         Some(CoresCov {
             cpu_time: cov(&|c| c.cpu_seconds),

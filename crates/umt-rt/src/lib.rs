@@ -123,108 +123,21 @@
 //! else can run there (seed 004).
 #![deny(missing_docs)]
 
+/// Items left out of the loom build (`RUSTFLAGS="--cfg loom"`), which checks the handshakes of
+/// the six files declared outside it and needs no thread, monitor or runtime: one gate.
+macro_rules! not_loom {
+    ($($item:item)*) => { $( #[cfg(not(loom))] $item )* };
+}
+
+// The handshakes loom checks, and the shim they are written against.
 mod blocker;
-#[cfg(not(loom))]
-mod broadcast;
-#[cfg(not(loom))]
-mod builder;
-#[cfg(not(loom))]
-mod config;
-#[cfg(not(loom))]
-mod core_time;
-#[cfg(not(loom))]
-mod deps;
-#[cfg(not(loom))]
-mod diag;
-#[cfg(not(loom))]
-mod env;
-#[cfg(not(loom))]
-mod global;
-#[cfg(not(loom))]
-pub mod io;
-#[cfg(not(loom))]
-pub mod iter;
-#[cfg(not(loom))]
-mod job;
-#[cfg(not(loom))]
-mod join;
-#[cfg(not(loom))]
-mod latch;
-#[cfg(not(loom))]
-mod leader;
 mod lend;
 mod offer;
-#[cfg(not(loom))]
-pub mod onload;
 mod pool;
-#[cfg(not(loom))]
-mod registry;
-#[cfg(not(loom))]
-mod runtime;
-#[cfg(not(loom))]
-mod schedule;
-#[cfg(not(loom))]
-mod scope;
 mod scope_count;
-#[cfg(not(loom))]
-mod sort;
-#[cfg(not(loom))]
-mod spawn;
-#[cfg(not(loom))]
-mod starter;
-#[cfg(not(loom))]
-mod stats;
 mod sync;
-#[cfg(not(loom))]
-mod trace;
-#[cfg(not(loom))]
-mod worker;
 
-#[cfg(not(loom))]
-pub use broadcast::BroadcastContext;
-#[cfg(not(loom))]
-pub use builder::{BuildError, Builder, MAX_WORKERS_PER_CORE};
-#[cfg(not(loom))]
-pub use config::{LeaderPolicy, ParseLeaderPolicyError};
-#[cfg(not(loom))]
-pub use deps::{Access, Mode};
-#[cfg(not(loom))]
-pub use diag::set_warning_hook;
-#[cfg(not(loom))]
-pub use join::join;
-#[cfg(not(loom))]
-pub use onload::{Onload, OnloadContext, OnloadHandle, OnloadOptions};
-#[cfg(not(loom))]
-pub use runtime::Runtime;
-#[cfg(not(loom))]
-pub use schedule::{
-    AUTO_REEXPLORE, ParseScheduleError, Schedule, af_chunk, chunk_sequence, fac2_chunk,
-    guided_chunk,
-};
-#[cfg(not(loom))]
-pub use scope::{NotTheBody, Scope};
-#[cfg(not(loom))]
-pub use spawn::JoinHandle;
-#[cfg(not(loom))]
-pub use stats::{CoreStats, Stats, WorkerStats, coefficient_of_variation};
-#[cfg(not(loom))]
-pub use trace::{CoreAccount, CoreState, Span, Trace, TraceKind, TraceRecord, TraceThread};
 pub use umt_sys::{BackendKind, CpuId, Error as MonitorError, Selection, Unavailable};
-
-#[cfg(not(loom))]
-#[doc = include_str!("coming_from_rayon.md")]
-pub mod coming_from_rayon {}
-
-/// Everything a parallel loop needs, in one import: `use umt_rt::prelude::*;`.
-#[cfg(not(loom))]
-pub mod prelude {
-    pub use crate::Schedule;
-    pub use crate::iter::{
-        FromParallelIterator, IndexedParallelIterator, IntoParallelIterator,
-        IntoParallelRefIterator, IntoParallelRefMutIterator, ParIter, ParallelExtend,
-        ParallelIterator, ParallelSlice, ParallelSliceMut,
-    };
-}
 
 /// What [`yield_now`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,119 +149,198 @@ pub enum Yield {
     Idle,
 }
 
-/// A task scheduling point (the taskyield): checks for oversubscription, then runs one other
-/// pending task if there is one. Returns `None` outside a worker thread.
-#[cfg(not(loom))]
-pub fn yield_now() -> Option<Yield> {
-    worker::with_current(|ctx| {
-        let ctx = ctx?;
-        ctx.sched_point();
-        Some(match ctx.find_work().map(|job| ctx.execute(job)) {
-            Some(true) => Yield::Executed,
-            _ => Yield::Idle,
-        })
-    })
-}
+not_loom! {
+    mod broadcast;
+    mod builder;
+    mod config;
+    mod core_time;
+    mod deps;
+    mod diag;
+    mod env;
+    mod global;
+    pub mod io;
+    pub mod iter;
+    mod job;
+    mod join;
+    mod latch;
+    mod leader;
+    pub mod onload;
+    mod registry;
+    mod runtime;
+    mod schedule;
+    mod scope;
+    mod sort;
+    mod spawn;
+    mod starter;
+    mod stats;
+    mod trace;
+    mod worker;
 
-/// Creates a scope on the runtime of the calling worker and waits for its tasks (a nested
-/// taskwait region). Outside a worker, the body runs on the calling thread and the tasks on
-/// the global runtime ([`Builder::build_global`]; built on first use).
-#[cfg(not(loom))]
-pub fn scope<'scope, F, R>(f: F) -> R
-where
-    F: FnOnce(&Scope<'scope>) -> R,
-{
-    scope::run_scope(global::current_or_global().as_ref(), f)
-}
+    pub use broadcast::BroadcastContext;
+    pub use builder::{BuildError, Builder, MAX_WORKERS_PER_CORE};
+    pub use config::{LeaderPolicy, ParseLeaderPolicyError};
+    pub use deps::{Access, Mode};
+    pub use diag::set_warning_hook;
+    pub use join::join;
+    pub use onload::{Onload, OnloadContext, OnloadHandle, OnloadOptions};
+    pub use runtime::Runtime;
+    pub use schedule::{ParseScheduleError, Schedule};
+    pub use scope::{NotTheBody, Scope};
+    pub use spawn::JoinHandle;
+    pub use stats::{CoreStats, Stats, WorkerStats};
+    pub use trace::{CoreAccount, CoreState, Span, Trace, TraceKind, TraceRecord, TraceThread};
 
-/// Starts a task that owns its data on the calling worker's runtime, or outside a worker on
-/// the global runtime ([`Builder::build_global`]; built on first use). The handle waits for
-/// it; dropping the handle detaches it (it still runs).
-///
-/// ```
-/// let h = umt_rt::spawn(|| (1..=10u64).product::<u64>());
-/// assert_eq!(h.join(), 3_628_800);
-/// ```
-#[cfg(not(loom))]
-pub fn spawn<F, T>(f: F) -> JoinHandle<T>
-where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
-{
-    match global::current_or_global() {
-        Some(reg) => runtime::spawn_on(&reg, f),
-        // The global runtime could not start (said on stderr): run it here.
-        None => {
-            let state = spawn::JoinState::new();
-            state.complete(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
-            JoinHandle::new(state)
+    /// Building blocks for tools and tests, beside the everyday API: what the loop schedules
+    /// hand out, traces made from records, the statistics the figures use.
+    ///
+    /// ```
+    /// use umt_rt::Schedule;
+    /// use umt_rt::advanced::chunk_sequence;
+    ///
+    /// // Guided self-scheduling of 100 iterations over 4 participants: ceil(R / 4) each time.
+    /// let sizes = chunk_sequence(Schedule::Guided(1), 100, 4).unwrap();
+    /// assert_eq!(&sizes[..3], &[25, 19, 14]);
+    /// assert_eq!(sizes.iter().sum::<usize>(), 100);
+    /// ```
+    pub mod advanced {
+        pub use crate::schedule::{
+        AUTO_REEXPLORE, af_chunk, chunk_sequence, fac2_chunk, guided_chunk,
+    };
+        pub use crate::stats::coefficient_of_variation;
+
+        /// A trace of the given records (sorted here by time), for `cpus` (a record's `core`
+        /// indexes it), ending at `end_ns`: one read back from disk, or a test's. `monitored`
+        /// says whether the ready counts are real (without a monitor, a blocked worker cannot be
+        /// told from a running one). Records of cores beyond `cpus` are dropped.
+        pub fn trace_from_records(
+            cpus: Vec<crate::CpuId>,
+            monitored: bool,
+            records: Vec<crate::TraceRecord>,
+            end_ns: u64,
+        ) -> crate::Trace {
+            crate::Trace::new(cpus, monitored, records, end_ns)
         }
     }
-}
 
-/// Starts a task with nothing to wait on (rayon's `spawn`) on the calling worker's runtime,
-/// or outside a worker on the global runtime. A panic goes to that runtime's
-/// [`Builder::panic_handler`], or to stderr.
-#[cfg(not(loom))]
-pub fn spawn_detached<F>(f: F)
-where
-    F: FnOnce() + Send + 'static,
-{
-    match global::current_or_global() {
-        Some(reg) => runtime::spawn_detached_on(&reg, f),
-        // The global runtime could not start (said on stderr): run it here.
-        None => {
-            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-                diag::detached_panic(p);
+    #[doc = include_str!("coming_from_rayon.md")]
+    pub mod coming_from_rayon {}
+
+    /// Everything a parallel loop needs, in one import: `use umt_rt::prelude::*;`.
+    pub mod prelude {
+        pub use crate::Schedule;
+        pub use crate::iter::{
+            FromParallelIterator, IndexedParallelIterator, IntoParallelIterator,
+            IntoParallelRefIterator, IntoParallelRefMutIterator, ParIter, ParallelExtend,
+            ParallelIterator, ParallelSlice, ParallelSliceMut,
+        };
+    }
+
+    /// A task scheduling point (the taskyield): checks for oversubscription, then runs one other
+    /// pending task if there is one. Returns `None` outside a worker thread.
+    pub fn yield_now() -> Option<Yield> {
+        worker::with_current(|ctx| {
+            let ctx = ctx?;
+            ctx.sched_point();
+            Some(match ctx.find_work().map(|job| ctx.execute(job)) {
+                Some(true) => Yield::Executed,
+                _ => Yield::Idle,
+            })
+        })
+    }
+
+    /// Creates a scope on the runtime of the calling worker and waits for its tasks (a nested
+    /// taskwait region). Outside a worker, the body runs on the calling thread and the tasks on
+    /// the global runtime ([`Builder::build_global`]; built on first use).
+    pub fn scope<'scope, F, R>(f: F) -> R
+    where
+        F: FnOnce(&Scope<'scope>) -> R,
+    {
+        scope::run_scope(global::current_or_global().as_ref(), f)
+    }
+
+    /// Starts a task that owns its data on the calling worker's runtime, or outside a worker on
+    /// the global runtime ([`Builder::build_global`]; built on first use). The handle waits for
+    /// it; dropping the handle detaches it (it still runs).
+    ///
+    /// ```
+    /// let h = umt_rt::spawn(|| (1..=10u64).product::<u64>());
+    /// assert_eq!(h.join(), 3_628_800);
+    /// ```
+    pub fn spawn<F, T>(f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        match global::current_or_global() {
+            Some(reg) => runtime::spawn_on(&reg, f),
+            // The global runtime could not start (said on stderr): run it here.
+            None => {
+                let state = spawn::JoinState::new();
+                state.complete(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+                JoinHandle::new(state)
             }
         }
     }
-}
 
-/// Calls `f` once per core of the calling worker's runtime (or of the global runtime outside
-/// one), each call on a worker of its core, and returns the results in core order (rayon's
-/// `broadcast`: per-core setup, per-core statistics).
-///
-/// ```
-/// let cpus = umt_rt::broadcast(|ctx| (ctx.index(), umt_rt::current_cpu()));
-/// assert_eq!(cpus.len(), umt_rt::current_num_threads());
-/// for (i, (index, cpu)) in cpus.iter().enumerate() {
-///     assert_eq!(*index, i);
-///     assert!(cpu.is_some());
-/// }
-/// ```
-#[cfg(not(loom))]
-pub fn broadcast<F, R>(f: F) -> Vec<R>
-where
-    F: Fn(BroadcastContext) -> R + Sync,
-    R: Send,
-{
-    match global::current_or_global() {
-        Some(reg) => broadcast::broadcast_on(&reg, f),
-        // The global runtime could not start (said on stderr): one call, here.
-        None => vec![f(BroadcastContext::here())],
+    /// Starts a task with nothing to wait on (rayon's `spawn`) on the calling worker's runtime,
+    /// or outside a worker on the global runtime. A panic goes to that runtime's
+    /// [`Builder::panic_handler`], or to stderr.
+    pub fn spawn_detached<F>(f: F)
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        match global::current_or_global() {
+            Some(reg) => runtime::spawn_detached_on(&reg, f),
+            // The global runtime could not start (said on stderr): run it here.
+            None => {
+                if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+                    diag::detached_panic(p);
+                }
+            }
+        }
     }
-}
 
-/// The number of cores (one active worker each) of the calling worker's runtime, or of the
-/// global runtime outside one (building it on first use); 1 if it could not start. Spare
-/// workers that stand in for blocked ones are not counted: at most this many run at once.
-#[cfg(not(loom))]
-pub fn current_num_threads() -> usize {
-    global::current_or_global().map_or(1, |reg| reg.cores())
-}
+    /// Calls `f` once per core of the calling worker's runtime (or of the global runtime outside
+    /// one), each call on a worker of its core, and returns the results in core order (rayon's
+    /// `broadcast`: per-core setup, per-core statistics).
+    ///
+    /// ```
+    /// let cpus = umt_rt::broadcast(|ctx| (ctx.index(), umt_rt::current_cpu()));
+    /// assert_eq!(cpus.len(), umt_rt::current_num_threads());
+    /// for (i, (index, cpu)) in cpus.iter().enumerate() {
+    ///     assert_eq!(*index, i);
+    ///     assert!(cpu.is_some());
+    /// }
+    /// ```
+    pub fn broadcast<F, R>(f: F) -> Vec<R>
+    where
+        F: Fn(BroadcastContext) -> R + Sync,
+        R: Send,
+    {
+        match global::current_or_global() {
+            Some(reg) => broadcast::broadcast_on(&reg, f),
+            // The global runtime could not start (said on stderr): one call, here.
+            None => vec![f(BroadcastContext::here())],
+        }
+    }
 
-/// The index (`0..current_num_threads()`) of the core the calling worker serves, or `None`
-/// outside a worker. A spare standing in for a blocked worker has its core's index.
-#[cfg(not(loom))]
-pub fn current_thread_index() -> Option<usize> {
-    worker::with_current(|ctx| ctx.map(|ctx| ctx.core()))
-}
+    /// The number of cores (one active worker each) of the calling worker's runtime, or of the
+    /// global runtime outside one (building it on first use); 1 if it could not start. Spare
+    /// workers that stand in for blocked ones are not counted: at most this many run at once.
+    pub fn current_num_threads() -> usize {
+        global::current_or_global().map_or(1, |reg| reg.cores())
+    }
 
-/// The CPU the calling worker is bound to, or `None` outside a worker.
-#[cfg(not(loom))]
-pub fn current_cpu() -> Option<CpuId> {
-    worker::with_current(|ctx| ctx.map(|ctx| ctx.cpu()))
+    /// The index (`0..current_num_threads()`) of the core the calling worker serves, or `None`
+    /// outside a worker. A spare standing in for a blocked worker has its core's index.
+    pub fn current_thread_index() -> Option<usize> {
+        worker::with_current(|ctx| ctx.map(|ctx| ctx.core()))
+    }
+
+    /// The CPU the calling worker is bound to, or `None` outside a worker.
+    pub fn current_cpu() -> Option<CpuId> {
+        worker::with_current(|ctx| ctx.map(|ctx| ctx.cpu()))
+    }
 }
 
 /// The crate's `README.md`, whose examples run as doc tests (what crates.io shows compiles).

@@ -155,7 +155,10 @@ fn stats_carry_the_kernels_per_core_figures() {
     assert!(st.workers.iter().all(|w| w.sched.is_some()));
     let cov = st.cov(|c| c.cpu_time.as_secs_f64());
     assert!(cov.is_finite() && cov >= 0.0);
-    assert_eq!(umt_rt::coefficient_of_variation(&[2.0, 2.0, 2.0]), 0.0);
-    assert!((umt_rt::coefficient_of_variation(&[1.0, 3.0]) - 0.5).abs() < 1e-12);
-    assert_eq!(umt_rt::coefficient_of_variation(&[]), 0.0);
+    assert_eq!(
+        umt_rt::advanced::coefficient_of_variation(&[2.0, 2.0, 2.0]),
+        0.0
+    );
+    assert!((umt_rt::advanced::coefficient_of_variation(&[1.0, 3.0]) - 0.5).abs() < 1e-12);
+    assert_eq!(umt_rt::advanced::coefficient_of_variation(&[]), 0.0);
 }

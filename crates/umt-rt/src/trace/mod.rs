@@ -119,7 +119,7 @@ impl Trace {
     /// indexes it), ending at `end_ns`. `monitored` says whether the ready counts are real:
     /// without a monitor, a blocked worker cannot be told from a running one. Records of
     /// cores beyond `cpus` are dropped.
-    pub fn new(
+    pub(crate) fn new(
         cpus: Vec<CpuId>,
         monitored: bool,
         mut records: Vec<TraceRecord>,
