@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use umt_sys::{BackendKind, CpuId, Monitor};
 
-use crate::config::{Config, LeaderPolicy, NameFn, PanicFn, ThreadFn};
+use crate::config::{Capabilities, Config, LeaderPolicy, NameFn, PanicFn, ThreadFn};
 use crate::diag::Warning;
 use crate::registry::Registry;
 use crate::runtime::Runtime;
@@ -405,8 +405,13 @@ impl Builder {
             .leader_policy
             .unwrap_or(LeaderPolicy::default_for(monitor.backend()));
         // Polling leaders need no signal per event (no thread has registered yet).
-        monitor.set_signal_each_event(leader_policy != LeaderPolicy::Poll);
-        let lend = self.lend_workers && monitor.counts_are_live() && cpus.len() > 1;
+        let caps = Capabilities::of(
+            leader_policy,
+            monitor.counts_are_live(),
+            self.lend_workers,
+            cpus.len(),
+        );
+        monitor.set_signal_each_event(!caps.polling);
         let config = Config {
             cpus,
             cap: self.max_workers_per_core,
@@ -418,7 +423,7 @@ impl Builder {
             exit_handler: self.exit_handler,
             panic_handler: self.panic_handler,
             handoff: self.handoff,
-            lend,
+            caps,
             leader_runs_tasks: self.leader_runs_tasks,
             trace: self.trace,
             io_poll_interval: self.io_poll_interval,

@@ -127,9 +127,8 @@ pub(crate) struct Config {
     /// A worker that runs out of work while another worker of its core is ready parks at
     /// once instead of spinning (`Builder::handoff`).
     pub(crate) handoff: bool,
-    /// Leaders lend runnable workers of oversubscribed cores to their own (`Builder::lend_workers`,
-    /// and only where the counts are live).
-    pub(crate) lend: bool,
+    /// What the leader policy and the monitor's backend imply, computed once.
+    pub(crate) caps: Capabilities,
     /// A leader that finds its core starved runs tasks itself instead of waking a worker
     /// (`Builder::leader_runs_tasks`).
     pub(crate) leader_runs_tasks: bool,
@@ -141,11 +140,35 @@ pub(crate) struct Config {
     pub(crate) io_poll_interval: Duration,
 }
 
-impl Config {
-    /// Whether leaders poll (and workers drain their own events at scheduling points).
-    #[inline]
-    pub(crate) fn polling(&self) -> bool {
-        self.leader_policy == LeaderPolicy::Poll
+/// What the leader policy and the monitor's backend imply for the leaders and the workers,
+/// computed once by the builder (`Capabilities::of`) and read wherever a thread decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Capabilities {
+    /// Leaders poll instead of waiting on the monitor, workers drain their own events at
+    /// scheduling points, and the monitor signals no event (`LeaderPolicy::Poll`).
+    pub(crate) polling: bool,
+    /// The monitor's counts follow each thread live (Bpf, Kernel ABI 2): any core's count can
+    /// be read without a drain, and a moved thread's count moves with it.
+    pub(crate) live_counts: bool,
+    /// Leaders lend runnable workers of oversubscribed cores to their own: asked for
+    /// (`Builder::lend_workers`), live counts, and more than one core to lend between.
+    pub(crate) lend: bool,
+}
+
+impl Capabilities {
+    /// What `policy`, a backend whose counts are `live_counts` or not, and `cores` cores
+    /// allow; `lend_asked` is `Builder::lend_workers`.
+    pub(crate) fn of(
+        policy: LeaderPolicy,
+        live_counts: bool,
+        lend_asked: bool,
+        cores: usize,
+    ) -> Capabilities {
+        Capabilities {
+            polling: policy == LeaderPolicy::Poll,
+            live_counts,
+            lend: lend_asked && live_counts && cores > 1,
+        }
     }
 }
 
@@ -157,10 +180,31 @@ impl std::fmt::Debug for Config {
             .field("scan_period", &self.scan_period)
             .field("leader_policy", &self.leader_policy)
             .field("handoff", &self.handoff)
-            .field("lend", &self.lend)
+            .field("caps", &self.caps)
             .field("leader_runs_tasks", &self.leader_runs_tasks)
             .field("trace", &self.trace)
             .field("io_poll_interval", &self.io_poll_interval)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod capability_tests {
+    use super::*;
+
+    #[test]
+    fn lending_needs_live_counts_and_two_cores_and_polling_is_the_policy() {
+        for policy in [LeaderPolicy::Idle, LeaderPolicy::Normal, LeaderPolicy::Poll] {
+            for live in [false, true] {
+                for asked in [false, true] {
+                    for cores in [1, 2, 16] {
+                        let c = Capabilities::of(policy, live, asked, cores);
+                        assert_eq!(c.polling, policy == LeaderPolicy::Poll);
+                        assert_eq!(c.live_counts, live);
+                        assert_eq!(c.lend, asked && live && cores > 1, "{c:?} {cores}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -27,192 +27,293 @@ pub(crate) fn start(
     Ok(thread)
 }
 
-/// The leader of core `own` (an index into the runtime's cores).
+/// The leader of core `own` (an index into the runtime's cores): L0 once, then L1–L4 and the
+/// pacing of the next wait, until shutdown.
 fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
-    let cfg = &reg.config;
-    let cpu = cfg.cpus[own];
-    // L0: run on the own core, and only when it would otherwise idle. A core whose workers all
-    // blocked has just gone idle, so its leader runs there at once; and its wake-ups never
-    // preempt a busy worker, whose switch records would wake it again (a feedback loop with
-    // the perf backend). One unpinned leader instead sat queued behind the busy worker of the
-    // core that woke it, while the core that needed it idled until the next load balance
-    // (1-3 ms).
-    if let Err(e) = umt_sys::cpu::pin_current_thread(cpu) {
-        reg.warnings.warn(Warning::Unpinned, || {
-            format!("the leader of CPU {cpu} runs unpinned: {e}")
-        });
-    }
-    if cfg.leader_policy != LeaderPolicy::Normal
-        && let Err(e) = umt_sys::cpu::set_current_thread_idle_policy()
-    {
-        reg.warnings.warn(Warning::LeaderPolicy, || {
-            format!(
-                "the leader of CPU {cpu} keeps the normal policy, so it preempts busy workers: {e}"
-            )
-        });
-    }
-    // The periodic scan only corrects counts that missed an event. While scans find nothing,
-    // the timeout doubles (up to 64 periods) so a busy, non-blocking program is not
-    // interrupted every period; any event or action resets it. Events wake the leader anyway.
-    let mut timeout = cfg.scan_period;
-    let max_timeout = cfg.scan_period * 64;
-    let poll = cfg.polling();
-    // Poll: when an iteration last drained an event or acted, and the thread's CPU time at
-    // the start of this iteration (for `Stats::leader_poll_time`).
-    let mut last_busy = Instant::now();
-    let mut cpu_at_start = if poll {
-        thread_cpu_time()
-    } else {
-        Duration::ZERO
-    };
-    // Looks in a row that found the own core starved and no donor (L4).
-    let mut starved_looks = 0u32;
-    // Leader-follower: the context in which this leader runs tasks itself.
-    let follower = if cfg.leader_runs_tasks {
-        WorkerCtx::for_leader(&reg, own)
-    } else {
-        None
-    };
-    // This thread's trace records (`Builder::trace`), handed over before each wait.
-    let trace = LocalTrace::default();
-    // The count a record carries: the one the leader acted on where it acted (a spare woken
-    // for a core at 0 says 0, even if the spare already runs when the record is written,
-    // as it may with live counts), else the count when recorded.
-    let record_with = |kind: TraceKind, ready: i64| {
-        if let Some(rec) = &reg.trace {
-            trace.record(rec, own, TraceThread::Leader, kind, ready);
-        }
-    };
-    let record = |kind: TraceKind| {
-        if reg.trace.is_some() {
-            record_with(kind, reg.monitor.ready(cpu));
-        }
-    };
+    let mut leader = Leader::new(&reg, starter, own);
     while !reg.terminate.load(Ordering::Acquire) {
-        if let Some(rec) = &reg.trace {
-            trace.flush(rec);
+        leader.flush_trace();
+        leader.wait();
+        let mut look = leader.drain();
+        leader.fill_hole(&mut look);
+        leader.borrow_if_starved(&mut look);
+        leader.pace(&look);
+    }
+    leader.flush_trace();
+}
+
+/// One leader's state between its iterations.
+struct Leader<'r> {
+    reg: &'r Arc<Registry>,
+    starter: StartRequests,
+    own: usize,
+    cpu: umt_sys::CpuId,
+    /// Leaders poll instead of waiting on the monitor (`Capabilities::polling`).
+    poll: bool,
+    /// The wait's timeout: the scan period, doubled while looks find nothing (L1).
+    timeout: Duration,
+    max_timeout: Duration,
+    /// Poll: when an iteration last drained an event or acted, and the thread's CPU time at
+    /// the start of this iteration (for `Stats::leader_poll_time`).
+    last_busy: Instant,
+    cpu_at_start: Duration,
+    /// Looks in a row that found the own core starved and no donor (L4).
+    starved_looks: u32,
+    /// Leader-follower: the context in which this leader runs tasks itself.
+    follower: Option<WorkerCtx>,
+    /// This thread's trace records (`Builder::trace`), handed over before each wait.
+    trace: LocalTrace,
+}
+
+/// What one iteration saw and did, from L2 on.
+struct Look {
+    /// The core's activation count and whether a wake was in flight, read before the drain.
+    seen: u64,
+    in_flight: bool,
+    /// The core's ready count after the drain.
+    ready: i64,
+    /// The drain brought no event.
+    quiet_drain: bool,
+    /// Nothing happened: no event, no action (the next wait's timeout doubles).
+    quiet: bool,
+    /// A worker was woken or asked for (L3).
+    woke: bool,
+}
+
+impl<'r> Leader<'r> {
+    /// L0: run on the own core, and only when it would otherwise idle. A core whose workers
+    /// all blocked has just gone idle, so its leader runs there at once; and its wake-ups never
+    /// preempt a busy worker, whose switch records would wake it again (a feedback loop with
+    /// the perf backend). One unpinned leader instead sat queued behind the busy worker of the
+    /// core that woke it, while the core that needed it idled until the next load balance
+    /// (1-3 ms).
+    fn new(reg: &'r Arc<Registry>, starter: StartRequests, own: usize) -> Leader<'r> {
+        let cfg = &reg.config;
+        let cpu = cfg.cpus[own];
+        if let Err(e) = umt_sys::cpu::pin_current_thread(cpu) {
+            reg.warnings.warn(Warning::Unpinned, || {
+                format!("the leader of CPU {cpu} runs unpinned: {e}")
+            });
         }
-        // L1: wait for events of the own core or the scan timeout; or poll (see `poll_pause`).
-        if poll {
-            poll_pause(&reg, own, last_busy.elapsed() < max_timeout, max_timeout);
-        } else if let Err(e) = reg.monitor.wait_cpu(cpu, Some(timeout)) {
+        if cfg.leader_policy != LeaderPolicy::Normal
+            && let Err(e) = umt_sys::cpu::set_current_thread_idle_policy()
+        {
+            reg.warnings.warn(Warning::LeaderPolicy, || {
+                format!(
+                    "the leader of CPU {cpu} keeps the normal policy, so it preempts busy \
+                     workers: {e}"
+                )
+            });
+        }
+        let poll = cfg.caps.polling;
+        Leader {
+            reg,
+            starter,
+            own,
+            cpu,
+            poll,
+            // The periodic scan only corrects counts that missed an event. While scans find
+            // nothing, the timeout doubles (up to 64 periods) so a busy, non-blocking program
+            // is not interrupted every period; any event or action resets it. Events wake
+            // the leader anyway.
+            timeout: cfg.scan_period,
+            max_timeout: cfg.scan_period * 64,
+            last_busy: Instant::now(),
+            cpu_at_start: if poll {
+                thread_cpu_time()
+            } else {
+                Duration::ZERO
+            },
+            starved_looks: 0,
+            follower: if cfg.leader_runs_tasks {
+                WorkerCtx::for_leader(reg, own)
+            } else {
+                None
+            },
+            trace: LocalTrace::default(),
+        }
+    }
+
+    /// Records `kind` with `ready`: the count the leader acted on where it acted (a spare
+    /// woken for a core at 0 says 0, even if the spare already runs when the record is
+    /// written, as it may with live counts).
+    fn record_with(&self, kind: TraceKind, ready: i64) {
+        if let Some(rec) = &self.reg.trace {
+            self.trace
+                .record(rec, self.own, TraceThread::Leader, kind, ready);
+        }
+    }
+
+    /// Records `kind` with the count when recorded.
+    fn record(&self, kind: TraceKind) {
+        if self.reg.trace.is_some() {
+            self.record_with(kind, self.reg.monitor.ready(self.cpu));
+        }
+    }
+
+    /// Hands this thread's trace records over.
+    fn flush_trace(&self) {
+        if let Some(rec) = &self.reg.trace {
+            self.trace.flush(rec);
+        }
+    }
+
+    /// L1: waits for events of the own core or the scan timeout; or polls (see `poll_pause`).
+    fn wait(&self) {
+        let reg = self.reg;
+        if self.poll {
+            poll_pause(
+                reg,
+                self.own,
+                self.last_busy.elapsed() < self.max_timeout,
+                self.max_timeout,
+            );
+        } else if let Err(e) = reg.monitor.wait_cpu(self.cpu, Some(self.timeout)) {
+            let cpu = self.cpu;
             reg.warnings.warn(Warning::Leader, || {
                 format!("the leader of CPU {cpu} cannot wait on the monitor, it polls: {e}")
             });
-            std::thread::sleep(cfg.scan_period);
+            std::thread::sleep(reg.config.scan_period);
         }
         reg.counters
             .leader_iterations
             .fetch_add(1, Ordering::Relaxed);
         // A polling leader's iterations are too many to record; its drains are recorded.
-        if !poll {
-            record(TraceKind::LeaderWake);
+        if !self.poll {
+            self.record(TraceKind::LeaderWake);
         }
-        // L2. Read before draining: a woken worker ends its wake in flight only once it runs,
+    }
+
+    /// L2: reads the core's activation count and wake in flight, then drains the own core's
+    /// events into its ready count.
+    fn drain(&self) -> Look {
+        let reg = self.reg;
+        // Read before draining: a woken worker ends its wake in flight only once it runs,
         // when its unblock is in the kernel's counts, so with no wake in flight here every
         // woken worker is in the drain below. A wake that starts after this read changes the
         // core's activation count, which `fill` checks under the core's lock.
-        let (seen, in_flight) = reg.pools.leader_view(own);
+        let (seen, in_flight) = reg.pools.leader_view(self.own);
         // Only the own core's events: the work of an iteration does not grow with the number
         // of cores, and no other leader consumes what woke this one.
-        let mut quiet = true;
         let mut quiet_drain = true;
-        match reg.monitor.drain_cpu(cpu) {
+        match reg.monitor.drain_cpu(self.cpu) {
             Ok(n) => {
-                quiet = n == 0;
-                quiet_drain = quiet;
+                quiet_drain = n == 0;
                 if n > 0 {
                     reg.counters
                         .monitor_events
                         .fetch_add(n as u64, Ordering::Relaxed);
-                    record(TraceKind::Drained);
+                    self.record(TraceKind::Drained);
                 }
             }
-            Err(e) => reg.warnings.warn(Warning::Leader, || {
-                format!("the leader of CPU {cpu} cannot drain the monitor: {e}")
-            }),
+            Err(e) => {
+                let cpu = self.cpu;
+                reg.warnings.warn(Warning::Leader, || {
+                    format!("the leader of CPU {cpu} cannot drain the monitor: {e}")
+                });
+            }
         }
-        // L3: the own core, with no ready worker while work is queued (or a task of a
-        // surrendered worker waits), gets one. Whether work is queued is read only then: it
-        // reads the deques, whose cache lines the workers write.
-        let ready = reg.monitor.ready(cpu);
-        let pending = ready <= 0 && reg.has_work_for(own);
-        let mut woke = false;
+        let ready = reg.monitor.ready(self.cpu);
         // Time accounting: the state this drain leaves holds until the next drain.
-        reg.core_time[own].observe(Instant::now(), ready);
-        if ready <= 0 && !in_flight && (pending || reg.pools.has_surrendered(own)) {
-            // If a worker of the core started since `seen` (`Fill::Changed`), the drain may
-            // not show it yet: nothing is done, and the next iteration looks again.
-            match &follower {
-                // Leader-follower: run the queued tasks here, at once, instead of waking a
-                // worker (a surrendered worker's task is its own: it is woken for it).
-                Some(ctx) if pending && reg.pools.leader_view(own).0 == seen => {
-                    ctx.follow();
-                }
-                _ => {
-                    if fill(&reg, own, seen, &starter) {
-                        record_with(TraceKind::SpareWoken, ready);
-                        woke = true;
-                    }
+        reg.core_time[self.own].observe(Instant::now(), ready);
+        Look {
+            seen,
+            in_flight,
+            ready,
+            quiet_drain,
+            quiet: quiet_drain,
+            woke: false,
+        }
+    }
+
+    /// L3: the own core, with no ready worker while work is queued (or a task of a
+    /// surrendered worker waits), gets one. Whether work is queued is read only then: it
+    /// reads the deques, whose cache lines the workers write.
+    fn fill_hole(&self, look: &mut Look) {
+        let (reg, own) = (self.reg, self.own);
+        if look.ready > 0 || look.in_flight {
+            return;
+        }
+        let pending = reg.has_work_for(own);
+        if !pending && !reg.pools.has_surrendered(own) {
+            return;
+        }
+        // If a worker of the core started since `seen` (`Fill::Changed`), the drain may not
+        // show it yet: nothing is done, and the next iteration looks again.
+        match &self.follower {
+            // Leader-follower: run the queued tasks here, at once, instead of waking a
+            // worker (a surrendered worker's task is its own: it is woken for it).
+            Some(ctx) if pending && reg.pools.leader_view(own).0 == look.seen => {
+                ctx.follow();
+            }
+            _ => {
+                if fill(reg, own, look.seen, &self.starter) {
+                    self.record_with(TraceKind::SpareWoken, look.ready);
+                    look.woke = true;
                 }
             }
-            quiet = false;
         }
-        // L4 (M1–M2 of "Lending"): still no ready worker, and none woken (every worker of the
-        // core blocked and the spare limit reached, or nothing queued): a runnable worker of
-        // an oversubscribed core moves here.
+        look.quiet = false;
+    }
+
+    /// L4 (M1–M2 of "Lending"): still no ready worker, and none woken (every worker of the
+    /// core blocked and the spare limit reached, or nothing queued): a runnable worker of an
+    /// oversubscribed core moves here.
+    fn borrow_if_starved(&mut self, look: &mut Look) {
         // A new drop to zero (a drained signal), a ready worker or a wake starts the count
         // of starved looks again.
-        if ready > 0 || woke || !quiet_drain {
-            starved_looks = 0;
+        if look.ready > 0 || look.woke || !look.quiet_drain {
+            self.starved_looks = 0;
         }
-        if cfg.lend && ready <= 0 && !in_flight && !woke {
-            match lend(&reg, own) {
-                Loan::Lent => {
-                    starved_looks = 0;
-                    // With the count the loan left (the worker counts here once moved).
-                    record(TraceKind::Lent);
-                    // Handed over now: the worker keeps this leader (at `SCHED_IDLE`) off
-                    // the core, perhaps until the run ends.
-                    if let Some(rec) = &reg.trace {
-                        trace.flush(rec);
-                    }
-                    quiet = false;
-                }
-                // Look again soon: the donor's workers may be runnable at the next look.
-                Loan::Refused => quiet = false,
-                // Nobody signals this leader when another core's workers come back, so while
-                // this core's own workers are blocked (it has active ones, none ready) it
-                // looks every scan period, not at a doubling timeout: a look that came 64
-                // periods late left a core idle for tens of milliseconds beside a core whose
-                // returned workers shared it. The core idles meanwhile, so the looks cost
-                // no worker any time.
-                Loan::NoDonor => {
-                    starved_looks += 1;
-                    quiet &= reg.pools.active(own) == 0 || starved_looks > MAX_STARVED_LOOKS;
-                }
+        if !self.reg.config.caps.lend || look.ready > 0 || look.in_flight || look.woke {
+            return;
+        }
+        match lend(self.reg, self.own) {
+            Loan::Lent => {
+                self.starved_looks = 0;
+                // With the count the loan left (the worker counts here once moved).
+                self.record(TraceKind::Lent);
+                // Handed over now: the worker keeps this leader (at `SCHED_IDLE`) off the
+                // core, perhaps until the run ends.
+                self.flush_trace();
+                look.quiet = false;
+            }
+            // Look again soon: the donor's workers may be runnable at the next look.
+            Loan::Refused => look.quiet = false,
+            // Nobody signals this leader when another core's workers come back, so while
+            // this core's own workers are blocked (it has active ones, none ready) it looks
+            // every scan period, not at a doubling timeout: a look that came 64 periods late
+            // left a core idle for tens of milliseconds beside a core whose returned workers
+            // shared it. The core idles meanwhile, so the looks cost no worker any time.
+            Loan::NoDonor => {
+                self.starved_looks += 1;
+                look.quiet &= self.reg.pools.active(self.own) == 0
+                    || self.starved_looks > MAX_STARVED_LOOKS;
             }
         }
-        timeout = if quiet {
-            (timeout * 2).min(max_timeout)
+    }
+
+    /// The next wait's timeout (doubled after a quiet look, else the scan period) and, when
+    /// polling, the CPU time of quiet looks (`Stats::leader_poll_time`).
+    fn pace(&mut self, look: &Look) {
+        self.timeout = if look.quiet {
+            (self.timeout * 2).min(self.max_timeout)
         } else {
-            cfg.scan_period
+            self.reg.config.scan_period
         };
-        if poll {
+        if self.poll {
             let now_cpu = thread_cpu_time();
-            if quiet {
-                let spent = now_cpu.saturating_sub(cpu_at_start).as_nanos() as u64;
-                reg.counters
+            if look.quiet {
+                let spent = now_cpu.saturating_sub(self.cpu_at_start).as_nanos() as u64;
+                self.reg
+                    .counters
                     .leader_poll_ns
                     .fetch_add(spent, Ordering::Relaxed);
             } else {
-                last_busy = Instant::now();
+                self.last_busy = Instant::now();
             }
-            cpu_at_start = now_cpu;
+            self.cpu_at_start = now_cpu;
         }
-    }
-    if let Some(rec) = &reg.trace {
-        trace.flush(rec);
     }
 }
 
@@ -259,7 +360,7 @@ enum Loan {
 
 /// L4, M1–M2 of `README.md`, "Lending": moves a runnable worker of the other core with the
 /// most ready workers (at least two) to core `own`, which has none. Live counts only
-/// (`Config::lend`): another core's count is read without a drain, and it follows the moved
+/// (`Capabilities::lend`): another core's count is read without a drain, and it follows the moved
 /// thread to its new CPU.
 fn lend(reg: &Registry, own: usize) -> Loan {
     let cpus = &reg.config.cpus;

@@ -287,7 +287,7 @@ impl Registry {
     /// leader that is not parked only leaves a token: its next sleep returns at once, one
     /// extra iteration.
     pub(crate) fn poke_leader(&self, core: usize) {
-        if self.config.polling()
+        if self.config.caps.polling
             && let Some(leader) = self.leaders.get().and_then(|l| l.get(core))
         {
             leader.unpark();
@@ -426,7 +426,7 @@ mod extension_tests {
             exit_handler: None,
             panic_handler: None,
             handoff: false,
-            lend: false,
+            caps: crate::config::Capabilities::of(LeaderPolicy::Idle, false, false, cores),
             leader_runs_tasks: false,
             trace: false,
             io_poll_interval: Duration::from_micros(20),

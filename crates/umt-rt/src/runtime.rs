@@ -65,7 +65,7 @@ impl Runtime {
     /// ([`Builder::lend_workers`](crate::Builder::lend_workers), which needs live counts: the
     /// Bpf backend, or the Kernel backend's ABI 2; and more than one core).
     pub fn lends_workers(&self) -> bool {
-        self.reg.config.lend
+        self.reg.config.caps.lend
     }
 
     /// How the backend was chosen, with the reasons better ones were rejected.

@@ -156,7 +156,7 @@ pub struct WorkerStats {
 /// record at a time").
 pub(crate) fn snapshot(reg: &Registry) -> Stats {
     let cpus = &reg.config.cpus;
-    if !reg.monitor.counts_are_live() {
+    if !reg.config.caps.live_counts {
         for &cpu in cpus {
             if let Ok(n) = reg.monitor.settle_cpu(cpu)
                 && n > 0

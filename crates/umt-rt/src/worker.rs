@@ -320,7 +320,7 @@ impl WorkerCtx {
         const YIELD_ROUNDS: u32 = 16;
         // A polling leader is runnable at SCHED_IDLE: a yield would hand it the core for a
         // whole iteration each time. Those rounds spin instead.
-        let may_yield = !self.reg.config.polling();
+        let may_yield = !self.reg.config.caps.polling;
         for round in 0..SPIN_ROUNDS + YIELD_ROUNDS {
             if done.is_some_and(|d| d()) || self.reg.terminate.load(Ordering::Relaxed) {
                 return None;
@@ -586,7 +586,7 @@ impl WorkerCtx {
     /// own. Before it parks (a parked worker is its own core's), when it was lent while it
     /// parked, and when the core it was lent to has its own workers back.
     fn go_home(&self) {
-        if self.role != Role::Worker || !self.reg.config.lend {
+        if self.role != Role::Worker || !self.reg.config.caps.lend {
             return;
         }
         let lend = &self.slot().lend;
@@ -609,7 +609,7 @@ impl WorkerCtx {
     /// lend (no load then), nor for a leader running tasks.
     #[inline]
     fn lent_to(&self) -> Option<usize> {
-        if !self.reg.config.lend || self.role != Role::Worker {
+        if !self.reg.config.caps.lend || self.role != Role::Worker {
             return None;
         }
         self.slot().lend.lent_to()
@@ -680,14 +680,14 @@ impl WorkerCtx {
         // M3: lent to another core, the worker stays there until one of that core's own
         // workers is ready again, and then goes home (guests leave first; the core's own
         // workers count only each other, below).
-        let lending = self.reg.config.lend;
+        let lending = self.reg.config.caps.lend;
         if let Some(to) = self.lent_to() {
             if self.own_ready(to) < 1 {
                 return false;
             }
             self.go_home();
         }
-        if self.reg.config.polling() {
+        if self.reg.config.caps.polling {
             // Nobody is signalled per event: this worker's own unblock, if it just came back
             // from a block, is still in its ring (two loads when there is none).
             self.drained(monitor.drain_current_thread());
@@ -698,7 +698,7 @@ impl WorkerCtx {
         // its core's leader drains, and the leader runs when the core idles. Drain the core
         // now, or every scheduling point would try to surrender, in vain. (Live counts, Bpf:
         // never stale, and their drain would take the leader's wake-ups.)
-        if ready > self.reg.pools.active(self.core) as i64 && !monitor.counts_are_live() {
+        if ready > self.reg.pools.active(self.core) as i64 && !self.reg.config.caps.live_counts {
             self.drained(monitor.drain_cpu(self.cpu));
             ready = monitor.ready(self.cpu);
         }
