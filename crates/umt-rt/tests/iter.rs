@@ -608,3 +608,144 @@ mod written_for_rayon {
         assert_eq!(v, [9, 0, 10, 20, 30, 40]);
     }
 }
+
+/// An item that counts its drops in `DROPS[id]`.
+struct Counted<'a> {
+    id: usize,
+    drops: &'a [AtomicU8],
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.drops[self.id].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn counted(drops: &[AtomicU8]) -> Vec<Counted<'_>> {
+    (0..drops.len()).map(|id| Counted { id, drops }).collect()
+}
+
+fn each_dropped_once(drops: &[AtomicU8]) {
+    let bad: Vec<(usize, u8)> = drops
+        .iter()
+        .map(|d| d.load(Ordering::Relaxed))
+        .enumerate()
+        .filter(|&(_, n)| n != 1)
+        .collect();
+    assert!(bad.is_empty(), "items dropped other than once: {bad:?}");
+}
+
+proptest! {
+    /// A vector by value: every item reaches the consumer once, in order where the consumer
+    /// keeps order, and every item is dropped once, whether a consumer took it, an adaptor
+    /// skipped it, a search stopped before it, or a closure panicked.
+    #[test]
+    fn a_vector_by_value_moves_each_item_once_and_drops_each_once(
+        n in 0usize..300,
+        skip in 0usize..50,
+        take in 0usize..300,
+        stop in 0usize..300,
+        schedule in schedules(),
+    ) {
+        rt().install(|| {
+            let drops: Vec<AtomicU8> = (0..n).map(|_| AtomicU8::new(0)).collect();
+            let ids: Vec<usize> = counted(&drops)
+                .into_par_iter()
+                .schedule(schedule)
+                .map(|c| c.id)
+                .collect();
+            prop_assert_eq!(ids, (0..n).collect::<Vec<_>>());
+            each_dropped_once(&drops);
+
+            let drops: Vec<AtomicU8> = (0..n).map(|_| AtomicU8::new(0)).collect();
+            let kept: Vec<usize> = counted(&drops)
+                .into_par_iter()
+                .schedule(schedule)
+                .skip(skip)
+                .take(take)
+                .map(|c| c.id)
+                .collect();
+            let want: Vec<usize> = (0..n).skip(skip).take(take).collect();
+            prop_assert_eq!(kept, want);
+            each_dropped_once(&drops);
+
+            let drops: Vec<AtomicU8> = (0..n).map(|_| AtomicU8::new(0)).collect();
+            let found = counted(&drops)
+                .into_par_iter()
+                .schedule(schedule)
+                .find_any(|c| c.id == stop)
+                .map(|c| c.id);
+            prop_assert_eq!(found, (stop < n).then_some(stop));
+            each_dropped_once(&drops);
+
+            let drops: Vec<AtomicU8> = (0..n).map(|_| AtomicU8::new(0)).collect();
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                counted(&drops)
+                    .into_par_iter()
+                    .schedule(schedule)
+                    .for_each(|c| assert!(c.id != stop, "stop at {stop}"));
+            }));
+            prop_assert_eq!(r.is_err(), stop < n);
+            each_dropped_once(&drops);
+            Ok(())
+        })?;
+    }
+}
+
+proptest! {
+    /// `fold` then `reduce`/`sum` gives the sequential fold, under every schedule; its
+    /// accumulators come in index order (concatenated strings keep the order); `map_init`'s
+    /// state is made at most once per item and each item is mapped once.
+    #[test]
+    fn fold_and_map_init_agree_with_sequential(
+        n in 0usize..400,
+        schedule in schedules(),
+    ) {
+        rt().install(|| {
+            let sum = (0..n as u64)
+                .into_par_iter()
+                .schedule(schedule)
+                .fold(|| 0u64, |a, i| a + i * i)
+                .sum::<u64>();
+            prop_assert_eq!(sum, (0..n as u64).map(|i| i * i).sum::<u64>());
+
+            let text = (0..n)
+                .into_par_iter()
+                .schedule(schedule)
+                .fold_with(String::new(), |mut s, i| {
+                    s.push_str(&i.to_string());
+                    s.push(',');
+                    s
+                })
+                .reduce(String::new, |a, b| a + &b);
+            let want: String = (0..n).map(|i| format!("{i},")).collect();
+            prop_assert_eq!(text, want);
+
+            let inits = AtomicUsize::new(0);
+            let mapped: Vec<usize> = (0..n)
+                .into_par_iter()
+                .schedule(schedule)
+                .map_init(
+                    || {
+                        inits.fetch_add(1, Ordering::Relaxed);
+                        0usize
+                    },
+                    |seen, i| {
+                        *seen += 1;
+                        i * 2
+                    },
+                )
+                .collect();
+            prop_assert_eq!(mapped, (0..n).map(|i| i * 2).collect::<Vec<_>>());
+            prop_assert!(inits.load(Ordering::Relaxed) <= n.max(1));
+
+            let with: Vec<usize> = (0..n)
+                .into_par_iter()
+                .schedule(schedule)
+                .map_with(10usize, |base, i| *base + i)
+                .collect();
+            prop_assert_eq!(with, (0..n).map(|i| 10 + i).collect::<Vec<_>>());
+            Ok(())
+        })?;
+    }
+}

@@ -40,8 +40,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use producer::{
     ByChunks, ByExactChunks, ByWindows, Chain, Chunks, ChunksExact, ChunksMut, Cloned, Copied,
-    Enumerate, Filter, FilterMap, FlatMapIter, Indexed, Inspect, Map, Producer, RangeInteger,
-    RangeProducer, Slice, SliceMut, Split, StepBy, SubSlices, Window, Windows, Zip,
+    Enumerate, Filter, FilterMap, FlatMapIter, Indexed, Inspect, Map, MapInit, MapInitPart, Producer, RangeInteger,
+    RangeProducer, Slice, SliceMut, Split, StepBy, SubSlices, VecPart, VecProducer, Window, Windows,
+    Zip,
 };
 
 use crate::schedule::Schedule;
@@ -255,6 +256,54 @@ pub trait ParallelIterator: Sized {
         F: Fn(Self::Item) -> R + Sync,
     {
         self.into_parts().adapt(|p| Map::new(p, f))
+    }
+
+    /// Maps each item with `f` and a state of its own to the thread: `init` makes one per
+    /// part of the loop a thread takes (a buffer, a random generator, a connection), so
+    /// `init` may run many times, never once per item unless parts are one item long.
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let lines: Vec<String> = (0..1000u32)
+    ///     .into_par_iter()
+    ///     .map_init(String::new, |buf, i| {
+    ///         buf.clear();
+    ///         buf.push_str(&i.to_string());
+    ///         buf.len()
+    ///     })
+    ///     .map(|n| n.to_string())
+    ///     .collect();
+    /// assert_eq!(lines[999], "3");
+    /// ```
+    fn map_init<INIT, T, F, R>(self, init: INIT, f: F) -> ParIter<MapInit<Self::Producer, INIT, F>>
+    where
+        INIT: Fn() -> T + Sync,
+        F: Fn(&mut T, Self::Item) -> R + Sync,
+    {
+        self.into_parts().adapt(|p| MapInit::new(p, init, f))
+    }
+
+    /// [`map_init`](ParallelIterator::map_init) with a clone of `init` as each part's state.
+    #[allow(clippy::type_complexity)]
+    fn map_with<T, F, R>(
+        self,
+        init: T,
+        f: F,
+    ) -> ParIter<MapInit<Self::Producer, impl Fn() -> T + Sync, F>>
+    where
+        T: Send + Clone,
+        F: Fn(&mut T, Self::Item) -> R + Sync,
+    {
+        let init = std::sync::Mutex::new(init);
+        self.map_init(
+            move || {
+                init.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone()
+            },
+            f,
+        )
     }
 
     /// Keeps the items for which `f` is true.
@@ -473,6 +522,68 @@ pub trait ParallelIterator: Sized {
                 combine: op,
                 ordered: true,
             },
+        )
+    }
+
+    /// Folds the items of each part of the loop a thread takes into an accumulator made by
+    /// `identity`, and returns a parallel iterator over those accumulators, in index order
+    /// (rayon's `fold`, followed as there by a `reduce`, `sum` or `collect`). How many there
+    /// are depends on how the loop was split. The fold runs here, before the next consumer
+    /// (rayon's runs within it): their effects are the same.
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let words = ["a", "bb", "ccc", "dd"];
+    /// let total = words
+    ///     .par_iter()
+    ///     .fold(|| 0usize, |n, w| n + w.len())
+    ///     .sum::<usize>();
+    /// assert_eq!(total, 8);
+    /// ```
+    #[track_caller]
+    fn fold<T, ID, F>(self, identity: ID, fold_op: F) -> ParIter<VecProducer<T>>
+    where
+        T: Send,
+        ID: Fn() -> T + Sync,
+        F: Fn(T, Self::Item) -> T + Sync,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        let (identity, fold_op) = (&identity, &fold_op);
+        let parts: Vec<T> = it.run(
+            Location::caller(),
+            Fold {
+                identity: Vec::new,
+                fold: |mut parts: Vec<T>, r| {
+                    parts.push(producer.items(r).fold(identity(), fold_op));
+                    parts
+                },
+                combine: |mut a: Vec<T>, b| {
+                    a.extend(b);
+                    a
+                },
+                ordered: true,
+            },
+        );
+        ParIter::new(VecProducer::new(parts))
+    }
+
+    /// [`fold`](ParallelIterator::fold) from a clone of `init` in each part.
+    #[track_caller]
+    fn fold_with<T, F>(self, init: T, fold_op: F) -> ParIter<VecProducer<T>>
+    where
+        T: Send + Clone,
+        F: Fn(T, Self::Item) -> T + Sync,
+    {
+        let init = std::sync::Mutex::new(init);
+        self.fold(
+            || {
+                init.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone()
+            },
+            fold_op,
         )
     }
 
@@ -812,6 +923,25 @@ impl<'data, T: Sync + 'data> IntoParallelIterator for &'data Vec<T> {
 
     fn into_par_iter(self) -> Self::Iter {
         ParIter::new(Slice::new(self))
+    }
+}
+
+/// A vector by value: each item moves to the thread that handles it (rayon's
+/// `vec.into_par_iter()`).
+///
+/// ```
+/// use umt_rt::prelude::*;
+///
+/// let names: Vec<String> = (0..100).map(|i| format!("file-{i}")).collect();
+/// let lens: Vec<usize> = names.into_par_iter().map(|s| s.len()).collect();
+/// assert_eq!(lens.iter().sum::<usize>(), 10 * 6 + 90 * 7);
+/// ```
+impl<T: Send> IntoParallelIterator for Vec<T> {
+    type Iter = ParIter<VecProducer<T>>;
+    type Item = T;
+
+    fn into_par_iter(self) -> Self::Iter {
+        ParIter::new(VecProducer::new(self))
     }
 }
 

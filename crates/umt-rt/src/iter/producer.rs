@@ -157,6 +157,147 @@ impl<'data, T: Sync> Producer for Slice<'data, T> {
     }
 }
 
+/// A vector, by value (`into_par_iter` on `Vec<T>`): each item is moved out once, to the
+/// thread that asks for its index. Items no consumer asks for (a `take`, a `find_any` that
+/// stopped early, a panic) are dropped with the producer; those of a part a thread began
+/// but did not finish are dropped with that part's iterator.
+#[derive(Debug)]
+pub struct VecProducer<T> {
+    ptr: *mut T,
+    len: usize,
+    cap: usize,
+    /// The parts handed out so far: whatever lies outside them is dropped at the end.
+    handed: std::sync::Mutex<Vec<Range<usize>>>,
+    _own: PhantomData<T>,
+}
+
+// SAFETY: the producer owns the vector's items and moves each to one thread (see `iter`), as
+// a `Vec<T>` sent to that thread would: `T: Send` is what that needs.
+unsafe impl<T: Send> Send for VecProducer<T> {}
+// SAFETY: as above; sharing the producer lets threads take disjoint parts, each part once.
+unsafe impl<T: Send> Sync for VecProducer<T> {}
+
+impl<T: Send> VecProducer<T> {
+    pub(crate) fn new(v: Vec<T>) -> Self {
+        let mut v = std::mem::ManuallyDrop::new(v);
+        VecProducer {
+            ptr: v.as_mut_ptr(),
+            len: v.len(),
+            cap: v.capacity(),
+            handed: std::sync::Mutex::new(Vec::new()),
+            _own: PhantomData,
+        }
+    }
+}
+
+impl<T> Drop for VecProducer<T> {
+    fn drop(&mut self) {
+        let mut handed = std::mem::take(
+            self.handed
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        handed.sort_by_key(|r| r.start);
+        let mut next = 0;
+        let gaps = handed
+            .iter()
+            .map(|r| (r.start, r.end))
+            .chain(std::iter::once((self.len, self.len)))
+            .filter_map(|(start, end)| {
+                let gap = next..start.max(next);
+                next = next.max(end);
+                (!gap.is_empty()).then_some(gap)
+            })
+            .collect::<Vec<_>>();
+        for gap in gaps {
+            // SAFETY: no part handed out covers `gap`, so its items are still in the buffer,
+            // initialised, and nobody else reads them.
+            unsafe {
+                std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
+                    self.ptr.add(gap.start),
+                    gap.len(),
+                ));
+            }
+        }
+        // SAFETY: `ptr` and `cap` come from a `Vec<T>` this producer owns; its length is now 0,
+        // every item having been moved out or dropped above.
+        drop(unsafe { Vec::from_raw_parts(self.ptr, 0, self.cap) });
+    }
+}
+
+impl<T> sealed::Sealed for VecProducer<T> {}
+impl<T: Send> Indexed for VecProducer<T> {}
+
+impl<T: Send> Producer for VecProducer<T> {
+    type Item = T;
+    type Iter<'p>
+        = VecPart<'p, T>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
+        let (start, end) = (r.start.min(self.len), r.end.min(self.len));
+        let end = end.max(start);
+        self.handed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(start..end);
+        VecPart {
+            ptr: self.ptr,
+            next: start,
+            end,
+            _producer: PhantomData,
+        }
+    }
+}
+
+/// The items of one part of a [`VecProducer`], moved out one by one; those not taken are
+/// dropped with it.
+#[derive(Debug)]
+pub struct VecPart<'p, T> {
+    ptr: *mut T,
+    next: usize,
+    end: usize,
+    _producer: PhantomData<&'p VecProducer<T>>,
+}
+
+impl<T> Iterator for VecPart<'_, T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        if self.next >= self.end {
+            return None;
+        }
+        // SAFETY: this part was handed out once (contract of `Producer::iter`) and `next` is
+        // within it: the item is initialised and read exactly once, here.
+        let item = unsafe { self.ptr.add(self.next).read() };
+        self.next += 1;
+        Some(item)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.end - self.next;
+        (n, Some(n))
+    }
+}
+
+impl<T> Drop for VecPart<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: the items `next..end` of this part were not moved out, and only this part
+        // may touch them.
+        unsafe {
+            std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
+                self.ptr.add(self.next),
+                self.end - self.next,
+            ));
+        }
+    }
+}
+
 /// A shared slice in sub-slices of `size` elements, cut as `S` says: [`Chunks`]
 /// (`par_chunks`), [`ChunksExact`] (`par_chunks_exact`), [`Windows`] (`par_windows`).
 #[derive(Debug)]
@@ -403,6 +544,77 @@ impl<P: Producer, F: Fn(P::Item) -> R + Sync, R> Producer for Map<P, F> {
     unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
         // SAFETY: forwarded with the caller's guarantee.
         unsafe { self.base.iter(r, token) }.map(&self.f)
+    }
+}
+
+/// `map_init`'s producer: each part of the loop (a chunk a thread takes) makes its own state
+/// with `init`, and maps its items with it.
+#[derive(Debug, Clone)]
+pub struct MapInit<P, INIT, F> {
+    base: P,
+    init: INIT,
+    f: F,
+}
+
+impl<P, INIT, F> MapInit<P, INIT, F> {
+    pub(crate) fn new(base: P, init: INIT, f: F) -> Self {
+        MapInit { base, init, f }
+    }
+}
+
+impl<P, INIT, F> sealed::Sealed for MapInit<P, INIT, F> {}
+impl<P, INIT, F, T, R> Indexed for MapInit<P, INIT, F>
+where
+    P: Indexed,
+    INIT: Fn() -> T + Sync,
+    F: Fn(&mut T, P::Item) -> R + Sync,
+{
+}
+
+impl<P, INIT, F, T, R> Producer for MapInit<P, INIT, F>
+where
+    P: Producer,
+    INIT: Fn() -> T + Sync,
+    F: Fn(&mut T, P::Item) -> R + Sync,
+{
+    type Item = R;
+    type Iter<'p>
+        = MapInitPart<'p, P::Iter<'p>, T, F>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.base.len()
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
+        MapInitPart {
+            // SAFETY: forwarded with the caller's guarantee.
+            base: unsafe { self.base.iter(r, token) },
+            state: (self.init)(),
+            f: &self.f,
+        }
+    }
+}
+
+/// One part of a [`MapInit`]: its items, mapped with its own state.
+#[derive(Debug)]
+pub struct MapInitPart<'p, I, T, F> {
+    base: I,
+    state: T,
+    f: &'p F,
+}
+
+impl<I: Iterator, T, F: Fn(&mut T, I::Item) -> R, R> Iterator for MapInitPart<'_, I, T, F> {
+    type Item = R;
+
+    fn next(&mut self) -> Option<R> {
+        let item = self.base.next()?;
+        Some((self.f)(&mut self.state, item))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.base.size_hint()
     }
 }
 
