@@ -76,6 +76,15 @@ impl<P: Producer> ParIter<P> {
         }
     }
 
+    /// The producer `make` builds on this loop's and `other`'s (`chain`, `zip`), under this
+    /// loop's schedule, or `other`'s when only it has one.
+    fn pair<O, Q>(self, other: ParIter<O>, make: impl FnOnce(P, O) -> Q) -> ParIter<Q> {
+        ParIter {
+            producer: make(self.producer, other.producer),
+            schedule: self.schedule.or(other.schedule),
+        }
+    }
+
     /// Runs the loop, calling `body` on each range of indices the schedule hands out.
     fn for_ranges(&self, site: &'static Location<'static>, body: impl Fn(Range<usize>) + Sync) {
         self.run(
@@ -368,11 +377,8 @@ pub trait ParallelIterator: Sized {
     where
         O: IntoParallelIterator<Item = Self::Item>,
     {
-        let (this, other) = (self.into_parts(), other.into_par_iter().into_parts());
-        ParIter {
-            producer: Chain::new(this.producer, other.producer),
-            schedule: this.schedule.or(other.schedule),
-        }
+        self.into_parts()
+            .pair(other.into_par_iter().into_parts(), Chain::new)
     }
 
     /// Calls `f` on each item.
@@ -777,11 +783,8 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
         O: IntoParallelIterator,
         O::Iter: IndexedParallelIterator,
     {
-        let (this, other) = (self.into_parts(), other.into_par_iter().into_parts());
-        ParIter {
-            producer: Zip::new(this.producer, other.producer),
-            schedule: this.schedule.or(other.schedule),
-        }
+        self.into_parts()
+            .pair(other.into_par_iter().into_parts(), Zip::new)
     }
 
     /// The index of some item for which `f` is true, if there is one (see
