@@ -749,3 +749,63 @@ proptest! {
         })?;
     }
 }
+
+proptest! {
+    /// `find_first`/`find_last`, `find_map_first`/`find_map_last` and
+    /// `position_first`/`position_last` give the sequential answer under every schedule, also
+    /// behind a `filter` (items fewer than indices) and a `flat_map_iter` (more).
+    #[test]
+    fn first_and_last_searches_agree_with_sequential(
+        v in proptest::collection::vec(0u8..20, 0..300),
+        target in 0u8..20,
+        schedule in schedules(),
+    ) {
+        rt().install(|| {
+            let hit = |x: &&u8| **x == target;
+            // Compared by address: which occurrence was found, not only its value.
+            let at = |x: Option<&u8>| x.map(std::ptr::from_ref);
+            prop_assert_eq!(
+                at(v.par_iter().schedule(schedule).find_first(hit)),
+                at(v.iter().find(hit))
+            );
+            prop_assert_eq!(
+                at(v.par_iter().schedule(schedule).find_last(hit)),
+                at(v.iter().rfind(hit))
+            );
+            prop_assert_eq!(
+                v.par_iter().schedule(schedule).position_first(|x| *x == target),
+                v.iter().position(|x| *x == target)
+            );
+            prop_assert_eq!(
+                v.par_iter().schedule(schedule).position_last(|x| *x == target),
+                v.iter().rposition(|x| *x == target)
+            );
+            let tagged = |(i, x): (usize, &u8)| (*x == target).then_some(i);
+            prop_assert_eq!(
+                v.par_iter().enumerate().schedule(schedule).find_map_first(tagged),
+                v.iter().enumerate().find_map(tagged)
+            );
+            prop_assert_eq!(
+                v.par_iter().enumerate().schedule(schedule).find_map_last(tagged),
+                v.iter().enumerate().filter_map(tagged).next_back()
+            );
+            // Behind a filter and a flat_map_iter: the order of items, not indices.
+            let odd = |x: &&u8| **x % 2 == 1;
+            prop_assert_eq!(
+                at(v.par_iter().schedule(schedule).filter(odd).find_first(hit)),
+                at(v.iter().filter(odd).find(hit))
+            );
+            let twice = |(i, x): (usize, &u8)| [(i, u16::from(*x)), (i, u16::from(*x) + 100)];
+            let near = |y: &(usize, u16)| y.1 == u16::from(target) + 100;
+            prop_assert_eq!(
+                v.par_iter().enumerate().schedule(schedule).flat_map_iter(twice).find_last(near),
+                v.iter().enumerate().flat_map(twice).rfind(near)
+            );
+            prop_assert_eq!(
+                v.par_iter().enumerate().schedule(schedule).flat_map_iter(twice).find_first(near),
+                v.iter().enumerate().flat_map(twice).find(near)
+            );
+            Ok(())
+        })?;
+    }
+}

@@ -36,7 +36,7 @@ use std::cmp::Ordering as CmpOrdering;
 use std::iter::Sum;
 use std::ops::Range;
 use std::panic::Location;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 pub use producer::{
     ByChunks, ByExactChunks, ByWindows, Chain, Chunks, ChunksExact, ChunksMut, Cloned, Copied,
@@ -124,6 +124,69 @@ impl<P: Producer> ParIter<P> {
                 },
                 combine: |a: Option<R>, b| a.or(b),
                 ordered: false,
+            },
+        )
+    }
+
+    /// The result `search` finds in the earliest part of the loop where it finds one. Parts
+    /// after a part with a result are skipped, and a search in progress there stops
+    /// (`go_on`): no later part can hold the first.
+    fn search_first<R: Send>(
+        &self,
+        site: &'static Location<'static>,
+        search: impl Fn(Range<usize>, &dyn Fn() -> bool) -> Option<R> + Sync,
+    ) -> Option<R> {
+        // The start of the earliest part with a result so far.
+        let best = AtomicUsize::new(usize::MAX);
+        self.run(
+            site,
+            Fold {
+                identity: || None,
+                fold: |acc: Option<R>, r: Range<usize>| {
+                    if acc.is_some() || r.start > best.load(Ordering::Relaxed) {
+                        return acc;
+                    }
+                    let start = r.start;
+                    let found = search(r, &|| start <= best.load(Ordering::Relaxed));
+                    if found.is_some() {
+                        best.fetch_min(start, Ordering::Relaxed);
+                    }
+                    found
+                },
+                combine: |a: Option<R>, b| a.or(b),
+                ordered: true,
+            },
+        )
+    }
+
+    /// The result `search` finds in the latest part of the loop where it finds one (`search`
+    /// returns the last in its part). Parts before a part with a result are skipped, and a
+    /// search in progress there stops (`go_on`).
+    fn search_last<R: Send>(
+        &self,
+        site: &'static Location<'static>,
+        search: impl Fn(Range<usize>, &dyn Fn() -> bool) -> Option<R> + Sync,
+    ) -> Option<R> {
+        // One past the start of the latest part with a result so far (0: none yet).
+        let best = AtomicUsize::new(0);
+        self.run(
+            site,
+            Fold {
+                identity: || None,
+                fold: |acc: Option<R>, r: Range<usize>| {
+                    let start = r.start;
+                    let go_on = || start + 1 >= best.load(Ordering::Relaxed);
+                    if !go_on() {
+                        return acc;
+                    }
+                    let found = search(r, &go_on);
+                    if found.is_some() {
+                        best.fetch_max(start + 1, Ordering::Relaxed);
+                    }
+                    found.or(acc)
+                },
+                combine: |a: Option<R>, b: Option<R>| b.or(a),
+                ordered: true,
             },
         )
     }
@@ -442,6 +505,72 @@ pub trait ParallelIterator: Sized {
                 .items(r)
                 .take_while(|_| go_on())
                 .find(|item| f(item))
+        })
+    }
+
+    /// The first item, in index order, for which `f` is true (the parts after one where it
+    /// is found are skipped).
+    #[track_caller]
+    fn find_first<F>(self, f: F) -> Option<Self::Item>
+    where
+        Self::Item: Send,
+        F: Fn(&Self::Item) -> bool + Sync,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        it.search_first(Location::caller(), |r, go_on| {
+            producer.items(r).take_while(|_| go_on()).find(|item| f(item))
+        })
+    }
+
+    /// The last item, in index order, for which `f` is true (the parts before one where it
+    /// is found are skipped).
+    #[track_caller]
+    fn find_last<F>(self, f: F) -> Option<Self::Item>
+    where
+        Self::Item: Send,
+        F: Fn(&Self::Item) -> bool + Sync,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        it.search_last(Location::caller(), |r, go_on| {
+            producer
+                .items(r)
+                .take_while(|_| go_on())
+                .filter(|item| f(item))
+                .last()
+        })
+    }
+
+    /// The first `Some` that `f` makes, in index order.
+    #[track_caller]
+    fn find_map_first<F, R>(self, f: F) -> Option<R>
+    where
+        R: Send,
+        F: Fn(Self::Item) -> Option<R> + Sync,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        it.search_first(Location::caller(), |r, go_on| {
+            producer.items(r).take_while(|_| go_on()).find_map(&f)
+        })
+    }
+
+    /// The last `Some` that `f` makes, in index order.
+    #[track_caller]
+    fn find_map_last<F, R>(self, f: F) -> Option<R>
+    where
+        R: Send,
+        F: Fn(Self::Item) -> Option<R> + Sync,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        it.search_last(Location::caller(), |r, go_on| {
+            producer
+                .items(r)
+                .take_while(|_| go_on())
+                .filter_map(&f)
+                .last()
         })
     }
 
@@ -785,6 +914,39 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
     {
         self.into_parts()
             .pair(other.into_par_iter().into_parts(), Zip::new)
+    }
+
+    /// The index of the first item for which `f` is true.
+    #[track_caller]
+    fn position_first<F>(self, f: F) -> Option<usize>
+    where
+        F: Fn(Self::Item) -> bool + Sync,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        it.search_first(Location::caller(), |r: Range<usize>, go_on| {
+            r.clone()
+                .zip(producer.items(r))
+                .take_while(|_| go_on())
+                .find_map(|(i, item)| f(item).then_some(i))
+        })
+    }
+
+    /// The index of the last item for which `f` is true.
+    #[track_caller]
+    fn position_last<F>(self, f: F) -> Option<usize>
+    where
+        F: Fn(Self::Item) -> bool + Sync,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        it.search_last(Location::caller(), |r: Range<usize>, go_on| {
+            r.clone()
+                .zip(producer.items(r))
+                .take_while(|_| go_on())
+                .filter_map(|(i, item)| f(item).then_some(i))
+                .last()
+        })
     }
 
     /// The index of some item for which `f` is true, if there is one (see
