@@ -170,6 +170,19 @@ proptest! {
             let (neg, rest): (Vec<i16>, Vec<i16>) = v.par_iter().schedule(s).copied().partition(|x| *x < 0);
             let want: (Vec<i16>, Vec<i16>) = v.iter().copied().partition(|x| *x < 0);
             assert_eq!((neg, rest), want);
+            let side = |x: i16| {
+                if x % 3 == 0 {
+                    umt_rt::iter::Either::Left(x)
+                } else {
+                    umt_rt::iter::Either::Right(i32::from(x) * 2)
+                }
+            };
+            let (threes, others): (Vec<i16>, Vec<i32>) =
+                v.par_iter().schedule(s).copied().partition_map(side);
+            assert_eq!(threes, v.iter().copied().filter(|x| x % 3 == 0).collect::<Vec<_>>());
+            let want: Vec<i32> =
+                v.iter().filter(|x| *x % 3 != 0).map(|x| i32::from(*x) * 2).collect();
+            assert_eq!(others, want);
         });
     }
 

@@ -45,6 +45,8 @@ pub use producer::{
     Zip,
 };
 
+pub use either::Either;
+
 use crate::schedule::Schedule;
 use drive::{Fold, drive};
 use producer::ProducerExt;
@@ -83,6 +85,27 @@ impl<P: Producer> ParIter<P> {
             producer: make(self.producer, other.producer),
             schedule: self.schedule.or(other.schedule),
         }
+    }
+
+    /// `partition` and `partition_map`: `f` runs in the loop; the sides are then moved into
+    /// their collections in index order.
+    fn sides<A, B, F, L, R>(self, site: &'static Location<'static>, f: F) -> (A, B)
+    where
+        A: Default + Extend<L>,
+        B: Default + Extend<R>,
+        F: Fn(P::Item) -> Either<L, R> + Sync,
+        L: Send,
+        R: Send,
+    {
+        let sides = self.adapt(|p| Map::new(p, f)).collect_vec(site);
+        let (mut left, mut right) = (A::default(), B::default());
+        for side in sides {
+            match side {
+                Either::Left(l) => left.extend(std::iter::once(l)),
+                Either::Right(r) => right.extend(std::iter::once(r)),
+            }
+        }
+        (left, right)
     }
 
     /// Runs the loop, calling `body` on each range of indices the schedule hands out.
@@ -772,7 +795,8 @@ pub trait ParallelIterator: Sized {
         self.into_parts().collect_vec(site).into_iter().unzip()
     }
 
-    /// The items for which `f` is true, and the others, each in index order.
+    /// The items for which `f` is true, and the others, each in index order. `f` runs in
+    /// parallel; the items are then moved into the two collections in order.
     #[track_caller]
     fn partition<A, B, F>(self, f: F) -> (A, B)
     where
@@ -782,15 +806,40 @@ pub trait ParallelIterator: Sized {
         F: Fn(&Self::Item) -> bool + Sync,
     {
         let site = Location::caller();
-        let (mut yes, mut no) = (A::default(), B::default());
-        for item in self.into_parts().collect_vec(site) {
+        self.into_parts().sides(site, |item| {
             if f(&item) {
-                yes.extend(std::iter::once(item));
+                Either::Left(item)
             } else {
-                no.extend(std::iter::once(item));
+                Either::Right(item)
             }
-        }
-        (yes, no)
+        })
+    }
+
+    /// The `Left`s and the `Right`s that `f` makes of the items, each in index order (rayon's
+    /// `partition_map`). `f` runs in parallel.
+    ///
+    /// ```
+    /// use umt_rt::iter::Either;
+    /// use umt_rt::prelude::*;
+    ///
+    /// let (nums, words): (Vec<u32>, Vec<&str>) = ["1", "two", "3"]
+    ///     .par_iter()
+    ///     .partition_map(|s| match s.parse::<u32>() {
+    ///         Ok(n) => Either::Left(n),
+    ///         Err(_) => Either::Right(*s),
+    ///     });
+    /// assert_eq!((nums, words), (vec![1, 3], vec!["two"]));
+    /// ```
+    #[track_caller]
+    fn partition_map<A, B, F, L, R>(self, f: F) -> (A, B)
+    where
+        A: Default + Extend<L>,
+        B: Default + Extend<R>,
+        F: Fn(Self::Item) -> Either<L, R> + Sync,
+        L: Send,
+        R: Send,
+    {
+        self.into_parts().sides(Location::caller(), f)
     }
 
     /// The smallest item; the first of several (as `Iterator::min`).
