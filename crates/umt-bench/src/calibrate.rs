@@ -14,7 +14,8 @@ use std::fmt;
 use crate::error::BenchError;
 use crate::fwi::{self, FwiParams, Part};
 use crate::heat::{self, HeatParams};
-use crate::runner::{Engine, Runner};
+use crate::port::Engine;
+use crate::runner::Runner;
 
 /// Checkpoints (or snapshots) of a calibrated run.
 pub const PERIODS: usize = 10;
@@ -95,33 +96,36 @@ fn best_of_two(mut f: impl FnMut() -> Result<f64, BenchError>) -> Result<f64, Be
 }
 
 /// The baseline runtime calibration runs on.
-fn baseline() -> Result<umt_rt::Runtime, BenchError> {
-    match Runner::Baseline.engine()? {
-        Engine::Umt(rt) => Ok(rt),
-        other => Err(BenchError::Runtime(format!(
-            "baseline is not umt-rt: {other:?}"
-        ))),
-    }
+fn baseline() -> Result<Box<dyn Engine>, BenchError> {
+    Runner::BASELINE.engine()
+}
+
+/// The umt-rt runtime of the baseline `engine`.
+fn umt(engine: &dyn Engine) -> Result<&umt_rt::Runtime, BenchError> {
+    engine
+        .runtime()
+        .ok_or_else(|| BenchError::Runtime(format!("baseline is not umt-rt: {engine:?}")))
 }
 
 /// Calibrates heat at `p`'s grid, block, directory and I/O mode (its `iters` and `iof` are
 /// ignored).
 pub fn heat(p: &HeatParams) -> Result<Calibration, BenchError> {
     const ITERS: usize = 3;
-    let rt = baseline()?;
+    let baseline = baseline()?;
+    let rt = umt(&*baseline)?;
     let compute = HeatParams {
         iters: ITERS,
         iof: None,
         ..p.clone()
     };
-    let step = best_of_two(|| Ok(heat::run(&rt, &compute)?.elapsed.as_secs_f64() / ITERS as f64))?;
+    let step = best_of_two(|| Ok(heat::run(rt, &compute)?.elapsed.as_secs_f64() / ITERS as f64))?;
     let one_checkpoint = HeatParams {
         iters: 1,
         iof: Some(1),
         ..p.clone()
     };
     let io = best_of_two(|| {
-        let out = heat::io_only(&rt, &one_checkpoint)?;
+        let out = heat::io_only(rt, &one_checkpoint)?;
         Ok(out.elapsed.as_secs_f64())
     })?;
     Ok(Calibration::new("heat", rt.cpus().len(), step, io))
@@ -131,14 +135,15 @@ pub fn heat(p: &HeatParams) -> Result<Calibration, BenchError> {
 /// ignored).
 pub fn fwi(p: &FwiParams) -> Result<Calibration, BenchError> {
     const STEPS: usize = 2;
-    let rt = baseline()?;
+    let baseline = baseline()?;
+    let rt = umt(&*baseline)?;
     let compute = FwiParams {
         steps: STEPS,
         iof: 1,
         ..p.clone()
     };
     let step = best_of_two(|| {
-        let out = fwi::run(&rt, &compute, Part::ComputeOnly)?;
+        let out = fwi::run(rt, &compute, Part::ComputeOnly)?;
         Ok(out.elapsed.as_secs_f64() / STEPS as f64)
     })?;
     let one_snapshot = FwiParams {
@@ -147,7 +152,7 @@ pub fn fwi(p: &FwiParams) -> Result<Calibration, BenchError> {
         ..p.clone()
     };
     let io = best_of_two(|| {
-        let out = fwi::run(&rt, &one_snapshot, Part::IoOnly)?;
+        let out = fwi::run(rt, &one_snapshot, Part::IoOnly)?;
         Ok(out.elapsed.as_secs_f64())
     })?;
     Ok(Calibration::new("fwi", rt.cpus().len(), step, io))

@@ -13,8 +13,9 @@ use crate::bound;
 use crate::error::BenchError;
 use crate::fwi::{self, FwiParams, Part};
 use crate::heat::{self, HeatParams};
+use crate::port::Engine;
 use crate::report::{Report, RunReport, median};
-use crate::runner::{self, Engine, Runner, Sample, UmtOptions, measure};
+use crate::runner::{Runner, Sample, UmtOptions, measure};
 use crate::scan::{self, FileSet, Front, ScanParams};
 
 /// How to compare, whatever the workload.
@@ -81,23 +82,23 @@ pub fn heat(p: &HeatParams, opts: &Options) -> Result<Report, BenchError> {
     let blocks = p.blocks() * p.blocks();
     let tight = |compute, io| bound::heat_tight(compute, io, iters, iof, blocks);
     let reference = opts.verify.then(|| heat::sequential(p, p.iters));
-    let once = |kind, engine: &Engine| {
-        let out = match (kind, engine) {
-            (Kind::Runtime(r), e) => {
-                let out = runner::run_heat(e, p, &opts.umt)?;
+    let once = |kind, engine: &dyn Engine| {
+        let out = match (kind, engine.runtime()) {
+            (Kind::Runtime(r), _) => {
+                let out = engine.heat(p, &opts.umt)?;
                 if let Some(want) = &reference {
                     check_same(r, "grid", &out.matrix, want)?;
                 }
                 out
             }
-            (Kind::ComputeOnly, Engine::Umt(rt)) => heat::run(
+            (Kind::ComputeOnly, Some(rt)) => heat::run(
                 rt,
                 &HeatParams {
                     iof: None,
                     ..p.clone()
                 },
             )?,
-            (Kind::IoOnly, Engine::Umt(rt)) => heat::io_only(rt, p)?,
+            (Kind::IoOnly, Some(rt)) => heat::io_only(rt, p)?,
             _ => return Err(BenchError::Runtime("bound runs use umt-rt".into())),
         };
         Ok((out.elapsed, out.bytes_written))
@@ -115,15 +116,15 @@ pub fn fwi(p: &FwiParams, opts: &Options) -> Result<Report, BenchError> {
     let work = p.cell_updates() / 1000.0;
     let tight = |compute, io| bound::fwi_tight(compute, io, p.steps, p.iof, p.ny);
     let reference = opts.verify.then(|| fwi::sequential(p));
-    let once = |kind, engine: &Engine| {
+    let once = |kind, engine: &dyn Engine| {
         let part = match kind {
             Kind::Runtime(_) => Part::All,
             Kind::ComputeOnly => Part::ComputeOnly,
             Kind::IoOnly => Part::IoOnly,
         };
-        let out = match (kind, engine) {
-            (Kind::Runtime(r), e) => {
-                let out = runner::run_fwi(e, p)?;
+        let out = match (kind, engine.runtime()) {
+            (Kind::Runtime(r), _) => {
+                let out = engine.fwi(p)?;
                 if let Some((v, s, img)) = &reference {
                     check_same(r, "velocity", &out.velocity, v)?;
                     check_same(r, "stress", &out.stress, s)?;
@@ -131,7 +132,7 @@ pub fn fwi(p: &FwiParams, opts: &Options) -> Result<Report, BenchError> {
                 }
                 out
             }
-            (_, Engine::Umt(rt)) => fwi::run(rt, p, part)?,
+            (_, Some(rt)) => fwi::run(rt, p, part)?,
             _ => return Err(BenchError::Runtime("bound runs use umt-rt".into())),
         };
         Ok((out.elapsed, out.io_bytes))
@@ -167,9 +168,9 @@ pub fn scan(
             })?;
         *digest.lock().unwrap_or_else(|e| e.into_inner()) = Some(want);
     }
-    let once = |kind, engine: &Engine| match (kind, engine) {
-        (Kind::Runtime(r), e) => {
-            let out = scan::run(e, set, p, front)?;
+    let once = |kind, engine: &dyn Engine| match (kind, engine.runtime()) {
+        (Kind::Runtime(r), _) => {
+            let out = engine.scan(set, p, front)?;
             let mut want = digest.lock().unwrap_or_else(|e| e.into_inner());
             match *want {
                 Some(d) if d != out.digest => Err(BenchError::Corrupt(format!(
@@ -182,7 +183,7 @@ pub fn scan(
                 }
             }
         }
-        (Kind::ComputeOnly, Engine::Umt(rt)) => Ok((scan::compute_only(rt, set, p)?, 0)),
+        (Kind::ComputeOnly, Some(rt)) => Ok((scan::compute_only(rt, set, p)?, 0)),
         (Kind::IoOnly, _) => Ok((scan::io_only(set)?, p.bytes())),
         _ => Err(BenchError::Runtime("bound runs use umt-rt".into())),
     };
@@ -232,7 +233,7 @@ fn compare(
     mut params: serde_json::Value,
     opts: &Options,
     tight: impl Fn(f64, f64) -> f64,
-    once: impl Fn(Kind, &Engine) -> Result<(Duration, u64), BenchError>,
+    once: impl Fn(Kind, &dyn Engine) -> Result<(Duration, u64), BenchError>,
 ) -> Result<Report, BenchError> {
     let runners = &opts.runners;
     let mut kinds: Vec<Kind> = runners.iter().map(|&r| Kind::Runtime(r)).collect();
@@ -250,7 +251,7 @@ fn compare(
         for (k, &kind) in kinds.iter().enumerate() {
             let (runner, label) = match kind {
                 Kind::Runtime(r) => (r, r.name()),
-                Kind::ComputeOnly => (Runner::Baseline, "compute only"),
+                Kind::ComputeOnly => (Runner::BASELINE, "compute only"),
                 Kind::IoOnly => (io_runner, "I/O only"),
             };
             bar.set_message(label);
@@ -300,10 +301,10 @@ fn compare(
 /// readers at once than any peer (rayon-8x: 8 per core); the baseline runtime has one per
 /// core, and with it heat's umt-bpf ran at 115 % of the "bound" (issue 29).
 fn io_only_runner(runners: &[Runner]) -> Runner {
-    [Runner::UmtBpf, Runner::UmtPerf, Runner::UmtKernel]
+    ["umt-bpf", "umt-perf", "umt-kernel"]
         .into_iter()
-        .find(|r| runners.contains(r))
-        .unwrap_or(Runner::Baseline)
+        .find_map(|name| runners.iter().find(|r| r.name() == name).copied())
+        .unwrap_or(Runner::BASELINE)
 }
 
 /// A progress bar on stderr, drawn only when asked and on a real terminal (the guest's serial
@@ -331,7 +332,7 @@ mod tests {
     #[test]
     fn a_small_comparison_reports_every_runner() {
         let opts = Options {
-            runners: vec![Runner::Baseline, Runner::Rayon],
+            runners: vec![Runner::BASELINE, "rayon".parse().unwrap()],
             repeat: 2,
             umt: UmtOptions::default(),
             progress: false,
@@ -357,10 +358,10 @@ mod tests {
     #[test]
     fn a_runner_asked_for_must_be_available() {
         assert_eq!(
-            Options::available_runners(&[Runner::Baseline]).unwrap(),
-            [Runner::Baseline]
+            Options::available_runners(&[Runner::BASELINE]).unwrap(),
+            [Runner::BASELINE]
         );
-        let twice = Options::available_runners(&[Runner::Baseline, Runner::Baseline]);
+        let twice = Options::available_runners(&[Runner::BASELINE, Runner::BASELINE]);
         assert!(twice.unwrap_err().to_string().contains("named twice"));
         assert!(!Options::available_runners(&[]).unwrap().is_empty());
     }

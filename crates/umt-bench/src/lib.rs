@@ -6,10 +6,13 @@
 //! - [`heat`]: 2D Gauss-Seidel heat diffusion with periodic `O_DIRECT` checkpoints (IV-E);
 //! - [`fwi`]: the FWI mock-up, 3D velocity/stress propagation whose forward phase writes
 //!   snapshots and whose backward phase reads them back (IV-D);
-//! - [`runner`]: the runtimes compared (`baseline`, `umt-perf`, `umt-kernel`, `umt-bpf`, `rayon`,
-//!   `rayon-2x`, `rayon-4x`, `tokio`, `io-uring`, `umt-io`; the ports are [`port_rayon`],
-//!   [`port_tokio`], [`port_uring`]; `umt-io` is umt-rt's own code with its I/O through
-//!   [`umt_rt::io`]) and one timed run;
+//! - [`runner`]: the runtimes compared, one row each of its table (`baseline`, `umt-perf`,
+//!   `umt-kernel`, `umt-bpf`, `rayon`, `rayon-2x`, `rayon-4x`, `rayon-8x`, `tokio`, `io-uring`,
+//!   `umt-io`), and one timed run;
+//! - [`port`]: what a runtime adapter provides ([`port::Port`], [`port::Engine`]); the ports are
+//!   [`port_umt`] (umt-rt's own code; `umt-io` with its I/O through [`umt_rt::io`]),
+//!   [`port_rayon`], [`port_tokio`], [`port_uring`];
+//! - [`scan`]: many cold files read and hashed, a user's program;
 //! - [`compare`]: every runner and the two bound runs, alternating, into a [`report::Report`];
 //! - [`bound`]: the overlap bound and the tight bound from the two bound runs;
 //! - [`calibrate`]: how often to checkpoint so that compute and I/O balance on this machine;
@@ -45,8 +48,10 @@ pub mod fwi;
 pub mod heat;
 pub mod io;
 pub mod plot;
+pub mod port;
 pub mod port_rayon;
 pub mod port_tokio;
+pub mod port_umt;
 pub mod port_uring;
 pub mod report;
 pub mod rundir;

@@ -2,7 +2,8 @@
 //! parallel loop per anti-diagonal, FWI as one parallel loop per phase, and the I/O as
 //! `scope.spawn`ed tasks on copies of the data, which block the pool threads that run them.
 //!
-//! Same kernels, same files, same results as the umt-rt versions (bit-identical).
+//! Same kernels, same files, same results as the umt-rt versions (bit-identical). The scan
+//! is the same program with rayon's prelude. Across ranks, the loops' tasks block in MPI.
 
 use std::time::Instant;
 
@@ -12,6 +13,54 @@ use crate::error::{BenchError, Errors};
 use crate::fwi::{self, FwiParams, FwiRun, Snapshots, State};
 use crate::heat::{Grid, HeatParams, HeatRun};
 use crate::io::{AlignedBuf, TempPath, create_file, read_f64s_into, write_buf};
+use crate::port::{Comm, Engine, Port, RankEngine, UmtOptions, cores};
+use crate::scan::{self, FileSet, Front, ScanParams, ScanRun};
+
+/// rayon with `per_core` threads per core of this process (more than one: the usual cure for
+/// blocking I/O, plain oversubscription).
+#[derive(Debug)]
+pub struct RayonPort {
+    /// The runner's name.
+    pub name: &'static str,
+    /// Threads per core.
+    pub per_core: usize,
+}
+
+impl Port for RayonPort {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn engine(&self, _: &UmtOptions) -> Result<Box<dyn Engine>, BenchError> {
+        Ok(Box::new(RayonEngine(pool(self.per_core * cores())?)))
+    }
+
+    fn comm(&self) -> Option<Comm> {
+        Some(Comm::Blocking)
+    }
+}
+
+/// A pool of a [`RayonPort`].
+#[derive(Debug)]
+struct RayonEngine(rayon::ThreadPool);
+
+impl Engine for RayonEngine {
+    fn heat(&self, p: &HeatParams, _: &UmtOptions) -> Result<HeatRun, BenchError> {
+        heat(&self.0, p)
+    }
+
+    fn fwi(&self, p: &FwiParams) -> Result<FwiRun, BenchError> {
+        fwi(&self.0, p)
+    }
+
+    fn scan(&self, set: &FileSet, p: &ScanParams, front: Front) -> Result<ScanRun, BenchError> {
+        scan(&self.0, set, p, front)
+    }
+
+    fn rank(&self) -> Option<RankEngine<'_>> {
+        Some(RankEngine::Rayon(&self.0))
+    }
+}
 
 /// A pool of `threads` threads.
 pub fn pool(threads: usize) -> Result<rayon::ThreadPool, BenchError> {
@@ -109,6 +158,23 @@ pub fn fwi(pool: &rayon::ThreadPool, p: &FwiParams) -> Result<FwiRun, BenchError
     });
     let elapsed = start.elapsed();
     fwi::finish(elapsed, &st, &snaps, 2 * p.snapshot_bytes(), &errors)
+}
+
+/// One scan of `set` written as `front` on `pool`: rayon's parallel loop or a task per file.
+pub fn scan(
+    pool: &rayon::ThreadPool,
+    set: &FileSet,
+    p: &ScanParams,
+    front: Front,
+) -> Result<ScanRun, BenchError> {
+    scan::each_file(set, p, scan::read_and_hash, |n, one| match front {
+        Front::Iter => pool.install(|| (0..n).into_par_iter().for_each(one)),
+        Front::Tasks => pool.scope(|s| {
+            for i in 0..n {
+                s.spawn(move |_| one(i));
+            }
+        }),
+    })
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The workloads on tokio, written the way a tokio user would: computation as tasks on the
 //! multi-thread runtime (one worker per core), the blocking file I/O in `spawn_blocking`.
 //!
-//! Same kernels, same files, same results as the umt-rt versions (bit-identical).
+//! Same kernels, same files, same results as the umt-rt versions (bit-identical). It does not
+//! run across MPI ranks.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,6 +13,44 @@ use crate::error::{BenchError, Errors};
 use crate::fwi::{self, FwiParams, FwiRun, Snapshots, State};
 use crate::heat::{Grid, HeatParams, HeatRun};
 use crate::io::{AlignedBuf, TempPath, create_file, read_f64s_into, write_buf};
+use crate::port::{Engine, Port, UmtOptions, cores};
+use crate::scan::{self, FileSet, Front, ScanParams, ScanRun};
+
+/// tokio's multi-thread runtime, one worker per core, for the computation; `spawn_blocking`
+/// for the I/O.
+#[derive(Debug)]
+pub struct TokioPort {
+    /// The runner's name.
+    pub name: &'static str,
+}
+
+impl Port for TokioPort {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn engine(&self, _: &UmtOptions) -> Result<Box<dyn Engine>, BenchError> {
+        Ok(Box::new(TokioEngine(runtime(cores())?)))
+    }
+}
+
+/// A runtime of a [`TokioPort`].
+#[derive(Debug)]
+struct TokioEngine(tokio::runtime::Runtime);
+
+impl Engine for TokioEngine {
+    fn heat(&self, p: &HeatParams, _: &UmtOptions) -> Result<HeatRun, BenchError> {
+        heat(&self.0, p)
+    }
+
+    fn fwi(&self, p: &FwiParams) -> Result<FwiRun, BenchError> {
+        fwi(&self.0, p)
+    }
+
+    fn scan(&self, set: &FileSet, p: &ScanParams, _: Front) -> Result<ScanRun, BenchError> {
+        scan(&self.0, set, p)
+    }
+}
 
 /// A multi-thread runtime with `workers` workers.
 pub fn runtime(workers: usize) -> Result<tokio::runtime::Runtime, BenchError> {
@@ -142,6 +181,35 @@ pub fn fwi(rt: &tokio::runtime::Runtime, p: &FwiParams) -> Result<FwiRun, BenchE
     });
     let elapsed = start.elapsed();
     fwi::finish(elapsed, &st, &snaps, 2 * p.snapshot_bytes(), &errors)
+}
+
+/// One scan of `set` on `rt`. tokio has no parallel loop: both front ends are a blocking task
+/// per file, as a tokio user writes blocking reads (`spawn_blocking`), awaited together.
+pub fn scan(
+    rt: &tokio::runtime::Runtime,
+    set: &FileSet,
+    p: &ScanParams,
+) -> Result<ScanRun, BenchError> {
+    let rounds = p.rounds;
+    scan::timed(set, p, || {
+        rt.block_on(async {
+            let mut handles = Vec::with_capacity(set.paths().len());
+            for (i, path) in set.paths().iter().enumerate() {
+                let path = path.clone();
+                handles.push(tokio::task::spawn_blocking(move || {
+                    scan::read_and_hash(&path, rounds).map(|h| scan::weigh(i, h))
+                }));
+            }
+            let mut d = 0u64;
+            for h in handles {
+                let h = h
+                    .await
+                    .map_err(|e| BenchError::Runtime(format!("tokio: {e}")))??;
+                d = d.wrapping_add(h);
+            }
+            Ok(d)
+        })
+    })
 }
 
 #[cfg(test)]

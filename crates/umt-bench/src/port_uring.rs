@@ -6,21 +6,79 @@
 //! step are submitted before that step's computation, and the imaging task of each slice
 //! waits for its own read only then. A run ends when every submitted operation has completed.
 //! The workloads' task graphs are the umt-rt ones (`heat::run_with`, `fwi::run_with`): this
-//! file only plugs its I/O into them.
+//! file only plugs its I/O into them. The scan keeps its reads in flight from the calling
+//! thread ([`scan()`]). Across ranks, its tasks block in MPI and submit their disk I/O.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use io_uring::{IoUring, opcode, types};
-use umt_rt::Runtime;
+use umt_rt::{BackendKind, Runtime};
 
 use crate::error::BenchError;
 use crate::fwi::{self, FwiParams, FwiRun};
 use crate::heat::{HeatParams, HeatRun};
 use crate::io::AlignedBuf;
+use crate::port::{Comm, DiskWait, Engine, Port, UmtOptions};
+use crate::scan::{self, FileSet, Front, ScanParams, ScanRun};
+
+/// The baseline runtime (monitor off) for the computation, the I/O submitted through
+/// io_uring.
+#[derive(Debug)]
+pub struct UringPort {
+    /// The runner's name.
+    pub name: &'static str,
+}
+
+impl Port for UringPort {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn available(&self) -> Result<(), String> {
+        Uring::new().map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    fn engine(&self, umt: &UmtOptions) -> Result<Box<dyn Engine>, BenchError> {
+        let rt = umt.runtime(self.name, BackendKind::Disabled)?;
+        Ok(Box::new(UringEngine(rt)))
+    }
+
+    fn comm(&self) -> Option<Comm> {
+        Some(Comm::Blocking)
+    }
+
+    fn disk(&self) -> DiskWait {
+        DiskWait::Uring
+    }
+}
+
+/// A runtime of a [`UringPort`].
+#[derive(Debug)]
+struct UringEngine(Runtime);
+
+impl Engine for UringEngine {
+    fn heat(&self, p: &HeatParams, _: &UmtOptions) -> Result<HeatRun, BenchError> {
+        heat(&self.0, p)
+    }
+
+    fn fwi(&self, p: &FwiParams) -> Result<FwiRun, BenchError> {
+        fwi(&self.0, p)
+    }
+
+    fn scan(&self, set: &FileSet, p: &ScanParams, _: Front) -> Result<ScanRun, BenchError> {
+        scan(&self.0, set, p)
+    }
+
+    fn runtime(&self) -> Option<&Runtime> {
+        Some(&self.0)
+    }
+}
 
 /// Submission queue depth.
 const ENTRIES: u32 = 256;
@@ -316,6 +374,56 @@ impl<'a> UringSnapshots<'a> {
             ahead: Mutex::new(HashMap::new()),
         }
     }
+}
+
+/// One scan of `set` on `rt` (the baseline runtime): the calling thread keeps `4 x cores`
+/// reads in flight through one io_uring and hands each file, once read, to a hashing task
+/// (both front ends alike: the reads are the program's I/O loop, the hashes its tasks).
+pub fn scan(rt: &Runtime, set: &FileSet, p: &ScanParams) -> Result<ScanRun, BenchError> {
+    scan::timed(set, p, || scan_files(rt, set, p))
+}
+
+/// The digest of [`scan()`]'s run.
+fn scan_files(rt: &Runtime, set: &FileSet, p: &ScanParams) -> Result<u64, BenchError> {
+    let uring = Uring::new()?;
+    let window = 4 * rt.cpus().len();
+    let words = set.file_bytes() / 8;
+    let files: Vec<File> = set
+        .paths()
+        .iter()
+        .map(|path| File::open(path).map_err(|e| BenchError::io("opening", path, e)))
+        .collect::<Result<_, _>>()?;
+    let digest = AtomicU64::new(0);
+    let hashed = AtomicUsize::new(0);
+    let rounds = p.rounds;
+    rt.scope(|s| -> Result<(), BenchError> {
+        let mut ids = VecDeque::new();
+        let mut submitted = 0;
+        for i in 0..files.len() {
+            while submitted < files.len() && submitted < i + window {
+                // Memory stays bounded: no more than two windows read and not yet hashed.
+                while submitted >= hashed.load(Ordering::Acquire) + 2 * window {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                let path = &set.paths()[submitted];
+                ids.push_back(uring.read(&files[submitted], path, 0, words)?);
+                submitted += 1;
+            }
+            let id = ids.pop_front().ok_or_else(|| {
+                BenchError::Runtime("io-uring: a read was never submitted".into())
+            })?;
+            let mut values = vec![0f64; words];
+            uring.wait_read(id, &mut values)?;
+            let (digest, hashed) = (&digest, &hashed);
+            s.spawn(move |_| {
+                let h = scan::hash_words(values.iter().map(|v| v.to_bits()), rounds);
+                digest.fetch_add(scan::weigh(i, h), Ordering::Relaxed);
+                hashed.fetch_add(1, Ordering::Release);
+            });
+        }
+        Ok(())
+    })?;
+    Ok(digest.into_inner())
 }
 
 #[cfg(test)]

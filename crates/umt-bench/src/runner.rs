@@ -1,205 +1,143 @@
-//! The runtimes a workload runs on, and one timed run of a workload on one of them.
+//! The runtimes a workload runs on (the runners' table, [`Runner::ALL`]), and one timed run
+//! of a workload on one of them.
+//!
+//! A runner is a row of the table: a name and the [`Port`] that builds its runtime and runs
+//! each workload on it. A new runtime is its port's file and one row.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::str::FromStr;
 use std::time::Duration;
 
 use nix::sys::resource::{UsageWho, getrusage};
-use umt_rt::{BackendKind, LeaderPolicy, Runtime};
-use umt_sys::Monitor;
+use umt_rt::BackendKind;
 
 use crate::error::BenchError;
+use crate::port::{Engine, Port, cores};
+use crate::port_rayon::RayonPort;
+use crate::port_tokio::TokioPort;
+use crate::port_umt::{UmtIoPort, UmtPort};
+use crate::port_uring::UringPort;
 
-/// A runtime to compare. The same kernels and I/O code run on each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Runner {
-    /// umt-rt with the monitor off: one worker per core, blocking I/O idles the core.
-    Baseline,
-    /// umt-rt with the perf backend (context-switch records, any Linux), with the library's
-    /// default leaders for it (polling: [`LeaderPolicy::default_for`]).
-    UmtPerf,
-    /// umt-rt with the UMT kernel extension (the patched kernel of `kernel-patch/`).
-    UmtKernel,
-    /// umt-rt with the Bpf backend (stock kernel, CAP_BPF + CAP_PERFMON): ready counts kept
-    /// by BPF programs in shared memory, a wake-up only when a core runs out of ready workers.
-    UmtBpf,
-    /// rayon, one thread per core.
-    Rayon,
-    /// rayon with twice as many threads as cores (the usual cure for blocking I/O).
-    Rayon2x,
-    /// rayon with four threads per core: plain oversubscription, the peer a user would try
-    /// before a runtime that knows when a thread blocks.
-    Rayon4x,
-    /// rayon with eight threads per core.
-    Rayon8x,
-    /// tokio's multi-thread runtime for the computation, `spawn_blocking` for the I/O.
-    Tokio,
-    /// The baseline runtime for the computation, the I/O submitted through io_uring.
-    IoUring,
-    /// umt-rt with the perf backend, the I/O through its scheduler-centric wait
-    /// ([`umt_rt::io`]): the waiting task's worker runs other tasks and reaps its core's
-    /// io_uring between them, and blocks in it only when nothing else can run.
-    UmtIo,
-}
+pub use crate::port::UmtOptions;
 
-/// How the umt-rt runners with a monitor run, beyond their backend (the
-/// [`umt_rt::Builder`] options a comparison may change).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UmtOptions {
-    /// The leader policy, instead of the library's default for the backend.
-    pub leader: Option<LeaderPolicy>,
-    /// [`umt_rt::Builder::handoff`].
-    pub handoff: bool,
-    /// [`umt_rt::Builder::lend_workers`] (on unless asked otherwise).
-    pub lend_workers: bool,
-    /// [`umt_rt::Builder::leader_runs_tasks`].
-    pub leader_runs_tasks: bool,
-    /// [`umt_rt::Builder::max_workers_per_core`], instead of the library's default.
-    pub max_workers_per_core: Option<usize>,
-    /// Heat's checkpoints written from staged copies ([`crate::heat::run_staged`]) instead of
-    /// in place, on the umt-rt runners with a monitor.
-    pub staged_checkpoints: bool,
-    /// Every umt-rt runtime (also baseline's and io-uring's) records a trace
-    /// ([`umt_rt::Builder::trace`]), which each [`Sample`] carries.
-    pub trace: bool,
-}
+/// A runtime to compare: a row of [`Runner::ALL`]. The same kernels and I/O code run on each.
+/// Two runners are equal when their names are.
+#[derive(Clone, Copy)]
+pub struct Runner(&'static dyn Port);
 
-impl Default for UmtOptions {
-    /// The library's defaults.
-    fn default() -> Self {
-        UmtOptions {
-            leader: None,
-            handoff: false,
-            lend_workers: true,
-            leader_runs_tasks: false,
-            max_workers_per_core: None,
-            staged_checkpoints: false,
-            trace: false,
-        }
-    }
-}
-
-/// A built runtime of some kind, ready for one run.
-#[derive(Debug)]
-pub enum Engine {
-    /// umt-rt (baseline, umt-perf, umt-kernel, umt-bpf).
-    Umt(Runtime),
-    /// A rayon pool.
-    Rayon(rayon::ThreadPool),
-    /// A tokio runtime.
-    Tokio(tokio::runtime::Runtime),
-    /// The baseline umt-rt runtime, for the io-uring runner.
-    Uring(Runtime),
-    /// A monitored umt-rt runtime whose workloads wait for I/O through [`umt_rt::io`].
-    UmtIo(Runtime),
-}
+/// The runners' table, in table order: one row per runtime.
+const TABLE: &[Runner] = &[
+    Runner::BASELINE,
+    // umt-rt with the perf backend (context-switch records, any Linux), with the library's
+    // default leaders for it (polling: `LeaderPolicy::default_for`).
+    Runner(&UmtPort {
+        name: "umt-perf",
+        backend: BackendKind::Perf,
+    }),
+    // umt-rt with the UMT kernel extension (the patched kernel of `kernel-patch/`).
+    Runner(&UmtPort {
+        name: "umt-kernel",
+        backend: BackendKind::Kernel,
+    }),
+    // umt-rt with the Bpf backend (stock kernel, CAP_BPF + CAP_PERFMON): ready counts kept by
+    // BPF programs in shared memory, a wake-up only when a core runs out of ready workers.
+    Runner(&UmtPort {
+        name: "umt-bpf",
+        backend: BackendKind::Bpf,
+    }),
+    // rayon, one thread per core.
+    Runner(&RayonPort {
+        name: "rayon",
+        per_core: 1,
+    }),
+    // rayon with twice as many threads as cores (the usual cure for blocking I/O).
+    Runner(&RayonPort {
+        name: "rayon-2x",
+        per_core: 2,
+    }),
+    // rayon with four threads per core: plain oversubscription, the peer a user would try
+    // before a runtime that knows when a thread blocks.
+    Runner(&RayonPort {
+        name: "rayon-4x",
+        per_core: 4,
+    }),
+    // rayon with eight threads per core.
+    Runner(&RayonPort {
+        name: "rayon-8x",
+        per_core: 8,
+    }),
+    // tokio's multi-thread runtime for the computation, `spawn_blocking` for the I/O.
+    Runner(&TokioPort { name: "tokio" }),
+    // The baseline runtime for the computation, the I/O submitted through io_uring.
+    Runner(&UringPort { name: "io-uring" }),
+    // umt-rt with the perf backend, the I/O through its scheduler-centric wait (`umt_rt::io`).
+    Runner(&UmtIoPort { name: "umt-io" }),
+];
 
 impl Runner {
-    /// Every runner, in table order.
-    pub const ALL: [Runner; 11] = [
-        Runner::Baseline,
-        Runner::UmtPerf,
-        Runner::UmtKernel,
-        Runner::UmtBpf,
-        Runner::Rayon,
-        Runner::Rayon2x,
-        Runner::Rayon4x,
-        Runner::Rayon8x,
-        Runner::Tokio,
-        Runner::IoUring,
-        Runner::UmtIo,
-    ];
+    /// Every runner, in table order (the table as an array: its length follows the table's).
+    pub const ALL: [Runner; TABLE.len()] = {
+        let mut all = [Runner::BASELINE; TABLE.len()];
+        let mut i = 0;
+        while i < TABLE.len() {
+            all[i] = TABLE[i];
+            i += 1;
+        }
+        all
+    };
+
+    /// umt-rt with the monitor off: one worker per core, blocking I/O idles the core. The
+    /// reference of speedups, and the runtime of calibration and of the compute-only run.
+    pub const BASELINE: Runner = Runner(&UmtPort {
+        name: "baseline",
+        backend: BackendKind::Disabled,
+    });
 
     /// Its name on the command line and in reports.
     pub fn name(self) -> &'static str {
-        match self {
-            Runner::Baseline => "baseline",
-            Runner::UmtPerf => "umt-perf",
-            Runner::UmtKernel => "umt-kernel",
-            Runner::UmtBpf => "umt-bpf",
-            Runner::Rayon => "rayon",
-            Runner::Rayon2x => "rayon-2x",
-            Runner::Rayon4x => "rayon-4x",
-            Runner::Rayon8x => "rayon-8x",
-            Runner::Tokio => "tokio",
-            Runner::IoUring => "io-uring",
-            Runner::UmtIo => "umt-io",
-        }
+        self.0.name()
     }
 
-    fn backend(self) -> Option<BackendKind> {
-        match self {
-            Runner::Baseline => Some(BackendKind::Disabled),
-            Runner::UmtPerf => Some(BackendKind::Perf),
-            Runner::UmtKernel => Some(BackendKind::Kernel),
-            Runner::UmtBpf => Some(BackendKind::Bpf),
-            Runner::UmtIo => Some(BackendKind::Perf),
-            _ => None,
-        }
+    /// What builds its runtime and runs each workload on it.
+    pub fn port(self) -> &'static dyn Port {
+        self.0
     }
 
     /// `Err(reason and fix)` when this machine cannot run it.
     pub fn available(self) -> Result<(), String> {
-        match (self, self.backend()) {
-            (Runner::UmtIo, Some(b)) => {
-                Monitor::probe(b).map_err(|u| u.to_string())?;
-                umt_sys::uring::Ring::new(2)
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            }
-            (_, Some(b)) => Monitor::probe(b).map_err(|u| u.to_string()),
-            (Runner::IoUring, _) => crate::port_uring::Uring::new()
-                .map(|_| ())
-                .map_err(|e| e.to_string()),
-            _ => Ok(()),
-        }
+        self.0.available()
     }
 
     /// A fresh runtime for one run, with one worker per core of this process.
-    pub fn engine(self) -> Result<Engine, BenchError> {
+    pub fn engine(self) -> Result<Box<dyn Engine>, BenchError> {
         self.engine_with(&UmtOptions::default())
     }
 
-    /// [`Runner::engine`], with `umt`'s options for the umt-rt runners with a monitor.
-    pub fn engine_with(self, umt: &UmtOptions) -> Result<Engine, BenchError> {
-        let cores = cores();
-        let umt = || {
-            let mut b = Runtime::builder()
-                .monitor(self.backend().unwrap_or(BackendKind::Disabled))
-                .handoff(umt.handoff)
-                .lend_workers(umt.lend_workers)
-                .leader_runs_tasks(umt.leader_runs_tasks)
-                .trace(umt.trace);
-            if let Some(policy) = umt.leader {
-                b = b.leader_policy(policy);
-            }
-            if let Some(n) = umt.max_workers_per_core {
-                b = b.max_workers_per_core(n);
-            }
-            b.build()
-                .map_err(|e| BenchError::Runtime(format!("{}: {e}", self.name())))
-        };
-        match self {
-            Runner::Rayon => crate::port_rayon::pool(cores).map(Engine::Rayon),
-            Runner::Rayon2x => crate::port_rayon::pool(2 * cores).map(Engine::Rayon),
-            Runner::Rayon4x => crate::port_rayon::pool(4 * cores).map(Engine::Rayon),
-            Runner::Rayon8x => crate::port_rayon::pool(8 * cores).map(Engine::Rayon),
-            Runner::Tokio => crate::port_tokio::runtime(cores).map(Engine::Tokio),
-            Runner::IoUring => umt().map(Engine::Uring),
-            Runner::UmtIo => umt().map(Engine::UmtIo),
-            Runner::Baseline | Runner::UmtPerf | Runner::UmtKernel | Runner::UmtBpf => {
-                umt().map(Engine::Umt)
-            }
-        }
+    /// [`Runner::engine`], with `umt`'s options for the umt-rt runners.
+    pub fn engine_with(self, umt: &UmtOptions) -> Result<Box<dyn Engine>, BenchError> {
+        self.0.engine(umt)
     }
 }
 
-/// CPUs of this process's affinity mask (at least 1).
-fn cores() -> usize {
-    umt_sys::cpu::process_cpus()
-        .map(|c| c.len())
-        .unwrap_or(1)
-        .max(1)
+impl PartialEq for Runner {
+    fn eq(&self, other: &Runner) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for Runner {}
+
+impl Hash for Runner {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.name().hash(state);
+    }
+}
+
+impl fmt::Debug for Runner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Runner").field(&self.name()).finish()
+    }
 }
 
 impl fmt::Display for Runner {
@@ -225,34 +163,19 @@ impl FromStr for Runner {
 ///
 /// With `umt.staged_checkpoints`, the umt-rt runners with a monitor write staged copies.
 pub fn run_heat(
-    engine: &Engine,
+    engine: &dyn Engine,
     p: &crate::heat::HeatParams,
     umt: &UmtOptions,
 ) -> Result<crate::heat::HeatRun, BenchError> {
-    match engine {
-        Engine::Umt(rt) if umt.staged_checkpoints && rt.backend() != BackendKind::Disabled => {
-            crate::heat::run_staged(rt, p)
-        }
-        Engine::Umt(rt) => crate::heat::run(rt, p),
-        Engine::Rayon(pool) => crate::port_rayon::heat(pool, p),
-        Engine::Tokio(rt) => crate::port_tokio::heat(rt, p),
-        Engine::Uring(rt) => crate::port_uring::heat(rt, p),
-        Engine::UmtIo(rt) => crate::heat::run_io(rt, p),
-    }
+    engine.heat(p, umt)
 }
 
 /// The FWI mock-up on `engine` (the full workload of a runtime's run).
 pub fn run_fwi(
-    engine: &Engine,
+    engine: &dyn Engine,
     p: &crate::fwi::FwiParams,
 ) -> Result<crate::fwi::FwiRun, BenchError> {
-    match engine {
-        Engine::Umt(rt) => crate::fwi::run(rt, p, crate::fwi::Part::All),
-        Engine::Rayon(pool) => crate::port_rayon::fwi(pool, p),
-        Engine::Tokio(rt) => crate::port_tokio::fwi(rt, p),
-        Engine::Uring(rt) => crate::port_uring::fwi(rt, p),
-        Engine::UmtIo(rt) => crate::fwi::run_io(rt, p, crate::fwi::Part::All),
-    }
+    engine.fwi(p)
 }
 
 /// What one timed run measured.
@@ -422,35 +345,29 @@ fn cpu_time() -> Duration {
     }
 }
 
-/// Runs `work` on a fresh runtime of `runner` (with `umt`'s options, for the umt-rt runners
-/// with a monitor) and measures it. `work` returns the wall time of the part to measure and
+/// Runs `work` on a fresh runtime of `runner` (with `umt`'s options, for the umt-rt runners) and measures it. `work` returns the wall time of the part to measure and
 /// the bytes of I/O it did.
 pub fn measure(
     runner: Runner,
     umt: &UmtOptions,
-    work: impl FnOnce(&Engine) -> Result<(Duration, u64), BenchError>,
+    work: impl FnOnce(&dyn Engine) -> Result<(Duration, u64), BenchError>,
 ) -> Result<Sample, BenchError> {
     let engine = runner.engine_with(umt)?;
     let cores = cores() as f64;
-    let stats = |e: &Engine| match e {
-        Engine::Umt(rt) | Engine::Uring(rt) | Engine::UmtIo(rt) => Some(rt.stats()),
-        _ => None,
-    };
+    let stats = |e: &dyn Engine| e.runtime().map(|rt| rt.stats());
     let cpu_before = cpu_time();
-    let before = stats(&engine);
+    let before = stats(&*engine);
     let queue_before = disk_time_in_queue_ms();
-    let (elapsed, io_bytes) = work(&engine)?;
+    let (elapsed, io_bytes) = work(&*engine)?;
     let queue_after = disk_time_in_queue_ms();
-    let after = stats(&engine);
-    let trace = match &engine {
-        Engine::Umt(rt) | Engine::Uring(rt) | Engine::UmtIo(rt) => {
-            rt.take_trace().map(std::sync::Arc::new)
-        }
-        _ => None,
-    };
+    let after = stats(&*engine);
+    let trace = engine
+        .runtime()
+        .and_then(|rt| rt.take_trace())
+        .map(std::sync::Arc::new);
     drop(engine);
     if let Some(st) = &after
-        && runner.backend().is_some_and(|b| b != BackendKind::Disabled)
+        && runner.port().monitor().is_some()
     {
         let workers = st.workers.iter().filter(|w| !w.leader).count();
         if st.monitored_workers < workers {
@@ -512,6 +429,10 @@ mod tests {
         for r in Runner::ALL {
             assert_eq!(r.name().parse::<Runner>(), Ok(r));
         }
+        let mut names: Vec<&str> = Runner::ALL.iter().map(|r| r.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Runner::ALL.len(), "one row per name");
         let err = "rayon-3x".parse::<Runner>().unwrap_err();
         assert!(
             err.contains("baseline, umt-perf, umt-kernel, umt-bpf, rayon"),
@@ -521,11 +442,9 @@ mod tests {
 
     #[test]
     fn baseline_is_always_available_and_measures() {
-        assert!(Runner::Baseline.available().is_ok());
-        let s = measure(Runner::Baseline, &UmtOptions::default(), |e| {
-            let Engine::Umt(rt) = e else {
-                panic!("baseline is umt-rt")
-            };
+        assert!(Runner::BASELINE.available().is_ok());
+        let s = measure(Runner::BASELINE, &UmtOptions::default(), |e| {
+            let rt = e.runtime().expect("baseline is umt-rt");
             let start = std::time::Instant::now();
             rt.parallel_for(0..1000, |i| {
                 std::hint::black_box(i * 2);
@@ -537,5 +456,18 @@ mod tests {
         assert!(s.seconds > 0.0 && s.cpu_utilisation >= 0.0);
         assert_eq!(s.oversubscription_percent, 0.0);
         assert_eq!(s.activity, None, "no monitor, no activity");
+    }
+
+    /// A boxed engine, as [`Runner::engine`] returns it, is an engine with every method of
+    /// the one in the box, the provided ones included.
+    #[test]
+    fn a_boxed_engine_is_its_engine() {
+        let engine = Runner::BASELINE.engine().unwrap();
+        let boxed: &dyn Engine = &engine;
+        assert!(boxed.runtime().is_some());
+        assert!(matches!(
+            boxed.rank(),
+            Some(crate::port::RankEngine::Tasks(_))
+        ));
     }
 }

@@ -11,6 +11,9 @@
 //! inside `--dir`, and dropped from the page cache (`posix_fadvise(DONTNEED)`, which needs no
 //! privilege) before every run, so each run reads them from the device. Every runner's digest
 //! must equal the first one's.
+//!
+//! This file holds the program and its runs on umt-rt ([`run`], [`run_io`]); the peers' runs
+//! are in their ports, built on [`timed`] or [`each_file`].
 
 use std::fs::File;
 use std::io::Write;
@@ -20,7 +23,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{BenchError, Errors};
-use crate::runner::Engine;
 
 /// Which way the program is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -154,6 +156,11 @@ impl FileSet {
         &self.paths
     }
 
+    /// The size of each file, in bytes.
+    pub fn file_bytes(&self) -> usize {
+        self.file_bytes
+    }
+
     /// Drops the files' pages from the page cache, so the next run reads the device.
     pub fn drop_cache(&self) -> Result<(), BenchError> {
         for path in &self.paths {
@@ -225,9 +232,9 @@ pub fn read_and_hash_io(path: &Path, rounds: u32) -> Result<u64, BenchError> {
     Ok(hash_bytes(&bytes, rounds))
 }
 
-/// The digest of a run: file `i`'s hash weighted by `2i + 1`, summed; the same whatever
-/// order the files were hashed in.
-fn weigh(i: usize, h: u64) -> u64 {
+/// File `i`'s share of a run's digest: its hash `h` weighted by `2i + 1`. The digest is the
+/// (wrapping) sum of the shares, the same whatever order the files were hashed in.
+pub fn weigh(i: usize, h: u64) -> u64 {
     h.wrapping_mul(2 * i as u64 + 1)
 }
 
@@ -242,137 +249,92 @@ pub struct ScanRun {
     pub digest: u64,
 }
 
-/// One scan of `set` written as `front`, on `engine`; the files are dropped from the page
-/// cache first (outside the timed part).
+/// One timed scan of `set`: drops the files from the page cache (outside the timed part),
+/// then times `digest`, which reads and hashes every file and returns their digest (the sum of
+/// [`weigh`]).
+pub fn timed(
+    set: &FileSet,
+    p: &ScanParams,
+    digest: impl FnOnce() -> Result<u64, BenchError>,
+) -> Result<ScanRun, BenchError> {
+    set.drop_cache()?;
+    let start = Instant::now();
+    let digest = digest()?;
+    Ok(ScanRun {
+        elapsed: start.elapsed(),
+        bytes: p.bytes(),
+        digest,
+    })
+}
+
+/// How a runner reads and hashes one file: [`read_and_hash`] or [`read_and_hash_io`].
+pub type Reader = fn(&Path, u32) -> Result<u64, BenchError>;
+
+/// One timed scan of `set` whose files are read and hashed with `read` by `each`, which calls
+/// its argument once for every file index of `0..files`, in any order, on any thread (a
+/// runtime's parallel loop or its tasks).
+pub fn each_file(
+    set: &FileSet,
+    p: &ScanParams,
+    read: Reader,
+    each: impl FnOnce(usize, &(dyn Fn(usize) + Sync)),
+) -> Result<ScanRun, BenchError> {
+    let paths = set.paths();
+    timed(set, p, || {
+        let digest = AtomicU64::new(0);
+        let errors = Errors::default();
+        let one = |i: usize| {
+            errors.check(read(&paths[i], p.rounds).map(|h| {
+                digest.fetch_add(weigh(i, h), Ordering::Relaxed);
+            }))
+        };
+        each(paths.len(), &one);
+        errors.first()?;
+        Ok(digest.into_inner())
+    })
+}
+
+/// One scan of `set` written as `front` on `rt`, each file read by [`read_and_hash`] (see
+/// [`timed`]).
 pub fn run(
-    engine: &Engine,
+    rt: &umt_rt::Runtime,
     set: &FileSet,
     p: &ScanParams,
     front: Front,
 ) -> Result<ScanRun, BenchError> {
-    set.drop_cache()?;
-    let paths = set.paths();
-    let rounds = p.rounds;
-    let digest = AtomicU64::new(0);
-    let errors = Errors::default();
-    let read: fn(&Path, u32) -> Result<u64, BenchError> = match engine {
-        Engine::UmtIo(_) => read_and_hash_io,
-        _ => read_and_hash,
-    };
-    let one = |i: usize| {
-        errors.check(read(&paths[i], rounds).map(|h| {
-            digest.fetch_add(weigh(i, h), Ordering::Relaxed);
-        }))
-    };
-    let start = Instant::now();
-    match (engine, front) {
-        (Engine::Umt(rt) | Engine::UmtIo(rt), Front::Iter) => rt.install(|| {
-            use umt_rt::prelude::*;
-            (0..paths.len()).into_par_iter().for_each(one);
-        }),
-        (Engine::Umt(rt) | Engine::UmtIo(rt), Front::Tasks) => rt.scope(|s| {
-            for i in 0..paths.len() {
-                let one = &one;
-                s.spawn(move |_| one(i));
-            }
-        }),
-        (Engine::Rayon(pool), Front::Iter) => pool.install(|| {
-            use rayon::prelude::*;
-            (0..paths.len()).into_par_iter().for_each(one);
-        }),
-        (Engine::Rayon(pool), Front::Tasks) => pool.scope(|s| {
-            for i in 0..paths.len() {
-                let one = &one;
-                s.spawn(move |_| one(i));
-            }
-        }),
-        // tokio has no parallel loop: both front ends are a blocking task per file, as a
-        // tokio user writes blocking reads (`spawn_blocking`), awaited together.
-        (Engine::Tokio(rt), _) => {
-            let digest = rt.block_on(async {
-                let mut handles = Vec::with_capacity(paths.len());
-                for (i, path) in paths.iter().enumerate() {
-                    let path = path.clone();
-                    handles.push(tokio::task::spawn_blocking(move || {
-                        read_and_hash(&path, rounds).map(|h| weigh(i, h))
-                    }));
-                }
-                let mut d = 0u64;
-                for h in handles {
-                    let h = h
-                        .await
-                        .map_err(|e| BenchError::Runtime(format!("tokio: {e}")))??;
-                    d = d.wrapping_add(h);
-                }
-                Ok::<u64, BenchError>(d)
-            })?;
-            return Ok(ScanRun {
-                elapsed: start.elapsed(),
-                bytes: p.bytes(),
-                digest,
-            });
-        }
-        (Engine::Uring(rt), _) => {
-            let d = uring_scan(rt, set, p)?;
-            return Ok(ScanRun {
-                elapsed: start.elapsed(),
-                bytes: p.bytes(),
-                digest: d,
-            });
-        }
-    }
-    let elapsed = start.elapsed();
-    errors.first()?;
-    Ok(ScanRun {
-        elapsed,
-        bytes: p.bytes(),
-        digest: digest.into_inner(),
-    })
+    run_with(rt, set, p, front, read_and_hash)
 }
 
-/// The io-uring peer: the calling thread keeps `4 x cores` reads in flight through one
-/// io_uring and hands each file, once read, to a hashing task on the unmonitored runtime
-/// (both front ends alike: the reads are the program's I/O loop, the hashes its tasks).
-fn uring_scan(rt: &umt_rt::Runtime, set: &FileSet, p: &ScanParams) -> Result<u64, BenchError> {
-    let uring = crate::port_uring::Uring::new()?;
-    let window = 4 * rt.cpus().len();
-    let words = set.file_bytes / 8;
-    let files: Vec<File> = set
-        .paths()
-        .iter()
-        .map(|path| File::open(path).map_err(|e| BenchError::io("opening", path, e)))
-        .collect::<Result<_, _>>()?;
-    let digest = AtomicU64::new(0);
-    let hashed = AtomicUsize::new(0);
-    let rounds = p.rounds;
-    rt.scope(|s| -> Result<(), BenchError> {
-        let mut ids = std::collections::VecDeque::new();
-        let mut submitted = 0;
-        for i in 0..files.len() {
-            while submitted < files.len() && submitted < i + window {
-                // Memory stays bounded: no more than two windows read and not yet hashed.
-                while submitted >= hashed.load(Ordering::Acquire) + 2 * window {
-                    std::thread::sleep(Duration::from_micros(100));
-                }
-                let path = &set.paths()[submitted];
-                ids.push_back(uring.read(&files[submitted], path, 0, words)?);
-                submitted += 1;
+/// [`run`], each file read by [`read_and_hash_io`] (through umt-rt's scheduler-centric wait):
+/// the umt-io runner's way.
+pub fn run_io(
+    rt: &umt_rt::Runtime,
+    set: &FileSet,
+    p: &ScanParams,
+    front: Front,
+) -> Result<ScanRun, BenchError> {
+    run_with(rt, set, p, front, read_and_hash_io)
+}
+
+/// One scan on `rt`, each file read by `read`: umt-rt's parallel loop or a task per file.
+fn run_with(
+    rt: &umt_rt::Runtime,
+    set: &FileSet,
+    p: &ScanParams,
+    front: Front,
+    read: Reader,
+) -> Result<ScanRun, BenchError> {
+    each_file(set, p, read, |n, one| match front {
+        Front::Iter => rt.install(|| {
+            use umt_rt::prelude::*;
+            (0..n).into_par_iter().for_each(one);
+        }),
+        Front::Tasks => rt.scope(|s| {
+            for i in 0..n {
+                s.spawn(move |_| one(i));
             }
-            let id = ids.pop_front().ok_or_else(|| {
-                BenchError::Runtime("io-uring: a read was never submitted".into())
-            })?;
-            let mut values = vec![0f64; words];
-            uring.wait_read(id, &mut values)?;
-            let (digest, hashed) = (&digest, &hashed);
-            s.spawn(move |_| {
-                let h = hash_words(values.iter().map(|v| v.to_bits()), rounds);
-                digest.fetch_add(weigh(i, h), Ordering::Relaxed);
-                hashed.fetch_add(1, Ordering::Release);
-            });
-        }
-        Ok(())
-    })?;
-    Ok(digest.into_inner())
+        }),
+    })
 }
 
 /// The compute-only part of the bound: the longer of two figures, both of everything but the
@@ -553,19 +515,14 @@ mod tests {
             .enumerate()
             .map(|(i, f)| weigh(i, read_and_hash(f, 1).unwrap()))
             .fold(0, u64::wrapping_add);
-        for r in [
-            Runner::Baseline,
-            Runner::Rayon,
-            Runner::Tokio,
-            Runner::IoUring,
-            Runner::UmtIo,
-        ] {
+        for r in ["baseline", "rayon", "tokio", "io-uring", "umt-io"] {
+            let r: Runner = r.parse().unwrap();
             if r.available().is_err() {
                 continue;
             }
             let engine = r.engine().unwrap();
             for front in [Front::Iter, Front::Tasks] {
-                let got = run(&engine, &set, &p, front).unwrap();
+                let got = engine.scan(&set, &p, front).unwrap();
                 assert_eq!(got.digest, want, "{r} {front:?}");
                 assert_eq!(got.bytes, 6 << 20);
             }

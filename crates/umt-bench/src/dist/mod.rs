@@ -37,6 +37,8 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use umt_rt::io::{EventSource, Source as _};
 
 use crate::error::BenchError;
+use crate::port::DiskWait;
+pub use crate::port::{Comm, RankEngine};
 use crate::port_uring::Uring;
 pub use source::MpiRequests;
 
@@ -94,15 +96,6 @@ impl Cluster {
     pub fn world(&self) -> &SimpleCommunicator {
         &self.world
     }
-}
-
-/// How tasks wait for their messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Comm {
-    /// `MPI_Recv` in the task.
-    Blocking,
-    /// `MPI_Irecv`, waited for through [`umt_rt::io`] with `MPI_Testsome` group polls.
-    Waiting,
 }
 
 /// Point-to-point messages of `f64`s on the world communicator, as a run's [`Comm`] says,
@@ -233,15 +226,6 @@ pub enum Disk<'a> {
     Uring(&'a Uring),
 }
 
-/// What a rank's workload runs on.
-#[derive(Debug, Clone, Copy)]
-pub enum RankEngine<'a> {
-    /// A umt-rt runtime: the workload's tasks with dataflow dependencies.
-    Tasks(&'a umt_rt::Runtime),
-    /// A rayon pool: the workload's loops, as a rayon program would write them.
-    Rayon(&'a rayon::ThreadPool),
-}
-
 /// What `--mpi` runs on: a umt-rt runtime or a rayon pool, with its messages and its file
 /// I/O waited for as the runner says.
 #[derive(Debug, Clone, Copy)]
@@ -254,28 +238,12 @@ pub struct RankRunner<'a> {
     pub disk: Disk<'a>,
 }
 
-/// How `r`'s tasks wait for messages across ranks, or `None` if it cannot run there (tokio):
-/// umt-io's receives wait through `umt_rt::io`; every other runner's block in MPI (umt-rt's
-/// and the io-uring port's tasks, rayon's loops, as a rayon program would).
+/// How `r`'s tasks wait for messages across ranks, or `None` if it cannot run there (its
+/// port's [`crate::port::Port::comm`]): umt-io's receives wait through `umt_rt::io`; the
+/// other runners' block in MPI (umt-rt's and the io-uring port's tasks, rayon's loops, as a
+/// rayon program would); tokio's cannot run there.
 pub fn comm_of(r: crate::runner::Runner) -> Option<Comm> {
-    use crate::runner::Runner::*;
-    match r {
-        Baseline | UmtPerf | UmtKernel | UmtBpf | IoUring | Rayon | Rayon2x | Rayon4x | Rayon8x => {
-            Some(Comm::Blocking)
-        }
-        UmtIo => Some(Comm::Waiting),
-        Tokio => None,
-    }
-}
-
-/// `engine` as a rank's engine (`None` for tokio).
-fn rank_engine(engine: &crate::runner::Engine) -> Option<RankEngine<'_>> {
-    use crate::runner::Engine;
-    match engine {
-        Engine::Umt(rt) | Engine::UmtIo(rt) | Engine::Uring(rt) => Some(RankEngine::Tasks(rt)),
-        Engine::Rayon(pool) => Some(RankEngine::Rayon(pool)),
-        Engine::Tokio(_) => None,
-    }
+    r.port().comm()
 }
 
 /// Runs `run` (one run of a workload on this rank) on each of `runners`, `repeat` times,
@@ -302,15 +270,12 @@ pub fn compare(
             };
             let comm = comm_of(r).ok_or_else(cannot)?;
             let built = r.engine_with(&how.umt)?;
-            let engine = rank_engine(&built).ok_or_else(cannot)?;
-            let ring = match r {
-                crate::runner::Runner::IoUring => Some(Uring::new()?),
-                _ => None,
-            };
-            let disk = match (&ring, comm) {
-                (Some(ring), _) => Disk::Uring(ring),
-                (None, Comm::Waiting) => Disk::Waiting,
-                (None, Comm::Blocking) => Disk::Blocking,
+            let engine = built.rank().ok_or_else(cannot)?;
+            let mut ring = None;
+            let disk = match r.port().disk() {
+                DiskWait::Blocking => Disk::Blocking,
+                DiskWait::Waiting => Disk::Waiting,
+                DiskWait::Uring => Disk::Uring(ring.insert(Uring::new()?)),
             };
             let out = run(&RankRunner { engine, comm, disk })?;
             if round + 1 == repeat
