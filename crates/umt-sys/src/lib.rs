@@ -41,16 +41,22 @@
 //! let monitor = Monitor::new(BackendKind::Auto)?;
 //! println!("{}", monitor.selection()); // e.g. "backend: perf (requested auto); kernel backend unavailable: ..."
 //! let (mut rx, mut tx) = std::io::pipe().expect("pipe");
+//! let (tid_tx, tid_rx) = std::sync::mpsc::channel();
 //! std::thread::scope(|s| {
 //!     let reader = s.spawn(|| -> Result<usize, umt_sys::Error> {
 //!         cpu::pin_current_thread(cpu::process_cpus()?[0])?;
 //!         monitor.register_current_thread()?;
+//!         tid_tx.send(cpu::current_tid()).expect("send");
 //!         let mut byte = [0u8; 1];
 //!         rx.read_exact(&mut byte).expect("read"); // blocks until the write below
 //!         monitor.unregister_current_thread()?;
 //!         Ok(cpu::current_cpu()?)
 //!     });
-//!     std::thread::sleep(Duration::from_millis(20));
+//!     // Write only once the reader sleeps in the read, however busy the machine is.
+//!     let tid = tid_rx.recv().expect("the reader's id");
+//!     while cpu::thread_runnable(tid)? {
+//!         std::thread::sleep(Duration::from_millis(1));
+//!     }
 //!     tx.write_all(b"x").expect("write");
 //!     reader.join().expect("reader")
 //! })?;

@@ -13,6 +13,7 @@ use crate::backend::{BackendKind, Unavailable};
 use crate::cpu::CpuId;
 use crate::error::Result;
 use crate::event::MonitorEvent;
+use crate::monitor::ops::{Backend, Context, Held, Totals};
 
 /// Most threads one monitor can register at once (the size of the programs' thread table).
 pub const BPF_MAX_THREADS: u32 = 16384;
@@ -80,7 +81,7 @@ mod stub {
         pub(crate) fn drain(&self, _sink: &mut dyn FnMut(MonitorEvent)) -> usize {
             match *self {}
         }
-        pub(crate) fn totals(&self) -> super::Totals {
+        pub(crate) fn totals(&self) -> Totals {
             match *self {}
         }
         pub(crate) fn exited(&self) -> Vec<i32> {
@@ -89,14 +90,98 @@ mod stub {
     }
 }
 
-/// Sums over every CPU of the shared counters, for [`crate::MonitorStats`].
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Totals {
-    pub(crate) blocks: u64,
-    pub(crate) unblocks: u64,
-    pub(crate) migrations: u64,
-    pub(crate) notes: u64,
-    pub(crate) drops: u64,
+impl Backend for BpfBackend {
+    /// The programs keep the counts in the shared `counts` array.
+    fn counts_are_live(&self) -> bool {
+        true
+    }
+
+    /// The programs wake a waiter only at a drop to zero, whatever this says.
+    fn set_signal_each_event(&self, _signal: bool) {}
+
+    fn register(&self, _cx: &Context, tid: i32) -> Result<()> {
+        self.register(tid)
+    }
+
+    fn unregister(&self, _cx: &Context, tid: i32) -> Result<()> {
+        self.unregister(tid)
+    }
+
+    /// The reap before a registration found what the programs marked exited; a registration
+    /// the programs never saw exit (one that failed halfway) is cleared as an unregister.
+    fn retire_stale(&self, _cx: &Context, tid: i32) {
+        let _ = self.unregister(tid);
+    }
+
+    fn reap_exited(&self, cx: &Context) {
+        cx.forget_exited(self.exited());
+    }
+
+    /// A preemption changes no count, and costs no wake-up: nothing to mute.
+    fn mute(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn unmute(&self, _cx: &Context) -> Result<()> {
+        Ok(())
+    }
+
+    /// The counts are live: the events only describe them, for watchers (B4).
+    fn drain(&self, cx: &Context, out: &mut dyn FnMut(MonitorEvent)) -> Result<()> {
+        self.drain(out);
+        cx.forget_exited(self.exited());
+        Ok(())
+    }
+
+    /// The counts are live: nothing to drain.
+    fn drain_current_thread(&self, _cx: &Context) -> Result<usize> {
+        Ok(0)
+    }
+
+    /// The wake-ups read; the counts need no drain (B4).
+    fn drain_cpu(&self, _cx: &Context, cpu: CpuId, _held: Held) -> Result<usize> {
+        Ok(self.drain_cpu(cpu))
+    }
+
+    fn watch_cpu(&self, cpu: CpuId, set: &Epoll) -> Result<()> {
+        self.watch_cpu(cpu, set)
+    }
+
+    fn arm_all(&self) -> Result<bool> {
+        Ok(self.arm_all())
+    }
+
+    fn disarm_all(&self) {
+        self.disarm_all()
+    }
+
+    /// B3.
+    fn arm_cpu(&self, cpu: CpuId) -> Result<bool> {
+        Ok(self.arm_cpu(cpu))
+    }
+
+    fn disarm_cpu(&self, cpu: CpuId) {
+        self.disarm_cpu(cpu)
+    }
+
+    /// One load from the shared counts.
+    fn ready(&self, _cx: &Context, cpu: CpuId) -> i64 {
+        self.ready(cpu)
+    }
+
+    fn ready_counts(&self, cx: &Context) -> Vec<i64> {
+        (0..cx.possible_cpus()).map(|c| self.ready(c)).collect()
+    }
+
+    fn totals(&self) -> Option<Totals> {
+        Some(self.totals())
+    }
+
+    fn resyncs(&self) -> u64 {
+        0
+    }
+
+    fn shut_down(&self) {}
 }
 
 #[cfg(umt_bpf)]

@@ -22,8 +22,10 @@ use crate::abi::{
     UMT_THREAD_UNMONITOR, UmtCounts,
 };
 use crate::backend::{BackendKind, Unavailable};
+use crate::cpu;
 use crate::error::{Error, Result};
 use crate::event::{Cause, MonitorEvent};
+use crate::monitor::ops::{Backend, Context, Held, Totals};
 use crate::monitor::shared::{ReadOnlyLoad, Shared};
 
 const FIX: &str = "boot the patched kernel from kernel-patch/ (`cargo xtask vm run -- CMD`), \
@@ -166,11 +168,6 @@ impl KernelBackend {
         }
     }
 
-    /// Whether the ready counts live in the kernel's counter page (ABI 2).
-    pub(crate) fn counts_are_live(&self) -> bool {
-        self.page.is_some()
-    }
-
     /// ABI 2: the ready count of `cpu`, from the counter page.
     pub(crate) fn ready(&self, cpu: usize) -> Option<i64> {
         let page = self.page.as_ref()?;
@@ -299,18 +296,6 @@ impl KernelBackend {
         }
     }
 
-    pub(crate) fn register(&self) -> Result<()> {
-        umt_thread_ctrl(UMT_THREAD_MONITOR).map_err(|e| match e {
-            Errno::ENOSYS => not_available(e),
-            e => Error::os("umt_thread_ctrl(UMT_THREAD_MONITOR)", e),
-        })
-    }
-
-    pub(crate) fn unregister(&self) -> Result<()> {
-        umt_thread_ctrl(UMT_THREAD_UNMONITOR)
-            .map_err(|e| Error::os("umt_thread_ctrl(UMT_THREAD_UNMONITOR)", e))
-    }
-
     /// ABI 1: reads the file of `cpu`, if it holds events, hands them out and returns how many
     /// it handed out. ABI 2 (K3): the counts need no drain; notes `cpu`'s drops as seen and
     /// returns how many are new, without a system call (the file is read only before a wait,
@@ -420,6 +405,135 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Whether a word's half saturated (counts were lost since the last read).
 pub(crate) fn saturated(events: Events) -> bool {
     events.blocked == u32::MAX || events.unblocked == u32::MAX
+}
+
+impl KernelBackend {
+    /// Applies an event read from a file: a saturated half means counts were lost, which
+    /// nothing can restore from the events (with the counter page the counts are unaffected):
+    /// visible in the statistics. With the page the events only describe counts that are live
+    /// already (`Counted`: the differences of the page's counters).
+    fn apply(&self, cx: &Context, ev: MonitorEvent) {
+        if saturated(ev.events) {
+            cx.count_overflow();
+        }
+        if !self.counts_are_live() {
+            cx.record(ev);
+        }
+    }
+}
+
+impl Backend for KernelBackend {
+    fn counts_are_live(&self) -> bool {
+        self.page.is_some()
+    }
+
+    /// The kernel signals its files either way.
+    fn set_signal_each_event(&self, _signal: bool) {}
+
+    /// The kernel emits the thread's unblock itself.
+    fn register(&self, _cx: &Context, _tid: i32) -> Result<()> {
+        umt_thread_ctrl(UMT_THREAD_MONITOR).map_err(|e| match e {
+            Errno::ENOSYS => not_available(e),
+            e => Error::os("umt_thread_ctrl(UMT_THREAD_MONITOR)", e),
+        })
+    }
+
+    fn unregister(&self, _cx: &Context, _tid: i32) -> Result<()> {
+        umt_thread_ctrl(UMT_THREAD_UNMONITOR)
+            .map_err(|e| Error::os("umt_thread_ctrl(UMT_THREAD_UNMONITOR)", e))
+    }
+
+    /// The kernel keeps its state per task: it went with the task.
+    fn retire_stale(&self, _cx: &Context, _tid: i32) {}
+
+    /// The kernel stops monitoring a thread at its exit.
+    fn reap_exited(&self, _cx: &Context) {}
+
+    /// The kernel never reports preemptions: nothing to mute.
+    fn mute(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn unmute(&self, _cx: &Context) -> Result<()> {
+        Ok(())
+    }
+
+    fn drain(&self, cx: &Context, out: &mut dyn FnMut(MonitorEvent)) -> Result<()> {
+        self.drain(&cx.epoll, &mut |ev| {
+            self.apply(cx, ev);
+            out(ev);
+        })
+    }
+
+    /// ABI 1: the file of the caller's CPU. ABI 2 (K4): nothing; the counts are live, and the
+    /// file is left to the waiter of the CPU.
+    fn drain_current_thread(&self, cx: &Context) -> Result<usize> {
+        if self.counts_are_live() {
+            return Ok(0);
+        }
+        let mut n = 0;
+        self.drain_cpu(cpu::current_cpu()?, &mut |ev| {
+            self.apply(cx, ev);
+            n += 1;
+        })?;
+        Ok(n)
+    }
+
+    /// ABI 1: the events read; ABI 2 (K3): the drops since the last look, from the page.
+    fn drain_cpu(&self, cx: &Context, cpu: usize, _held: Held) -> Result<usize> {
+        self.drain_cpu(cpu, &mut |ev| self.apply(cx, ev))
+    }
+
+    fn watch_cpu(&self, cpu: usize, set: &Epoll) -> Result<()> {
+        self.watch_cpu(cpu, set)
+    }
+
+    fn arm_all(&self) -> Result<bool> {
+        self.arm_all()
+    }
+
+    /// ABI 2: the kernel disarms a file itself when it signals it.
+    fn disarm_all(&self) {}
+
+    fn arm_cpu(&self, cpu: usize) -> Result<bool> {
+        self.arm_cpu(cpu)
+    }
+
+    fn disarm_cpu(&self, _cpu: usize) {}
+
+    /// ABI 2: from the page; ABI 1: as of the last drain.
+    fn ready(&self, cx: &Context, cpu: usize) -> i64 {
+        self.ready(cpu).unwrap_or_else(|| cx.counts.get(cpu))
+    }
+
+    fn ready_counts(&self, cx: &Context) -> Vec<i64> {
+        if self.counts_are_live() {
+            (0..cx.possible_cpus())
+                .map(|c| Backend::ready(self, cx, c))
+                .collect()
+        } else {
+            cx.counts.snapshot()
+        }
+    }
+
+    /// ABI 2: the page's; ABI 1: none (the drains count).
+    fn totals(&self) -> Option<Totals> {
+        self.totals().map(|t| Totals {
+            blocks: t.blocks,
+            unblocks: t.unblocks,
+            migrations: 0,
+            notes: t.signals,
+            drops: t.drops,
+        })
+    }
+
+    fn resyncs(&self) -> u64 {
+        0
+    }
+
+    fn shut_down(&self) {
+        self.shut_down()
+    }
 }
 
 impl Drop for KernelBackend {

@@ -4,27 +4,24 @@
 
 mod bpf;
 mod kernel;
+mod ops;
 mod perf;
 mod select;
 mod shared;
 
-use std::collections::HashSet;
 use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::epoll::{Epoll, EpollEvent, EpollTimeout};
 
 use crate::backend::{BackendKind, Selection, Unavailable};
 use crate::cpu::{self, CpuId};
 use crate::error::{Error, Result};
-use crate::event::{Cause, MonitorEvent};
-use crate::ready::ReadyCounts;
-use select::Backend;
+use crate::event::MonitorEvent;
+use ops::{Backend, Context, Held};
 
 pub use bpf::BPF_MAX_THREADS;
 pub use perf::DEFAULT_RING_PAGES;
@@ -59,15 +56,6 @@ pub struct MonitorStats {
     /// Kernel with ABI 2; 0 elsewhere): what a runtime that is told of every idle core would
     /// be told, against [`MonitorStats::wakeups`], what it was.
     pub drops: u64,
-}
-
-#[derive(Debug, Default)]
-struct StatCounters {
-    blocks: AtomicU64,
-    unblocks: AtomicU64,
-    migrations: AtomicU64,
-    lost_records: AtomicU64,
-    overflows: AtomicU64,
 }
 
 /// Configures and builds a [`Monitor`].
@@ -127,31 +115,18 @@ impl MonitorBuilder {
             });
         }
         let possible = cpu::possible_cpus()?;
-        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
-            .map_err(|e| Error::os("epoll_create1", e))?;
-        let interrupt =
-            EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
-                .map_err(|e| Error::os("eventfd", e))?;
-        watch_interrupt(&epoll, &interrupt)?;
-
-        let (backend, selection) = select::open(
-            self.backend,
-            possible,
-            &epoll,
-            self.ring_pages,
-            self.signal_each_event,
-        )?;
+        let cx = Context::new(possible)?;
+        let options = select::Options {
+            possible_cpus: possible,
+            ring_pages: self.ring_pages,
+            signal_each_event: self.signal_each_event,
+        };
+        let (backend, selection) = select::open(self.backend, &options, &cx.epoll)?;
         Ok(Monitor {
             id: NEXT_MONITOR_ID.fetch_add(1, Ordering::Relaxed),
             backend,
             selection,
-            counts: ReadyCounts::new(possible),
-            epoll,
-            cpu_sets: (0..possible).map(|_| OnceLock::new()).collect(),
-            interrupt,
-            registered: Mutex::new(HashSet::new()),
-            pending: Mutex::new(Vec::new()),
-            stats: StatCounters::default(),
+            cx,
         })
     }
 }
@@ -183,38 +158,22 @@ impl MonitorBuilder {
 pub struct Monitor {
     /// Names this monitor in the calling thread's [`REGISTERED_HERE`].
     id: u64,
-    /// Where the events come from.
-    backend: Backend,
+    /// Where the events come from: every operation is delegated to it. Dropped before `cx`,
+    /// whose wait sets hold its descriptors.
+    backend: Box<dyn Backend>,
     /// How `backend` was chosen.
     selection: Selection,
-    /// Ready count per possible CPU, updated by every drain.
-    counts: ReadyCounts,
-    /// The one pollable descriptor: holds the per-core eventfds or the per-thread perf rings.
-    epoll: Epoll,
-    /// Per possible CPU, created on first use: the same descriptors as `epoll`, but only those
-    /// of that CPU (its eventfd, or the rings of threads registered while running there), for
-    /// [`Monitor::wait_cpu`].
-    cpu_sets: Box<[OnceLock<Epoll>]>,
-    /// In every wait set: once written ([`Monitor::shut_down`]), every wait returns at once.
-    /// Never read, so it stays readable.
-    interrupt: EventFd,
-    /// Thread ids registered now (for the statistics, and to find a registration that a
-    /// thread which exited registered left behind). Whether the calling thread is registered
-    /// is [`REGISTERED_HERE`]'s answer, not this set's: a new thread may carry the id of one
-    /// that exited registered before anything reaped it.
-    registered: Mutex<HashSet<i32>>,
-    /// Events consumed outside a drain (by register/unregister): already applied to `counts`,
-    /// handed to the next drainer so that watchers see every event.
-    pending: Mutex<Vec<MonitorEvent>>,
-    /// Running totals for [`Monitor::stats`].
-    stats: StatCounters,
+    /// What every backend gets from the monitor: the wait sets, the drained ready counts, the
+    /// registered threads (whether the calling thread is registered is [`REGISTERED_HERE`]'s
+    /// answer, not theirs), the events kept for the next drainer, the statistics.
+    cx: Context,
 }
 
 impl fmt::Debug for Monitor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Monitor")
             .field("selection", &self.selection)
-            .field("ready", &self.counts.snapshot())
+            .field("ready", &self.cx.counts.snapshot())
             .finish_non_exhaustive()
     }
 }
@@ -232,12 +191,7 @@ impl Monitor {
 
     /// Whether `backend` can run on this machine, and if not why and how to fix it.
     pub fn probe(backend: BackendKind) -> std::result::Result<(), Unavailable> {
-        match backend {
-            BackendKind::Kernel => kernel::probe().map(|_| ()),
-            BackendKind::Bpf => bpf::probe(),
-            BackendKind::Perf => perf::probe(),
-            BackendKind::Auto | BackendKind::Disabled => Ok(()),
-        }
+        select::probe(backend)
     }
 
     /// The backend in use (never `Auto`).
@@ -255,14 +209,12 @@ impl Monitor {
     /// depends on the backend `Auto` picked: the signal per event is what the Perf backend
     /// costs most in a virtual machine, and the Kernel backend signals its files either way.
     pub fn set_signal_each_event(&self, signal: bool) {
-        if let Backend::Perf(p) = &self.backend {
-            p.set_signal_each_event(signal);
-        }
+        self.backend.set_signal_each_event(signal);
     }
 
     /// `true` unless the backend is Disabled.
     pub fn is_active(&self) -> bool {
-        !matches!(self.backend, Backend::Disabled)
+        self.selection.chosen != BackendKind::Disabled
     }
 
     /// `true` when the ready counts live in memory the kernel updates (Bpf, and Kernel on a
@@ -271,11 +223,7 @@ impl Monitor {
     /// when a CPU runs out of ready threads (not at every event). The other backends deliver
     /// events, which a drain applies to the counts.
     pub fn counts_are_live(&self) -> bool {
-        match &self.backend {
-            Backend::Bpf(_) => true,
-            Backend::Kernel(k) => k.counts_are_live(),
-            Backend::Perf(_) | Backend::Disabled => false,
-        }
+        self.backend.counts_are_live()
     }
 
     /// Starts monitoring the calling thread. It counts as ready on its current core.
@@ -284,28 +232,21 @@ impl Monitor {
         if self.registered_here() {
             return Err(Error::AlreadyRegistered { tid });
         }
-        if let Backend::Bpf(b) = &self.backend {
-            // Threads that exited registered give back their slots and their ids, which a
-            // new thread (this one) may be reusing.
-            self.forget_exited(b.exited());
-        }
-        if !self.lock_registered().insert(tid) {
+        // Threads that exited registered give back their slots and their ids (Bpf), which a
+        // new thread (this one) may be reusing.
+        self.backend.reap_exited(&self.cx);
+        if !self.cx.lock_registered().insert(tid) {
             // A thread that exited registered had this id, and its exit is not reaped yet:
-            // its registration goes now (this thread is not registered, so it is not its).
-            self.retire_stale(tid);
+            // its registration goes now (this thread is not registered, so it is not its),
+            // and what it still counted goes, as at an exit. `tid` stays in the registered
+            // set, now for the caller.
+            self.backend.retire_stale(&self.cx, tid);
         }
-        let res = match &self.backend {
-            Backend::Kernel(k) => k.register(),
-            Backend::Bpf(b) => b.register(tid),
-            Backend::Perf(p) => p.register(tid, &self.epoll, &|cpu| self.cpu_set(cpu), &mut |e| {
-                self.record_pending(e)
-            }),
-            Backend::Disabled => Ok(()),
-        };
+        let res = self.backend.register(&self.cx, tid);
         match res {
             Ok(()) => REGISTERED_HERE.with_borrow_mut(|here| here.push(self.id)),
             Err(_) => {
-                self.lock_registered().remove(&tid);
+                self.cx.lock_registered().remove(&tid);
             }
         }
         res
@@ -316,24 +257,6 @@ impl Monitor {
         REGISTERED_HERE.with_borrow(|here| here.contains(&self.id))
     }
 
-    /// Takes back the registration of an exited thread whose id `tid` the calling thread now
-    /// has (the caller is about to register it): what that thread still counted goes, as at
-    /// an exit. `tid` stays in `registered`, now for the caller.
-    fn retire_stale(&self, tid: i32) {
-        match &self.backend {
-            Backend::Perf(p) => {
-                p.retire_stale(tid, &self.epoll, &mut |e| self.record_pending(e));
-            }
-            // The reap above found what the programs marked exited; a registration the
-            // programs never saw exit (one that failed halfway) is cleared as an unregister.
-            Backend::Bpf(b) => {
-                let _ = b.unregister(tid);
-            }
-            // The kernel keeps its state per task: it went with the task.
-            Backend::Kernel(_) | Backend::Disabled => {}
-        }
-    }
-
     /// Stops monitoring the calling thread; its contribution to the ready counts is removed.
     pub fn unregister_current_thread(&self) -> Result<()> {
         let tid = cpu::current_tid();
@@ -341,13 +264,8 @@ impl Monitor {
             return Err(Error::NotRegistered { tid });
         }
         REGISTERED_HERE.with_borrow_mut(|here| here.retain(|&id| id != self.id));
-        let res = match &self.backend {
-            Backend::Kernel(k) => k.unregister(),
-            Backend::Bpf(b) => b.unregister(tid),
-            Backend::Perf(p) => p.unregister(tid, &self.epoll, &mut |e| self.record_pending(e)),
-            Backend::Disabled => Ok(()),
-        };
-        self.lock_registered().remove(&tid);
+        let res = self.backend.unregister(&self.cx, tid);
+        self.cx.lock_registered().remove(&tid);
         res
     }
 
@@ -366,10 +284,7 @@ impl Monitor {
     /// registered with this monitor gets [`Error::NotRegistered`].
     #[inline]
     pub fn mute_current_thread(&self) -> Result<()> {
-        match &self.backend {
-            Backend::Perf(p) => p.mute(),
-            Backend::Kernel(_) | Backend::Bpf(_) | Backend::Disabled => Ok(()),
-        }
+        self.backend.mute()
     }
 
     /// Reports the calling thread's context switches again after
@@ -378,10 +293,7 @@ impl Monitor {
     /// nothing; errors as for muting.
     #[inline]
     pub fn unmute_current_thread(&self) -> Result<()> {
-        match &self.backend {
-            Backend::Perf(p) => p.unmute(&mut |e| self.record_pending(e)),
-            Backend::Kernel(_) | Backend::Bpf(_) | Backend::Disabled => Ok(()),
-        }
+        self.backend.unmute(&self.cx)
     }
 
     /// `true` when the calling thread is registered.
@@ -394,33 +306,16 @@ impl Monitor {
     /// exactly one drainer. Returns the number of events handed out.
     pub fn drain_with(&self, mut on_event: impl FnMut(&MonitorEvent)) -> Result<usize> {
         let mut n = 0;
-        let pending = std::mem::take(&mut *lock(&self.pending));
-        for ev in &pending {
+        for ev in &self.cx.take_pending() {
             on_event(ev);
             n += 1;
         }
-        let mut sink = |ev: MonitorEvent| {
-            self.record(ev);
+        // The backend applies each event to the counts (where they are not live) before it
+        // hands it out here.
+        self.backend.drain(&self.cx, &mut |ev| {
             on_event(&ev);
             n += 1;
-        };
-        match &self.backend {
-            Backend::Kernel(k) => k.drain(&self.epoll, &mut sink)?,
-            Backend::Bpf(b) => {
-                // The counts are live: the events only describe them, for watchers.
-                b.drain(&mut |ev| {
-                    on_event(&ev);
-                    n += 1;
-                });
-                self.forget_exited(b.exited());
-            }
-            Backend::Perf(p) => {
-                let outcome = p.drain(&self.epoll, &mut sink)?;
-                self.count_losses(&outcome);
-                self.forget_exited(outcome.exited);
-            }
-            Backend::Disabled => {}
-        }
+        })?;
         Ok(n)
     }
 
@@ -437,24 +332,7 @@ impl Monitor {
     /// Kernel on ABI 2) and with Disabled it does nothing and returns 0. With the Perf
     /// backend, a thread not registered with this monitor gets [`Error::NotRegistered`].
     pub fn drain_current_thread(&self) -> Result<usize> {
-        let mut n = 0;
-        let mut sink = |ev: MonitorEvent| {
-            self.record(ev);
-            n += 1;
-        };
-        match &self.backend {
-            // ABI 2: the counts are live; the file is left to the waiter of the CPU.
-            Backend::Kernel(k) if k.counts_are_live() => {}
-            Backend::Kernel(k) => {
-                k.drain_cpu(cpu::current_cpu()?, &mut sink)?;
-            }
-            Backend::Perf(p) => {
-                let outcome = p.drain_own(&mut sink)?;
-                self.count_losses(&outcome);
-            }
-            Backend::Bpf(_) | Backend::Disabled => {}
-        }
-        Ok(n)
+        self.backend.drain_current_thread(&self.cx)
     }
 
     /// Drains what concerns `cpu` into the ready counts, without blocking: with the Kernel
@@ -472,7 +350,7 @@ impl Monitor {
     /// registered on one CPU and runs on another (not pinned) still has its events applied
     /// where they happened, by the drains of the CPU it registered on.
     pub fn drain_cpu(&self, cpu: CpuId) -> Result<usize> {
-        self.drain_cpu_held(cpu, perf::Held::Skip)
+        self.backend.drain_cpu(&self.cx, cpu, Held::Skip)
     }
 
     /// [`Monitor::drain_cpu`], for a reader that needs every event the kernel had reported
@@ -483,30 +361,7 @@ impl Monitor {
     /// counts matter more than a prompt return (statistics), never at a scheduling point.
     /// With every other backend it is [`Monitor::drain_cpu`].
     pub fn settle_cpu(&self, cpu: CpuId) -> Result<usize> {
-        self.drain_cpu_held(cpu, perf::Held::Wait)
-    }
-
-    fn drain_cpu_held(&self, cpu: CpuId, held: perf::Held) -> Result<usize> {
-        let mut n = 0;
-        let mut sink = |ev: MonitorEvent| {
-            self.record(ev);
-            n += 1;
-        };
-        match &self.backend {
-            // ABI 1: the events read; ABI 2: the drops since the last look, from the page.
-            Backend::Kernel(k) => return k.drain_cpu(cpu, &mut |ev| self.record(ev)),
-            // The wake-ups read; the counts need no drain.
-            Backend::Bpf(b) => n = b.drain_cpu(cpu),
-            Backend::Perf(p) => {
-                // No wait set yet: no thread ever registered on `cpu`, nothing to retire.
-                let set = self.cpu_sets.get(cpu).and_then(OnceLock::get);
-                let outcome = p.drain_cpu(cpu, held, &self.epoll, set, &mut sink)?;
-                self.count_losses(&outcome);
-                self.forget_exited(outcome.exited);
-            }
-            Backend::Disabled => {}
-        }
-        Ok(n)
+        self.backend.drain_cpu(&self.cx, cpu, Held::Wait)
     }
 
     /// [`Monitor::drain_with`], collecting the events.
@@ -526,15 +381,9 @@ impl Monitor {
     /// it returns early only when a CPU ran out of ready threads since the last
     /// [`Monitor::drain_with`].
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
-        match &self.backend {
-            Backend::Bpf(b) => {
-                let woken = b.arm_all() || wait_on(&self.epoll, timeout)?;
-                b.disarm_all();
-                Ok(woken)
-            }
-            Backend::Kernel(k) => Ok(k.arm_all()? || wait_on(&self.epoll, timeout)?),
-            _ => wait_on(&self.epoll, timeout),
-        }
+        let woken = self.backend.arm_all()? || wait_on(&self.cx.epoll, timeout)?;
+        self.backend.disarm_all();
+        Ok(woken)
     }
 
     /// [`Monitor::wait`], woken only by what concerns `cpu`: with the Kernel backend, its
@@ -551,40 +400,10 @@ impl Monitor {
     /// sleeps here is signalled: one that is awake, or preempted, finds the drops in the
     /// counters when it next looks (steps B3 and K2 of `src/monitor/README.md`).
     pub fn wait_cpu(&self, cpu: CpuId, timeout: Option<Duration>) -> Result<bool> {
-        let set = self.cpu_set(cpu)?;
-        match &self.backend {
-            Backend::Bpf(b) => {
-                let woken = b.arm_cpu(cpu) || wait_on(set, timeout)?;
-                b.disarm_cpu(cpu);
-                Ok(woken)
-            }
-            // ABI 2: the kernel disarms the file itself when it signals it.
-            Backend::Kernel(k) => Ok(k.arm_cpu(cpu)? || wait_on(set, timeout)?),
-            _ => wait_on(set, timeout),
-        }
-    }
-
-    /// The wait set of `cpu`, created (with the Kernel backend's eventfd of `cpu` in it) on
-    /// first use.
-    fn cpu_set(&self, cpu: CpuId) -> Result<&Epoll> {
-        let cell = self.cpu_sets.get(cpu).ok_or(Error::NoSuchCpu {
-            cpu,
-            possible: self.cpu_sets.len(),
-        })?;
-        if let Some(set) = cell.get() {
-            return Ok(set);
-        }
-        let set = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
-            .map_err(|e| Error::os("epoll_create1", e))?;
-        watch_interrupt(&set, &self.interrupt)?;
-        match &self.backend {
-            Backend::Kernel(k) => k.watch_cpu(cpu, &set)?,
-            Backend::Bpf(b) => b.watch_cpu(cpu, &set)?,
-            Backend::Perf(_) | Backend::Disabled => {}
-        }
-        // Two first uses at once: the loser's set is closed here, and everyone gets (and adds
-        // rings to) the winner's.
-        Ok(cell.get_or_init(|| set))
+        let set = self.cx.cpu_set(cpu, &*self.backend)?;
+        let woken = self.backend.arm_cpu(cpu)? || wait_on(set, timeout)?;
+        self.backend.disarm_cpu(cpu);
+        Ok(woken)
     }
 
     /// Announces that the monitor's owner is shutting it down:
@@ -596,136 +415,41 @@ impl Monitor {
     ///
     /// Drains are unaffected.
     pub fn shut_down(&self) -> Result<()> {
-        if let Backend::Kernel(k) = &self.backend {
-            k.shut_down();
-        }
-        match self.interrupt.write(1) {
-            Ok(_) | Err(Errno::EAGAIN) => Ok(()),
-            Err(e) => Err(Error::os("write(eventfd)", e)),
-        }
+        self.backend.shut_down();
+        self.cx.interrupt_waits()
     }
 
     /// The ready count of `cpu`: monitored threads running or runnable there, as of the last
     /// drain (with the Bpf backend: now, read from the shared counters).
     #[inline]
     pub fn ready(&self, cpu: CpuId) -> i64 {
-        match &self.backend {
-            Backend::Bpf(b) => b.ready(cpu),
-            Backend::Kernel(k) => k.ready(cpu).unwrap_or_else(|| self.counts.get(cpu)),
-            _ => self.counts.get(cpu),
-        }
+        self.backend.ready(&self.cx, cpu)
     }
 
     /// All ready counts, indexed by CPU id (one entry per possible CPU).
     pub fn ready_counts(&self) -> Vec<i64> {
-        match &self.backend {
-            Backend::Bpf(b) => (0..self.cpu_sets.len()).map(|c| b.ready(c)).collect(),
-            Backend::Kernel(k) if k.counts_are_live() => {
-                (0..self.cpu_sets.len()).map(|c| self.ready(c)).collect()
-            }
-            _ => self.counts.snapshot(),
-        }
+        self.backend.ready_counts(&self.cx)
     }
 
     /// Counters of what the monitor has seen.
     pub fn stats(&self) -> MonitorStats {
-        let s = &self.stats;
-        let bpf = match &self.backend {
-            Backend::Bpf(b) => {
-                self.forget_exited(b.exited());
-                Some(b.totals())
-            }
-            Backend::Kernel(k) => k.totals().map(|t| bpf::Totals {
-                blocks: t.blocks,
-                unblocks: t.unblocks,
-                migrations: 0,
-                notes: t.signals,
-                drops: t.drops,
-            }),
-            _ => None,
-        };
+        let s = &self.cx.stats;
+        self.backend.reap_exited(&self.cx);
+        // The counters the backend keeps itself, where it does (else the drains count).
+        let kept = self.backend.totals();
         MonitorStats {
-            blocks: bpf.map_or_else(|| s.blocks.load(Ordering::Relaxed), |t| t.blocks),
-            unblocks: bpf.map_or_else(|| s.unblocks.load(Ordering::Relaxed), |t| t.unblocks),
-            migrations: bpf.map_or_else(|| s.migrations.load(Ordering::Relaxed), |t| t.migrations),
-            wakeups: match bpf {
+            blocks: kept.map_or_else(|| s.blocks.load(Ordering::Relaxed), |t| t.blocks),
+            unblocks: kept.map_or_else(|| s.unblocks.load(Ordering::Relaxed), |t| t.unblocks),
+            migrations: kept.map_or_else(|| s.migrations.load(Ordering::Relaxed), |t| t.migrations),
+            wakeups: match kept {
                 Some(t) => t.notes,
                 None => s.blocks.load(Ordering::Relaxed) + s.unblocks.load(Ordering::Relaxed),
             },
-            drops: bpf.map_or(0, |t| t.drops),
+            drops: kept.map_or(0, |t| t.drops),
             lost_records: s.lost_records.load(Ordering::Relaxed),
             overflows: s.overflows.load(Ordering::Relaxed),
-            resyncs: match &self.backend {
-                Backend::Perf(p) => p.resyncs(),
-                Backend::Kernel(_) | Backend::Bpf(_) | Backend::Disabled => 0,
-            },
-            registered: self.lock_registered().len() as u64,
-        }
-    }
-
-    fn lock_registered(&self) -> std::sync::MutexGuard<'_, HashSet<i32>> {
-        lock(&self.registered)
-    }
-
-    /// Adds a drain's lost records and overflows to the statistics. Only what is not zero:
-    /// the counters are shared by every thread, and a polling runtime drains at every
-    /// scheduling point.
-    fn count_losses(&self, outcome: &perf::DrainOutcome) {
-        if outcome.lost > 0 {
-            self.stats
-                .lost_records
-                .fetch_add(outcome.lost, Ordering::Relaxed);
-        }
-        if outcome.overflows > 0 {
-            self.stats
-                .overflows
-                .fetch_add(outcome.overflows, Ordering::Relaxed);
-        }
-    }
-
-    /// Forgets the registration of threads that exited while registered.
-    fn forget_exited(&self, exited: Vec<i32>) {
-        if !exited.is_empty() {
-            let mut registered = self.lock_registered();
-            for tid in exited {
-                registered.remove(&tid);
-            }
-        }
-    }
-
-    /// Applies an event consumed outside a drain and queues it for the next drainer.
-    fn record_pending(&self, ev: MonitorEvent) {
-        self.record(ev);
-        lock(&self.pending).push(ev);
-    }
-
-    /// Applies one event to the counts and statistics. The Kernel backend's events with the
-    /// counter page (`Counted`: drops to zero) describe counts that are live already.
-    fn record(&self, ev: MonitorEvent) {
-        if let Backend::Kernel(k) = &self.backend {
-            if kernel::saturated(ev.events) {
-                // Counts were lost: nothing can restore them from the events (with the page,
-                // the counts are unaffected). Visible in the statistics.
-                self.stats.overflows.fetch_add(1, Ordering::Relaxed);
-            }
-            if k.counts_are_live() {
-                return;
-            }
-        }
-        self.counts.apply(ev.cpu, ev.events);
-        let s = &self.stats;
-        match ev.cause {
-            Cause::Kernel | Cause::Switch | Cause::Counted => {
-                s.blocks
-                    .fetch_add(u64::from(ev.events.blocked), Ordering::Relaxed);
-                s.unblocks
-                    .fetch_add(u64::from(ev.events.unblocked), Ordering::Relaxed);
-            }
-            Cause::Migration => {
-                s.migrations
-                    .fetch_add(u64::from(ev.events.unblocked), Ordering::Relaxed);
-            }
-            Cause::Resync | Cause::Register | Cause::Unregister | Cause::Exit => {}
+            resyncs: self.backend.resyncs(),
+            registered: self.cx.lock_registered().len() as u64,
         }
     }
 }
@@ -738,18 +462,6 @@ thread_local! {
     /// thread, so a new thread that the kernel gave the id of one that exited registered is
     /// not taken for it.
     static REGISTERED_HERE: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// The epoll tag of the interrupt descriptor: no CPU index or thread id takes it.
-const INTERRUPT_TAG: u64 = u64::MAX;
-
-/// Puts the interrupt descriptor in a wait set.
-fn watch_interrupt(set: &Epoll, interrupt: &EventFd) -> Result<()> {
-    set.add(
-        interrupt.as_fd(),
-        EpollEvent::new(EpollFlags::EPOLLIN, INTERRUPT_TAG),
-    )
-    .map_err(|e| Error::os("epoll_ctl(ADD)", e))
 }
 
 /// Waits on `epoll` until a descriptor is ready (`true`) or `timeout` passes (`false`).
@@ -768,15 +480,9 @@ fn wait_on(epoll: &Epoll, timeout: Option<Duration>) -> Result<bool> {
     }
 }
 
-/// Locks a mutex whose data stays consistent even if a holder panicked (every update is a
-/// single call).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poison| poison.into_inner())
-}
-
 impl AsFd for Monitor {
     /// The descriptor to put in the leader's epoll: readable when events may be pending.
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.epoll.0.as_fd()
+        self.cx.epoll.0.as_fd()
     }
 }

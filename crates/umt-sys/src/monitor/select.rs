@@ -1,57 +1,104 @@
 //! Choosing a backend: the first of the requested order that opens, and why each one before
-//! it could not.
+//! it could not. [`BACKENDS`] is the one place that lists the backends.
 
 use nix::sys::epoll::Epoll;
 
+use super::ops::{Backend, Disabled};
 use super::{bpf, kernel, perf};
 use crate::backend::{BackendKind, Selection, Unavailable};
 use crate::error::{Error, Result};
 
-/// The backend a monitor runs on.
-pub(super) enum Backend {
-    Kernel(kernel::KernelBackend),
-    Bpf(Box<bpf::BpfBackend>),
-    Perf(perf::PerfBackend),
-    Disabled,
+/// What opening a backend may need, besides the monitor's wait set.
+pub(super) struct Options {
+    /// Possible CPUs: one count, file or wake-up buffer each.
+    pub(super) possible_cpus: usize,
+    /// Data pages of each perf ring (`MonitorBuilder::ring_pages`).
+    pub(super) ring_pages: usize,
+    /// `MonitorBuilder::signal_each_event`.
+    pub(super) signal_each_event: bool,
 }
 
-/// Opens the backend `requested` asks for: `Auto` tries Kernel, then Bpf, then Perf, and falls back to
-/// Disabled, recording why each was rejected; an explicit backend that cannot run is an error.
+/// One backend a monitor can run on.
+struct Row {
+    kind: BackendKind,
+    /// Whether it can run here, and if not why and how to fix it (`Monitor::probe`).
+    probe: fn() -> std::result::Result<(), Unavailable>,
+    /// Opens it, putting what signals events in the monitor's wait set.
+    open: fn(&Options, &Epoll) -> Result<Box<dyn Backend>>,
+}
+
+/// Every backend, best first: `Auto` tries them in this order and stops at the first that
+/// opens; the last, Disabled, always does.
+const BACKENDS: [Row; 4] = [
+    Row {
+        kind: BackendKind::Kernel,
+        probe: || kernel::probe().map(|_version| ()),
+        open: |o, epoll| {
+            Ok(Box::new(kernel::KernelBackend::open(
+                o.possible_cpus,
+                epoll,
+            )?))
+        },
+    },
+    Row {
+        kind: BackendKind::Bpf,
+        probe: bpf::probe,
+        open: |o, epoll| {
+            Ok(Box::new(bpf::BpfBackend::open(
+                o.possible_cpus,
+                Some(epoll),
+            )?))
+        },
+    },
+    Row {
+        kind: BackendKind::Perf,
+        probe: perf::probe,
+        open: |o, _epoll| {
+            Ok(Box::new(perf::PerfBackend::open(
+                o.possible_cpus,
+                o.ring_pages,
+                o.signal_each_event,
+            )?))
+        },
+    },
+    Row {
+        kind: BackendKind::Disabled,
+        probe: || Ok(()),
+        open: |_, _| Ok(Box::new(Disabled)),
+    },
+];
+
+/// Whether `kind` can run on this machine (`Auto` always can: it falls back to Disabled).
+pub(super) fn probe(kind: BackendKind) -> std::result::Result<(), Unavailable> {
+    BACKENDS
+        .iter()
+        .find(|row| row.kind == kind)
+        .map_or(Ok(()), |row| (row.probe)())
+}
+
+/// Opens the backend `requested` asks for: `Auto` tries Kernel, then Bpf, then Perf, and falls
+/// back to Disabled, recording why each was rejected; an explicit backend that cannot run is an
+/// error.
 pub(super) fn open(
     requested: BackendKind,
-    possible_cpus: usize,
+    options: &Options,
     epoll: &Epoll,
-    ring_pages: usize,
-    signal_each_event: bool,
-) -> Result<(Backend, Selection)> {
-    let order: &[BackendKind] = match requested {
-        BackendKind::Auto => &[BackendKind::Kernel, BackendKind::Bpf, BackendKind::Perf],
-        BackendKind::Kernel => &[BackendKind::Kernel],
-        BackendKind::Bpf => &[BackendKind::Bpf],
-        BackendKind::Perf => &[BackendKind::Perf],
-        BackendKind::Disabled => &[],
-    };
+) -> Result<(Box<dyn Backend>, Selection)> {
+    let auto = requested == BackendKind::Auto;
     let mut rejected = Vec::new();
-    let mut chosen = None;
-    for &kind in order {
-        let attempt = match kind {
-            BackendKind::Kernel => {
-                kernel::KernelBackend::open(possible_cpus, epoll).map(Backend::Kernel)
+    for row in BACKENDS.iter().filter(|row| auto || row.kind == requested) {
+        match (row.open)(options, epoll) {
+            Ok(backend) => {
+                let selection = Selection {
+                    requested,
+                    chosen: row.kind,
+                    rejected,
+                };
+                return Ok((backend, selection));
             }
-            BackendKind::Bpf => {
-                bpf::BpfBackend::open(possible_cpus, Some(epoll)).map(|b| Backend::Bpf(Box::new(b)))
-            }
-            _ => perf::PerfBackend::open(possible_cpus, ring_pages, signal_each_event)
-                .map(Backend::Perf),
-        };
-        match attempt {
-            Ok(b) => {
-                chosen = Some((kind, b));
-                break;
-            }
-            Err(Error::Unavailable(u)) if requested == BackendKind::Auto => rejected.push(u),
+            Err(Error::Unavailable(u)) if auto => rejected.push(u),
             // Another Monitor of this process holds the kernel's one UMT state.
-            Err(Error::KernelBusy) if requested == BackendKind::Auto => rejected.push(
+            Err(Error::KernelBusy) if auto => rejected.push(
                 Unavailable::new(
                     BackendKind::Kernel,
                     "UMT is already enabled in this process by another Monitor".to_string(),
@@ -61,13 +108,52 @@ pub(super) fn open(
             Err(e) => return Err(e),
         }
     }
-    let (chosen, backend) = chosen.unwrap_or((BackendKind::Disabled, Backend::Disabled));
-    Ok((
-        backend,
-        Selection {
-            requested,
-            chosen,
-            rejected,
-        },
-    ))
+    // Not reached: the table ends with Disabled, which always opens.
+    let selection = Selection {
+        requested,
+        chosen: BackendKind::Disabled,
+        rejected,
+    };
+    Ok((Box::new(Disabled), selection))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_names_every_backend_once_best_first_and_ends_with_disabled() {
+        let kinds: Vec<BackendKind> = BACKENDS.iter().map(|row| row.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                BackendKind::Kernel,
+                BackendKind::Bpf,
+                BackendKind::Perf,
+                BackendKind::Disabled
+            ]
+        );
+    }
+
+    #[test]
+    fn auto_and_disabled_need_nothing() {
+        assert!(probe(BackendKind::Auto).is_ok());
+        assert!(probe(BackendKind::Disabled).is_ok());
+    }
+
+    #[test]
+    fn disabled_is_chosen_when_asked_for() -> Result<()> {
+        let epoll = Epoll::new(nix::sys::epoll::EpollCreateFlags::EPOLL_CLOEXEC)
+            .map_err(|e| Error::os("epoll_create1", e))?;
+        let options = Options {
+            possible_cpus: 1,
+            ring_pages: 1,
+            signal_each_event: true,
+        };
+        let (backend, selection) = open(BackendKind::Disabled, &options, &epoll)?;
+        assert_eq!(selection.chosen, BackendKind::Disabled);
+        assert!(selection.rejected.is_empty());
+        assert!(!backend.counts_are_live());
+        Ok(())
+    }
 }

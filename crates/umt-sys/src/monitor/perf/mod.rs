@@ -37,6 +37,7 @@ use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags, EpollTimeout};
 use crate::cpu::{self, CpuId};
 use crate::error::{Error, Result};
 use crate::event::{Cause, MonitorEvent};
+use crate::monitor::ops::{Backend, Context, Held, Totals};
 use crate::ready::Tracker;
 pub(crate) use probe::probe;
 use probe::{classify_open_error, open_sampler, page_size, read_paranoid};
@@ -128,15 +129,6 @@ struct Slot {
     inner: Mutex<SlotInner>,
 }
 
-/// What a drainer does with a ring another drainer holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Held {
-    /// Passes it by: the holder applies what it takes (every drain that must not block).
-    Skip,
-    /// Waits for the holder's record, then goes on (see `Monitor::settle_cpu`).
-    Wait,
-}
-
 impl Slot {
     fn lock(&self) -> std::sync::MutexGuard<'_, SlotInner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
@@ -185,16 +177,6 @@ impl PerfBackend {
             next_key: AtomicU64::new(0),
             buckets: (0..possible_cpus).map(|_| CachePadded::default()).collect(),
         })
-    }
-
-    /// Sets whether threads registering from now on signal every event.
-    pub(crate) fn set_signal_each_event(&self, signal: bool) {
-        self.signal_each_event.store(signal, Ordering::Relaxed);
-    }
-
-    /// Times a thread's state was re-read from `/proc` (see [`PerfBackend::resyncs`]).
-    pub(crate) fn resyncs(&self) -> u64 {
-        self.resyncs.load(Ordering::Relaxed)
     }
 
     /// The threads registered on `cpu` (none for a CPU beyond the table).
@@ -527,4 +509,112 @@ impl PerfBackend {
         }
         Ok(())
     }
+}
+
+impl Backend for PerfBackend {
+    fn counts_are_live(&self) -> bool {
+        false
+    }
+
+    /// Sets whether threads registering from now on signal every event.
+    fn set_signal_each_event(&self, signal: bool) {
+        self.signal_each_event.store(signal, Ordering::Relaxed);
+    }
+
+    fn register(&self, cx: &Context, tid: i32) -> Result<()> {
+        self.register(tid, &cx.epoll, &|cpu| cx.cpu_set(cpu, self), &mut |e| {
+            cx.record_pending(e)
+        })
+    }
+
+    fn unregister(&self, cx: &Context, tid: i32) -> Result<()> {
+        self.unregister(tid, &cx.epoll, &mut |e| cx.record_pending(e))
+    }
+
+    fn retire_stale(&self, cx: &Context, tid: i32) {
+        self.retire_stale(tid, &cx.epoll, &mut |e| cx.record_pending(e));
+    }
+
+    /// Exits are found by the drains (their rings poll `EPOLLHUP`).
+    fn reap_exited(&self, _cx: &Context) {}
+
+    fn mute(&self) -> Result<()> {
+        self.mute()
+    }
+
+    fn unmute(&self, cx: &Context) -> Result<()> {
+        self.unmute(&mut |e| cx.record_pending(e))
+    }
+
+    fn drain(&self, cx: &Context, out: &mut dyn FnMut(MonitorEvent)) -> Result<()> {
+        let outcome = self.drain(&cx.epoll, &mut |ev| {
+            cx.record(ev);
+            out(ev);
+        })?;
+        cx.count_losses(outcome.lost, outcome.overflows);
+        cx.forget_exited(outcome.exited);
+        Ok(())
+    }
+
+    fn drain_current_thread(&self, cx: &Context) -> Result<usize> {
+        let mut n = 0;
+        let outcome = self.drain_own(&mut |ev| {
+            cx.record(ev);
+            n += 1;
+        })?;
+        cx.count_losses(outcome.lost, outcome.overflows);
+        Ok(n)
+    }
+
+    fn drain_cpu(&self, cx: &Context, cpu: CpuId, held: Held) -> Result<usize> {
+        let mut n = 0;
+        // No wait set yet: no thread ever registered on `cpu`, nothing to retire.
+        let set = cx.cpu_set_made(cpu);
+        let outcome = self.drain_cpu(cpu, held, &cx.epoll, set, &mut |ev| {
+            cx.record(ev);
+            n += 1;
+        })?;
+        cx.count_losses(outcome.lost, outcome.overflows);
+        cx.forget_exited(outcome.exited);
+        Ok(n)
+    }
+
+    /// The rings join a CPU's wait set when their threads register.
+    fn watch_cpu(&self, _cpu: CpuId, _set: &Epoll) -> Result<()> {
+        Ok(())
+    }
+
+    /// Every record wakes the waiters (or every half ring): nothing to arm.
+    fn arm_all(&self) -> Result<bool> {
+        Ok(false)
+    }
+
+    fn disarm_all(&self) {}
+
+    fn arm_cpu(&self, _cpu: CpuId) -> Result<bool> {
+        Ok(false)
+    }
+
+    fn disarm_cpu(&self, _cpu: CpuId) {}
+
+    /// As of the last drain.
+    fn ready(&self, cx: &Context, cpu: CpuId) -> i64 {
+        cx.counts.get(cpu)
+    }
+
+    fn ready_counts(&self, cx: &Context) -> Vec<i64> {
+        cx.counts.snapshot()
+    }
+
+    /// None: the drains count.
+    fn totals(&self) -> Option<Totals> {
+        None
+    }
+
+    /// Times a thread's state was re-read from `/proc`.
+    fn resyncs(&self) -> u64 {
+        self.resyncs.load(Ordering::Relaxed)
+    }
+
+    fn shut_down(&self) {}
 }
