@@ -822,3 +822,54 @@ proptest! {
         })?;
     }
 }
+
+proptest! {
+    /// `try_reduce` agrees with the sequential `try_fold` for `Option` and `Result` items
+    /// (failures from items and from the operation), `update` with `map`, `for_each_with`
+    /// visits every item once.
+    #[test]
+    fn try_reduce_update_and_for_each_with_agree_with_sequential(
+        v in proptest::collection::vec(proptest::option::weighted(0.98, 0u16..2000), 0..300),
+        schedule in schedules(),
+    ) {
+        rt().install(|| {
+            let par = v.par_iter().schedule(schedule).copied().try_reduce(|| 0u16, u16::checked_add);
+            let seq = v.iter().try_fold(0u16, |a, x| x.and_then(|x| a.checked_add(x)));
+            prop_assert_eq!(par, seq);
+
+            let as_result = |x: &Option<u16>| x.ok_or("missing");
+            let par: Result<u64, &str> = v
+                .par_iter()
+                .schedule(schedule)
+                .map(as_result)
+                .map(|r| r.map(u64::from))
+                .try_reduce(|| 0, |a, b| Ok(a + b));
+            let seq: Result<u64, &str> =
+                v.iter().map(as_result).try_fold(0, |a, x| x.map(|x| a + u64::from(x)));
+            prop_assert_eq!(par, seq);
+
+            let bumped: Vec<Option<u16>> = v
+                .par_iter()
+                .schedule(schedule)
+                .copied()
+                .update(|x| *x = x.map(|x| x / 2))
+                .collect();
+            prop_assert_eq!(bumped, v.iter().map(|x| x.map(|x| x / 2)).collect::<Vec<_>>());
+
+            let seen: Vec<AtomicU8> = (0..v.len()).map(|_| AtomicU8::new(0)).collect();
+            let (tx, rx) = std::sync::mpsc::channel();
+            (0..v.len())
+                .into_par_iter()
+                .schedule(schedule)
+                .for_each_with(tx, |tx, i| {
+                    seen[i].fetch_add(1, Ordering::Relaxed);
+                    tx.send(i).expect("the receiver lives");
+                });
+            let mut got: Vec<usize> = rx.iter().collect();
+            got.sort_unstable();
+            prop_assert_eq!(got, (0..v.len()).collect::<Vec<_>>());
+            prop_assert!(seen.iter().all(|s| s.load(Ordering::Relaxed) == 1));
+            Ok(())
+        })?;
+    }
+}

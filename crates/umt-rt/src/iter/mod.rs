@@ -435,6 +435,18 @@ pub trait ParallelIterator: Sized {
         self.into_parts().adapt(|p| Inspect::new(p, f))
     }
 
+    /// Changes each item in place with `f` and passes it on (rayon's `update`).
+    #[allow(clippy::type_complexity)]
+    fn update<F>(self, f: F) -> ParIter<Map<Self::Producer, impl Fn(Self::Item) -> Self::Item + Sync>>
+    where
+        F: Fn(&mut Self::Item) + Sync,
+    {
+        self.map(move |mut item| {
+            f(&mut item);
+            item
+        })
+    }
+
     /// Copies items that are references.
     fn copied<'a, T>(self) -> ParIter<Copied<Self::Producer>>
     where
@@ -492,6 +504,90 @@ pub trait ParallelIterator: Sized {
             let mut state = init();
             producer.items(r).for_each(|item| f(&mut state, item));
         })
+    }
+
+    /// [`for_each_init`](ParallelIterator::for_each_init) with a clone of `init` as each
+    /// part's state (rayon's `for_each_with`, whose `init` is often a channel's sender).
+    #[track_caller]
+    fn for_each_with<T, F>(self, init: T, f: F)
+    where
+        T: Send + Clone,
+        F: Fn(&mut T, Self::Item) + Sync,
+    {
+        let init = std::sync::Mutex::new(init);
+        self.for_each_init(
+            || {
+                init.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone()
+            },
+            f,
+        )
+    }
+
+    /// Combines the `Ok` (or `Some`) values of the items with `op`, in index order, from
+    /// `identity()` in each part, and stops at the first `Err` (`None`) that an item or `op`
+    /// gives, which it returns (any of them if several parts fail at once: the loop stops
+    /// handing out items once one has). `op` must be associative.
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let total: Result<u32, String> = ["1", "2", "3"]
+    ///     .par_iter()
+    ///     .map(|s| s.parse::<u32>().map_err(|e| e.to_string()))
+    ///     .try_reduce(|| 0, |a, b| Ok(a + b));
+    /// assert_eq!(total, Ok(6));
+    /// let bad: Option<u8> = [Some(200u8), Some(100)]
+    ///     .into_par_iter()
+    ///     .copied()
+    ///     .try_reduce(|| 0, |a, b| a.checked_add(b));
+    /// assert_eq!(bad, None);
+    /// ```
+    #[track_caller]
+    fn try_reduce<T, ID, OP>(self, identity: ID, op: OP) -> Self::Item
+    where
+        Self::Item: Fallible<Ok = T>,
+        <Self::Item as Fallible>::Failure: Send,
+        T: Send,
+        ID: Fn() -> T + Sync,
+        OP: Fn(T, T) -> Self::Item + Sync,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        let stop = AtomicBool::new(false);
+        let go_on = || !stop.load(Ordering::Relaxed);
+        let failed = |e| {
+            stop.store(true, Ordering::Relaxed);
+            Err(e)
+        };
+        let (identity, op) = (&identity, &op);
+        type Acc<I> = Result<<I as Fallible>::Ok, <I as Fallible>::Failure>;
+        let combined: Acc<Self::Item> = it.run(
+            Location::caller(),
+            Fold {
+                identity: || Ok(identity()),
+                fold: |acc: Acc<Self::Item>, r| {
+                    let mut acc = acc?;
+                    for item in producer.items(r).take_while(|_| go_on()) {
+                        acc = match item.branch().and_then(|v| op(acc, v).branch()) {
+                            Ok(acc) => acc,
+                            Err(e) => return failed(e),
+                        };
+                    }
+                    Ok(acc)
+                },
+                combine: |a: Acc<Self::Item>, b: Acc<Self::Item>| match (a, b) {
+                    (Ok(a), Ok(b)) => op(a, b).branch().or_else(failed),
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                },
+                ordered: true,
+            },
+        );
+        match combined {
+            Ok(v) => Fallible::from_ok(v),
+            Err(e) => Fallible::from_failure(e),
+        }
     }
 
     /// Calls `f` on each item until one returns an error, and returns that error (any of
@@ -1076,6 +1172,56 @@ impl<T: Send, C: Extend<T>> ParallelExtend<T> for C {
     {
         let site = Location::caller();
         self.extend(par_iter.into_par_iter().into_parts().collect_vec(site));
+    }
+}
+
+/// What [`ParallelIterator::try_reduce`] accepts as items: `Result<T, E>` and `Option<T>`
+/// (rayon's bound is the standard library's unstable `Try`). Sealed.
+pub trait Fallible: Sized + fallible::Sealed {
+    /// The value of a success.
+    type Ok;
+    /// What a failure carries (`E`, or `()` for `None`).
+    type Failure;
+    /// The success's value, or the failure.
+    fn branch(self) -> Result<Self::Ok, Self::Failure>;
+    /// A success.
+    fn from_ok(v: Self::Ok) -> Self;
+    /// A failure.
+    fn from_failure(f: Self::Failure) -> Self;
+}
+
+mod fallible {
+    /// Only `Result` and `Option` are [`Fallible`](super::Fallible).
+    pub trait Sealed {}
+    impl<T, E> Sealed for Result<T, E> {}
+    impl<T> Sealed for Option<T> {}
+}
+
+impl<T, E> Fallible for Result<T, E> {
+    type Ok = T;
+    type Failure = E;
+    fn branch(self) -> Result<T, E> {
+        self
+    }
+    fn from_ok(v: T) -> Self {
+        Ok(v)
+    }
+    fn from_failure(e: E) -> Self {
+        Err(e)
+    }
+}
+
+impl<T> Fallible for Option<T> {
+    type Ok = T;
+    type Failure = ();
+    fn branch(self) -> Result<T, ()> {
+        self.ok_or(())
+    }
+    fn from_ok(v: T) -> Self {
+        Some(v)
+    }
+    fn from_failure((): ()) -> Self {
+        None
     }
 }
 
