@@ -14,7 +14,7 @@
 //! - `loop/*` (`--bench loops`): each loop schedule against rayon's `par_iter` on
 //!   load-imbalanced loops (rising, random, heavy-tailed iteration costs);
 //! - `chain/*` (`--bench chains`): parallel-iterator chains written once for both preludes
-//!   (sum, filter-map-collect, fold-reduce, zip, position_first, sort), umt-rt against rayon;
+//!   (sum of hashes, filter-map-collect, fold-reduce, zip, position_first, sort), umt-rt against rayon;
 //!   and a chain whose body blocks, against rayon with 1, 4 and 8 threads per core.
 #![deny(missing_docs)]
 

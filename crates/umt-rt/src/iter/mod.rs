@@ -40,12 +40,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 pub use producer::{
     ByChunks, ByExactChunks, ByWindows, Chain, Chunks, ChunksExact, ChunksMut, Cloned, Copied,
-    Enumerate, Filter, FilterMap, FlatMapIter, Indexed, Inspect, Map, MapInit, MapInitPart, Producer, RangeInteger,
+    Enumerate, Filter, FilterMap, FlatMapIter, Indexed, FoldBlocks, FoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, RangeInteger,
     RangeProducer, Slice, SliceMut, Split, StepBy, SubSlices, VecPart, VecProducer, Window, Windows,
     Zip,
 };
 
 pub use either::Either;
+
+/// Blocks per core of [`ParallelIterator::fold`]: enough for the loop that folds them to
+/// balance, few enough that combining the accumulators costs little.
+const FOLD_BLOCKS_PER_CORE: usize = 8;
 
 use crate::schedule::Schedule;
 use drive::{Fold, drive};
@@ -779,11 +783,11 @@ pub trait ParallelIterator: Sized {
         )
     }
 
-    /// Folds the items of each part of the loop a thread takes into an accumulator made by
-    /// `identity`, and returns a parallel iterator over those accumulators, in index order
-    /// (rayon's `fold`, followed as there by a `reduce`, `sum` or `collect`). How many there
-    /// are depends on how the loop was split. The fold runs here, before the next consumer
-    /// (rayon's runs within it): their effects are the same.
+    /// Folds the items into accumulators made by `identity`, one per block of the items
+    /// (several blocks per core, so the loop still balances), and returns a parallel iterator
+    /// over those accumulators in index order (rayon's `fold`, followed as there by a
+    /// `reduce`, `sum` or `collect`). Lazy: the loop of that next consumer folds the blocks.
+    /// How many accumulators there are depends on the cores.
     ///
     /// ```
     /// use umt_rt::prelude::*;
@@ -795,44 +799,31 @@ pub trait ParallelIterator: Sized {
     ///     .sum::<usize>();
     /// assert_eq!(total, 8);
     /// ```
-    #[track_caller]
-    fn fold<T, ID, F>(self, identity: ID, fold_op: F) -> ParIter<VecProducer<T>>
+    fn fold<T, ID, F>(self, identity: ID, fold_op: F) -> ParIter<FoldBlocks<Self::Producer, ID, F>>
     where
         T: Send,
         ID: Fn() -> T + Sync,
         F: Fn(T, Self::Item) -> T + Sync,
     {
-        let it = self.into_parts();
-        let producer = &it.producer;
-        let (identity, fold_op) = (&identity, &fold_op);
-        let parts: Vec<T> = it.run(
-            Location::caller(),
-            Fold {
-                identity: Vec::new,
-                fold: |mut parts: Vec<T>, r| {
-                    parts.push(producer.items(r).fold(identity(), fold_op));
-                    parts
-                },
-                combine: |mut a: Vec<T>, b| {
-                    a.extend(b);
-                    a
-                },
-                ordered: true,
-            },
-        );
-        ParIter::new(VecProducer::new(parts))
+        let blocks = FOLD_BLOCKS_PER_CORE * crate::current_num_threads();
+        self.into_parts()
+            .adapt(|p| FoldBlocks::new(p, identity, fold_op, blocks))
     }
 
-    /// [`fold`](ParallelIterator::fold) from a clone of `init` in each part.
-    #[track_caller]
-    fn fold_with<T, F>(self, init: T, fold_op: F) -> ParIter<VecProducer<T>>
+    /// [`fold`](ParallelIterator::fold) from a clone of `init` in each block.
+    #[allow(clippy::type_complexity)]
+    fn fold_with<T, F>(
+        self,
+        init: T,
+        fold_op: F,
+    ) -> ParIter<FoldBlocks<Self::Producer, impl Fn() -> T + Sync, F>>
     where
         T: Send + Clone,
         F: Fn(T, Self::Item) -> T + Sync,
     {
         let init = std::sync::Mutex::new(init);
         self.fold(
-            || {
+            move || {
                 init.lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .clone()

@@ -618,6 +618,102 @@ impl<I: Iterator, T, F: Fn(&mut T, I::Item) -> R, R> Iterator for MapInitPart<'_
     }
 }
 
+/// `fold`'s producer: the base's indices cut into `blocks` blocks of about equal length; item
+/// `b` is the fold of block `b`'s items, from `identity()`. Lazy, as rayon's: the loop that
+/// consumes the accumulators is the one that folds them.
+#[derive(Debug, Clone)]
+pub struct FoldBlocks<P, ID, F> {
+    base: P,
+    identity: ID,
+    fold: F,
+    blocks: usize,
+}
+
+impl<P: Producer, ID, F> FoldBlocks<P, ID, F> {
+    /// `blocks` is clamped to the base's length (at least one block, so that an empty loop
+    /// still folds to `identity()`).
+    pub(crate) fn new(base: P, identity: ID, fold: F, blocks: usize) -> Self {
+        let blocks = blocks.clamp(1, base.len().max(1));
+        FoldBlocks {
+            base,
+            identity,
+            fold,
+            blocks,
+        }
+    }
+
+    /// The base's indices of block `b`.
+    fn block(&self, b: usize) -> Range<usize> {
+        let len = self.base.len();
+        let at = |b: usize| (len as u128 * b as u128 / self.blocks as u128) as usize;
+        at(b)..at(b + 1)
+    }
+}
+
+impl<P, ID, F> sealed::Sealed for FoldBlocks<P, ID, F> {}
+
+impl<P, ID, F, T> Producer for FoldBlocks<P, ID, F>
+where
+    P: Producer,
+    ID: Fn() -> T + Sync,
+    F: Fn(T, P::Item) -> T + Sync,
+{
+    type Item = T;
+    type Iter<'p>
+        = FoldBlocksPart<'p, P, ID, F>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.blocks
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
+        let end = r.end.min(self.blocks);
+        FoldBlocksPart {
+            producer: self,
+            next: r.start.min(end),
+            end,
+        }
+    }
+}
+
+/// The accumulators of some blocks of a [`FoldBlocks`], each folded when it is asked for.
+#[derive(Debug)]
+pub struct FoldBlocksPart<'p, P, ID, F> {
+    producer: &'p FoldBlocks<P, ID, F>,
+    next: usize,
+    end: usize,
+}
+
+impl<P, ID, F, T> Iterator for FoldBlocksPart<'_, P, ID, F>
+where
+    P: Producer,
+    ID: Fn() -> T + Sync,
+    F: Fn(T, P::Item) -> T + Sync,
+{
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        if self.next >= self.end {
+            return None;
+        }
+        let p = self.producer;
+        let block = p.block(self.next);
+        self.next += 1;
+        // SAFETY: blocks are disjoint ranges of the base's indices, and block `next` is asked
+        // once: this part covers blocks `next..end`, which its caller asked once (contract of
+        // `Producer::iter`), and `next` only moves forward.
+        let items = unsafe { p.base.iter(block, sealed::Token) };
+        Some(items.fold((p.identity)(), &p.fold))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.end - self.next;
+        (n, Some(n))
+    }
+}
+
 /// `filter`'s producer.
 #[derive(Debug, Clone)]
 pub struct Filter<P, F> {
