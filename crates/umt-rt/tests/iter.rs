@@ -873,3 +873,42 @@ proptest! {
         })?;
     }
 }
+
+proptest! {
+    /// `rev` gives std's reversed order on slices, ranges and owned vectors, through
+    /// `enumerate`, `skip` and `zip`, and for searches; `flat_map` (nested parallel loops)
+    /// gives std's `flat_map`.
+    #[test]
+    fn rev_and_flat_map_agree_with_sequential(
+        v in proptest::collection::vec(any::<u16>(), 0..300),
+        skip in 0usize..20,
+        schedule in schedules(),
+    ) {
+        rt().install(|| {
+            let got: Vec<u16> = v.par_iter().schedule(schedule).rev().copied().collect();
+            prop_assert_eq!(got, v.iter().rev().copied().collect::<Vec<_>>());
+            let got: Vec<(usize, u16)> =
+                v.clone().into_par_iter().schedule(schedule).rev().enumerate().skip(skip).collect();
+            let want: Vec<(usize, u16)> = v.iter().copied().rev().enumerate().skip(skip).collect();
+            prop_assert_eq!(got, want);
+            let n = v.len() as u32;
+            let got: Vec<(u32, u16)> =
+                (0..n).into_par_iter().schedule(schedule).rev().zip(v.par_iter().copied()).collect();
+            prop_assert_eq!(got, (0..n).rev().zip(v.iter().copied()).collect::<Vec<_>>());
+            let at = |x: Option<&u16>| x.map(std::ptr::from_ref);
+            prop_assert_eq!(
+                at(v.par_iter().schedule(schedule).rev().find_first(|x| **x % 7 == 0)),
+                at(v.iter().rev().find(|x| **x % 7 == 0))
+            );
+            let got: Vec<u32> = v
+                .par_iter()
+                .schedule(schedule)
+                .flat_map(|x| (0..u32::from(*x % 5)).into_par_iter().map(move |j| j * 10))
+                .collect();
+            let want: Vec<u32> =
+                v.iter().flat_map(|x| (0..u32::from(*x % 5)).map(move |j| j * 10)).collect();
+            prop_assert_eq!(got, want);
+            Ok(())
+        })?;
+    }
+}

@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 pub use producer::{
     ByChunks, ByExactChunks, ByWindows, Chain, Chunks, ChunksExact, ChunksMut, Cloned, Copied,
-    Enumerate, Filter, FilterMap, FlatMapIter, Indexed, FoldBlocks, FoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, RangeInteger,
+    Enumerate, Filter, FilterMap, FlatMapIter, Indexed, FoldBlocks, FoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, Rev, RangeInteger,
     RangeProducer, Slice, SliceMut, Split, StepBy, SubSlices, VecPart, VecProducer, Window, Windows,
     Zip,
 };
@@ -429,6 +429,34 @@ pub trait ParallelIterator: Sized {
         U: IntoIterator,
     {
         self.into_parts().adapt(|p| FlatMapIter::new(p, f))
+    }
+
+    /// Replaces each item by the items of the parallel iterator `f` makes of it, in order
+    /// (rayon's `flat_map`). Each inner iterator runs as a loop of its own, nested in the
+    /// outer one's (its items are gathered, then passed on); where the inner iterators are
+    /// small and sequential work is enough, [`flat_map_iter`](ParallelIterator::flat_map_iter)
+    /// costs less.
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let pairs: Vec<(u32, u32)> = (0..3u32)
+    ///     .into_par_iter()
+    ///     .flat_map(|i| (0..i).into_par_iter().map(move |j| (i, j)))
+    ///     .collect();
+    /// assert_eq!(pairs, [(1, 0), (2, 0), (2, 1)]);
+    /// ```
+    #[allow(clippy::type_complexity)]
+    fn flat_map<F, PI>(
+        self,
+        f: F,
+    ) -> ParIter<FlatMapIter<Self::Producer, impl Fn(Self::Item) -> Vec<PI::Item> + Sync>>
+    where
+        F: Fn(Self::Item) -> PI + Sync,
+        PI: IntoParallelIterator,
+        PI::Item: Send,
+    {
+        self.flat_map_iter(move |item| f(item).into_par_iter().collect::<Vec<_>>())
     }
 
     /// Calls `f` on each item as it passes.
@@ -1030,6 +1058,18 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
     /// Every `step`-th item, from the first (`step` 0 is taken as 1).
     fn step_by(self, step: usize) -> ParIter<StepBy<Self::Producer>> {
         self.into_parts().adapt(|p| StepBy::new(p, step))
+    }
+
+    /// The items last first (rayon's `rev`).
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let v: Vec<u32> = (0..5u32).into_par_iter().rev().collect();
+    /// assert_eq!(v, [4, 3, 2, 1, 0]);
+    /// ```
+    fn rev(self) -> ParIter<Rev<Self::Producer>> {
+        self.into_parts().adapt(Rev::new)
     }
 
     /// Pairs each item with its index (not after `filter`).

@@ -1058,6 +1058,45 @@ impl<P: Indexed> Producer for Window<P> {
     }
 }
 
+/// `rev`'s producer: index `i` is the base's `len - 1 - i`. A part takes the base's matching
+/// part in one piece and hands its items out last first (the base's iterators need not run
+/// backwards; the part's items are held meanwhile, as many as the schedule hands out at once).
+#[derive(Debug, Clone)]
+pub struct Rev<P> {
+    base: P,
+}
+
+impl<P> Rev<P> {
+    pub(crate) fn new(base: P) -> Self {
+        Rev { base }
+    }
+}
+
+impl<P> sealed::Sealed for Rev<P> {}
+impl<P: Indexed> Indexed for Rev<P> {}
+
+impl<P: Indexed> Producer for Rev<P> {
+    type Item = P::Item;
+    type Iter<'p>
+        = std::iter::Rev<std::vec::IntoIter<P::Item>>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.base.len()
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
+        let len = self.base.len();
+        let (start, end) = (r.start.min(len), r.end.min(len));
+        let base = len - end.max(start)..len - start;
+        // SAFETY: forwarded with the caller's guarantee (the mirror image of disjoint ranges
+        // is disjoint).
+        let items: Vec<P::Item> = unsafe { self.base.iter(base, token) }.collect();
+        items.into_iter().rev()
+    }
+}
+
 /// `step_by`'s producer: the base's indices `0, step, 2 * step, ...`.
 #[derive(Debug, Clone)]
 pub struct StepBy<P> {
