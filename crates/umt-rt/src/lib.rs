@@ -230,8 +230,8 @@ not_loom! {
         pub use crate::Schedule;
         pub use crate::iter::{
             FromParallelIterator, IndexedParallelIterator, IntoParallelIterator,
-            IntoParallelRefIterator, IntoParallelRefMutIterator, ParIter, ParallelExtend,
-            ParallelIterator, ParallelSlice, ParallelSliceMut,
+            IntoParallelRefIterator, IntoParallelRefMutIterator, ParIter, ParallelBridge,
+            ParallelExtend, ParallelIterator, ParallelSlice, ParallelSliceMut, ParallelString,
         };
     }
 

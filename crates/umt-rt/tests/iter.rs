@@ -912,3 +912,76 @@ proptest! {
         })?;
     }
 }
+
+proptest! {
+    /// `par_bridge`: every item of the sequential source reaches the consumer once, under
+    /// every schedule; a panic in the body reaches the caller and the runtime lives on.
+    #[test]
+    fn a_bridged_iterator_hands_each_item_out_once(
+        n in 0usize..500,
+        schedule in schedules(),
+    ) {
+        rt().install(|| {
+            let mut got: Vec<usize> = (0..n).par_bridge().schedule(schedule).map(|i| i * 3).collect();
+            got.sort_unstable();
+            prop_assert_eq!(got, (0..n).map(|i| i * 3).collect::<Vec<_>>());
+            let seen: Vec<AtomicU8> = (0..n).map(|_| AtomicU8::new(0)).collect();
+            (0..n).filter(|i| i % 2 == 0).par_bridge().schedule(schedule).for_each(|i| {
+                seen[i].fetch_add(1, Ordering::Relaxed);
+            });
+            for (i, s) in seen.iter().enumerate() {
+                prop_assert_eq!(s.load(Ordering::Relaxed), u8::from(i % 2 == 0));
+            }
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                (0..n).par_bridge().schedule(schedule).for_each(|i| assert!(i != n / 2, "boom"));
+            }));
+            prop_assert_eq!(r.is_err(), n > 0);
+            prop_assert_eq!((0..10u32).par_bridge().sum::<u32>(), 45);
+            Ok(())
+        })?;
+    }
+}
+
+proptest! {
+    /// The string iterators cut as `str`'s do, in order, multibyte characters included.
+    #[test]
+    fn string_iterators_cut_as_std_does(
+        text in "[a-cé ,;\n\t]{0,200}",
+        schedule in schedules(),
+    ) {
+        rt().install(|| {
+            let s = text.as_str();
+            prop_assert_eq!(s.par_chars().schedule(schedule).collect::<String>(), s);
+            prop_assert_eq!(
+                s.par_char_indices().schedule(schedule).collect::<Vec<_>>(),
+                s.char_indices().collect::<Vec<_>>()
+            );
+            prop_assert_eq!(
+                s.par_lines().schedule(schedule).collect::<Vec<_>>(),
+                s.lines().collect::<Vec<_>>()
+            );
+            prop_assert_eq!(
+                s.par_split_whitespace().schedule(schedule).collect::<Vec<_>>(),
+                s.split_whitespace().collect::<Vec<_>>()
+            );
+            prop_assert_eq!(
+                s.par_split(',').schedule(schedule).collect::<Vec<_>>(),
+                s.split(',').collect::<Vec<_>>()
+            );
+            prop_assert_eq!(
+                s.par_split([',', ';']).collect::<Vec<_>>(),
+                s.split([',', ';']).collect::<Vec<_>>()
+            );
+            prop_assert_eq!(
+                s.par_split(|c: char| c == 'é').collect::<Vec<_>>(),
+                s.split('é').collect::<Vec<_>>()
+            );
+            let seps: &[char] = &[' ', '\n'];
+            prop_assert_eq!(
+                s.par_split_terminator(seps).collect::<Vec<_>>(),
+                s.split_terminator(seps).collect::<Vec<_>>()
+            );
+            Ok(())
+        })?;
+    }
+}

@@ -39,7 +39,7 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 pub use producer::{
-    ByChunks, ByExactChunks, ByWindows, Chain, Chunks, ChunksExact, ChunksMut, Cloned, Copied,
+    Bridge, BridgePart, ByChunks, ByExactChunks, ByWindows, Chain, Chunks, ChunksExact, ChunksMut, Cloned, Copied,
     Enumerate, Filter, FilterMap, FlatMapIter, Indexed, FoldBlocks, FoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, Rev, RangeInteger,
     RangeProducer, Slice, SliceMut, Split, StepBy, SubSlices, VecPart, VecProducer, Window, Windows,
     Zip,
@@ -1360,6 +1360,147 @@ impl<'data, T: Send + 'data, const N: usize> IntoParallelIterator for &'data mut
 
     fn into_par_iter(self) -> Self::Iter {
         ParIter::new(SliceMut::new(self))
+    }
+}
+
+/// `par_bridge()` on any sequential iterator whose items can move between threads (rayon's
+/// `ParallelBridge`): a channel's receiver, a directory listing, lines of a reader. The
+/// loop's participants take the next item in turn under a lock, so a body that blocks does
+/// not hold the others up (a spare the monitor wakes for its core joins and takes items too).
+/// The items' order is not kept.
+///
+/// ```
+/// use std::sync::mpsc::channel;
+/// use umt_rt::prelude::*;
+///
+/// let (tx, rx) = channel();
+/// std::thread::spawn(move || (0..100u64).for_each(|i| tx.send(i).unwrap()));
+/// let sum: u64 = rx.into_iter().par_bridge().map(|i| i * 2).sum();
+/// assert_eq!(sum, 9900);
+/// ```
+pub trait ParallelBridge: Iterator + Send + Sized
+where
+    Self::Item: Send,
+{
+    /// This iterator's items, handled in parallel.
+    fn par_bridge(self) -> ParIter<Bridge<Self>>;
+}
+
+impl<I> ParallelBridge for I
+where
+    I: Iterator + Send,
+    I::Item: Send,
+{
+    fn par_bridge(self) -> ParIter<Bridge<Self>> {
+        let places = crate::current_num_threads() * crate::MAX_WORKERS_PER_CORE;
+        ParIter::new(Bridge::new(self, places))
+    }
+}
+
+/// Parallel iterators over the parts of a string (rayon's `ParallelString`). The string is
+/// cut on the calling thread, at `memchr`-like speed, into its characters, lines or pieces;
+/// the loop then hands the pieces out, in order, to its participants (rayon also cuts in
+/// parallel, which pays off only when the work per piece is smaller than finding it).
+///
+/// ```
+/// use umt_rt::prelude::*;
+///
+/// let text = "alpha beta\ngamma\n\ndelta";
+/// assert_eq!(text.par_lines().count(), 4);
+/// assert_eq!(text.par_split_whitespace().map(str::len).sum::<usize>(), 19);
+/// let fields: Vec<&str> = "a,b;c".par_split([',', ';']).collect();
+/// assert_eq!(fields, ["a", "b", "c"]);
+/// assert_eq!(text.par_chars().filter(|c| *c == 'a').count(), 6);
+/// ```
+pub trait ParallelString {
+    /// The characters.
+    fn par_chars(&self) -> ParIter<VecProducer<char>>;
+    /// The characters with their byte offsets.
+    fn par_char_indices(&self) -> ParIter<VecProducer<(usize, char)>>;
+    /// The lines, as `str::lines` cuts them.
+    fn par_lines(&self) -> ParIter<VecProducer<&str>>;
+    /// The pieces between runs of whitespace, as `str::split_whitespace` cuts them.
+    fn par_split_whitespace(&self) -> ParIter<VecProducer<&str>>;
+    /// The pieces between separators: a `char`, a slice or array of them, or a predicate.
+    fn par_split<P: SplitPattern>(&self, separator: P) -> ParIter<VecProducer<&str>>;
+    /// The pieces, each ended by a separator (the last one too if the string ends with it),
+    /// as `str::split_terminator` cuts them.
+    fn par_split_terminator<P: SplitPattern>(&self, terminator: P)
+    -> ParIter<VecProducer<&str>>;
+}
+
+impl ParallelString for str {
+    fn par_chars(&self) -> ParIter<VecProducer<char>> {
+        ParIter::new(VecProducer::new(self.chars().collect()))
+    }
+
+    fn par_char_indices(&self) -> ParIter<VecProducer<(usize, char)>> {
+        ParIter::new(VecProducer::new(self.char_indices().collect()))
+    }
+
+    fn par_lines(&self) -> ParIter<VecProducer<&str>> {
+        ParIter::new(VecProducer::new(self.lines().collect()))
+    }
+
+    fn par_split_whitespace(&self) -> ParIter<VecProducer<&str>> {
+        ParIter::new(VecProducer::new(self.split_whitespace().collect()))
+    }
+
+    fn par_split<P: SplitPattern>(&self, separator: P) -> ParIter<VecProducer<&str>> {
+        ParIter::new(VecProducer::new(
+            self.split(|c| separator.is_separator(c)).collect(),
+        ))
+    }
+
+    fn par_split_terminator<P: SplitPattern>(
+        &self,
+        terminator: P,
+    ) -> ParIter<VecProducer<&str>> {
+        ParIter::new(VecProducer::new(
+            self.split_terminator(|c| terminator.is_separator(c))
+                .collect(),
+        ))
+    }
+}
+
+/// What separates the pieces of [`ParallelString::par_split`]: a `char`, a slice or array of
+/// them, or a `Fn(char) -> bool` (rayon's `Pattern`; the standard library's is unstable).
+/// Sealed.
+pub trait SplitPattern: split_pattern::Sealed {
+    /// Whether `c` separates two pieces.
+    fn is_separator(&self, c: char) -> bool;
+}
+
+mod split_pattern {
+    /// Only the separators of [`SplitPattern`](super::SplitPattern)'s list.
+    pub trait Sealed {}
+    impl Sealed for char {}
+    impl Sealed for &[char] {}
+    impl<const N: usize> Sealed for [char; N] {}
+    impl<F: Fn(char) -> bool> Sealed for F {}
+}
+
+impl SplitPattern for char {
+    fn is_separator(&self, c: char) -> bool {
+        c == *self
+    }
+}
+
+impl SplitPattern for &[char] {
+    fn is_separator(&self, c: char) -> bool {
+        self.contains(&c)
+    }
+}
+
+impl<const N: usize> SplitPattern for [char; N] {
+    fn is_separator(&self, c: char) -> bool {
+        self.contains(&c)
+    }
+}
+
+impl<F: Fn(char) -> bool> SplitPattern for F {
+    fn is_separator(&self, c: char) -> bool {
+        self(c)
     }
 }
 

@@ -1058,6 +1058,77 @@ impl<P: Indexed> Producer for Window<P> {
     }
 }
 
+/// `par_bridge`'s producer: a sequential iterator shared by the loop's participants, each
+/// taking the next item under a lock until the source runs dry. Its indices are only places
+/// for participants to stand (several per core, so that a spare that joins the loop finds
+/// one): how many items each yields depends on who takes them first, and their order is not
+/// kept, as with rayon's.
+#[derive(Debug)]
+pub struct Bridge<I> {
+    source: std::sync::Mutex<I>,
+    dry: std::sync::atomic::AtomicBool,
+    places: usize,
+}
+
+impl<I> Bridge<I> {
+    pub(crate) fn new(source: I, places: usize) -> Self {
+        Bridge {
+            source: std::sync::Mutex::new(source),
+            dry: std::sync::atomic::AtomicBool::new(false),
+            places: places.max(1),
+        }
+    }
+}
+
+impl<I> sealed::Sealed for Bridge<I> {}
+
+impl<I> Producer for Bridge<I>
+where
+    I: Iterator + Send,
+    I::Item: Send,
+{
+    type Item = I::Item;
+    type Iter<'p>
+        = BridgePart<'p, I>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.places
+    }
+
+    unsafe fn iter(&self, _: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
+        BridgePart { bridge: self }
+    }
+}
+
+/// A participant's pull from a [`Bridge`]: the source's next items, until it runs dry.
+#[derive(Debug)]
+pub struct BridgePart<'p, I> {
+    bridge: &'p Bridge<I>,
+}
+
+impl<I: Iterator> Iterator for BridgePart<'_, I> {
+    type Item = I::Item;
+
+    fn next(&mut self) -> Option<I::Item> {
+        use std::sync::atomic::Ordering;
+        if self.bridge.dry.load(Ordering::Acquire) {
+            return None;
+        }
+        let item = self
+            .bridge
+            .source
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .next();
+        if item.is_none() {
+            self.bridge.dry.store(true, Ordering::Release);
+        }
+        item
+    }
+}
+
 /// `rev`'s producer: index `i` is the base's `len - 1 - i`. A part takes the base's matching
 /// part in one piece and hands its items out last first (the base's iterators need not run
 /// backwards; the part's items are held meanwhile, as many as the schedule hands out at once).
