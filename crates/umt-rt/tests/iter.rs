@@ -985,3 +985,50 @@ proptest! {
         })?;
     }
 }
+
+proptest! {
+    /// The standard collections by value, by reference and by mutable reference give their
+    /// items in their own iteration order, each once.
+    #[test]
+    fn std_collections_iterate_in_their_own_order(
+        v in proptest::collection::vec(any::<u16>(), 0..200),
+    ) {
+        use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet, LinkedList, VecDeque};
+        rt().install(|| {
+            let map: HashMap<usize, u16> = v.iter().copied().enumerate().collect();
+            let mut got: Vec<(usize, u16)> = map.clone().into_par_iter().collect();
+            got.sort_unstable();
+            prop_assert_eq!(got, v.iter().copied().enumerate().collect::<Vec<_>>());
+            prop_assert_eq!(
+                map.par_iter().map(|(_, x)| u64::from(*x)).sum::<u64>(),
+                v.iter().map(|x| u64::from(*x)).sum::<u64>()
+            );
+            let mut bumped = map.clone();
+            bumped.par_iter_mut().for_each(|(_, x)| *x = x.wrapping_add(1));
+            prop_assert!(bumped.iter().all(|(k, x)| *x == v[*k].wrapping_add(1)));
+
+            let tree: BTreeMap<u16, usize> = v.iter().copied().zip(0..).collect();
+            prop_assert_eq!(
+                tree.par_iter().map(|(k, i)| (*k, *i)).collect::<Vec<_>>(),
+                tree.iter().map(|(k, i)| (*k, *i)).collect::<Vec<_>>()
+            );
+            let set: BTreeSet<u16> = v.iter().copied().collect();
+            prop_assert_eq!(
+                set.clone().into_par_iter().collect::<Vec<_>>(),
+                set.iter().copied().collect::<Vec<_>>()
+            );
+            let hset: HashSet<u16> = v.iter().copied().collect();
+            prop_assert_eq!(hset.par_iter().count(), hset.len());
+            let deque: VecDeque<u16> = v.iter().copied().collect();
+            prop_assert_eq!(deque.par_iter().copied().collect::<Vec<_>>(), v.clone());
+            let heap: BinaryHeap<u16> = v.iter().copied().collect();
+            prop_assert_eq!(heap.into_par_iter().map(u64::from).sum::<u64>(),
+                v.iter().map(|x| u64::from(*x)).sum::<u64>());
+            let list: LinkedList<u16> = v.iter().copied().collect();
+            prop_assert_eq!(list.into_par_iter().collect::<Vec<_>>(), v.clone());
+            prop_assert_eq!(v.first().copied().into_par_iter().collect::<Vec<_>>(),
+                v.first().copied().into_iter().collect::<Vec<_>>());
+            Ok(())
+        })?;
+    }
+}

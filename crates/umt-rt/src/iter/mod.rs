@@ -1363,6 +1363,53 @@ impl<'data, T: Send + 'data, const N: usize> IntoParallelIterator for &'data mut
     }
 }
 
+/// The standard collections without a slice inside (maps, sets, deques, heaps, lists,
+/// `Option`), by value and by reference: their items are gathered into a vector on the calling
+/// thread (one sequential pass, no copy of the items themselves), which the loop then hands
+/// out in the collection's iteration order.
+macro_rules! gathered {
+    ($(impl<$($g:tt),*> for $t:ty => $item:ty where [$($bound:tt)*];)*) => {$(
+        impl<$($g),*> IntoParallelIterator for $t
+        where
+            $($bound)*
+        {
+            type Iter = ParIter<VecProducer<$item>>;
+            type Item = $item;
+
+            fn into_par_iter(self) -> Self::Iter {
+                ParIter::new(VecProducer::new(self.into_iter().collect()))
+            }
+        }
+    )*};
+}
+
+gathered! {
+    impl<K, V, S> for std::collections::HashMap<K, V, S> => (K, V) where [K: Send, V: Send];
+    impl<'a, K, V, S> for &'a std::collections::HashMap<K, V, S> => (&'a K, &'a V)
+        where [K: Sync, V: Sync];
+    impl<'a, K, V, S> for &'a mut std::collections::HashMap<K, V, S> => (&'a K, &'a mut V)
+        where [K: Sync, V: Send];
+    impl<T, S> for std::collections::HashSet<T, S> => T where [T: Send];
+    impl<'a, T, S> for &'a std::collections::HashSet<T, S> => &'a T where [T: Sync];
+    impl<K, V> for std::collections::BTreeMap<K, V> => (K, V) where [K: Send, V: Send];
+    impl<'a, K, V> for &'a std::collections::BTreeMap<K, V> => (&'a K, &'a V)
+        where [K: Sync, V: Sync];
+    impl<'a, K, V> for &'a mut std::collections::BTreeMap<K, V> => (&'a K, &'a mut V)
+        where [K: Sync, V: Send];
+    impl<T> for std::collections::BTreeSet<T> => T where [T: Send];
+    impl<'a, T> for &'a std::collections::BTreeSet<T> => &'a T where [T: Sync];
+    impl<T> for std::collections::VecDeque<T> => T where [T: Send];
+    impl<'a, T> for &'a std::collections::VecDeque<T> => &'a T where [T: Sync];
+    impl<'a, T> for &'a mut std::collections::VecDeque<T> => &'a mut T where [T: Send];
+    impl<T> for std::collections::BinaryHeap<T> => T where [T: Send];
+    impl<'a, T> for &'a std::collections::BinaryHeap<T> => &'a T where [T: Sync];
+    impl<T> for std::collections::LinkedList<T> => T where [T: Send];
+    impl<'a, T> for &'a std::collections::LinkedList<T> => &'a T where [T: Sync];
+    impl<'a, T> for &'a mut std::collections::LinkedList<T> => &'a mut T where [T: Send];
+    impl<T> for Option<T> => T where [T: Send];
+    impl<'a, T> for &'a Option<T> => &'a T where [T: Sync];
+}
+
 /// `par_bridge()` on any sequential iterator whose items can move between threads (rayon's
 /// `ParallelBridge`): a channel's receiver, a directory listing, lines of a reader. The
 /// loop's participants take the next item in turn under a lock, so a body that blocks does
