@@ -96,9 +96,6 @@ impl Backend for BpfBackend {
         true
     }
 
-    /// The programs wake a waiter only at a drop to zero, whatever this says.
-    fn set_signal_each_event(&self, _signal: bool) {}
-
     fn register(&self, _cx: &Context, tid: i32) -> Result<()> {
         self.register(tid)
     }
@@ -115,15 +112,6 @@ impl Backend for BpfBackend {
 
     fn reap_exited(&self, cx: &Context) {
         cx.forget_exited(self.exited());
-    }
-
-    /// A preemption changes no count, and costs no wake-up: nothing to mute.
-    fn mute(&self) -> Result<()> {
-        Ok(())
-    }
-
-    fn unmute(&self, _cx: &Context) -> Result<()> {
-        Ok(())
     }
 
     /// The counts are live: the events only describe them, for watchers (B4).
@@ -176,12 +164,6 @@ impl Backend for BpfBackend {
     fn totals(&self) -> Option<Totals> {
         Some(self.totals())
     }
-
-    fn resyncs(&self) -> u64 {
-        0
-    }
-
-    fn shut_down(&self) {}
 }
 
 #[cfg(umt_bpf)]

@@ -427,9 +427,6 @@ impl Backend for KernelBackend {
         self.page.is_some()
     }
 
-    /// The kernel signals its files either way.
-    fn set_signal_each_event(&self, _signal: bool) {}
-
     /// The kernel emits the thread's unblock itself.
     fn register(&self, _cx: &Context, _tid: i32) -> Result<()> {
         umt_thread_ctrl(UMT_THREAD_MONITOR).map_err(|e| match e {
@@ -441,21 +438,6 @@ impl Backend for KernelBackend {
     fn unregister(&self, _cx: &Context, _tid: i32) -> Result<()> {
         umt_thread_ctrl(UMT_THREAD_UNMONITOR)
             .map_err(|e| Error::os("umt_thread_ctrl(UMT_THREAD_UNMONITOR)", e))
-    }
-
-    /// The kernel keeps its state per task: it went with the task.
-    fn retire_stale(&self, _cx: &Context, _tid: i32) {}
-
-    /// The kernel stops monitoring a thread at its exit.
-    fn reap_exited(&self, _cx: &Context) {}
-
-    /// The kernel never reports preemptions: nothing to mute.
-    fn mute(&self) -> Result<()> {
-        Ok(())
-    }
-
-    fn unmute(&self, _cx: &Context) -> Result<()> {
-        Ok(())
     }
 
     fn drain(&self, cx: &Context, out: &mut dyn FnMut(MonitorEvent)) -> Result<()> {
@@ -492,9 +474,6 @@ impl Backend for KernelBackend {
         self.arm_all()
     }
 
-    /// ABI 2: the kernel disarms a file itself when it signals it.
-    fn disarm_all(&self) {}
-
     fn arm_cpu(&self, cpu: usize) -> Result<bool> {
         self.arm_cpu(cpu)
     }
@@ -525,10 +504,6 @@ impl Backend for KernelBackend {
             notes: t.signals,
             drops: t.drops,
         })
-    }
-
-    fn resyncs(&self) -> u64 {
-        0
     }
 
     fn shut_down(&self) {

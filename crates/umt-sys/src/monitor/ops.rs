@@ -33,7 +33,7 @@ pub(super) trait Backend: Send + Sync {
 
     /// Whether threads registering from now on signal every event
     /// (`Monitor::set_signal_each_event`).
-    fn set_signal_each_event(&self, signal: bool);
+    fn set_signal_each_event(&self, _signal: bool) {}
 
     /// Starts following the calling thread, `tid`: it counts as ready on its CPU. Events this
     /// consumes go through [`Context::record_pending`].
@@ -45,17 +45,21 @@ pub(super) trait Backend: Send + Sync {
     /// Takes back the registration of a thread that exited registered with id `tid`, which
     /// the calling thread now has and is about to register (see `README.md`, "Exit while
     /// registered").
-    fn retire_stale(&self, cx: &Context, tid: i32);
+    fn retire_stale(&self, _cx: &Context, _tid: i32) {}
 
     /// Gives back what threads that exited registered still hold, where the backend learns
     /// of exits without a drain (Bpf), and forgets them in the context.
-    fn reap_exited(&self, cx: &Context);
+    fn reap_exited(&self, _cx: &Context) {}
 
     /// Stops reporting the calling thread's switches (`Monitor::mute_current_thread`).
-    fn mute(&self) -> Result<()>;
+    fn mute(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Reports them again (`Monitor::unmute_current_thread`).
-    fn unmute(&self, cx: &Context) -> Result<()>;
+    fn unmute(&self, _cx: &Context) -> Result<()> {
+        Ok(())
+    }
 
     /// Reads every pending event without blocking, applies those the counts need, and hands
     /// every one to `out` (`Monitor::drain_with`).
@@ -70,35 +74,49 @@ pub(super) trait Backend: Send + Sync {
     fn drain_cpu(&self, cx: &Context, cpu: CpuId, held: Held) -> Result<usize>;
 
     /// Puts what signals `cpu` in `set`, `cpu`'s wait set, when it is made.
-    fn watch_cpu(&self, cpu: CpuId, set: &Epoll) -> Result<()>;
+    fn watch_cpu(&self, _cpu: CpuId, _set: &Epoll) -> Result<()> {
+        Ok(())
+    }
 
     /// Before a wait on the monitor's descriptor: `true` when the caller must not sleep.
-    fn arm_all(&self) -> Result<bool>;
+    fn arm_all(&self) -> Result<bool> {
+        Ok(false)
+    }
 
     /// After that wait, whatever it returned.
-    fn disarm_all(&self);
+    fn disarm_all(&self) {}
 
     /// Before a wait on `cpu`'s wait set: `true` when the caller must not sleep.
-    fn arm_cpu(&self, cpu: CpuId) -> Result<bool>;
+    fn arm_cpu(&self, _cpu: CpuId) -> Result<bool> {
+        Ok(false)
+    }
 
     /// After that wait, whatever it returned.
-    fn disarm_cpu(&self, cpu: CpuId);
+    fn disarm_cpu(&self, _cpu: CpuId) {}
 
     /// The ready count of `cpu`.
-    fn ready(&self, cx: &Context, cpu: CpuId) -> i64;
+    fn ready(&self, cx: &Context, cpu: CpuId) -> i64 {
+        cx.counts.get(cpu)
+    }
 
     /// Every ready count, one per possible CPU.
-    fn ready_counts(&self, cx: &Context) -> Vec<i64>;
+    fn ready_counts(&self, cx: &Context) -> Vec<i64> {
+        cx.counts.snapshot()
+    }
 
     /// The counters the backend keeps itself, where it does (Bpf, Kernel with the counter
     /// page); `None`: the context's statistics have them.
-    fn totals(&self) -> Option<Totals>;
+    fn totals(&self) -> Option<Totals> {
+        None
+    }
 
     /// Times a thread's state was re-read because records may have been lost.
-    fn resyncs(&self) -> u64;
+    fn resyncs(&self) -> u64 {
+        0
+    }
 
     /// The monitor's owner is shutting it down (`Monitor::shut_down`).
-    fn shut_down(&self);
+    fn shut_down(&self) {}
 }
 
 /// What a drainer does with a reader another drainer holds (a Perf ring).
@@ -284,19 +302,10 @@ impl Backend for Disabled {
     fn counts_are_live(&self) -> bool {
         false
     }
-    fn set_signal_each_event(&self, _signal: bool) {}
     fn register(&self, _cx: &Context, _tid: i32) -> Result<()> {
         Ok(())
     }
     fn unregister(&self, _cx: &Context, _tid: i32) -> Result<()> {
-        Ok(())
-    }
-    fn retire_stale(&self, _cx: &Context, _tid: i32) {}
-    fn reap_exited(&self, _cx: &Context) {}
-    fn mute(&self) -> Result<()> {
-        Ok(())
-    }
-    fn unmute(&self, _cx: &Context) -> Result<()> {
         Ok(())
     }
     fn drain(&self, _cx: &Context, _out: &mut dyn FnMut(MonitorEvent)) -> Result<()> {
@@ -308,30 +317,6 @@ impl Backend for Disabled {
     fn drain_cpu(&self, _cx: &Context, _cpu: CpuId, _held: Held) -> Result<usize> {
         Ok(0)
     }
-    fn watch_cpu(&self, _cpu: CpuId, _set: &Epoll) -> Result<()> {
-        Ok(())
-    }
-    fn arm_all(&self) -> Result<bool> {
-        Ok(false)
-    }
-    fn disarm_all(&self) {}
-    fn arm_cpu(&self, _cpu: CpuId) -> Result<bool> {
-        Ok(false)
-    }
-    fn disarm_cpu(&self, _cpu: CpuId) {}
-    fn ready(&self, cx: &Context, cpu: CpuId) -> i64 {
-        cx.counts.get(cpu)
-    }
-    fn ready_counts(&self, cx: &Context) -> Vec<i64> {
-        cx.counts.snapshot()
-    }
-    fn totals(&self) -> Option<Totals> {
-        None
-    }
-    fn resyncs(&self) -> u64 {
-        0
-    }
-    fn shut_down(&self) {}
 }
 
 /// The epoll tag of the interrupt descriptor: no CPU index or thread id takes it.

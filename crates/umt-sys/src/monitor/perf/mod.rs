@@ -37,7 +37,7 @@ use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags, EpollTimeout};
 use crate::cpu::{self, CpuId};
 use crate::error::{Error, Result};
 use crate::event::{Cause, MonitorEvent};
-use crate::monitor::ops::{Backend, Context, Held, Totals};
+use crate::monitor::ops::{Backend, Context, Held};
 use crate::ready::Tracker;
 pub(crate) use probe::probe;
 use probe::{classify_open_error, open_sampler, page_size, read_paranoid};
@@ -535,9 +535,6 @@ impl Backend for PerfBackend {
         self.retire_stale(tid, &cx.epoll, &mut |e| cx.record_pending(e));
     }
 
-    /// Exits are found by the drains (their rings poll `EPOLLHUP`).
-    fn reap_exited(&self, _cx: &Context) {}
-
     fn mute(&self) -> Result<()> {
         self.mute()
     }
@@ -579,42 +576,8 @@ impl Backend for PerfBackend {
         Ok(n)
     }
 
-    /// The rings join a CPU's wait set when their threads register.
-    fn watch_cpu(&self, _cpu: CpuId, _set: &Epoll) -> Result<()> {
-        Ok(())
-    }
-
-    /// Every record wakes the waiters (or every half ring): nothing to arm.
-    fn arm_all(&self) -> Result<bool> {
-        Ok(false)
-    }
-
-    fn disarm_all(&self) {}
-
-    fn arm_cpu(&self, _cpu: CpuId) -> Result<bool> {
-        Ok(false)
-    }
-
-    fn disarm_cpu(&self, _cpu: CpuId) {}
-
-    /// As of the last drain.
-    fn ready(&self, cx: &Context, cpu: CpuId) -> i64 {
-        cx.counts.get(cpu)
-    }
-
-    fn ready_counts(&self, cx: &Context) -> Vec<i64> {
-        cx.counts.snapshot()
-    }
-
-    /// None: the drains count.
-    fn totals(&self) -> Option<Totals> {
-        None
-    }
-
     /// Times a thread's state was re-read from `/proc`.
     fn resyncs(&self) -> u64 {
         self.resyncs.load(Ordering::Relaxed)
     }
-
-    fn shut_down(&self) {}
 }
