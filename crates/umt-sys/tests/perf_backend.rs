@@ -174,8 +174,19 @@ fn nanosleep_is_a_block_and_an_unblock_on_its_core() {
         s.spawn(|| {
             cpu::pin_current_thread(target).unwrap();
             let registered = Registered::new(&monitor);
-            std::thread::sleep(Duration::from_millis(5));
-            (cpu::current_tid(), registered.unregister())
+            // Sleep until the thread has switched out: a timer can fire before the thread
+            // reaches schedule() on a slow (emulated) machine.
+            let tid = cpu::current_tid();
+            let before = cpu::thread_sched(tid).unwrap().voluntary_switches;
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while cpu::thread_sched(tid).unwrap().voluntary_switches == before {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "a sleep never switched out"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            (tid, registered.unregister())
         })
         .join()
         .unwrap()
