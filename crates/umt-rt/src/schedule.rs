@@ -234,6 +234,69 @@ pub fn af_chunk(mu: &[f64], var: &[f64], me: usize, remaining: usize) -> usize {
     }
 }
 
+/// Bounds on the chunks one loop hands out (`with_min_len`, `with_max_len`): at least `min`
+/// iterations except the loop's last ones, at most `max`; `min` wins where they disagree
+/// (as in rayon: a piece is not cut below `min` to respect `max`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ChunkLimits {
+    pub(crate) min: usize,
+    pub(crate) max: usize,
+}
+
+impl Default for ChunkLimits {
+    fn default() -> Self {
+        ChunkLimits {
+            min: 1,
+            max: usize::MAX,
+        }
+    }
+}
+
+impl ChunkLimits {
+    /// The limits of a loop over two loops' items (`zip`, `chain`): the stricter of each.
+    pub(crate) fn both(self, other: ChunkLimits) -> ChunkLimits {
+        ChunkLimits {
+            min: self.min.max(other.min),
+            max: self.max.min(other.max),
+        }
+    }
+
+    /// `size` brought within the limits (at least 1).
+    pub(crate) fn apply(self, size: usize) -> usize {
+        size.min(self.max).max(self.min).max(1)
+    }
+
+    /// How many participants a loop of `len` can keep busy with chunks of at least `min`,
+    /// at most `cores` (and at least 1).
+    pub(crate) fn participants(self, len: usize, cores: usize) -> usize {
+        cores.min(len / self.min.max(1)).max(1).min(len.max(1))
+    }
+
+    /// A table of chunk sizes (summing to the loop's length) cut to at most `max` and joined
+    /// to at least `min`; the sum stays the same, the last may be shorter than `min`, none is
+    /// longer than `max(min, max)`.
+    fn cut(self, sizes: &[usize]) -> Vec<usize> {
+        let (min, max) = (self.min.max(1), self.max.max(1));
+        let mut out = Vec::with_capacity(sizes.len());
+        let mut open = 0;
+        for &s in sizes {
+            let mut s = s;
+            while s > 0 {
+                let take = s.min(max.saturating_sub(open).max(1));
+                s -= take;
+                open += take;
+                if open >= min {
+                    out.push(std::mem::take(&mut open));
+                }
+            }
+        }
+        if open > 0 {
+            out.push(open);
+        }
+        out
+    }
+}
+
 /// A participant's place in a loop: who it is, and the chunk it is running (for the
 /// schedules that learn from chunk times).
 #[derive(Debug)]
@@ -241,6 +304,8 @@ pub(crate) struct Cursor {
     participant: usize,
     /// `Static`: the participant took its block.
     done: bool,
+    /// `Static`: what is left of its block, handed out `max` at a time.
+    left: Range<usize>,
     /// The chunk handed out last and when: `Af` measures it at the next request.
     running: Option<(usize, Instant)>,
 }
@@ -250,6 +315,7 @@ impl Cursor {
         Cursor {
             participant,
             done: false,
+            left: 0..0,
             running: None,
         }
     }
@@ -260,6 +326,7 @@ impl Cursor {
 pub(crate) struct Dispenser {
     len: usize,
     participants: usize,
+    limits: ChunkLimits,
     kind: Kind,
     /// Set when a participant's body panicked: the others stop taking chunks.
     stop: AtomicBool,
@@ -298,11 +365,15 @@ impl Dispenser {
     /// `joiners` more participants may join while the loop runs, as participants
     /// `participants..participants + joiners` (see [`Dispenser::joinable`]): the chunk sizes
     /// stay those of `participants`, and a joiner starts with no block of its own.
+    ///
+    /// Every chunk is within `limits` (but a loop's last chunks, which may be shorter than
+    /// `limits.min`); `Static`'s blocks stay each participant's, handed out `max` at a time.
     pub(crate) fn new(
         schedule: Schedule,
         len: usize,
         participants: usize,
         joiners: usize,
+        limits: ChunkLimits,
     ) -> Dispenser {
         let p = participants.max(1);
         let slots = p + joiners;
@@ -318,14 +389,14 @@ impl Dispenser {
             ),
             Schedule::StaticSteal | Schedule::Auto => Kind::Dynamic {
                 next: CachePadded::new(AtomicUsize::new(0)),
-                chunk: (len / (64 * p)).max(1),
+                chunk: limits.apply(len / (64 * p)).min(len.max(1)),
             },
             Schedule::Dynamic(c) => Kind::Dynamic {
                 next: CachePadded::new(AtomicUsize::new(0)),
-                chunk: c.clamp(1, len.max(1)),
+                chunk: limits.apply(c).clamp(1, len.max(1)),
             },
             s @ (Schedule::Guided(_) | Schedule::Fac2) => {
-                let sizes = chunk_sequence(s, len, p).unwrap_or_default();
+                let sizes = limits.cut(&chunk_sequence(s, len, p).unwrap_or_default());
                 let ends = sizes
                     .iter()
                     .scan(0, |end, s| {
@@ -346,6 +417,7 @@ impl Dispenser {
         Dispenser {
             len,
             participants: p,
+            limits,
             kind,
             stop: AtomicBool::new(false),
         }
@@ -391,10 +463,14 @@ impl Dispenser {
         let me = cursor.participant;
         match &self.kind {
             Kind::Static => {
-                if std::mem::replace(&mut cursor.done, true) {
-                    return None;
+                if !std::mem::replace(&mut cursor.done, true) {
+                    cursor.left = static_block(self.len, self.participants, me);
                 }
-                Some(static_block(self.len, self.participants, me)).filter(|r| !r.is_empty())
+                let left = &mut cursor.left;
+                let end = left.end.min(left.start.saturating_add(self.limits.apply(left.len())));
+                let chunk = left.start..end;
+                left.start = end;
+                Some(chunk).filter(|r| !r.is_empty())
             }
             Kind::Steal(blocks) => self.next_steal(blocks, me),
             Kind::Dynamic { next, chunk } => {
@@ -421,7 +497,10 @@ impl Dispenser {
                 if remaining == 0 {
                     return None;
                 }
-                let size = af_next(&st.samples, me, remaining, self.participants);
+                let size = self
+                    .limits
+                    .apply(af_next(&st.samples, me, remaining, self.participants))
+                    .min(remaining);
                 let start = st.next;
                 st.next += size;
                 cursor.running = Some((size, Instant::now()));
@@ -440,7 +519,7 @@ impl Dispenser {
                 if lo >= hi {
                     break;
                 }
-                let end = lo + (hi - lo).div_ceil(8);
+                let end = lo + self.limits.apply((hi - lo).div_ceil(8)).min(hi - lo);
                 match own.compare_exchange_weak(
                     cur,
                     pack(end, hi),
@@ -462,7 +541,10 @@ impl Dispenser {
                     if lo >= hi {
                         return None;
                     }
-                    let mid = lo + (hi - lo) / 2;
+                    // Half, unless a half would be shorter than the limits' `min`: then
+                    // all of it (the owner is busy with a chunk of its own).
+                    let half = (hi - lo) / 2;
+                    let mid = if half >= self.limits.min { lo + half } else { lo };
                     match victim.compare_exchange_weak(
                         cur,
                         pack(lo, mid),
@@ -700,6 +782,16 @@ mod tests {
         }
     }
 
+    /// The default limits half of the time, else any `min` and `max` (`max` may be below
+    /// `min`).
+    fn limits() -> impl Strategy<Value = ChunkLimits> {
+        prop_oneof![
+            Just(ChunkLimits::default()),
+            (1usize..60, prop_oneof![1usize..120, Just(usize::MAX)])
+                .prop_map(|(min, max)| ChunkLimits { min, max }),
+        ]
+    }
+
     fn all_schedules() -> impl Strategy<Value = Schedule> {
         prop_oneof![
             Just(Schedule::Static),
@@ -721,8 +813,10 @@ mod tests {
             p in 1usize..9,
             joiners in 0usize..4,
             order in proptest::collection::vec(0usize..64, 1..64),
+            limits in limits(),
         ) {
-            let d = Dispenser::new(schedule, len, p, joiners);
+            let d = Dispenser::new(schedule, len, p, joiners, limits);
+            let longest = limits.max.max(limits.min);
             // Joiners take part from the start in this model, in any order with the others.
             let joiners = if d.joinable() { joiners } else { 0 };
             let mut cursors: Vec<Cursor> = (0..p + joiners).map(Cursor::new).collect();
@@ -742,6 +836,7 @@ mod tests {
                 match d.next(&mut cursors[live[pick]]) {
                     Some(r) => {
                         prop_assert!(!r.is_empty() && r.end <= len, "{:?}", r);
+                        prop_assert!(r.len() <= longest, "{:?} beyond {:?}", r, limits);
                         for i in r { seen[i] += 1; }
                     }
                     None => { live.remove(pick); }
@@ -749,6 +844,21 @@ mod tests {
             }
             prop_assert!(seen.iter().all(|&c| c == 1));
             prop_assert!(!d.has_chunks());
+        }
+
+        /// A table cut to the limits keeps its sum; every piece but the last is at least
+        /// `min`, and none is longer than `max(min, max)`.
+        #[test]
+        fn a_cut_table_keeps_its_sum_within_the_limits(
+            sizes in proptest::collection::vec(1usize..200, 0..40),
+            limits in limits(),
+        ) {
+            let cut = limits.cut(&sizes);
+            prop_assert_eq!(cut.iter().sum::<usize>(), sizes.iter().sum::<usize>());
+            prop_assert!(cut.iter().all(|&c| c > 0 && c <= limits.max.max(limits.min)));
+            if let Some((_, head)) = cut.split_last() {
+                prop_assert!(head.iter().all(|&c| c >= limits.min), "{:?}", cut);
+            }
         }
 
         #[test]
@@ -767,7 +877,7 @@ mod tests {
 
     #[test]
     fn static_steal_threads_steal_when_their_block_is_done() {
-        let d = Dispenser::new(Schedule::StaticSteal, 64, 2, 0);
+        let d = Dispenser::new(Schedule::StaticSteal, 64, 2, 0, ChunkLimits::default());
         let (mut a, mut b) = (Cursor::new(0), Cursor::new(1));
         // Participant 0 runs its whole block and then takes from 1's.
         let mut mine = 0;

@@ -212,6 +212,20 @@ proptest! {
             // An empty or reversed range has no items.
             let reversed = (start + len)..start;
             assert_eq!(reversed.clone().into_par_iter().schedule(s).count(), reversed.count());
+            // Inclusive ranges, up to the type's maximum, and empty ones.
+            let r = start..=start + len;
+            let got: Vec<i64> = r.clone().into_par_iter().schedule(s).collect();
+            assert_eq!(got, r.collect::<Vec<_>>());
+            let top = (u8::MAX - (len.min(255) as u8))..=u8::MAX;
+            let got: Vec<u8> = top.clone().into_par_iter().schedule(s).rev().collect();
+            assert_eq!(got, top.rev().collect::<Vec<_>>());
+            let all = i8::MIN..=i8::MAX;
+            assert_eq!(all.clone().into_par_iter().schedule(s).count(), 256);
+            let empty = (start + 1)..=start;
+            assert_eq!(empty.into_par_iter().schedule(s).count(), 0);
+            let mut spent = start..=start;
+            spent.next();
+            assert_eq!(spent.into_par_iter().schedule(s).count(), 0);
         });
     }
 
@@ -1028,6 +1042,80 @@ proptest! {
             prop_assert_eq!(list.into_par_iter().collect::<Vec<_>>(), v.clone());
             prop_assert_eq!(v.first().copied().into_par_iter().collect::<Vec<_>>(),
                 v.first().copied().into_iter().collect::<Vec<_>>());
+            Ok(())
+        })?;
+    }
+}
+
+/// A `map_init` state that reports, when the part it was made for is done, how many items it
+/// mapped: the length of one chunk the loop handed out.
+struct PartLen<'a>(&'a std::sync::Mutex<Vec<usize>>, usize);
+
+impl Drop for PartLen<'_> {
+    fn drop(&mut self) {
+        self.0.lock().unwrap().push(self.1);
+    }
+}
+
+proptest! {
+    /// `with_min_len` and `with_max_len` bound the chunks a loop hands out, under every
+    /// schedule: none longer than `max(min, max)`, every item once and in order; one chunk
+    /// when `min` covers the loop, one item per chunk under `with_max_len(1)`; before a
+    /// `fold`, they bound its blocks.
+    #[test]
+    fn chunk_lengths_stay_within_min_and_max_len(
+        n in 0usize..600,
+        min in 1usize..80,
+        max in 1usize..80,
+        schedule in schedules(),
+    ) {
+        rt().install(|| {
+            let parts = std::sync::Mutex::new(Vec::new());
+            let got: Vec<usize> = (0..n)
+                .into_par_iter()
+                .schedule(schedule)
+                .with_min_len(min)
+                .with_max_len(max)
+                .map_init(|| PartLen(&parts, 0), |p, i| {
+                    p.1 += 1;
+                    i
+                })
+                .collect();
+            prop_assert_eq!(got, (0..n).collect::<Vec<_>>());
+            let parts = parts.into_inner().unwrap();
+            prop_assert_eq!(parts.iter().sum::<usize>(), n);
+            prop_assert!(parts.iter().all(|&p| p <= min.max(max)), "{:?}", parts);
+
+            let whole = std::sync::Mutex::new(Vec::new());
+            (0..n).into_par_iter().schedule(schedule).with_min_len(n.max(1)).for_each_init(
+                || PartLen(&whole, 0),
+                |p, _| p.1 += 1,
+            );
+            prop_assert!(whole.into_inner().unwrap().len() <= 1);
+
+            let ones = std::sync::Mutex::new(Vec::new());
+            (0..n).into_par_iter().schedule(schedule).with_max_len(1).for_each_init(
+                || PartLen(&ones, 0),
+                |p, _| p.1 += 1,
+            );
+            // (An empty loop may still make one state, for no item.)
+            let ones: Vec<usize> = ones.into_inner().unwrap().into_iter().filter(|&p| p > 0).collect();
+            prop_assert!(ones.iter().all(|&p| p == 1) && ones.len() == n, "{:?}", ones);
+
+            let blocks = (0..n)
+                .into_par_iter()
+                .with_max_len(max)
+                .fold(|| 0usize, |k, _| k + 1)
+                .collect::<Vec<_>>();
+            prop_assert!(blocks.iter().all(|&k| k <= max), "{:?}", blocks);
+            prop_assert_eq!(blocks.iter().sum::<usize>(), n);
+            let blocks = (0..n)
+                .into_par_iter()
+                .with_min_len(min)
+                .fold(|| 0usize, |k, _| k + 1)
+                .collect::<Vec<_>>();
+            prop_assert!(blocks.len() <= (n / min).max(1), "{:?}", blocks);
+            prop_assert_eq!(blocks.iter().sum::<usize>(), n);
             Ok(())
         })?;
     }

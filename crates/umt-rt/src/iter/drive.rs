@@ -11,7 +11,7 @@ use std::time::Instant;
 use crate::job::Job;
 use crate::offer::{Gate, Offer};
 use crate::registry::Registry;
-use crate::schedule::{Cursor, Dispenser, Schedule, auto_pick, auto_record};
+use crate::schedule::{ChunkLimits, Cursor, Dispenser, Schedule, auto_pick, auto_record};
 use crate::scope::Scope;
 use crate::worker::with_current;
 
@@ -27,11 +27,13 @@ pub(crate) struct Fold<I, F, C> {
     pub(crate) ordered: bool,
 }
 
-/// Runs the loop `0..len` under `schedule` (the program's default when `None`) on the calling
-/// worker's runtime, or the global one, and returns the combined accumulator.
+/// Runs the loop `0..len` under `schedule` (the program's default when `None`), in chunks
+/// within `limits`, on the calling worker's runtime, or the global one, and returns the
+/// combined accumulator.
 pub(crate) fn drive<A, I, F, C>(
     len: usize,
     schedule: Option<Schedule>,
+    limits: ChunkLimits,
     site: &'static Location<'static>,
     how: Fold<I, F, C>,
 ) -> A
@@ -43,10 +45,17 @@ where
 {
     let reg = crate::global::current_or_global();
     let cores = reg.as_ref().map_or(1, |r| r.cores());
-    // D1: a loop that one participant can do alone runs inline, without tasks.
-    let participants = cores.min(len);
+    // D1: a loop that one participant can do alone runs inline, without tasks (one that is
+    // shorter than twice the limits' `min` too).
+    let participants = limits.participants(len, cores);
     let Some(reg) = reg.filter(|_| participants > 1) else {
-        return (how.fold)((how.identity)(), 0..len);
+        // In chunks as long as the limits allow (the whole loop unless `with_max_len`).
+        let step = limits.apply(len);
+        return (0..len.max(1))
+            .step_by(step)
+            .fold((how.identity)(), |acc, at| {
+                (how.fold)(acc, at..len.min(at + step))
+            });
     };
     let schedule = schedule.unwrap_or_else(Schedule::program_default);
     let (schedule, auto) = match schedule {
@@ -57,7 +66,7 @@ where
         s => (s, None),
     };
     let started = Instant::now();
-    let result = how.run(&reg, len, schedule, participants);
+    let result = how.run(&reg, len, schedule, participants, limits);
     if let Some(k) = auto {
         auto_record(site, k, started.elapsed().as_nanos() as f64 / len as f64);
     }
@@ -71,7 +80,14 @@ where
     F: Fn(A, Range<usize>) -> A + Sync,
     C: Fn(A, A) -> A + Sync,
 {
-    fn run(&self, reg: &Arc<Registry>, len: usize, schedule: Schedule, participants: usize) -> A {
+    fn run(
+        &self,
+        reg: &Arc<Registry>,
+        len: usize,
+        schedule: Schedule,
+        participants: usize,
+        limits: ChunkLimits,
+    ) -> A {
         let how = self;
         // As many joiners as the runtime may have spares (every blocked participant, and
         // every blocked joiner, may get one), up to MAX_JOINERS.
@@ -81,7 +97,7 @@ where
         // It owns the dispenser and the free joiner numbers, so that a look at it (`has_work`)
         // can ask both without entering its gate.
         let offer = Arc::new(LoopOffer::new(
-            Dispenser::new(schedule, len, participants, joiners),
+            Dispenser::new(schedule, len, participants, joiners, limits),
             joiners,
         ));
         let dispenser = &offer.dispenser;
@@ -376,7 +392,7 @@ mod tests {
             Schedule::Fac2,
             Schedule::Af,
         ] {
-            let offer = LoopOffer::new(Dispenser::new(schedule, 10, 2, 2), 2);
+            let offer = LoopOffer::new(Dispenser::new(schedule, 10, 2, 2, ChunkLimits::default()), 2);
             assert!(!offer.has_work(), "{schedule:?}: no target yet");
             let target = NoJoin;
             offer.set_target(&target);
@@ -403,7 +419,7 @@ mod tests {
             );
             offer.gate.close();
         }
-        let none = LoopOffer::new(Dispenser::new(Schedule::Dynamic(1), 10, 2, 0), 0);
+        let none = LoopOffer::new(Dispenser::new(Schedule::Dynamic(1), 10, 2, 0, ChunkLimits::default()), 0);
         none.set_target(&NoJoin);
         assert!(
             !none.has_work(),

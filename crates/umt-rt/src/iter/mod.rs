@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 pub use producer::{
     Bridge, BridgePart, ByChunks, ByExactChunks, ByWindows, Chain, Chunks, ChunksExact, ChunksMut, Cloned, Copied,
     Enumerate, Filter, FilterMap, FlatMapIter, Indexed, FoldBlocks, FoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, Rev, RangeInteger,
-    RangeProducer, Slice, SliceMut, Split, StepBy, SubSlices, VecPart, VecProducer, Window, Windows,
+    RangeInclusiveProducer, RangeProducer, Slice, SliceMut, Split, StepBy, SubSlices, VecPart, VecProducer, Window, Windows,
     Zip,
 };
 
@@ -51,7 +51,7 @@ pub use either::Either;
 /// balance, few enough that combining the accumulators costs little.
 const FOLD_BLOCKS_PER_CORE: usize = 8;
 
-use crate::schedule::Schedule;
+use crate::schedule::{ChunkLimits, Schedule};
 use drive::{Fold, drive};
 use producer::ProducerExt;
 
@@ -64,6 +64,7 @@ use producer::ProducerExt;
 pub struct ParIter<P> {
     producer: P,
     schedule: Option<Schedule>,
+    limits: ChunkLimits,
 }
 
 impl<P: Producer> ParIter<P> {
@@ -71,6 +72,7 @@ impl<P: Producer> ParIter<P> {
         ParIter {
             producer,
             schedule: None,
+            limits: ChunkLimits::default(),
         }
     }
 
@@ -79,6 +81,7 @@ impl<P: Producer> ParIter<P> {
         ParIter {
             producer: make(self.producer),
             schedule: self.schedule,
+            limits: self.limits,
         }
     }
 
@@ -88,6 +91,7 @@ impl<P: Producer> ParIter<P> {
         ParIter {
             producer: make(self.producer, other.producer),
             schedule: self.schedule.or(other.schedule),
+            limits: self.limits.both(other.limits),
         }
     }
 
@@ -286,7 +290,7 @@ impl<P: Producer> ParIter<P> {
         F: Fn(A, Range<usize>) -> A + Sync,
         C: Fn(A, A) -> A + Sync,
     {
-        drive(self.producer.len(), self.schedule, site, how)
+        drive(self.producer.len(), self.schedule, self.limits, site, how)
     }
 
     /// The items in index order (what `collect` and `par_extend` gather).
@@ -834,8 +838,12 @@ pub trait ParallelIterator: Sized {
         F: Fn(T, Self::Item) -> T + Sync,
     {
         let blocks = FOLD_BLOCKS_PER_CORE * crate::current_num_threads();
-        self.into_parts()
-            .adapt(|p| FoldBlocks::new(p, identity, fold_op, blocks))
+        let it = self.into_parts();
+        let limits = it.limits;
+        let mut folded = it.adapt(|p| FoldBlocks::new(p, identity, fold_op, blocks, limits));
+        // The limits counted the fold's input; its blocks are what they made of them.
+        folded.limits = ChunkLimits::default();
+        folded
     }
 
     /// [`fold`](ParallelIterator::fold) from a clone of `init` in each block.
@@ -1043,6 +1051,48 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
     /// Whether the loop visits no index.
     fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Hands this loop's items out in chunks of at least `min` (rayon's `with_min_len`):
+    /// fewer, longer chunks where a per-chunk cost (an accumulator, a buffer) outweighs the
+    /// balance. The loop's last chunks may be shorter; a loop shorter than `2 * min` runs on
+    /// one core. Where it disagrees with [`with_max_len`](Self::with_max_len), `min` wins.
+    /// After [`fold`](ParallelIterator::fold) it counts items of the fold's input (fewer,
+    /// longer blocks).
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let sum: u64 = (0..10_000u64).into_par_iter().with_min_len(1024).sum();
+    /// assert_eq!(sum, 49_995_000);
+    /// ```
+    fn with_min_len(self, min: usize) -> ParIter<Self::Producer> {
+        let mut it = self.into_parts();
+        it.limits.min = it.limits.min.max(min.max(1));
+        it
+    }
+
+    /// Hands this loop's items out in chunks of at most `max` (rayon's `with_max_len`):
+    /// `with_max_len(1)` makes each item its own chunk, for loops whose items cost very
+    /// different times (each can then be taken by whichever core is free, or by a spare
+    /// when a core's worker blocks). Under [`Schedule::Static`] each core still runs its own
+    /// block, `max` at a time. After [`fold`](ParallelIterator::fold) it counts items of the
+    /// fold's input (more, shorter blocks).
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let lens: Vec<usize> = (1..=8usize)
+    ///     .into_par_iter()
+    ///     .with_max_len(1)
+    ///     .map(|n| (0..n * 1000).filter(|x| x % 7 == 0).count())
+    ///     .collect();
+    /// assert_eq!(lens[0], 143);
+    /// ```
+    fn with_max_len(self, max: usize) -> ParIter<Self::Producer> {
+        let mut it = self.into_parts();
+        it.limits.max = it.limits.max.min(max.max(1));
+        it
     }
 
     /// All but the first `n` items.
@@ -1287,6 +1337,19 @@ where
 
     fn into_par_iter(self) -> Self::Iter {
         ParIter::new(RangeProducer::new(self))
+    }
+}
+
+impl<T: RangeInteger> IntoParallelIterator for std::ops::RangeInclusive<T>
+where
+    Range<T>: Iterator<Item = T>,
+    std::ops::RangeInclusive<T>: Iterator<Item = T>,
+{
+    type Iter = ParIter<RangeInclusiveProducer<T>>;
+    type Item = T;
+
+    fn into_par_iter(self) -> Self::Iter {
+        ParIter::new(RangeInclusiveProducer::new(self))
     }
 }
 

@@ -7,6 +7,8 @@
 use std::marker::PhantomData;
 use std::ops::Range;
 
+use crate::schedule::ChunkLimits;
+
 mod sealed {
     /// Producers are made only by this crate.
     pub trait Sealed {}
@@ -74,7 +76,7 @@ impl<T> RangeProducer<T> {
 }
 
 /// The integer types a [`RangeProducer`] walks: their distance and offset in `usize`.
-pub trait RangeInteger: Copy + Send + Sync + sealed::Sealed
+pub trait RangeInteger: Copy + PartialOrd + Send + Sync + sealed::Sealed
 where
     Range<Self>: Iterator<Item = Self>,
 {
@@ -123,6 +125,68 @@ where
 
     unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Range<T> {
         T::offset(self.range.start, r.start)..T::offset(self.range.start, r.end)
+    }
+}
+
+/// An inclusive range of integers as a producer (`into_par_iter` on `RangeInclusive<T>`):
+/// `start..=end` holds `end - start + 1` items, so it reaches the type's maximum, which a
+/// `Range` cannot. (A 64-bit range of all 2^64 values counts one short of them: `usize`
+/// counts the items.)
+#[derive(Debug, Clone)]
+pub struct RangeInclusiveProducer<T = usize> {
+    start: T,
+    len: usize,
+}
+
+impl<T: RangeInteger> RangeInclusiveProducer<T>
+where
+    Range<T>: Iterator<Item = T>,
+{
+    pub(crate) fn new(range: std::ops::RangeInclusive<T>) -> Self {
+        let (start, end) = (*range.start(), *range.end());
+        // An exhausted range (iterated to its end) is empty, as its iterator would be.
+        let len = if range.is_empty() {
+            0
+        } else {
+            T::distance(start, end).saturating_add(1)
+        };
+        RangeInclusiveProducer { start, len }
+    }
+}
+
+impl<T> sealed::Sealed for RangeInclusiveProducer<T> {}
+impl<T: RangeInteger> Indexed for RangeInclusiveProducer<T>
+where
+    Range<T>: Iterator<Item = T>,
+    std::ops::RangeInclusive<T>: Iterator<Item = T>,
+{
+}
+
+impl<T: RangeInteger> Producer for RangeInclusiveProducer<T>
+where
+    Range<T>: Iterator<Item = T>,
+    std::ops::RangeInclusive<T>: Iterator<Item = T>,
+{
+    type Item = T;
+    type Iter<'p>
+        = std::ops::RangeInclusive<T>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
+        let first = T::offset(self.start, r.start);
+        if r.is_empty() {
+            // An exhausted inclusive range yields nothing.
+            let mut none = first..=first;
+            let _ = none.next();
+            return none;
+        }
+        // `r.end - 1` is at most `len - 1`, the distance to `end`: in the type's range.
+        first..=T::offset(self.start, r.end - 1)
     }
 }
 
@@ -630,10 +694,15 @@ pub struct FoldBlocks<P, ID, F> {
 }
 
 impl<P: Producer, ID, F> FoldBlocks<P, ID, F> {
-    /// `blocks` is clamped to the base's length (at least one block, so that an empty loop
-    /// still folds to `identity()`).
-    pub(crate) fn new(base: P, identity: ID, fold: F, blocks: usize) -> Self {
-        let blocks = blocks.clamp(1, base.len().max(1));
+    /// `blocks` is brought within `limits` (blocks of at least `min` and at most `max` of the
+    /// base's items, `min` winning) and clamped to the base's length (at least one block, so
+    /// that an empty loop still folds to `identity()`).
+    pub(crate) fn new(base: P, identity: ID, fold: F, blocks: usize, limits: ChunkLimits) -> Self {
+        let len = base.len();
+        let blocks = blocks
+            .max(len.div_ceil(limits.max.max(1)))
+            .min(len / limits.min.max(1))
+            .clamp(1, len.max(1));
         FoldBlocks {
             base,
             identity,
