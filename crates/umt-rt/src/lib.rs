@@ -94,6 +94,24 @@
 //! `UMT_SCHEDULE` (`static`, `static_steal`, `dynamic,CHUNK`, `guided,MIN`, `fac2`, `af`,
 //! `auto`) sets the schedule of every loop that does not choose one.
 //!
+//! ## Futures that may block
+//!
+//! [`Runtime::spawn_async`] runs a `Send` future as a task of the runtime; [`block_on`] runs
+//! one on the calling thread. A future that calls something blocking inside `poll` (a
+//! `std::fs` read, a blocking driver, a page fault on a mapped file) blocks its worker, and
+//! the monitor gives the core to a spare that polls the core's other futures: no
+//! `spawn_blocking` to remember. [`JoinHandle::abort`] cancels any task.
+//!
+//! ```
+//! let rt = umt_rt::Runtime::new()?;
+//! let len = rt.spawn_async(async {
+//!     // A blocking call inside a future: the core's other tasks go on meanwhile.
+//!     std::fs::read("/proc/self/status").map(|b| b.len()).unwrap_or(0)
+//! });
+//! assert!(len.join() > 0);
+//! # Ok::<(), umt_rt::BuildError>(())
+//! ```
+//!
 //! ## The environment
 //!
 //! What the code leaves unset, a deployer can set: `UMT_NUM_THREADS` (cores, as rayon's
@@ -124,7 +142,7 @@
 #![deny(missing_docs)]
 
 /// Items left out of the loom build (`RUSTFLAGS="--cfg loom"`), which checks the handshakes of
-/// the six files declared outside it and needs no thread, monitor or runtime: one gate.
+/// the seven files declared outside it and needs no thread, monitor or runtime: one gate.
 macro_rules! not_loom {
     ($($item:item)*) => { $( #[cfg(not(loom))] $item )* };
 }
@@ -136,6 +154,7 @@ mod offer;
 mod pool;
 mod scope_count;
 mod sync;
+mod task_state;
 
 pub use umt_sys::{BackendKind, CpuId, Error as MonitorError, Selection, Unavailable};
 
@@ -150,6 +169,7 @@ pub enum Yield {
 }
 
 not_loom! {
+    mod async_task;
     mod broadcast;
     mod builder;
     mod config;
@@ -176,6 +196,7 @@ not_loom! {
     mod trace;
     mod worker;
 
+    pub use async_task::block_on;
     pub use broadcast::BroadcastContext;
     pub use builder::{BuildError, Builder, MAX_WORKERS_PER_CORE};
     pub use config::{LeaderPolicy, ParseLeaderPolicyError};
@@ -186,7 +207,7 @@ not_loom! {
     pub use runtime::Runtime;
     pub use schedule::{ParseScheduleError, Schedule};
     pub use scope::{NotTheBody, Scope};
-    pub use spawn::JoinHandle;
+    pub use spawn::{JoinError, JoinHandle};
     pub use stats::{CoreStats, Stats, WorkerStats};
     pub use trace::{CoreAccount, CoreState, Span, Trace, TraceKind, TraceRecord, TraceThread};
 
@@ -276,7 +297,7 @@ not_loom! {
             // The global runtime could not start (said on stderr): run it here.
             None => {
                 let state = spawn::JoinState::new();
-                state.complete(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+                state.complete(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).into());
                 JoinHandle::new(state)
             }
         }
@@ -296,6 +317,39 @@ not_loom! {
                 if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
                     diag::detached_panic(p);
                 }
+            }
+        }
+    }
+
+    /// Starts `future` as a task on the calling worker's runtime, or outside a worker on the
+    /// global runtime ([`Runtime::spawn_async`]); await the handle or join it.
+    ///
+    /// ```
+    /// let h = umt_rt::spawn_async(async { "done" });
+    /// assert_eq!(h.join(), "done");
+    /// ```
+    pub fn spawn_async<F>(future: F) -> JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match global::current_or_global() {
+            Some(reg) => async_task::spawn_async_on(&reg, future),
+            // The global runtime could not start (said on stderr): a thread of its own runs it.
+            None => {
+                let state = spawn::JoinState::new();
+                let done = state.clone();
+                let run = move || {
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        block_on(future)
+                    }));
+                    done.complete(r.into());
+                };
+                if let Err(e) = std::thread::Builder::new().name("umt-async".into()).spawn(run) {
+                    diag::emit(&format!("umt-rt: cannot start a thread for a future: {e}"));
+                    state.complete(spawn::Outcome::Cancelled);
+                }
+                JoinHandle::new(state)
             }
         }
     }

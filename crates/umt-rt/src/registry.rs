@@ -83,10 +83,12 @@ pub(crate) enum Feature {
     Io,
     /// `onload/`: the onload threads.
     Onload,
+    /// `async_task.rs`: the futures not yet done.
+    Async,
 }
 
 /// How many [`Feature`]s there are.
-const FEATURES: usize = 2;
+const FEATURES: usize = 3;
 
 /// What the core calls on a feature's state (E2, E3); each does nothing by default.
 pub(crate) trait Hooks: std::any::Any + Send + Sync {

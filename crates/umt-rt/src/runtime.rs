@@ -13,7 +13,7 @@ use umt_sys::{BackendKind, CpuId, Selection};
 use crate::job::Job;
 use crate::latch::{Latch, Waiter};
 use crate::registry::Registry;
-use crate::spawn::{JoinHandle, JoinState};
+use crate::spawn::{JoinHandle, JoinState, Outcome};
 use crate::sync::lock;
 use crate::worker::with_current;
 
@@ -254,7 +254,15 @@ where
     let state = JoinState::new();
     let job = {
         let state = state.clone();
-        Job::new(move || state.complete(catch_unwind(AssertUnwindSafe(f))))
+        Job::new(move || {
+            // An aborted task that has not started never runs.
+            let outcome = if state.is_aborted() {
+                Outcome::Cancelled
+            } else {
+                catch_unwind(AssertUnwindSafe(f)).into()
+            };
+            state.complete(outcome)
+        })
     };
     with_current(|ctx| match ctx {
         Some(ctx) if Arc::ptr_eq(ctx.registry(), reg) => ctx.push(job),

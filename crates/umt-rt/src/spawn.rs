@@ -1,45 +1,100 @@
-//! Detached tasks: `Runtime::spawn` and the `JoinHandle` to wait for them.
+//! Detached tasks' handles: the `JoinHandle` to wait for a task (a closure from
+//! `Runtime::spawn`, a future from `Runtime::spawn_async`), to abort it, or to await it.
 
+use std::any::Any;
 use std::future::Future;
 use std::panic::resume_unwind;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 
 use crate::latch::{Waiter, wait_until};
 
-/// Waits for a task started with [`Runtime::spawn`](crate::Runtime::spawn).
+/// Waits for a task started with [`Runtime::spawn`](crate::Runtime::spawn) or
+/// [`Runtime::spawn_async`](crate::Runtime::spawn_async).
 ///
 /// [`JoinHandle::join`] blocks (a worker runs other tasks meanwhile); awaiting the handle
-/// suspends an async task instead. A panic of the task is re-raised in whoever waits.
-/// Dropping the handle detaches the task: it still runs.
+/// suspends an async task instead. A panic of the task is re-raised in whoever waits, and so is
+/// a [`JoinError::Cancelled`] of an aborted task ([`JoinHandle::try_join`] returns both as
+/// errors instead). Dropping the handle detaches the task: it still runs.
 #[derive(Debug)]
 pub struct JoinHandle<T> {
     state: Arc<JoinState<T>>,
 }
 
+/// Why a task gave no value ([`JoinHandle::try_join`]).
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    /// The task panicked; the payload is what it panicked with (`resume_unwind` re-raises it).
+    #[error("the task panicked")]
+    Panicked(Box<dyn Any + Send + 'static>),
+    /// The task was aborted ([`JoinHandle::abort`]) or its runtime shut down while the future
+    /// waited; a closure that was already running finished, and its result was dropped.
+    #[error("the task was cancelled (aborted, or its runtime shut down) before it gave a value")]
+    Cancelled,
+}
+
+/// What a task ended with.
 #[derive(Debug)]
-pub(crate) struct JoinState<T> {
-    done: AtomicBool,
-    inner: Mutex<Inner<T>>,
+pub(crate) enum Outcome<T> {
+    /// Its value.
+    Value(T),
+    /// Its panic's payload.
+    Panicked(Box<dyn Any + Send + 'static>),
+    /// Aborted, or dropped at shutdown.
+    Cancelled,
+}
+
+impl<T> From<std::thread::Result<T>> for Outcome<T> {
+    fn from(r: std::thread::Result<T>) -> Self {
+        match r {
+            Ok(v) => Outcome::Value(v),
+            Err(p) => Outcome::Panicked(p),
+        }
+    }
+}
+
+/// What aborting a running future takes: a wake-up, so that its next poll drops it.
+pub(crate) trait Abort: Send + Sync {
+    /// Asks the task to stop (the flag is already set in its [`JoinState`]).
+    fn abort(self: Arc<Self>);
 }
 
 #[derive(Debug)]
+pub(crate) struct JoinState<T> {
+    done: AtomicBool,
+    aborted: AtomicBool,
+    inner: Mutex<Inner<T>>,
+}
+
 struct Inner<T> {
-    result: Option<std::thread::Result<T>>,
+    result: Option<Outcome<T>>,
     waiter: Option<Waiter>,
     waker: Option<Waker>,
+    /// A future's task, to wake it when it is aborted.
+    task: Option<Weak<dyn Abort>>,
+}
+
+impl<T> std::fmt::Debug for Inner<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("finished", &self.result.is_some())
+            .field("waiter", &self.waiter)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<T> JoinState<T> {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(JoinState {
             done: AtomicBool::new(false),
+            aborted: AtomicBool::new(false),
             inner: Mutex::new(Inner {
                 result: None,
                 waiter: None,
                 waker: None,
+                task: None,
             }),
         })
     }
@@ -48,11 +103,34 @@ impl<T> JoinState<T> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Stores the task's outcome and wakes whoever waits.
-    pub(crate) fn complete(&self, result: std::thread::Result<T>) {
+    /// Names the future's task that [`JoinHandle::abort`] must wake.
+    pub(crate) fn set_task(&self, task: Weak<dyn Abort>) {
+        self.lock().task = Some(task);
+    }
+
+    /// Whether the task was asked to stop.
+    pub(crate) fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Acquire)
+    }
+
+    /// Stores the task's outcome (a value of an aborted task is dropped: `Cancelled`) and
+    /// wakes whoever waits. The first outcome wins.
+    pub(crate) fn complete(&self, outcome: Outcome<T>) {
+        let outcome = match outcome {
+            // Dropped here, before whoever waits is woken.
+            Outcome::Value(v) if self.is_aborted() => {
+                drop(v);
+                Outcome::Cancelled
+            }
+            o => o,
+        };
         let (waiter, waker) = {
             let mut inner = self.lock();
-            inner.result = Some(result);
+            if self.done.load(Ordering::Relaxed) {
+                return;
+            }
+            inner.result = Some(outcome);
+            inner.task = None;
             self.done.store(true, Ordering::Release);
             (inner.waiter.take(), inner.waker.take())
         };
@@ -63,9 +141,7 @@ impl<T> JoinState<T> {
             w.wake();
         }
     }
-}
 
-impl<T> JoinState<T> {
     /// Whether the task has finished.
     fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
@@ -77,13 +153,42 @@ impl<T> JoinHandle<T> {
         JoinHandle { state }
     }
 
-    /// `true` once the task has finished.
+    /// `true` once the task has finished (with a value, a panic, or cancelled).
     pub fn is_finished(&self) -> bool {
         self.state.is_done()
     }
 
-    /// Waits for the task and returns its result; re-raises its panic.
+    /// Asks the task to stop: a queued closure never runs, a running closure finishes and its
+    /// result is dropped, a future is dropped at its next poll (at once if it waits). Its
+    /// handle then gives [`JoinError::Cancelled`]. Nothing happens to a finished task.
+    ///
+    /// ```
+    /// let rt = umt_rt::Runtime::new()?;
+    /// let h = rt.spawn_async(std::future::pending::<()>());
+    /// h.abort();
+    /// assert!(matches!(h.try_join(), Err(umt_rt::JoinError::Cancelled)));
+    /// # Ok::<(), umt_rt::BuildError>(())
+    /// ```
+    pub fn abort(&self) {
+        self.state.aborted.store(true, Ordering::Release);
+        let task = self.state.lock().task.as_ref().and_then(Weak::upgrade);
+        if let Some(task) = task {
+            task.abort();
+        }
+    }
+
+    /// Waits for the task and returns its result; re-raises its panic, and panics with
+    /// [`JoinError::Cancelled`] if it was cancelled.
     pub fn join(self) -> T {
+        match self.try_join() {
+            Ok(v) => v,
+            Err(JoinError::Panicked(p)) => resume_unwind(p),
+            Err(e @ JoinError::Cancelled) => resume_unwind(Box::new(e)),
+        }
+    }
+
+    /// Waits for the task and returns its result, or why there is none.
+    pub fn try_join(self) -> Result<T, JoinError> {
         {
             let mut inner = self.state.lock();
             if !self.state.is_done() {
@@ -91,21 +196,24 @@ impl<T> JoinHandle<T> {
             }
         }
         wait_until(&|| self.state.is_done());
-        take_result(&self.state)
+        take_outcome(&self.state)
     }
 }
 
-fn take_result<T>(state: &JoinState<T>) -> T {
+fn take_outcome<T>(state: &JoinState<T>) -> Result<T, JoinError> {
     match state.lock().result.take() {
-        Some(Ok(v)) => v,
-        Some(Err(p)) => resume_unwind(p),
-        None => panic!("JoinHandle polled after completion"),
+        Some(Outcome::Value(v)) => Ok(v),
+        Some(Outcome::Panicked(p)) => Err(JoinError::Panicked(p)),
+        // Taken already: only a handle polled again after it returned `Ready` gets here.
+        Some(Outcome::Cancelled) | None => Err(JoinError::Cancelled),
     }
 }
 
 impl<T> Future for JoinHandle<T> {
     type Output = T;
 
+    /// Ready with the task's value; re-raises its panic, and panics with
+    /// [`JoinError::Cancelled`] if it was cancelled.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
         {
             let mut inner = self.state.lock();
@@ -114,6 +222,10 @@ impl<T> Future for JoinHandle<T> {
                 return Poll::Pending;
             }
         }
-        Poll::Ready(take_result(&self.state))
+        Poll::Ready(match take_outcome(&self.state) {
+            Ok(v) => v,
+            Err(JoinError::Panicked(p)) => resume_unwind(p),
+            Err(e @ JoinError::Cancelled) => resume_unwind(Box::new(e)),
+        })
     }
 }

@@ -2,14 +2,16 @@
 //! so the park / unpark / surrender protocol can be model-checked (`pool.rs`).
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use loom::sync::atomic::{
+    AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence,
+};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 #[cfg(loom)]
 pub(crate) use loom::thread::{Thread, park, yield_now};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 #[cfg(not(loom))]

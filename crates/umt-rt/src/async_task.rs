@@ -1,0 +1,330 @@
+//! Futures on the runtime: [`Runtime::spawn_async`](crate::Runtime::spawn_async) and
+//! [`block_on`]. A future is a task like the closures: polled on a worker, queued where
+//! spawned tasks are queued, stolen like them. When the worker polling it blocks in the kernel
+//! inside `poll` (a `std::fs` read, a page fault, a blocking driver), the monitor sees an
+//! ordinary block and the core's spare runs the core's other tasks, futures included: no
+//! `spawn_blocking` to remember. Steps A1–A5 and their races are in `README.md`.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Wake, Waker};
+
+use crate::job::Job;
+use crate::latch::{Waiter, wait_until};
+use crate::registry::{Extension, Feature, Hooks, Registry};
+use crate::spawn::{Abort, JoinHandle, JoinState, Outcome};
+use crate::task_state::{AfterPoll, TaskState};
+use crate::worker::with_current;
+
+/// The runtime's futures (A1, A5): every one not yet done, by id. The runtime owns them: a
+/// future that waits with no waker kept anywhere stays here until it is aborted or the
+/// runtime shuts down.
+pub(crate) struct AsyncTasks {
+    live: Mutex<HashMap<u64, Arc<dyn Cancel>>>,
+    next_id: AtomicU64,
+    /// Set at the first shutdown call: a future that waits is dropped, not queued.
+    closed: AtomicBool,
+    /// Shutdown calls so far: the second comes once the workers are joined.
+    shutdown_calls: AtomicUsize,
+}
+
+impl AsyncTasks {
+    fn of(reg: &Registry) -> &AsyncTasks {
+        reg.extension_or_init(|| AsyncTasks {
+            live: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            shutdown_calls: AtomicUsize::new(0),
+        })
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<dyn Cancel>>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+}
+
+impl Hooks for AsyncTasks {
+    /// A5: the first call (workers still running) closes the runtime to waiting futures and
+    /// cancels those that wait; the second (workers joined) also cancels those left in a
+    /// queue that nobody will run.
+    fn shut_down(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        let workers_gone = self.shutdown_calls.fetch_add(1, Ordering::SeqCst) > 0;
+        let tasks: Vec<_> = self.live().values().cloned().collect();
+        for task in tasks {
+            task.cancel_at_shutdown(workers_gone);
+        }
+    }
+}
+
+impl Extension for AsyncTasks {
+    const FEATURE: Feature = Feature::Async;
+}
+
+/// A future's task, without its types (shutdown cancels it).
+trait Cancel: Send + Sync {
+    /// Cancels the task if it waits (or, once the workers are gone, if it is queued).
+    fn cancel_at_shutdown(self: Arc<Self>, workers_gone: bool);
+}
+
+/// One spawned future and its state (A1).
+struct Task<F: Future> {
+    state: TaskState,
+    /// Taken (and dropped) when the task finishes; locked only by its one poller.
+    future: Mutex<Option<Pin<Box<F>>>>,
+    join: Arc<JoinState<F::Output>>,
+    reg: Weak<Registry>,
+    id: u64,
+}
+
+impl<F> Task<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    /// A2: queues the task, whose state the caller has just set to `SCHEDULED`: on the
+    /// calling worker's deque, or from outside the runtime on its shared queue. A runtime
+    /// that is gone or shutting down cancels it instead.
+    fn queue(self: Arc<Self>) {
+        let Some(reg) = self.reg.upgrade() else {
+            return self.finish(Outcome::Cancelled);
+        };
+        if AsyncTasks::of(&reg).is_closed() {
+            return self.finish(Outcome::Cancelled);
+        }
+        let job = {
+            let task = self.clone();
+            Job::new(move || task.run())
+        };
+        with_current(|ctx| match ctx {
+            Some(ctx) if Arc::ptr_eq(ctx.registry(), &reg) => ctx.push(job),
+            _ => reg.inject(job),
+        });
+    }
+
+    /// A3: one poll, by the worker that took the task's job.
+    fn run(self: Arc<Self>) {
+        if !self.state.start_poll() {
+            // Cancelled at shutdown while it sat in a queue.
+            return;
+        }
+        if self.join.is_aborted() {
+            return self.finish(Outcome::Cancelled);
+        }
+        let waker = Waker::from(self.clone());
+        let mut cx = Context::from_waker(&waker);
+        let polled = {
+            let mut slot = self.future.lock().unwrap_or_else(|p| p.into_inner());
+            match slot.as_mut() {
+                Some(future) => catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))),
+                None => return,
+            }
+        };
+        match polled {
+            Ok(Poll::Ready(v)) => self.finish(Outcome::Value(v)),
+            Err(payload) => self.finish(Outcome::Panicked(payload)),
+            Ok(Poll::Pending) if self.join.is_aborted() => self.finish(Outcome::Cancelled),
+            Ok(Poll::Pending) => match self.state.pending() {
+                // Waiting: the next wake queues it. A shutdown that began during the poll
+                // may have looked before it was idle: cancel it here then.
+                AfterPoll::Wait => {
+                    let closed = self
+                        .reg
+                        .upgrade()
+                        .is_none_or(|reg| AsyncTasks::of(&reg).is_closed());
+                    if closed && self.state.cancel_idle(false) {
+                        self.finish(Outcome::Cancelled);
+                    }
+                }
+                // Woken during the poll: its waker left the queueing to us.
+                AfterPoll::Queue => self.queue(),
+                AfterPoll::Ended => {}
+            },
+        }
+    }
+
+    /// A4: the end, by whoever owns the task's state: the future is dropped first (a
+    /// panic in its drop is dropped too), then the handle gets the outcome.
+    fn finish(&self, outcome: Outcome<F::Output>) {
+        self.state.end();
+        let future = self
+            .future
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(future)));
+        if let Some(reg) = self.reg.upgrade()
+            && let Some(tasks) = reg.extension::<AsyncTasks>()
+        {
+            tasks.live().remove(&self.id);
+        }
+        self.join.complete(outcome);
+    }
+}
+
+impl<F: Future> Drop for Task<F> {
+    /// A task dropped unfinished (its runtime gone without a shutdown) still ends its handle.
+    fn drop(&mut self) {
+        self.join.complete(Outcome::Cancelled);
+    }
+}
+
+impl<F> Wake for Task<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    /// A2: an idle task is queued by its waker; a running one is left to its poller.
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.state.wake() {
+            self.clone().queue();
+        }
+    }
+}
+
+impl<F> Abort for Task<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    /// The flag is set: a wake-up makes the next poll drop the future (at once if it waits).
+    fn abort(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+}
+
+impl<F> Cancel for Task<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn cancel_at_shutdown(self: Arc<Self>, workers_gone: bool) {
+        if self.state.cancel_idle(workers_gone) {
+            self.finish(Outcome::Cancelled);
+        }
+    }
+}
+
+/// A1: a task for `future` on `reg`, queued.
+pub(crate) fn spawn_async_on<F>(reg: &Arc<Registry>, future: F) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let tasks = AsyncTasks::of(reg);
+    let join = JoinState::new();
+    let task = Arc::new(Task {
+        state: TaskState::scheduled(),
+        future: Mutex::new(Some(Box::pin(future))),
+        join: join.clone(),
+        reg: Arc::downgrade(reg),
+        id: tasks.next_id.fetch_add(1, Ordering::Relaxed),
+    });
+    join.set_task(Arc::downgrade(&task) as Weak<dyn Abort>);
+    tasks.live().insert(task.id, task.clone());
+    task.queue();
+    JoinHandle::new(join)
+}
+
+/// What a future run by [`block_on`] is woken through.
+struct Signal {
+    woken: AtomicBool,
+    waiter: Waiter,
+}
+
+impl Wake for Signal {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.waiter.wake();
+    }
+}
+
+/// Runs `future` to completion on the calling thread and returns its output. On a worker of a
+/// runtime, the worker runs other tasks while the future waits (as [`join`](crate::join)
+/// does); any other thread sleeps until the future is woken. The future need not be `Send`.
+///
+/// ```
+/// let h = umt_rt::spawn_async(async { 6 * 7 });
+/// assert_eq!(umt_rt::block_on(h), 42);
+/// ```
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let signal = Arc::new(Signal {
+        woken: AtomicBool::new(false),
+        waiter: Waiter::current(),
+    });
+    let waker = Waker::from(signal.clone());
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+            return v;
+        }
+        wait_until(&|| signal.woken.load(Ordering::Acquire));
+        // A wake from here on sets it again: the next wait returns at once.
+        signal.woken.store(false, Ordering::Release);
+    }
+}
+
+impl crate::Runtime {
+    /// Starts `future` as a task of this runtime and returns its handle (await it, or
+    /// [`join`](JoinHandle::join) it). The future is polled on the runtime's workers; a
+    /// wake-up queues it again, on the waking worker's deque or, from outside the runtime,
+    /// on the shared queue. When a worker blocks in the kernel inside `poll`, the monitor's
+    /// spare runs the core's other tasks. Dropping the runtime cancels the futures that
+    /// wait (their handles give [`JoinError::Cancelled`](crate::JoinError::Cancelled)).
+    ///
+    /// ```
+    /// let rt = umt_rt::Runtime::new()?;
+    /// let a = rt.spawn_async(async { 20 });
+    /// let b = rt.spawn_async(async move { a.await + 22 });
+    /// assert_eq!(b.join(), 42);
+    /// # Ok::<(), umt_rt::BuildError>(())
+    /// ```
+    pub fn spawn_async<F>(&self, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        spawn_async_on(self.registry(), future)
+    }
+
+    /// Runs `future` on a worker of this runtime and returns its output: the worker runs
+    /// other tasks while the future waits, and tasks it spawns go to this runtime.
+    ///
+    /// ```
+    /// let rt = umt_rt::Runtime::new()?;
+    /// let sum = rt.block_on(async {
+    ///     let parts: Vec<_> = (0..4u64).map(|i| umt_rt::spawn_async(async move { i * 10 })).collect();
+    ///     let mut sum = 0;
+    ///     for p in parts {
+    ///         sum += p.await;
+    ///     }
+    ///     sum
+    /// });
+    /// assert_eq!(sum, 60);
+    /// # Ok::<(), umt_rt::BuildError>(())
+    /// ```
+    pub fn block_on<F>(&self, future: F) -> F::Output
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        self.install(|| block_on(future))
+    }
+}

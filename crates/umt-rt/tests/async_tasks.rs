@@ -1,0 +1,388 @@
+//! Futures on the runtime (`spawn_async`, `block_on`) and cancellation (`JoinHandle::abort`):
+//! every future completes exactly once whatever wakes it; a future that blocks in the kernel
+//! inside `poll` does not stop its core's other futures (monitor on); abort for each task
+//! kind; shutdown cancels the futures that wait; tokio awaits umt's handles and umt awaits
+//! tokio's.
+//!
+//! The tests run one at a time: the monitored one counts on its core being otherwise idle
+//! (its leader runs at `SCHED_IDLE`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use umt_rt::{BackendKind, JoinError, Runtime};
+
+mod common;
+use common::{monitored_backend, skip_unmonitored};
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A runtime of one core (the process's last CPU) with the monitor off: a worker that blocks
+/// holds the core, so what is queued stays queued.
+fn one_core_unmonitored() -> Runtime {
+    let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
+    Runtime::builder()
+        .cores([cpu])
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap()
+}
+
+/// Sets its flag when dropped.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A future that returns `Pending` `left` times before it is ready, woken each time in one of
+/// four ways (picked by `how`): during its own poll; by a thread outside the runtime; by
+/// another future of the runtime; by the end of a child future it awaits.
+struct Wakes {
+    id: usize,
+    left: u32,
+    how: u64,
+    foreign: mpsc::Sender<Waker>,
+    done: Arc<Vec<AtomicU8>>,
+    child: Option<umt_rt::JoinHandle<u64>>,
+}
+
+impl Future for Wakes {
+    type Output = usize;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<usize> {
+        if let Some(child) = self.child.as_mut() {
+            match Pin::new(child).poll(cx) {
+                Poll::Ready(v) => {
+                    assert_eq!(v, self.id as u64);
+                    self.child = None;
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        if self.left == 0 {
+            // Ready once: a second poll after this would count twice.
+            self.done[self.id].fetch_add(1, Ordering::SeqCst);
+            return Poll::Ready(self.id);
+        }
+        self.left -= 1;
+        // xorshift: the next way to be woken.
+        self.how ^= self.how << 13;
+        self.how ^= self.how >> 7;
+        self.how ^= self.how << 17;
+        if self.how.is_multiple_of(997) {
+            // Now and then a block in the kernel inside `poll`.
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        match self.how % 4 {
+            0 => cx.waker().wake_by_ref(),
+            1 => self.foreign.send(cx.waker().clone()).unwrap(),
+            2 => {
+                let w = cx.waker().clone();
+                drop(umt_rt::spawn_async(async move { w.wake() }));
+            }
+            _ => {
+                let id = self.id as u64;
+                self.child = Some(umt_rt::spawn_async(async move { id }));
+                cx.waker().wake_by_ref();
+            }
+        }
+        Poll::Pending
+    }
+}
+
+#[test]
+fn every_future_completes_exactly_once_however_it_is_woken() {
+    let _serial = serial();
+    const FUTURES: usize = 100_000;
+    let rt = Runtime::builder()
+        .monitor(monitored_backend())
+        .build()
+        .unwrap();
+    let done: Arc<Vec<AtomicU8>> = Arc::new((0..FUTURES).map(|_| AtomicU8::new(0)).collect());
+    let (tx, rx) = mpsc::channel::<Waker>();
+    // The thread outside the runtime that wakes what it is sent.
+    let waker_thread = std::thread::spawn(move || {
+        for w in rx {
+            w.wake();
+        }
+    });
+    let handles: Vec<_> = (0..FUTURES)
+        .map(|id| {
+            rt.spawn_async(Wakes {
+                id,
+                left: (id % 5) as u32,
+                how: 0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1),
+                foreign: tx.clone(),
+                done: done.clone(),
+                child: None,
+            })
+        })
+        .collect();
+    drop(tx);
+    for (id, h) in handles.into_iter().enumerate() {
+        assert_eq!(h.join(), id);
+    }
+    assert!(done.iter().all(|d| d.load(Ordering::SeqCst) == 1));
+    drop(rt);
+    waker_thread.join().unwrap();
+}
+
+#[test]
+fn a_future_blocked_in_poll_leaves_its_core_to_the_others() {
+    use std::io::{Read, Write};
+    let _serial = serial();
+    let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
+    let rt = Runtime::builder()
+        .cores([cpu])
+        .monitor(monitored_backend())
+        .build()
+        .unwrap();
+    if skip_unmonitored(&rt) {
+        return;
+    }
+    let (mut reader, mut writer) = std::io::pipe().unwrap();
+    let (started_tx, started_rx) = mpsc::channel();
+    // A: blocks in the kernel inside its poll until B has run. One core, and its one worker
+    // is in A's read: only a spare can run B.
+    let a = rt.spawn_async(async move {
+        started_tx.send(umt_sys::cpu::current_tid()).unwrap();
+        let mut byte = [0u8; 1];
+        reader.read_exact(&mut byte).unwrap();
+        (byte[0], umt_sys::cpu::current_tid())
+    });
+    let a_tid = started_rx.recv().unwrap();
+    let b = rt.spawn_async(async move {
+        writer.write_all(&[7]).unwrap();
+        umt_sys::cpu::current_tid()
+    });
+    let b_tid = b.join();
+    let (byte, a_end) = a.join();
+    assert_eq!(byte, 7);
+    assert_eq!(a_end, a_tid);
+    assert_ne!(
+        b_tid, a_tid,
+        "B ran on another worker of the core while A blocked"
+    );
+    assert!(rt.stats().workers.len() >= 2);
+}
+
+#[test]
+fn abort_stops_a_queued_closure_before_it_runs() {
+    let _serial = serial();
+    let rt = one_core_unmonitored();
+    let (started_tx, started_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let holder = rt.spawn(move || {
+        started_tx.send(()).unwrap();
+        go_rx.recv().unwrap();
+    });
+    started_rx.recv().unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    let queued = {
+        let ran = ran.clone();
+        rt.spawn(move || ran.store(true, Ordering::SeqCst))
+    };
+    queued.abort();
+    go_tx.send(()).unwrap();
+    holder.join();
+    assert!(matches!(queued.try_join(), Err(JoinError::Cancelled)));
+    // The queue is empty now: a task spawned after it has run, and the aborted one did not.
+    rt.spawn(|| ()).join();
+    assert!(!ran.load(Ordering::SeqCst));
+}
+
+#[test]
+fn abort_lets_a_running_closure_finish_and_drops_its_result() {
+    let _serial = serial();
+    let rt = one_core_unmonitored();
+    let (started_tx, started_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let finished = Arc::new(AtomicBool::new(false));
+    let result_dropped = Arc::new(AtomicBool::new(false));
+    let running = {
+        let (finished, result_dropped) = (finished.clone(), result_dropped.clone());
+        rt.spawn(move || {
+            started_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            finished.store(true, Ordering::SeqCst);
+            DropFlag(result_dropped)
+        })
+    };
+    started_rx.recv().unwrap();
+    running.abort();
+    go_tx.send(()).unwrap();
+    assert!(matches!(running.try_join(), Err(JoinError::Cancelled)));
+    assert!(finished.load(Ordering::SeqCst));
+    assert!(result_dropped.load(Ordering::SeqCst));
+}
+
+#[test]
+fn abort_drops_a_waiting_future_at_once() {
+    let _serial = serial();
+    let rt = one_core_unmonitored();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let guard = DropFlag(dropped.clone());
+    let h = rt.spawn_async(async move {
+        let _guard = guard;
+        std::future::pending::<()>().await;
+    });
+    // Let it reach its wait (the worker runs nothing else).
+    rt.spawn(|| ()).join();
+    h.abort();
+    assert!(matches!(h.try_join(), Err(JoinError::Cancelled)));
+    assert!(dropped.load(Ordering::SeqCst));
+}
+
+/// Polls once: counts the poll, tells the test it is polling, waits (blocking its worker)
+/// until the test has aborted it, wakes itself and returns `Pending`.
+struct AbortedWhilePolled {
+    polls: Arc<AtomicUsize>,
+    polling: mpsc::Sender<()>,
+    aborted: Arc<Mutex<mpsc::Receiver<()>>>,
+    _guard: DropFlag,
+}
+
+impl Future for AbortedWhilePolled {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.polls.fetch_add(1, Ordering::SeqCst);
+        self.polling.send(()).unwrap();
+        self.aborted.lock().unwrap().recv().unwrap();
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+#[test]
+fn abort_drops_a_running_future_at_its_next_poll() {
+    let _serial = serial();
+    let rt = one_core_unmonitored();
+    let polls = Arc::new(AtomicUsize::new(0));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let (polling_tx, polling_rx) = mpsc::channel();
+    let (aborted_tx, aborted_rx) = mpsc::channel();
+    let h = rt.spawn_async(AbortedWhilePolled {
+        polls: polls.clone(),
+        polling: polling_tx,
+        aborted: Arc::new(Mutex::new(aborted_rx)),
+        _guard: DropFlag(dropped.clone()),
+    });
+    polling_rx.recv().unwrap();
+    h.abort();
+    aborted_tx.send(()).unwrap();
+    assert!(matches!(h.try_join(), Err(JoinError::Cancelled)));
+    assert_eq!(
+        polls.load(Ordering::SeqCst),
+        1,
+        "polled again after the abort"
+    );
+    assert!(dropped.load(Ordering::SeqCst));
+}
+
+#[test]
+fn abort_after_the_end_changes_nothing_and_join_reraises_a_cancel() {
+    let _serial = serial();
+    let rt = one_core_unmonitored();
+    let h = rt.spawn_async(async { 5 });
+    while !h.is_finished() {
+        std::thread::yield_now();
+    }
+    h.abort();
+    assert_eq!(h.join(), 5);
+    let h = rt.spawn_async(std::future::pending::<u8>());
+    h.abort();
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.join())).unwrap_err();
+    assert!(matches!(
+        err.downcast_ref::<JoinError>(),
+        Some(JoinError::Cancelled)
+    ));
+    // A panic in a future reaches whoever joins it; the runtime lives on.
+    let h = rt.spawn_async(async { panic!("boom") });
+    assert!(matches!(h.try_join(), Err(JoinError::Panicked(_))));
+    assert_eq!(rt.spawn_async(async { 1 }).join(), 1);
+}
+
+#[test]
+fn dropping_the_runtime_cancels_the_futures_that_wait() {
+    let _serial = serial();
+    let rt = one_core_unmonitored();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let guard = DropFlag(dropped.clone());
+    let waiting = rt.spawn_async(async move {
+        let _guard = guard;
+        std::future::pending::<()>().await;
+    });
+    let ready = rt.spawn_async(async { 3 });
+    rt.spawn(|| ()).join();
+    drop(rt);
+    assert!(matches!(waiting.try_join(), Err(JoinError::Cancelled)));
+    assert!(dropped.load(Ordering::SeqCst));
+    assert_eq!(ready.join(), 3);
+}
+
+#[test]
+fn block_on_runs_futures_on_a_worker_and_outside_one() {
+    let _serial = serial();
+    let rt = Runtime::builder()
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    // On a worker: awaiting tasks it spawned (they run on this runtime meanwhile).
+    let total = rt.block_on(async {
+        let hs: Vec<_> = (0..100u64)
+            .map(|i| umt_rt::spawn_async(async move { i }))
+            .collect();
+        let mut total = 0;
+        for h in hs {
+            total += h.await;
+        }
+        total + umt_rt::spawn(|| 1).await
+    });
+    assert_eq!(total, 4951);
+    // Outside: a future woken by another thread; it need not be `Send`.
+    let (tx, rx) = mpsc::channel::<Waker>();
+    let waker_thread = std::thread::spawn(move || rx.recv().unwrap().wake());
+    let not_send = std::rc::Rc::new(9);
+    let mut sent = false;
+    let got = umt_rt::block_on(std::future::poll_fn(|cx| {
+        if sent {
+            Poll::Ready(*not_send)
+        } else {
+            sent = true;
+            tx.send(cx.waker().clone()).unwrap();
+            Poll::Pending
+        }
+    }));
+    assert_eq!(got, 9);
+    waker_thread.join().unwrap();
+}
+
+#[test]
+fn tokio_awaits_umt_handles_and_umt_awaits_tokio_handles() {
+    let _serial = serial();
+    let rt = Runtime::builder()
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    let tokio_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    let from_umt = rt.spawn_async(async { 40 });
+    let from_closure = rt.spawn(|| 2);
+    let sum = tokio_rt.block_on(async { from_umt.await + from_closure.await });
+    assert_eq!(sum, 42);
+    let from_tokio = tokio_rt.spawn(async { 7 });
+    assert_eq!(rt.block_on(async { from_tokio.await.unwrap() }), 7);
+}
