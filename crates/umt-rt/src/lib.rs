@@ -185,6 +185,7 @@ not_loom! {
     mod latch;
     mod leader;
     pub mod onload;
+    pub mod time;
     mod registry;
     mod runtime;
     mod schedule;

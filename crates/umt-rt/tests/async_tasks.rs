@@ -386,3 +386,49 @@ fn tokio_awaits_umt_handles_and_umt_awaits_tokio_handles() {
     let from_tokio = tokio_rt.spawn(async { 7 });
     assert_eq!(rt.block_on(async { from_tokio.await.unwrap() }), 7);
 }
+
+#[test]
+fn many_sleeps_each_end_at_or_after_their_deadline() {
+    use std::time::{Duration, Instant};
+    let _serial = serial();
+    let rt = Runtime::builder()
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    let handles: Vec<_> = (0..10_000u64)
+        .map(|i| {
+            rt.spawn_async(async move {
+                let sleep = umt_rt::time::sleep(Duration::from_micros((i * 7919) % 5000));
+                let deadline = sleep.deadline();
+                sleep.await;
+                Instant::now() >= deadline
+            })
+        })
+        .collect();
+    assert!(handles.into_iter().all(|h| h.join()));
+}
+
+#[test]
+fn a_timeout_gives_the_value_or_drops_the_future_at_its_deadline() {
+    use std::time::Duration;
+    use umt_rt::time::{Elapsed, timeout};
+    let _serial = serial();
+    let rt = one_core_unmonitored();
+    assert_eq!(
+        rt.block_on(timeout(Duration::from_secs(60), async { 5 })),
+        Ok(5)
+    );
+    let dropped = Arc::new(AtomicBool::new(false));
+    let guard = DropFlag(dropped.clone());
+    let late = rt.spawn_async(timeout(Duration::from_millis(2), async move {
+        let _guard = guard;
+        std::future::pending::<()>().await;
+    }));
+    assert_eq!(late.join(), Err(Elapsed));
+    assert!(dropped.load(Ordering::SeqCst));
+    // The same timers serve other executors.
+    let tokio_rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    tokio_rt.block_on(umt_rt::time::sleep(Duration::from_millis(1)));
+}
