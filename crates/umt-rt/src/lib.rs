@@ -169,6 +169,7 @@ pub enum Yield {
 }
 
 not_loom! {
+    pub mod async_io;
     mod async_task;
     mod broadcast;
     mod builder;

@@ -432,3 +432,86 @@ fn a_timeout_gives_the_value_or_drops_the_future_at_its_deadline() {
         .unwrap();
     tokio_rt.block_on(umt_rt::time::sleep(Duration::from_millis(1)));
 }
+
+/// A loopback echo service written as a tokio user would write it: a task per connection,
+/// clients as tasks of the same runtime; every byte comes back, whichever side waits. One
+/// handler in ten blocks in the kernel first (a sleep standing in for a blocking driver).
+#[test]
+fn an_echo_service_on_async_sockets_answers_every_request() {
+    use umt_rt::async_io::Async;
+    let _serial = serial();
+    const CLIENTS: usize = 64;
+    const ROUNDS: usize = 40;
+    let rt = Runtime::builder()
+        .monitor(monitored_backend())
+        .build()
+        .unwrap();
+    let listener = Async::<std::net::TcpListener>::bind("127.0.0.1:0").unwrap();
+    let addr = listener.get_ref().local_addr().unwrap();
+    let server = rt.spawn_async(async move {
+        let mut handlers = Vec::new();
+        for i in 0..CLIENTS {
+            let (stream, _) = listener.accept().await.unwrap();
+            handlers.push(umt_rt::spawn_async(async move {
+                let mut buf = [0u8; 64];
+                loop {
+                    let n = stream.read(&mut buf).await.unwrap();
+                    if n == 0 {
+                        return;
+                    }
+                    if i % 10 == 0 {
+                        std::thread::sleep(std::time::Duration::from_micros(100));
+                    }
+                    stream.write_all(&buf[..n]).await.unwrap();
+                }
+            }));
+        }
+        for h in handlers {
+            h.await;
+        }
+    });
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            rt.spawn_async(async move {
+                let stream = Async::<std::net::TcpStream>::connect(addr).await.unwrap();
+                for r in 0..ROUNDS {
+                    let msg = format!("client {c} round {r}");
+                    stream.write_all(msg.as_bytes()).await.unwrap();
+                    let mut back = vec![0u8; msg.len()];
+                    stream.read_exact(&mut back).await.unwrap();
+                    assert_eq!(back, msg.as_bytes());
+                }
+                ROUNDS
+            })
+        })
+        .collect();
+    let answered: usize = clients.into_iter().map(|c| c.join()).sum();
+    assert_eq!(answered, CLIENTS * ROUNDS);
+    server.join();
+}
+
+#[test]
+fn a_pipe_read_waits_for_the_write_that_comes_after_it_would_block() {
+    use umt_rt::async_io::Async;
+    let _serial = serial();
+    let rt = one_core_unmonitored();
+    let (reader, writer) = std::io::pipe().unwrap();
+    let reader = Async::new(reader).unwrap();
+    let (tried_tx, tried_rx) = mpsc::channel();
+    let read = rt.spawn_async(async move {
+        // Nothing written yet: the first try would block, so the read waits (R2).
+        let mut byte = [0u8; 1];
+        let n = reader
+            .read_with(|mut r| {
+                let got = std::io::Read::read(&mut r, &mut byte);
+                let _ = tried_tx.send(());
+                got
+            })
+            .await
+            .unwrap();
+        (n, byte[0])
+    });
+    tried_rx.recv().unwrap();
+    std::io::Write::write_all(&mut &writer, &[9]).unwrap();
+    assert_eq!(read.join(), (1, 9));
+}

@@ -1,0 +1,376 @@
+//! I/O readiness for futures: [`Async<T>`] wraps a descriptor (a socket, a pipe, a terminal)
+//! in non-blocking mode and lets a future wait until it is readable or writable, in any
+//! executor. One reactor thread per process, started by the first [`Async::new`], waits in
+//! `epoll` for every registered descriptor and wakes the futures that wait on them.
+//!
+//! Steps:
+//!
+//! 1. **R1 — register.** [`Async::new`] sets `O_NONBLOCK` and adds the descriptor to the
+//!    reactor's epoll set, edge-triggered for both directions, under a key of its own. Both
+//!    directions start *ready*: the first read or write is tried at once.
+//! 2. **R2 — try, then wait.** [`Async::read_with`] (and `write_with`, and the helpers built
+//!    on them) runs the operation while the direction is ready; on `WouldBlock` it clears the
+//!    ready flag, but only if no event came since it looked (the direction's tick is
+//!    unchanged), stores its waker, and returns `Pending`.
+//! 3. **R3 — an event.** The reactor thread, for each event, sets the direction's ready flag,
+//!    advances its tick and takes its waker under the source's lock, then wakes it outside.
+//! 4. **R4 — drop.** Dropping the `Async` removes the descriptor from the epoll set and the
+//!    table, then closes it.
+//!
+//! Races: an edge that arrives between a `WouldBlock` and the clearing of the flag advances the
+//! tick, so the flag stays set and the operation is tried again (no lost edge). A waker stored
+//! after the event that would have woken it finds the flag set on its next look: the flag is
+//! read under the same lock the reactor sets it under, before `Pending` is returned.
+//!
+//! A future whose operation blocks anyway (a descriptor the caller left blocking inside `T`,
+//! a regular file, which is always "ready") blocks its worker; on a monitored runtime, the
+//! core's spare runs the other tasks meanwhile.
+//!
+//! ```
+//! use std::io::{Read, Write};
+//! use std::net::{TcpListener, TcpStream};
+//! use umt_rt::async_io::Async;
+//!
+//! let rt = umt_rt::Runtime::new()?;
+//! let listener = Async::new(TcpListener::bind("127.0.0.1:0")?)?;
+//! let addr = listener.get_ref().local_addr()?;
+//! let server = rt.spawn_async(async move {
+//!     let (mut stream, _) = listener.accept().await?;
+//!     let mut buf = [0u8; 5];
+//!     stream.read_exact(&mut buf).await?;
+//!     stream.write_all(&buf).await?;
+//!     Ok::<_, std::io::Error>(())
+//! });
+//! let mut client = TcpStream::connect(addr)?;
+//! client.write_all(b"hello")?;
+//! let mut back = [0u8; 5];
+//! client.read_exact(&mut back)?;
+//! assert_eq!(&back, b"hello");
+//! server.join()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::HashMap;
+use std::future::poll_fn;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::task::{Context, Poll, Waker};
+
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+
+/// One direction (read or write) of a source.
+#[derive(Default)]
+struct Direction {
+    ready: bool,
+    /// Events seen so far (R3), to tell whether one came since a look (R2).
+    tick: u64,
+    waker: Option<Waker>,
+}
+
+/// A registered descriptor's readiness.
+#[derive(Default)]
+struct Source {
+    dirs: Mutex<[Direction; 2]>,
+}
+
+const READ: usize = 0;
+const WRITE: usize = 1;
+
+impl Source {
+    fn lock(&self) -> MutexGuard<'_, [Direction; 2]> {
+        self.dirs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// R2: `Ready(tick)` while direction `d` is ready, else stores the waker.
+    fn poll_ready(&self, d: usize, cx: &mut Context<'_>) -> Poll<u64> {
+        let mut dirs = self.lock();
+        let dir = &mut dirs[d];
+        if dir.ready {
+            return Poll::Ready(dir.tick);
+        }
+        match &mut dir.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// R2: the operation would block: not ready, unless an event came since `tick`.
+    fn clear(&self, d: usize, tick: u64) {
+        let mut dirs = self.lock();
+        if dirs[d].tick == tick {
+            dirs[d].ready = false;
+        }
+    }
+
+    /// R3: an event for direction `d`.
+    fn fire(&self, d: usize) -> Option<Waker> {
+        let mut dirs = self.lock();
+        let dir = &mut dirs[d];
+        dir.ready = true;
+        dir.tick += 1;
+        dir.waker.take()
+    }
+}
+
+/// The process's reactor: its epoll set and the sources by key.
+struct Reactor {
+    epoll: Epoll,
+    sources: Mutex<HashMap<u64, Arc<Source>>>,
+    next_key: AtomicU64,
+}
+
+impl Reactor {
+    fn sources(&self) -> MutexGuard<'_, HashMap<u64, Arc<Source>>> {
+        self.sources.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// R3: the reactor thread.
+    fn run(&self) {
+        let mut events = vec![EpollEvent::empty(); 256];
+        loop {
+            let n = match self.epoll.wait(&mut events, EpollTimeout::NONE) {
+                Ok(n) => n,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    crate::diag::emit(&format!(
+                        "umt-rt: the async I/O reactor stopped: epoll_wait failed ({e})"
+                    ));
+                    return;
+                }
+            };
+            let mut wake = Vec::new();
+            {
+                let sources = self.sources();
+                for ev in &events[..n] {
+                    let Some(source) = sources.get(&ev.data()) else {
+                        continue;
+                    };
+                    let flags = ev.events();
+                    let gone = EpollFlags::EPOLLHUP | EpollFlags::EPOLLERR;
+                    if flags.intersects(EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | gone) {
+                        wake.extend(source.fire(READ));
+                    }
+                    if flags.intersects(EpollFlags::EPOLLOUT | gone) {
+                        wake.extend(source.fire(WRITE));
+                    }
+                }
+            }
+            wake.into_iter().for_each(Waker::wake);
+        }
+    }
+}
+
+/// The reactor, started on first use.
+fn reactor() -> io::Result<&'static Reactor> {
+    static REACTOR: OnceLock<Result<&'static Reactor, String>> = OnceLock::new();
+    REACTOR
+        .get_or_init(|| {
+            let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
+                .map_err(|e| format!("epoll_create1 failed ({e})"))?;
+            let reactor: &'static Reactor = Box::leak(Box::new(Reactor {
+                epoll,
+                sources: Mutex::new(HashMap::new()),
+                next_key: AtomicU64::new(0),
+            }));
+            std::thread::Builder::new()
+                .name("umt-reactor".into())
+                .spawn(move || reactor.run())
+                .map_err(|e| format!("cannot start its thread ({e})"))?;
+            Ok(reactor)
+        })
+        .as_ref()
+        .copied()
+        .map_err(|why| {
+            io::Error::other(format!(
+                "umt-rt: the async I/O reactor is unavailable: {why}; use blocking I/O in \
+                 the task instead (the monitor covers it)"
+            ))
+        })
+}
+
+/// A descriptor in non-blocking mode whose readiness futures can wait for (see the module's
+/// docs). Reads and writes go through [`Async::read_with`] / [`Async::write_with`], or the
+/// helpers for types that implement [`Read`] and [`Write`] by reference (sockets, pipes).
+pub struct Async<T: AsFd> {
+    /// `None` only while dropping.
+    io: Option<T>,
+    key: u64,
+    source: Arc<Source>,
+}
+
+impl<T: AsFd + std::fmt::Debug> std::fmt::Debug for Async<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Async")
+            .field("io", &self.io)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: AsFd> Async<T> {
+    /// R1: sets `io` non-blocking and registers it with the reactor. Fails if the descriptor
+    /// cannot be made non-blocking or watched by epoll (a regular file, which is always ready:
+    /// read it with plain blocking calls), or if the reactor cannot run.
+    pub fn new(io: T) -> io::Result<Async<T>> {
+        let reactor = reactor()?;
+        let fd = io.as_fd();
+        let flags = OFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFL)?);
+        fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+        let key = reactor.next_key.fetch_add(1, Ordering::Relaxed);
+        let source = Arc::new(Source::default());
+        {
+            let mut dirs = source.lock();
+            dirs[READ].ready = true;
+            dirs[WRITE].ready = true;
+        }
+        reactor.sources().insert(key, source.clone());
+        let interest = EpollFlags::EPOLLIN
+            | EpollFlags::EPOLLOUT
+            | EpollFlags::EPOLLRDHUP
+            | EpollFlags::EPOLLET;
+        if let Err(e) = reactor.epoll.add(fd, EpollEvent::new(interest, key)) {
+            reactor.sources().remove(&key);
+            return Err(io::Error::other(format!(
+                "cannot watch descriptor {} with epoll ({e}); a regular file is always ready: \
+                 read it with blocking calls",
+                fd.as_raw_fd()
+            )));
+        }
+        Ok(Async {
+            io: Some(io),
+            key,
+            source,
+        })
+    }
+
+    /// The wrapped I/O object.
+    pub fn get_ref(&self) -> &T {
+        match &self.io {
+            Some(io) => io,
+            None => unreachable!("taken only while dropping"),
+        }
+    }
+
+    /// The wrapped I/O object, mutably (keep it non-blocking).
+    pub fn get_mut(&mut self) -> &mut T {
+        match &mut self.io {
+            Some(io) => io,
+            None => unreachable!("taken only while dropping"),
+        }
+    }
+
+    /// Waits until the descriptor may be readable (the next read may still find nothing).
+    pub async fn readable(&self) -> io::Result<()> {
+        poll_fn(|cx| self.source.poll_ready(READ, cx).map(|_| Ok(()))).await
+    }
+
+    /// Waits until the descriptor may be writable.
+    pub async fn writable(&self) -> io::Result<()> {
+        poll_fn(|cx| self.source.poll_ready(WRITE, cx).map(|_| Ok(()))).await
+    }
+
+    /// R2 for direction `d`: runs `op` until it does not return `WouldBlock`.
+    async fn retry<R>(&self, d: usize, mut op: impl FnMut(&T) -> io::Result<R>) -> io::Result<R> {
+        poll_fn(|cx| {
+            loop {
+                let tick = match self.source.poll_ready(d, cx) {
+                    Poll::Ready(tick) => tick,
+                    Poll::Pending => return Poll::Pending,
+                };
+                match op(self.get_ref()) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.source.clear(d, tick),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    r => return Poll::Ready(r),
+                }
+            }
+        })
+        .await
+    }
+
+    /// Runs a read operation on the I/O object, waiting for readability whenever it would
+    /// block: `listener.read_with(|l| l.accept())`.
+    pub async fn read_with<R>(&self, op: impl FnMut(&T) -> io::Result<R>) -> io::Result<R> {
+        self.retry(READ, op).await
+    }
+
+    /// Runs a write operation on the I/O object, waiting for writability whenever it would
+    /// block.
+    pub async fn write_with<R>(&self, op: impl FnMut(&T) -> io::Result<R>) -> io::Result<R> {
+        self.retry(WRITE, op).await
+    }
+}
+
+impl<T: AsFd> Drop for Async<T> {
+    /// R4: unregisters, then closes the descriptor (drops `T`).
+    fn drop(&mut self) {
+        if let Some(io) = self.io.take() {
+            if let Ok(reactor) = reactor() {
+                let _ = reactor.epoll.delete(io.as_fd());
+                reactor.sources().remove(&self.key);
+            }
+            drop(io);
+        }
+    }
+}
+
+impl<T: AsFd> Async<T>
+where
+    for<'a> &'a T: Read + Write,
+{
+    /// Reads some bytes into `buf` (0 at the end of the stream).
+    pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_with(|mut io| io.read(buf)).await
+    }
+
+    /// Reads exactly `buf.len()` bytes; `UnexpectedEof` if the stream ends first.
+    pub async fn read_exact(&self, mut buf: &mut [u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read(buf).await? {
+                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                n => buf = &mut buf[n..],
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes some bytes of `buf`.
+    pub async fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        self.write_with(|mut io| io.write(buf)).await
+    }
+
+    /// Writes all of `buf`.
+    pub async fn write_all(&self, mut buf: &[u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.write(buf).await? {
+                0 => return Err(io::ErrorKind::WriteZero.into()),
+                n => buf = &buf[n..],
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Async<std::net::TcpListener> {
+    /// Binds a listener (see [`std::net::TcpListener::bind`]) and registers it.
+    pub fn bind(addr: impl std::net::ToSocketAddrs) -> io::Result<Self> {
+        Async::new(std::net::TcpListener::bind(addr)?)
+    }
+
+    /// Waits for a connection; the stream is registered too.
+    pub async fn accept(&self) -> io::Result<(Async<std::net::TcpStream>, std::net::SocketAddr)> {
+        let (stream, addr) = self.read_with(|l| l.accept()).await?;
+        Ok((Async::new(stream)?, addr))
+    }
+}
+
+impl Async<std::net::TcpStream> {
+    /// Connects (a blocking `connect`: on a monitored runtime the core's spare runs the other
+    /// tasks while it waits) and registers the stream.
+    pub async fn connect(addr: impl std::net::ToSocketAddrs) -> io::Result<Self> {
+        Async::new(std::net::TcpStream::connect(addr)?)
+    }
+}
