@@ -44,6 +44,17 @@ pub enum BenchError {
         /// The file.
         path: PathBuf,
     },
+    /// A socket operation of the service benchmark failed (`serve`: loopback only).
+    #[error(
+        "serve: {what}: {source}: check that 127.0.0.1 is up and the descriptor limit \
+             (`ulimit -n`) covers two per client"
+    )]
+    Net {
+        /// The operation.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
     /// A system call of umt-sys failed (reading a thread's CPU time, for example).
     #[error(transparent)]
     System(#[from] umt_sys::Error),

@@ -58,6 +58,7 @@ pub mod rundir;
 pub mod runner;
 pub mod scale;
 pub mod scan;
+pub mod serve;
 pub mod service;
 
 /// Helpers of the unit tests.

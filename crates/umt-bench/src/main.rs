@@ -56,6 +56,45 @@ enum Cmd {
     /// A compression service beside heat: none, onloaded (idle cores only), spawned as
     /// ordinary tasks; heat's time for each and what the service did.
     Onload(OnloadArgs),
+    /// A request/response service on loopback, a task per connection, whose handlers block
+    /// in the kernel one request in N, unannotated: umt-rt futures with and without the
+    /// monitor, tokio as written and with spawn_blocking; throughput and latency.
+    Serve(ServeArgs),
+}
+
+#[derive(Args, Clone)]
+struct ServeArgs {
+    /// Connections, one client thread each.
+    #[arg(long, default_value_t = 32)]
+    clients: usize,
+    /// Requests per client and run.
+    #[arg(long, default_value_t = 300)]
+    requests: usize,
+    /// In the blocking scenario, one request in this many blocks in its handler.
+    #[arg(long, default_value_t = 10)]
+    block_every: u64,
+    /// How long a blocking request sleeps in its handler, in microseconds.
+    #[arg(long, default_value_t = 1000)]
+    block_us: u64,
+    /// Compute per request, in rounds of a hash (about a nanosecond each).
+    #[arg(long, default_value_t = 20_000)]
+    work: u64,
+    /// Runs of each server per scenario (they alternate; the table shows each one's median
+    /// by throughput).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Worker threads of each server (default: the CPUs of the affinity mask).
+    #[arg(long)]
+    cores: Option<usize>,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Also draw throughput and p99 latency into this SVG file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// Unused (serve writes no data files); the run directory goes here.
+    #[arg(long, hide = true)]
+    dir: Option<PathBuf>,
 }
 
 #[derive(Args, Clone)]
@@ -88,6 +127,115 @@ struct OnloadArgs {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+}
+
+fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
+    use umt_bench::serve::{self, ServeParams, Server};
+    for (flag, path) in [("--json", &a.json), ("--svg", &a.svg)] {
+        if let Some(path) = path {
+            umt_bench::io::check_writable(flag, path)?;
+        }
+    }
+    let requests = a.clients.checked_mul(a.requests).unwrap_or(usize::MAX);
+    if a.clients == 0
+        || a.clients > 4096
+        || a.requests == 0
+        || requests > 100_000_000
+        || a.block_us > 60_000_000
+        || a.work > 1 << 40
+        || a.rounds == 0
+        || a.rounds > 1000
+        || a.cores.is_some_and(|c| c == 0 || c > 4096)
+    {
+        return Err(BenchError::InvalidParam(
+            "serve: --clients 1 to 4096, --requests at least 1 and at most 10^8 in all, \
+             --block-us at most 60 s, --work at most 2^40, --rounds 1 to 1000, --cores 1 to 4096"
+                .into(),
+        ));
+    }
+    let cores = a
+        .cores
+        .unwrap_or_else(|| umt_sys::cpu::process_cpus().map_or(1, |c| c.len()));
+    let base = ServeParams {
+        clients: a.clients,
+        requests: a.requests,
+        block_every: a.block_every,
+        block: std::time::Duration::from_micros(a.block_us),
+        work: a.work,
+        cores,
+    };
+    let scenarios = [
+        (
+            format!("1 in {} blocks {} us", a.block_every, a.block_us),
+            base,
+        ),
+        (
+            "no blocking".to_string(),
+            ServeParams {
+                block_every: 0,
+                ..base
+            },
+        ),
+    ];
+    println!(
+        "{} clients x {} requests, {} rounds of hash per request, {cores} worker threads \
+         per server, loopback",
+        a.clients, a.requests, a.work
+    );
+    let mut table = Vec::new();
+    for (name, p) in &scenarios {
+        let mut runs: Vec<Vec<serve::ServeRun>> = vec![Vec::new(); Server::ALL.len()];
+        for _ in 0..a.rounds {
+            for (k, s) in Server::ALL.into_iter().enumerate() {
+                runs[k].push(serve::run(s, *p)?);
+            }
+        }
+        let medians: Vec<serve::ServeRun> = runs
+            .into_iter()
+            .map(|mut r| {
+                r.sort_by(|x, y| x.throughput.total_cmp(&y.throughput));
+                r.swap_remove(r.len() / 2)
+            })
+            .collect();
+        table.push(serve::ServeScenario {
+            scenario: name.clone(),
+            params: *p,
+            runs: medians,
+        });
+    }
+    println!(
+        "{:<24} {:<24} {:>10} {:>9} {:>9} {:>10} {:>9}",
+        "scenario", "server", "req/s", "p50 us", "p99 us", "p99.9 us", "vs tokio"
+    );
+    for sc in &table {
+        let tokio = sc
+            .runs
+            .iter()
+            .find(|r| r.server == Server::Tokio)
+            .map_or(f64::NAN, |r| r.throughput);
+        for r in &sc.runs {
+            println!(
+                "{:<24} {:<24} {:>10.0} {:>9.0} {:>9.0} {:>10.0} {:>8.2}x",
+                sc.scenario,
+                r.server.name(),
+                r.throughput,
+                r.p50_us,
+                r.p99_us,
+                r.p999_us,
+                r.throughput / tokio
+            );
+        }
+    }
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&table)
+            .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
+        umt_bench::io::write_atomically(path, text.as_bytes())?;
+    }
+    if let Some(path) = &a.svg {
+        umt_bench::plot::serve(&table, path)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
 }
 
 fn run_onload(a: &OnloadArgs) -> Result<(), BenchError> {
@@ -844,6 +992,7 @@ fn dir_flag(command: &mut Cmd) -> &mut Option<PathBuf> {
         Cmd::Scale(a) => &mut a.common.dir,
         Cmd::Compare(c) => &mut c.dir,
         Cmd::Onload(a) => &mut a.dir,
+        Cmd::Serve(a) => &mut a.dir,
     }
 }
 
@@ -866,7 +1015,7 @@ fn main() -> ExitCode {
         Cmd::Scan(a) => Some(&a.common),
         Cmd::Scale(a) => Some(&a.common),
         Cmd::Compare(c) => Some(c),
-        Cmd::Onload(_) => None,
+        Cmd::Onload(_) | Cmd::Serve(_) => None,
     };
     let prepared = common
         .map_or(Ok(()), |c| {
@@ -901,6 +1050,7 @@ fn main() -> ExitCode {
                 .and_then(|reports| emit(&reports, &common))
         }
         Cmd::Onload(a) => run_onload(&a),
+        Cmd::Serve(a) => run_serve(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

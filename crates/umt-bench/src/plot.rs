@@ -323,6 +323,91 @@ pub fn scaling(points: &[crate::scale::ScalePoint], path: &Path) -> Result<(), B
     root.present().map_err(|e| err(e.to_string()))
 }
 
+/// Draws, into `path`, the service benchmark: requests per second and p99 latency, a bar per
+/// scenario for each server.
+pub fn serve(scenarios: &[crate::serve::ServeScenario], path: &Path) -> Result<(), BenchError> {
+    let err = plot_error(path);
+    let root = SVGBackend::new(path, (1400, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+    let panels = root.split_evenly((1, 2));
+    let servers: Vec<String> = crate::serve::Server::ALL
+        .iter()
+        .map(|s| s.name().to_string())
+        .collect();
+    let throughput = |r: &crate::serve::ServeRun| r.throughput;
+    let p99 = |r: &crate::serve::ServeRun| r.p99_us;
+    serve_bars(
+        &panels[0],
+        scenarios,
+        &servers,
+        "requests per second",
+        &throughput,
+    )
+    .map_err(&err)?;
+    serve_bars(&panels[1], scenarios, &servers, "p99 latency (us)", &p99).map_err(&err)?;
+    root.present().map_err(|e| err(e.to_string()))
+}
+
+/// One panel of [`serve`]: for each server, a bar per scenario of `value`.
+fn serve_bars(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    scenarios: &[crate::serve::ServeScenario],
+    servers: &[String],
+    title: &str,
+    value: &dyn Fn(&crate::serve::ServeRun) -> f64,
+) -> Result<(), String> {
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let top = scenarios
+        .iter()
+        .flat_map(|s| &s.runs)
+        .map(value)
+        .filter(|v| v.is_finite())
+        .fold(1.0, f64::max)
+        * 1.15;
+    let n = servers.len().max(1);
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..n as f64, 0f64..top)
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(2 * n + 1)
+        .x_label_formatter(&|x| middle_label(*x, |k| servers.get(k).cloned().unwrap_or_default()))
+        .draw()
+        .map_err(|x| e(&x))?;
+    let width = 0.8 / scenarios.len().max(1) as f64;
+    for (w, sc) in scenarios.iter().enumerate() {
+        let c = workload_colour(w);
+        let series: Vec<Rectangle<(f64, f64)>> = sc
+            .runs
+            .iter()
+            .enumerate()
+            .filter_map(|(k, r)| {
+                let v = value(r);
+                let x0 = k as f64 + 0.1 + w as f64 * width;
+                v.is_finite()
+                    .then(|| Rectangle::new([(x0, 0.0), (x0 + width * 0.95, v)], c.filled()))
+            })
+            .collect();
+        chart
+            .draw_series(series)
+            .map_err(|x| e(&x))?
+            .label(sc.scenario.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|x| e(&x))
+}
+
 #[cfg(test)]
 mod tests {
     use umt_rt::{TraceKind, TraceRecord, TraceThread};

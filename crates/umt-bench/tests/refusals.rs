@@ -464,3 +464,21 @@ fn huge_work_sizes_are_refused_before_the_run() {
         );
     }
 }
+
+/// `serve`'s sizes are bounded before any thread or buffer is made.
+#[test]
+fn serve_refuses_sizes_it_cannot_run() {
+    let huge = "1000000000000";
+    for args in [
+        ["serve", "--clients", huge],
+        ["serve", "--clients", "0"],
+        ["serve", "--requests", huge],
+        ["serve", "--rounds", huge],
+        ["serve", "--block-us", huge],
+    ] {
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains("invalid parameter"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}

@@ -1,0 +1,344 @@
+//! A small request/response service on loopback, written as a tokio user writes one (issue
+//! 35): a task per connection that reads a request, computes, and writes the answer. In one
+//! scenario one request in N also blocks in the kernel inside its handler (a sleep standing in
+//! for a blocking driver call), unannotated; in the other none does.
+//!
+//! The servers: umt-rt's futures ([`umt_rt::Runtime::spawn_async`], sockets through
+//! [`umt_rt::async_io::Async`]) with the monitor and without; tokio's multi-thread runtime
+//! with the handlers as written, and with the blocking call moved to `spawn_blocking` as a
+//! careful tokio user would. Each has one worker per core. The clients are threads of this
+//! process, each with its own connection, sending its requests one after another (closed
+//! loop) and timing each; throughput is requests over the wall time of the whole run.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use umt_rt::async_io::Async;
+use umt_rt::{BackendKind, Runtime};
+
+use crate::error::BenchError;
+
+/// What the clients ask and what the handlers do.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct ServeParams {
+    /// Connections, one client thread each.
+    pub clients: usize,
+    /// Requests per client.
+    pub requests: usize,
+    /// One request in this many blocks in its handler (0: none).
+    pub block_every: u64,
+    /// How long a blocking request sleeps in its handler.
+    pub block: Duration,
+    /// Compute per request (iterations of a hash).
+    pub work: u64,
+    /// Worker threads of each server (one per core).
+    pub cores: usize,
+}
+
+/// The servers compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Server {
+    /// umt-rt futures, monitor on (Auto).
+    UmtMonitor,
+    /// umt-rt futures, monitor off.
+    UmtOff,
+    /// tokio multi-thread, handlers as written.
+    Tokio,
+    /// tokio multi-thread, the blocking call in `spawn_blocking`.
+    TokioSpawnBlocking,
+}
+
+impl Server {
+    /// Every server, in table order.
+    pub const ALL: [Server; 4] = [
+        Server::UmtMonitor,
+        Server::UmtOff,
+        Server::Tokio,
+        Server::TokioSpawnBlocking,
+    ];
+
+    /// Its name in the table.
+    pub fn name(self) -> &'static str {
+        match self {
+            Server::UmtMonitor => "umt (monitor)",
+            Server::UmtOff => "umt (monitor off)",
+            Server::Tokio => "tokio",
+            Server::TokioSpawnBlocking => "tokio + spawn_blocking",
+        }
+    }
+}
+
+/// One run of one server.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ServeRun {
+    /// The server.
+    pub server: Server,
+    /// Requests per second over the run.
+    pub throughput: f64,
+    /// Latency percentiles of the requests, in microseconds: 50, 99, 99.9.
+    pub p50_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
+}
+
+/// One scenario's runs: the median of each server.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ServeScenario {
+    /// Its name.
+    pub scenario: String,
+    /// Its parameters.
+    pub params: ServeParams,
+    /// One run per server, in [`Server::ALL`] order.
+    pub runs: Vec<ServeRun>,
+}
+
+/// A request: its number and whether its handler blocks.
+const REQUEST: usize = 16;
+
+/// What a handler computes: `work` rounds of a hash of the request's number.
+fn compute(id: u64, work: u64) -> u64 {
+    (0..work).fold(id ^ 0x9e37_79b9_7f4a_7c15, |h, i| {
+        (h ^ i).wrapping_mul(0x0100_0000_01b3).rotate_left(7)
+    })
+}
+
+fn parse(req: &[u8; REQUEST]) -> (u64, bool) {
+    let id = u64::from_le_bytes(req[..8].try_into().unwrap_or_default());
+    (id, req[8] != 0)
+}
+
+/// A running server: where it listens, and how to stop it.
+struct Running {
+    addr: SocketAddr,
+    stop: Box<dyn FnOnce() -> Result<(), BenchError>>,
+}
+
+/// Starts `server`; it serves `p.clients` connections, each until its client closes it.
+fn start(server: Server, p: ServeParams) -> Result<Running, BenchError> {
+    match server {
+        Server::UmtMonitor | Server::UmtOff => start_umt(server == Server::UmtMonitor, p),
+        Server::Tokio | Server::TokioSpawnBlocking => {
+            start_tokio(server == Server::TokioSpawnBlocking, p)
+        }
+    }
+}
+
+fn start_umt(monitor: bool, p: ServeParams) -> Result<Running, BenchError> {
+    let rt = Runtime::builder()
+        .num_threads(p.cores)
+        .monitor(if monitor {
+            BackendKind::Auto
+        } else {
+            BackendKind::Disabled
+        })
+        .build()
+        .map_err(|e| BenchError::Runtime(format!("umt-rt: {e}")))?;
+    let listener = Async::<std::net::TcpListener>::bind("127.0.0.1:0").map_err(net("bind"))?;
+    let addr = listener.get_ref().local_addr().map_err(net("local_addr"))?;
+    let acceptor = rt.spawn_async(async move {
+        let mut conns = Vec::with_capacity(p.clients);
+        for _ in 0..p.clients {
+            let (stream, _) = listener.accept().await?;
+            stream.get_ref().set_nodelay(true)?;
+            conns.push(umt_rt::spawn_async(async move {
+                let mut req = [0u8; REQUEST];
+                while stream.read_exact(&mut req).await.is_ok() {
+                    let (id, blocks) = parse(&req);
+                    if blocks {
+                        // Unannotated: on umt the monitor covers it.
+                        std::thread::sleep(p.block);
+                    }
+                    let answer = compute(id, p.work).to_le_bytes();
+                    if stream.write_all(&answer).await.is_err() {
+                        return;
+                    }
+                }
+            }));
+        }
+        for c in conns {
+            c.await;
+        }
+        Ok::<(), std::io::Error>(())
+    });
+    Ok(Running {
+        addr,
+        stop: Box::new(move || {
+            acceptor.join().map_err(net("accept"))?;
+            drop(rt);
+            Ok(())
+        }),
+    })
+}
+
+fn start_tokio(spawn_blocking: bool, p: ServeParams) -> Result<Running, BenchError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(p.cores)
+        .enable_all()
+        .build()
+        .map_err(|e| BenchError::Runtime(format!("tokio: {e}")))?;
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .map_err(net("bind"))?;
+    let addr = listener.local_addr().map_err(net("local_addr"))?;
+    let acceptor = rt.spawn(async move {
+        let mut conns = Vec::with_capacity(p.clients);
+        for _ in 0..p.clients {
+            let (mut stream, _) = listener.accept().await?;
+            stream.set_nodelay(true)?;
+            conns.push(tokio::spawn(async move {
+                let mut req = [0u8; REQUEST];
+                while stream.read_exact(&mut req).await.is_ok() {
+                    let (id, blocks) = parse(&req);
+                    if blocks {
+                        let block = p.block;
+                        if spawn_blocking {
+                            let _ = tokio::task::spawn_blocking(move || std::thread::sleep(block))
+                                .await;
+                        } else {
+                            // As written: the worker thread blocks.
+                            std::thread::sleep(block);
+                        }
+                    }
+                    let answer = compute(id, p.work).to_le_bytes();
+                    if stream.write_all(&answer).await.is_err() {
+                        return;
+                    }
+                }
+            }));
+        }
+        for c in conns {
+            let _ = c.await;
+        }
+        Ok::<(), std::io::Error>(())
+    });
+    Ok(Running {
+        addr,
+        stop: Box::new(move || {
+            rt.block_on(acceptor)
+                .map_err(|e| BenchError::Runtime(format!("tokio acceptor: {e}")))?
+                .map_err(net("accept"))
+        }),
+    })
+}
+
+/// The error of socket operation `what`.
+fn net(what: &'static str) -> impl FnOnce(std::io::Error) -> BenchError {
+    move |source| BenchError::Net { what, source }
+}
+
+/// One client: its requests one after another, each timed.
+fn client(addr: SocketAddr, c: usize, p: ServeParams, go: &Barrier) -> std::io::Result<Vec<u32>> {
+    let stream = TcpStream::connect(addr).and_then(|s| s.set_nodelay(true).map(|()| s));
+    // Everyone passes the barrier, a client that could not connect too.
+    go.wait();
+    let mut stream = stream?;
+    let mut lat = Vec::with_capacity(p.requests.min(1 << 20));
+    for r in 0..p.requests {
+        let id = (c * p.requests + r) as u64;
+        let mut req = [0u8; REQUEST];
+        req[..8].copy_from_slice(&id.to_le_bytes());
+        req[8] = u8::from(p.block_every > 0 && id.is_multiple_of(p.block_every));
+        let start = Instant::now();
+        stream.write_all(&req)?;
+        let mut answer = [0u8; 8];
+        stream.read_exact(&mut answer)?;
+        lat.push(start.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
+        if u64::from_le_bytes(answer) != compute(id, p.work) {
+            return Err(std::io::Error::other(format!(
+                "wrong answer to request {id}"
+            )));
+        }
+    }
+    Ok(lat)
+}
+
+/// The `q` quantile (0..=1) of sorted samples.
+fn quantile(sorted: &[u32], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    f64::from(sorted[i.min(sorted.len() - 1)])
+}
+
+/// One run of `server`: start it, run every client, stop it.
+pub fn run(server: Server, p: ServeParams) -> Result<ServeRun, BenchError> {
+    if p.clients == 0 || p.requests == 0 || p.cores == 0 {
+        return Err(BenchError::InvalidParam(
+            "serve needs at least one client, one request and one core".into(),
+        ));
+    }
+    let running = start(server, p)?;
+    let go = Arc::new(Barrier::new(p.clients + 1));
+    let threads: Vec<_> = (0..p.clients)
+        .map(|c| {
+            let (go, addr) = (go.clone(), running.addr);
+            std::thread::Builder::new()
+                .name(format!("serve-client-{c}"))
+                .spawn(move || client(addr, c, p, &go))
+        })
+        .collect::<Result<_, _>>()
+        .map_err(net("start a client thread"))?;
+    go.wait();
+    let start = Instant::now();
+    let mut lat = Vec::new();
+    let mut failed = None;
+    for t in threads {
+        match t.join() {
+            Ok(Ok(l)) => lat.extend(l),
+            Ok(Err(e)) => failed = Some(e.to_string()),
+            Err(_) => failed = Some("a client thread panicked".into()),
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    (running.stop)()?;
+    if let Some(why) = failed {
+        return Err(BenchError::Net {
+            what: server.name(),
+            source: std::io::Error::other(why),
+        });
+    }
+    lat.sort_unstable();
+    Ok(ServeRun {
+        server,
+        throughput: lat.len() as f64 / seconds,
+        p50_us: quantile(&lat, 0.5),
+        p99_us: quantile(&lat, 0.99),
+        p999_us: quantile(&lat, 0.999),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_server_answers_every_request_correctly() {
+        let p = ServeParams {
+            clients: 4,
+            requests: 50,
+            block_every: 10,
+            block: Duration::from_micros(200),
+            work: 100,
+            cores: 2,
+        };
+        for s in Server::ALL {
+            let r = run(s, p).unwrap();
+            assert!(r.throughput > 0.0, "{r:?}");
+            assert!(r.p50_us <= r.p99_us && r.p99_us <= r.p999_us, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn quantiles_pick_the_sample_at_their_rank() {
+        let s: Vec<u32> = (1..=1000).collect();
+        assert_eq!(quantile(&s, 0.5), 501.0);
+        assert_eq!(quantile(&s, 0.99), 990.0);
+        assert!(quantile(&[], 0.5).is_nan());
+    }
+}
