@@ -136,7 +136,7 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
             umt_bench::io::check_writable(flag, path)?;
         }
     }
-    let requests = a.clients.checked_mul(a.requests).unwrap_or(usize::MAX);
+    let requests = a.clients.saturating_mul(a.requests);
     if a.clients == 0
         || a.clients > 4096
         || a.requests == 0
