@@ -3,7 +3,7 @@
 use std::any::Any;
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::deps::{Access, DepNode, DepTable};
@@ -53,6 +53,8 @@ struct ScopeState {
     panic: Mutex<Option<Box<dyn Any + Send>>>,
     /// Tasks cancelled because a task they depend on failed.
     cancelled: AtomicUsize,
+    /// Set by [`Scope::cancel`]: tasks that have not started are dropped unrun.
+    stopped: AtomicBool,
     /// Dataflow dependencies between this scope's tasks.
     deps: Mutex<DepTable>,
     /// The runtime the tasks run on; `None` runs each task on the spawning thread, at once.
@@ -100,6 +102,7 @@ where
         body_thread: std::thread::current().id(),
         panic: Mutex::new(None),
         cancelled: AtomicUsize::new(0),
+        stopped: AtomicBool::new(false),
         deps: Mutex::new(DepTable::default()),
         registry: registry.cloned(),
     };
@@ -183,6 +186,38 @@ impl<'scope> Scope<'scope> {
         // W3 (`scope_count.rs`).
         crate::latch::wait_until(&|| state.pending.body_alone());
         Ok(())
+    }
+
+    /// Cancels the scope: every task of it that has not started, queued or spawned later, is
+    /// dropped without running; running tasks go on, and may look at
+    /// [`is_cancelled`](Scope::is_cancelled) to stop early. The scope still returns once its
+    /// running tasks have finished. A scope opened inside a task is not cancelled with it
+    /// (pass the flag on if it should be). Any task or the body may call it.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    ///
+    /// let found = AtomicUsize::new(0);
+    /// umt_rt::scope(|s| {
+    ///     for i in 0..1000usize {
+    ///         let found = &found;
+    ///         s.spawn(move |s| {
+    ///             if i == 10 {
+    ///                 found.store(i, Ordering::Relaxed);
+    ///                 s.cancel(); // the search is over: the rest need not run
+    ///             }
+    ///         });
+    ///     }
+    /// });
+    /// assert_eq!(found.into_inner(), 10);
+    /// ```
+    pub fn cancel(&self) {
+        self.state().stopped.store(true, Ordering::Release);
+    }
+
+    /// Whether [`cancel`](Scope::cancel) was called on this scope.
+    pub fn is_cancelled(&self) -> bool {
+        self.state().stopped.load(Ordering::Acquire)
     }
 
     /// Spawns a task into the scope. It may borrow anything that outlives the scope, and spawn
@@ -286,6 +321,11 @@ impl<'scope> Scope<'scope> {
                 }
                 drop(f);
                 true
+            } else if state.stopped.load(Ordering::Acquire) {
+                // The scope was cancelled before this task started: dropped unrun, which is
+                // no failure (its successors are released, and skipped the same way).
+                drop(f);
+                false
             } else if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(&scope))) {
                 state.store_panic(p);
                 true

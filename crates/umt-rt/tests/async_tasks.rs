@@ -515,3 +515,40 @@ fn a_pipe_read_waits_for_the_write_that_comes_after_it_would_block() {
     std::io::Write::write_all(&mut &writer, &[9]).unwrap();
     assert_eq!(read.join(), (1, 9));
 }
+
+#[test]
+fn a_cancelled_scope_drops_every_task_that_has_not_started() {
+    let _serial = serial();
+    let rt = one_core_unmonitored();
+    let ran = AtomicUsize::new(0);
+    let saw_cancel = AtomicBool::new(false);
+    rt.scope(|s| {
+        let (ran, saw_cancel) = (&ran, &saw_cancel);
+        s.spawn(move |s| {
+            // One core: the children queue behind this task.
+            for i in 0..100 {
+                let access = [umt_rt::Access::write(i % 3)];
+                s.spawn_with(access, move |_| {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+            s.cancel();
+            saw_cancel.store(s.is_cancelled(), Ordering::SeqCst);
+        });
+        s.wait().unwrap();
+        assert!(s.is_cancelled());
+        s.spawn(move |_| {
+            ran.fetch_add(1, Ordering::SeqCst);
+        });
+    });
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+    assert!(saw_cancel.load(Ordering::SeqCst));
+    // The runtime and new scopes are unaffected.
+    let after = AtomicUsize::new(0);
+    rt.scope(|s| {
+        s.spawn(|_| {
+            after.fetch_add(1, Ordering::SeqCst);
+        })
+    });
+    assert_eq!(after.into_inner(), 1);
+}
