@@ -59,6 +59,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
 /// One direction (read or write) of a source.
@@ -67,7 +68,8 @@ struct Direction {
     ready: bool,
     /// Events seen so far (R3), to tell whether one came since a look (R2).
     tick: u64,
-    waker: Option<Waker>,
+    /// Every future waiting on this direction (two tasks may wait on one socket).
+    wakers: Vec<Waker>,
 }
 
 /// A registered descriptor's readiness.
@@ -91,9 +93,8 @@ impl Source {
         if dir.ready {
             return Poll::Ready(dir.tick);
         }
-        match &mut dir.waker {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            slot => *slot = Some(cx.waker().clone()),
+        if !dir.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            dir.wakers.push(cx.waker().clone());
         }
         Poll::Pending
     }
@@ -106,13 +107,13 @@ impl Source {
         }
     }
 
-    /// R3: an event for direction `d`.
-    fn fire(&self, d: usize) -> Option<Waker> {
+    /// R3: an event for direction `d`: every waiter is woken.
+    fn fire(&self, d: usize) -> Vec<Waker> {
         let mut dirs = self.lock();
         let dir = &mut dirs[d];
         dir.ready = true;
         dir.tick += 1;
-        dir.waker.take()
+        std::mem::take(&mut dir.wakers)
     }
 }
 
@@ -159,7 +160,10 @@ impl Reactor {
                     }
                 }
             }
-            wake.into_iter().for_each(Waker::wake);
+            for w in wake {
+                // Any executor's waker: its panic must not stop the reactor.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || w.wake()));
+            }
         }
     }
 }
@@ -263,14 +267,31 @@ impl<T: AsFd> Async<T> {
         }
     }
 
-    /// Waits until the descriptor may be readable (the next read may still find nothing).
+    /// Waits until the descriptor is readable (or at its end, or in error): the next read
+    /// finds something, unless another reader takes it first.
     pub async fn readable(&self) -> io::Result<()> {
-        poll_fn(|cx| self.source.poll_ready(READ, cx).map(|_| Ok(()))).await
+        self.ready(READ, PollFlags::POLLIN).await
     }
 
-    /// Waits until the descriptor may be writable.
+    /// Waits until the descriptor is writable (or in error).
     pub async fn writable(&self) -> io::Result<()> {
-        poll_fn(|cx| self.source.poll_ready(WRITE, cx).map(|_| Ok(()))).await
+        self.ready(WRITE, PollFlags::POLLOUT).await
+    }
+
+    /// Waits for direction `d`: the ready flag is only a hint (set since the last
+    /// `WouldBlock`), so it is confirmed with a `poll(2)` that does not wait, and cleared
+    /// (R2) when that finds nothing: a loop of `readable` and a read of its own does not
+    /// spin.
+    async fn ready(&self, d: usize, events: PollFlags) -> io::Result<()> {
+        self.retry(d, |io| {
+            let mut fds = [PollFd::new(io.as_fd(), events)];
+            match nix::poll::poll(&mut fds, PollTimeout::ZERO) {
+                Ok(0) => Err(io::ErrorKind::WouldBlock.into()),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e.into()),
+            }
+        })
+        .await
     }
 
     /// R2 for direction `d`: runs `op` until it does not return `WouldBlock`.

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -28,8 +28,6 @@ pub(crate) struct AsyncTasks {
     next_id: AtomicU64,
     /// Set at the first shutdown call: a future that waits is dropped, not queued.
     closed: AtomicBool,
-    /// Shutdown calls so far: the second comes once the workers are joined.
-    shutdown_calls: AtomicUsize,
 }
 
 impl AsyncTasks {
@@ -38,7 +36,6 @@ impl AsyncTasks {
             live: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
             closed: AtomicBool::new(false),
-            shutdown_calls: AtomicUsize::new(0),
         })
     }
 
@@ -52,12 +49,11 @@ impl AsyncTasks {
 }
 
 impl Hooks for AsyncTasks {
-    /// A5: the first call (workers still running) closes the runtime to waiting futures and
-    /// cancels those that wait; the second (workers joined) also cancels those left in a
-    /// queue that nobody will run.
-    fn shut_down(&self) {
+    /// A5: the call before the workers stop closes the runtime to waiting futures and cancels
+    /// those that wait; the call once they are joined also cancels those left in a queue that
+    /// nobody will run (also when it is the first: a task made the slot during shutdown).
+    fn shut_down(&self, workers_gone: bool) {
         self.closed.store(true, Ordering::SeqCst);
-        let workers_gone = self.shutdown_calls.fetch_add(1, Ordering::SeqCst) > 0;
         let tasks: Vec<_> = self.live().values().cloned().collect();
         for task in tasks {
             task.cancel_at_shutdown(workers_gone);
@@ -91,9 +87,11 @@ where
     F::Output: Send + 'static,
 {
     /// A2: queues the task, whose state the caller has just set to `SCHEDULED`: on the
-    /// calling worker's deque, or from outside the runtime on its shared queue. A runtime
-    /// that is gone or shutting down cancels it instead.
-    fn queue(self: Arc<Self>) {
+    /// calling worker's deque, or from outside the runtime (and always when `fifo`: its own
+    /// poller requeues it) on its shared queue, behind what waits there, so that a future that
+    /// wakes itself in a loop does not keep its worker from the others. A runtime that is
+    /// gone or shutting down cancels it instead.
+    fn queue(self: Arc<Self>, fifo: bool) {
         let Some(reg) = self.reg.upgrade() else {
             return self.finish(Outcome::Cancelled);
         };
@@ -105,7 +103,7 @@ where
             Job::new(move || task.run())
         };
         with_current(|ctx| match ctx {
-            Some(ctx) if Arc::ptr_eq(ctx.registry(), &reg) => ctx.push(job),
+            Some(ctx) if !fifo && Arc::ptr_eq(ctx.registry(), &reg) => ctx.push(job),
             _ => reg.inject(job),
         });
     }
@@ -145,7 +143,7 @@ where
                     }
                 }
                 // Woken during the poll: its waker left the queueing to us.
-                AfterPoll::Queue => self.queue(),
+                AfterPoll::Queue => self.queue(true),
                 AfterPoll::Ended => {}
             },
         }
@@ -189,7 +187,7 @@ where
     /// A2: an idle task is queued by its waker; a running one is left to its poller.
     fn wake_by_ref(self: &Arc<Self>) {
         if self.state.wake() {
-            self.clone().queue();
+            self.clone().queue(false);
         }
     }
 }
@@ -234,7 +232,7 @@ where
     });
     join.set_task(Arc::downgrade(&task) as Weak<dyn Abort>);
     tasks.live().insert(task.id, task.clone());
-    task.queue();
+    task.queue(false);
     JoinHandle::new(join)
 }
 

@@ -96,10 +96,11 @@ pub(crate) trait Hooks: std::any::Any + Send + Sync {
     /// the feature has nothing to do there.
     fn sched_point(&self, _reg: &Registry, _core: usize) {}
 
-    /// At shutdown, before the workers are stopped and again once they are joined: what runs
-    /// finishes, what waits is handed back. A second call finds nothing left to do, unless a
-    /// task that ran during shutdown gave it something.
-    fn shut_down(&self) {}
+    /// At shutdown, before the workers are stopped (`workers_joined` false) and again once
+    /// they are joined (true): what runs finishes, what waits is handed back. A second call
+    /// finds nothing left to do, unless a task that ran during shutdown gave it something (or
+    /// made the feature: then its first call is the one with `workers_joined`).
+    fn shut_down(&self, _workers_joined: bool) {}
 }
 
 /// A feature's state, kept in the registry's slot of its [`Feature`].
@@ -265,10 +266,10 @@ impl Registry {
     }
 
     /// Every feature's shutdown hook (E3), in [`Feature`] order.
-    pub(crate) fn shut_down_extensions(&self) {
+    pub(crate) fn shut_down_extensions(&self, workers_joined: bool) {
         for slot in &self.extensions {
             if let Some(hooks) = slot.get() {
-                hooks.shut_down();
+                hooks.shut_down(workers_joined);
             }
         }
     }
@@ -450,7 +451,7 @@ mod extension_tests {
         fn sched_point(&self, _reg: &Registry, core: usize) {
             self.points[core].fetch_add(1, Ordering::Relaxed);
         }
-        fn shut_down(&self) {
+        fn shut_down(&self, _workers_joined: bool) {
             self.shut.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -470,7 +471,7 @@ mod extension_tests {
         let reg = registry(2);
         assert!(reg.extension::<Probe>().is_none());
         reg.sched_point(0);
-        reg.shut_down_extensions();
+        reg.shut_down_extensions(false);
         let inits = AtomicUsize::new(0);
         std::thread::scope(|s| {
             for _ in 0..4 {
@@ -489,7 +490,7 @@ mod extension_tests {
         reg.sched_point(1);
         reg.sched_point(1);
         reg.sched_point(0);
-        reg.shut_down_extensions();
+        reg.shut_down_extensions(true);
         let probe = reg.extension::<Probe>().unwrap();
         let points: Vec<usize> = probe
             .points

@@ -191,7 +191,7 @@ impl Drop for Runtime {
         let reg = &self.reg;
         // Features first (onloaded work: what runs finishes, what waits goes back to its
         // waiters).
-        reg.shut_down_extensions();
+        reg.shut_down_extensions(false);
         reg.terminate.store(true, Ordering::Release);
         // Leaders waiting on the monitor return at once, polling leaders that sleep until a
         // worker of their core becomes active are unparked.
@@ -226,7 +226,7 @@ impl Drop for Runtime {
             }
         }
         // A task that ran during shutdown may have made a feature after the first call (E3).
-        reg.shut_down_extensions();
+        reg.shut_down_extensions(true);
         let mut leaders: Vec<_> = std::mem::take(&mut *lock(&reg.leader_threads));
         let deadline = Instant::now() + LEADER_EXIT_WAIT;
         while !leaders.is_empty() && Instant::now() < deadline {

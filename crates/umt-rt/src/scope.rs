@@ -319,13 +319,21 @@ impl<'scope> Scope<'scope> {
                 if let Some(reg) = &state.registry {
                     reg.counters.tasks_cancelled.fetch_add(1, Ordering::Relaxed);
                 }
-                drop(f);
+                if let Err(p) = catch_unwind(AssertUnwindSafe(move || drop(f))) {
+                    state.store_panic(p);
+                }
                 true
             } else if state.stopped.load(Ordering::Acquire) {
                 // The scope was cancelled before this task started: dropped unrun, which is
-                // no failure (its successors are released, and skipped the same way).
-                drop(f);
-                false
+                // no failure (its successors are released, and skipped the same way). A panic
+                // in what it captured is the scope's, as a panic in its body would be.
+                match catch_unwind(AssertUnwindSafe(move || drop(f))) {
+                    Ok(()) => false,
+                    Err(p) => {
+                        state.store_panic(p);
+                        true
+                    }
+                }
             } else if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(&scope))) {
                 state.store_panic(p);
                 true

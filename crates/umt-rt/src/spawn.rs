@@ -3,7 +3,7 @@
 
 use std::any::Any;
 use std::future::Future;
-use std::panic::resume_unwind;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -117,9 +117,10 @@ impl<T> JoinState<T> {
     /// wakes whoever waits. The first outcome wins.
     pub(crate) fn complete(&self, outcome: Outcome<T>) {
         let outcome = match outcome {
-            // Dropped here, before whoever waits is woken.
+            // Dropped here, before whoever waits is woken (a panic in its drop is dropped too:
+            // the completing thread may be a worker between two tasks).
             Outcome::Value(v) if self.is_aborted() => {
-                drop(v);
+                let _ = catch_unwind(AssertUnwindSafe(move || drop(v)));
                 Outcome::Cancelled
             }
             o => o,
@@ -138,7 +139,8 @@ impl<T> JoinState<T> {
             w.wake();
         }
         if let Some(w) = waker {
-            w.wake();
+            // Another executor's waker: its panic is not this task's.
+            let _ = catch_unwind(AssertUnwindSafe(move || w.wake()));
         }
     }
 
@@ -159,8 +161,9 @@ impl<T> JoinHandle<T> {
     }
 
     /// Asks the task to stop: a queued closure never runs, a running closure finishes and its
-    /// result is dropped, a future is dropped at its next poll (at once if it waits). Its
-    /// handle then gives [`JoinError::Cancelled`]. Nothing happens to a finished task.
+    /// result is dropped, a future is polled no more (one that waits is queued to be dropped,
+    /// one being polled is dropped when that poll returns). Its handle then gives
+    /// [`JoinError::Cancelled`]. Nothing happens to a finished task.
     ///
     /// ```
     /// let rt = umt_rt::Runtime::new()?;

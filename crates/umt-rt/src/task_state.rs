@@ -25,7 +25,8 @@ pub(crate) enum AfterPoll {
     Wait,
     /// It was woken during the poll: the poller queues it (it is `SCHEDULED` again).
     Queue,
-    /// It was ended meanwhile (cancelled at shutdown): nothing.
+    /// It was ended meanwhile: nothing. (No step ends a `RUNNING` task today; kept so that
+    /// the poller never requeues an ended one if one does.)
     Ended,
 }
 
@@ -107,8 +108,8 @@ mod loom_tests {
     use loom::sync::Arc;
 
     /// A2/A3: a poll that returns `Pending` while two wakers wake the task: it ends queued
-    /// exactly once, or waiting with no wake-up after the poll's end lost. Each queueing is
-    /// followed by another poll in the model, so "exactly once" is checked over the whole run.
+    /// exactly once (by a waker or by its poller), never twice and never left waiting, and
+    /// the queued task can then be polled.
     #[test]
     fn loom_a_wake_during_a_poll_queues_the_task_exactly_once() {
         loom::model(|| {

@@ -11,7 +11,8 @@
 //!    stored under its id, and wakes it outside the lock; then sleeps on a condition variable
 //!    until the earliest deadline left, or until a registration earlier than it.
 //! 3. **T3 — drop.** A `Sleep` dropped before it fired removes its waker; its heap entry is
-//!    skipped when popped (its id has no waker).
+//!    skipped when popped (its id has no waker), or removed when dropped entries make up
+//!    most of the heap.
 //!
 //! Races: a poll that registers just after the thread computed its timeout notifies the
 //! condition variable under the lock, so the thread sees the earlier deadline (it waits with
@@ -35,6 +36,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
@@ -77,7 +79,10 @@ impl Driver {
             }
             if !due.is_empty() {
                 drop(timers);
-                due.into_iter().for_each(Waker::wake);
+                for w in due {
+                    // Any executor's waker: its panic must not stop every timer.
+                    let _ = catch_unwind(AssertUnwindSafe(move || w.wake()));
+                }
                 timers = self.lock();
                 continue;
             }
@@ -200,10 +205,20 @@ impl Future for Sleep {
 }
 
 impl Drop for Sleep {
-    /// T3: a sleep that never fired leaves nothing to wake.
+    /// T3: a sleep that never fired leaves nothing to wake. When dropped sleeps make up most
+    /// of the heap (a `timeout` per request that mostly finishes in time), it is rebuilt
+    /// from the live entries.
     fn drop(&mut self) {
-        if let (Some(id), Some(driver)) = (self.id, driver()) {
-            driver.lock().wakers.remove(&id);
+        let Some(id) = self.id else {
+            return;
+        };
+        if let Some(driver) = driver() {
+            let mut timers = driver.lock();
+            timers.wakers.remove(&id);
+            if timers.heap.len() > 2 * timers.wakers.len() + 64 {
+                let Timers { heap, wakers, .. } = &mut *timers;
+                heap.retain(|e| wakers.contains_key(&e.0.1));
+            }
         }
     }
 }

@@ -552,3 +552,95 @@ fn a_cancelled_scope_drops_every_task_that_has_not_started() {
     });
     assert_eq!(after.into_inner(), 1);
 }
+
+/// Returns `Pending` once after waking itself: the `yield_now` of async code.
+struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if std::mem::replace(&mut self.0, true) {
+            return Poll::Ready(());
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+#[test]
+fn a_future_that_yields_in_a_loop_lets_the_others_run() {
+    let _serial = serial();
+    let rt = one_core_unmonitored();
+    let flag = Arc::new(AtomicBool::new(false));
+    let spinner = {
+        let flag = flag.clone();
+        rt.spawn_async(async move {
+            // Bounded, so that a starving runtime fails the test instead of hanging it.
+            for _ in 0..1_000_000 {
+                if flag.load(Ordering::SeqCst) {
+                    return true;
+                }
+                YieldOnce(false).await;
+            }
+            false
+        })
+    };
+    let setter = {
+        let flag = flag.clone();
+        rt.spawn_async(async move { flag.store(true, Ordering::SeqCst) })
+    };
+    assert!(spinner.join(), "the yielding future kept its only worker");
+    setter.join();
+}
+
+#[test]
+fn two_futures_waiting_on_one_descriptor_are_both_woken() {
+    use std::time::Duration;
+    use umt_rt::async_io::Async;
+    let _serial = serial();
+    let rt = Runtime::builder()
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    let reader = Arc::new(Async::new(reader).unwrap());
+    let (waiting_tx, waiting_rx) = mpsc::channel();
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let (reader, waiting_tx) = (reader.clone(), waiting_tx.clone());
+            rt.spawn_async(async move {
+                let _ = waiting_tx.send(());
+                umt_rt::time::timeout(Duration::from_secs(30), reader.readable()).await
+            })
+        })
+        .collect();
+    waiting_rx.recv().unwrap();
+    waiting_rx.recv().unwrap();
+    std::io::Write::write_all(&mut &writer, &[1]).unwrap();
+    for w in waiters {
+        assert!(matches!(w.join(), Ok(Ok(()))), "a waiter was not woken");
+    }
+}
+
+#[test]
+fn readable_waits_again_once_the_data_is_gone() {
+    use umt_rt::async_io::Async;
+    let _serial = serial();
+    let (reader, writer) = std::io::pipe().unwrap();
+    let reader = Async::new(reader).unwrap();
+    std::io::Write::write_all(&mut &writer, &[5]).unwrap();
+    umt_rt::block_on(reader.readable()).unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        std::io::Read::read(&mut reader.get_ref(), &mut byte).unwrap(),
+        1
+    );
+    // Nothing left: a second `readable` waits instead of returning at once (a loop of
+    // `readable` and a read of its own would spin otherwise).
+    let mut again = std::pin::pin!(reader.readable());
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(again.as_mut().poll(&mut cx).is_pending());
+    std::io::Write::write_all(&mut &writer, &[6]).unwrap();
+    umt_rt::block_on(again).unwrap();
+}

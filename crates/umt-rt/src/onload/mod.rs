@@ -612,7 +612,7 @@ impl Extension for OnloadPool {
 impl Hooks for OnloadPool {
     /// Stops the onload threads (after their running work) and hands every queued request
     /// back to its waiter.
-    fn shut_down(&self) {
+    fn shut_down(&self, _workers_joined: bool) {
         self.terminate.store(true, Ordering::Release);
         for req in lock(&self.pending).drain(..) {
             req.expire();
