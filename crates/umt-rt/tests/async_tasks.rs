@@ -446,7 +446,15 @@ fn an_echo_service_on_async_sockets_answers_every_request() {
         .monitor(monitored_backend())
         .build()
         .unwrap();
-    let listener = Async::<std::net::TcpListener>::bind("127.0.0.1:0").unwrap();
+    let listener = match Async::<std::net::TcpListener>::bind("127.0.0.1:0") {
+        Ok(l) => l,
+        // The minimal kernel of the CI guest has no IPv4.
+        Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
+            eprintln!("skipped: this kernel has no IPv4 ({e})");
+            return;
+        }
+        Err(e) => panic!("cannot listen on 127.0.0.1: {e}"),
+    };
     let addr = listener.get_ref().local_addr().unwrap();
     let server = rt.spawn_async(async move {
         let mut handlers = Vec::new();
