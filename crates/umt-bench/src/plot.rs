@@ -149,93 +149,111 @@ pub fn comparison(reports: &[Report], path: &Path) -> Result<(), BenchError> {
     let root = SVGBackend::new(path, (1400, 520)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
     let panels = root.split_evenly((1, 2));
-    let speedup = |r: &crate::report::RunReport| r.speedup_vs_baseline.unwrap_or(f64::NAN);
-    let tight = |r: &crate::report::RunReport| r.percent_of_tight_bound;
+    // A group per report (workload): its value for each runtime that ran it.
+    let groups = |value: &dyn Fn(&crate::report::RunReport) -> f64| -> Vec<Group> {
+        reports
+            .iter()
+            .map(|rep| {
+                let values = rep
+                    .runs
+                    .iter()
+                    .filter_map(|r| {
+                        Some((runtimes.iter().position(|n| *n == r.runtime)?, value(r)))
+                    })
+                    .collect();
+                (rep.workload.clone(), values)
+            })
+            .collect()
+    };
+    let speedup = groups(&|r| r.speedup_vs_baseline.unwrap_or(f64::NAN));
+    let tight = groups(&|r| r.percent_of_tight_bound);
     bars(
         &panels[0],
-        reports,
+        &speedup,
         &runtimes,
         "speedup over baseline",
-        1.0,
-        &speedup,
+        Some(1.0),
+        SeriesLabelPosition::UpperLeft,
     )
     .map_err(&err)?;
     bars(
         &panels[1],
-        reports,
+        &tight,
         &runtimes,
         "% of the tight bound",
-        100.0,
-        &tight,
+        Some(100.0),
+        SeriesLabelPosition::UpperLeft,
     )
     .map_err(&err)?;
     root.present().map_err(|e| err(e.to_string()))
 }
 
-/// One panel of [`comparison`]: for each runtime, a bar per report of `value`, and a dashed
-/// line at `reference`.
+/// A legend entry's bars: its label and a value per column (by column index).
+type Group = (String, Vec<(usize, f64)>);
+
+/// One bar-chart panel: for each column, a bar per group of its value (non-finite values are
+/// left out), and a dashed line at `reference` if there is one.
 fn bars(
     area: &DrawingArea<SVGBackend<'_>, Shift>,
-    reports: &[Report],
-    runtimes: &[String],
+    groups: &[Group],
+    columns: &[String],
     title: &str,
-    reference: f64,
-    value: &dyn Fn(&crate::report::RunReport) -> f64,
+    reference: Option<f64>,
+    legend: SeriesLabelPosition,
 ) -> Result<(), String> {
     let e = |x: &dyn std::fmt::Display| x.to_string();
-    let top = reports
+    let top = groups
         .iter()
-        .flat_map(|r| &r.runs)
-        .map(value)
+        .flat_map(|g| &g.1)
+        .map(|v| v.1)
         .filter(|v| v.is_finite())
-        .fold(reference, f64::max)
+        .fold(reference.unwrap_or(1.0), f64::max)
         * 1.15;
-    let n = runtimes.len().max(1);
+    let n = columns.len().max(1);
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(45)
-        .y_label_area_size(50)
+        .y_label_area_size(60)
         .build_cartesian_2d(0f64..n as f64, 0f64..top)
         .map_err(|x| e(&x))?;
     chart
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(2 * n + 1)
-        .x_label_formatter(&|x| middle_label(*x, |k| runtimes.get(k).cloned().unwrap_or_default()))
+        .x_label_formatter(&|x| middle_label(*x, |k| columns.get(k).cloned().unwrap_or_default()))
         .draw()
         .map_err(|x| e(&x))?;
-    let width = 0.8 / reports.len().max(1) as f64;
-    for (w, report) in reports.iter().enumerate() {
+    let width = 0.8 / groups.len().max(1) as f64;
+    for (w, (label, values)) in groups.iter().enumerate() {
         let c = workload_colour(w);
-        let series: Vec<Rectangle<(f64, f64)>> = report
-            .runs
+        let series: Vec<Rectangle<(f64, f64)>> = values
             .iter()
-            .filter_map(|r| {
-                let k = runtimes.iter().position(|n| *n == r.runtime)?;
-                let v = value(r);
+            .filter(|(_, v)| v.is_finite())
+            .map(|&(k, v)| {
                 let x0 = k as f64 + 0.1 + w as f64 * width;
-                v.is_finite()
-                    .then(|| Rectangle::new([(x0, 0.0), (x0 + width * 0.95, v)], c.filled()))
+                Rectangle::new([(x0, 0.0), (x0 + width * 0.95, v)], c.filled())
             })
             .collect();
         chart
             .draw_series(series)
             .map_err(|x| e(&x))?
-            .label(report.workload.clone())
+            .label(label.clone())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
     }
-    chart
-        .draw_series(DashedLineSeries::new(
-            [(0.0, reference), (n as f64, reference)],
-            6,
-            4,
-            BLACK.stroke_width(1),
-        ))
-        .map_err(|x| e(&x))?;
+    if let Some(r) = reference {
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(0.0, r), (n as f64, r)],
+                6,
+                4,
+                BLACK.stroke_width(1),
+            ))
+            .map_err(|x| e(&x))?;
+    }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(legend)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
@@ -334,78 +352,39 @@ pub fn serve(scenarios: &[crate::serve::ServeScenario], path: &Path) -> Result<(
         .iter()
         .map(|s| s.name().to_string())
         .collect();
-    let throughput = |r: &crate::serve::ServeRun| r.throughput;
-    let p99 = |r: &crate::serve::ServeRun| r.p99_us;
-    serve_bars(
+    // A group per scenario: its value for each server, in `Server::ALL` order.
+    let groups = |value: &dyn Fn(&crate::serve::ServeRun) -> f64| -> Vec<Group> {
+        scenarios
+            .iter()
+            .map(|sc| {
+                (
+                    sc.scenario.clone(),
+                    sc.runs.iter().map(value).enumerate().collect(),
+                )
+            })
+            .collect()
+    };
+    let throughput = groups(&|r| r.throughput);
+    let p99 = groups(&|r| r.p99_us);
+    bars(
         &panels[0],
-        scenarios,
+        &throughput,
         &servers,
         "requests per second",
-        &throughput,
+        None,
+        SeriesLabelPosition::UpperRight,
     )
     .map_err(&err)?;
-    serve_bars(&panels[1], scenarios, &servers, "p99 latency (us)", &p99).map_err(&err)?;
+    bars(
+        &panels[1],
+        &p99,
+        &servers,
+        "p99 latency (us)",
+        None,
+        SeriesLabelPosition::UpperRight,
+    )
+    .map_err(&err)?;
     root.present().map_err(|e| err(e.to_string()))
-}
-
-/// One panel of [`serve`]: for each server, a bar per scenario of `value`.
-fn serve_bars(
-    area: &DrawingArea<SVGBackend<'_>, Shift>,
-    scenarios: &[crate::serve::ServeScenario],
-    servers: &[String],
-    title: &str,
-    value: &dyn Fn(&crate::serve::ServeRun) -> f64,
-) -> Result<(), String> {
-    let e = |x: &dyn std::fmt::Display| x.to_string();
-    let top = scenarios
-        .iter()
-        .flat_map(|s| &s.runs)
-        .map(value)
-        .filter(|v| v.is_finite())
-        .fold(1.0, f64::max)
-        * 1.15;
-    let n = servers.len().max(1);
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0f64..n as f64, 0f64..top)
-        .map_err(|x| e(&x))?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(2 * n + 1)
-        .x_label_formatter(&|x| middle_label(*x, |k| servers.get(k).cloned().unwrap_or_default()))
-        .draw()
-        .map_err(|x| e(&x))?;
-    let width = 0.8 / scenarios.len().max(1) as f64;
-    for (w, sc) in scenarios.iter().enumerate() {
-        let c = workload_colour(w);
-        let series: Vec<Rectangle<(f64, f64)>> = sc
-            .runs
-            .iter()
-            .enumerate()
-            .filter_map(|(k, r)| {
-                let v = value(r);
-                let x0 = k as f64 + 0.1 + w as f64 * width;
-                v.is_finite()
-                    .then(|| Rectangle::new([(x0, 0.0), (x0 + width * 0.95, v)], c.filled()))
-            })
-            .collect();
-        chart
-            .draw_series(series)
-            .map_err(|x| e(&x))?
-            .label(sc.scenario.clone())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|x| e(&x))
 }
 
 #[cfg(test)]

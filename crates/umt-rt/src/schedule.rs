@@ -269,7 +269,7 @@ impl ChunkLimits {
     /// How many participants a loop of `len` can keep busy with chunks of at least `min`,
     /// at most `cores` (and at least 1).
     pub(crate) fn participants(self, len: usize, cores: usize) -> usize {
-        cores.min(len / self.min.max(1)).max(1).min(len.max(1))
+        cores.min(len / self.min.max(1)).max(1)
     }
 
     /// A table of chunk sizes (summing to the loop's length) cut to at most `max` and joined
