@@ -18,8 +18,9 @@
 //!    left alone. Two sweepers: one gets the lock, the other passes.
 //! 2. **R2 Create** ([`RunDir::create`]): make the directory, open it, take its lock. Between
 //!    the make and the lock a sweeper can take the lock first (the new directory is empty and
-//!    unlocked, like a dead run's) and remove it: then the lock fails (the sweeper holds it) or
-//!    succeeds on a directory with no links left. Either way the run makes another.
+//!    unlocked, like a dead run's) and remove it: then the open finds nothing, the lock fails
+//!    (the sweeper holds it) or it succeeds on a directory with no links left. In each case
+//!    the run makes another (seen in CI: four MPI ranks starting at once in one `/tmp`).
 //! 3. **R3 End** (drop, or the interrupt handler): remove the directory, then let go of the
 //!    lock.
 
@@ -63,8 +64,15 @@ impl RunDir {
                         e,
                     )
                 })?;
-            let file = open_dir(dir.path())
-                .map_err(|e| BenchError::io("opening the run's directory", dir.path(), e))?;
+            let file = match open_dir(dir.path()) {
+                Ok(file) => file,
+                // A sweeper removed it before it could be opened (R2).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    last = Some(nix::errno::Errno::ENOENT);
+                    continue;
+                }
+                Err(e) => return Err(BenchError::io("opening the run's directory", dir.path(), e)),
+            };
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(lock) if lock.metadata().is_ok_and(|m| m.nlink() > 0) => {
                     let run = RunDir {
@@ -166,6 +174,25 @@ mod tests {
         let path = live.path().to_path_buf();
         drop(live);
         assert!(!path.exists(), "a run removes its directory at its end");
+    }
+
+    /// Runs that start together in one directory (MPI ranks on one host) sweep each other's
+    /// new, still unlocked directories (R2): every one of them still gets a directory of its
+    /// own, and none is left behind.
+    #[test]
+    fn runs_starting_together_each_get_a_directory() {
+        let parent = tempfile::tempdir().unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..200 {
+                        let run = RunDir::create(parent.path()).unwrap();
+                        assert!(run.path().is_dir());
+                    }
+                });
+            }
+        });
+        assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0);
     }
 
     /// A link planted under a run directory's name is neither followed nor removed, nor is
