@@ -402,8 +402,12 @@ fn scan_files(rt: &Runtime, set: &FileSet, p: &ScanParams) -> Result<u64, BenchE
         for i in 0..files.len() {
             while submitted < files.len() && submitted < i + window {
                 // Memory stays bounded: no more than two windows read and not yet hashed.
+                // This loop runs on a worker, so it hashes while it waits: on one core the
+                // hashing tasks have no other worker to run on.
                 while submitted >= hashed.load(Ordering::Acquire) + 2 * window {
-                    std::thread::sleep(Duration::from_micros(100));
+                    if umt_rt::yield_now() != Some(umt_rt::Yield::Executed) {
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
                 }
                 let path = &set.paths()[submitted];
                 ids.push_back(uring.read(&files[submitted], path, 0, words)?);
@@ -436,6 +440,37 @@ mod tests {
             .monitor(umt_rt::BackendKind::Disabled)
             .build()
             .unwrap()
+    }
+
+    /// On one core the reading loop and the hashing tasks share the one worker: the loop,
+    /// held at two windows ahead, hashes while it waits instead of waiting forever (it did:
+    /// `umt-bench scale` hung at 1 core).
+    #[test]
+    fn a_scan_on_one_core_hashes_while_the_reads_wait() {
+        if let Err(e) = Uring::new() {
+            eprintln!("skipped: {e}");
+            return;
+        }
+        let p = ScanParams {
+            files: 24, // more than two windows of 4 reads
+            file_mib: 1,
+            rounds: 1,
+            dir: std::env::temp_dir(),
+        };
+        let set = FileSet::create(&p).unwrap();
+        let want: u64 = set
+            .paths()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| scan::weigh(i, scan::read_and_hash(f, 1).unwrap()))
+            .fold(0, u64::wrapping_add);
+        let first = umt_sys::cpu::process_cpus().unwrap()[0];
+        let rt = Runtime::builder()
+            .monitor(umt_rt::BackendKind::Disabled)
+            .cores([first])
+            .build()
+            .unwrap();
+        assert_eq!(scan(&rt, &set, &p).unwrap().digest, want);
     }
 
     #[test]
