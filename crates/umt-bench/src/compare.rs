@@ -4,6 +4,7 @@
 //! Each repeat runs every runtime once, in turn (A B C A B C ...), plus the compute-only and
 //! I/O-only runs that give the overlap bound, so drift of the machine hits all of them alike.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -82,12 +83,14 @@ pub fn heat(p: &HeatParams, opts: &Options) -> Result<Report, BenchError> {
     let blocks = p.blocks() * p.blocks();
     let tight = |compute, io| bound::heat_tight(compute, io, iters, iof, blocks);
     let reference = opts.verify.then(|| heat::sequential(p, p.iters));
+    let checked = AtomicUsize::new(0);
     let once = |kind, engine: &dyn Engine| {
         let out = match (kind, engine.runtime()) {
             (Kind::Runtime(r), _) => {
                 let out = engine.heat(p, &opts.umt)?;
                 if let Some(want) = &reference {
                     check_same(r, "grid", &out.matrix, want)?;
+                    checked.fetch_add(1, Ordering::Relaxed);
                 }
                 out
             }
@@ -103,7 +106,7 @@ pub fn heat(p: &HeatParams, opts: &Options) -> Result<Report, BenchError> {
         };
         Ok((out.elapsed, out.bytes_written))
     };
-    compare("heat", "cells/s", work, params, opts, tight, once)
+    compare("heat", "cells/s", work, params, opts, tight, once, &checked)
 }
 
 /// Compares the FWI mock-up on every runner of `opts`.
@@ -116,6 +119,7 @@ pub fn fwi(p: &FwiParams, opts: &Options) -> Result<Report, BenchError> {
     let work = p.cell_updates() / 1000.0;
     let tight = |compute, io| bound::fwi_tight(compute, io, p.steps, p.iof, p.ny);
     let reference = opts.verify.then(|| fwi::sequential(p));
+    let checked = AtomicUsize::new(0);
     let once = |kind, engine: &dyn Engine| {
         let part = match kind {
             Kind::Runtime(_) => Part::All,
@@ -129,6 +133,7 @@ pub fn fwi(p: &FwiParams, opts: &Options) -> Result<Report, BenchError> {
                     check_same(r, "velocity", &out.velocity, v)?;
                     check_same(r, "stress", &out.stress, s)?;
                     check_same(r, "image", &out.image, img)?;
+                    checked.fetch_add(1, Ordering::Relaxed);
                 }
                 out
             }
@@ -137,7 +142,7 @@ pub fn fwi(p: &FwiParams, opts: &Options) -> Result<Report, BenchError> {
         };
         Ok((out.elapsed, out.io_bytes))
     };
-    compare("fwi", "kcells/s", work, params, opts, tight, once)
+    compare("fwi", "kcells/s", work, params, opts, tight, once, &checked)
 }
 
 /// Compares the scan of `set`, written as `front`, on every runner of `opts`. Every runner's
@@ -168,20 +173,16 @@ pub fn scan(
             })?;
         *digest.lock().unwrap_or_else(|e| e.into_inner()) = Some(want);
     }
+    let checked = AtomicUsize::new(0);
     let once = |kind, engine: &dyn Engine| match (kind, engine.runtime()) {
         (Kind::Runtime(r), _) => {
             let out = engine.scan(set, p, front)?;
             let mut want = digest.lock().unwrap_or_else(|e| e.into_inner());
-            match *want {
-                Some(d) if d != out.digest => Err(BenchError::Corrupt(format!(
-                    "{r}: its digest {:#x} differs from {d:#x}, the first run's",
-                    out.digest
-                ))),
-                _ => {
-                    *want = Some(out.digest);
-                    Ok((out.elapsed, out.bytes))
-                }
+            check_digest(r, out.digest, &mut want, opts.verify)?;
+            if opts.verify {
+                checked.fetch_add(1, Ordering::Relaxed);
             }
+            Ok((out.elapsed, out.bytes))
         }
         (Kind::ComputeOnly, Some(rt)) => Ok((scan::compute_only(rt, set, p)?, 0)),
         (Kind::IoOnly, _) => Ok((scan::io_only(set)?, p.bytes())),
@@ -197,7 +198,32 @@ pub fn scan(
         opts,
         bound::overlap,
         once,
+        &checked,
     )
+}
+
+/// A scan's `digest` by `runner` against the one every run must give: the sequential scan's
+/// (`verify`), else the first run's, which `want` keeps.
+fn check_digest(
+    runner: Runner,
+    digest: u64,
+    want: &mut Option<u64>,
+    verify: bool,
+) -> Result<(), BenchError> {
+    match *want {
+        Some(d) if d != digest => Err(BenchError::Corrupt(format!(
+            "{runner}: its digest {digest:#x} differs from {d:#x}, {}",
+            if verify {
+                "the sequential scan's"
+            } else {
+                "the first run's"
+            }
+        ))),
+        _ => {
+            *want = Some(digest);
+            Ok(())
+        }
+    }
 }
 
 /// `got`, a runner's `what`, is bit for bit the sequential reference `want`.
@@ -225,7 +251,9 @@ fn check_same(runner: Runner, what: &str, got: &[f64], want: &[f64]) -> Result<(
 
 /// Runs every kind `repeat` times, alternating, and builds the report. `once` runs one kind on
 /// a runtime and returns the measured wall time and the bytes of I/O; `tight` is the tight
-/// bound from the compute-only and I/O-only times.
+/// bound from the compute-only and I/O-only times; `checked` counts the runs `once` checked
+/// against the sequential reference.
+#[allow(clippy::too_many_arguments)]
 fn compare(
     workload: &str,
     fom_unit: &str,
@@ -234,6 +262,7 @@ fn compare(
     opts: &Options,
     tight: impl Fn(f64, f64) -> f64,
     once: impl Fn(Kind, &dyn Engine) -> Result<(Duration, u64), BenchError>,
+    checked: &AtomicUsize,
 ) -> Result<Report, BenchError> {
     let runners = &opts.runners;
     let mut kinds: Vec<Kind> = runners.iter().map(|&r| Kind::Runtime(r)).collect();
@@ -272,7 +301,18 @@ fn compare(
         .collect();
     params["repeat"] = repeat.into();
     params["io_only_runtime"] = io_runner.name().into();
-    params["verified"] = opts.verify.into();
+    // `verified` says that every run was checked against the sequential reference, counted
+    // where the check ran, not echoed from the flag.
+    let checked = checked.load(Ordering::Relaxed);
+    if opts.verify && checked != repeat * runners.len() {
+        return Err(BenchError::Runtime(format!(
+            "--verify: only {checked} of the {} runs were checked against the sequential \
+             reference",
+            repeat * runners.len()
+        )));
+    }
+    params["verified"] = (opts.verify && checked > 0).into();
+    params["checked_runs"] = checked.into();
     params["leader"] = opts.umt.leader.map_or("default", LeaderPolicy::name).into();
     params["handoff"] = opts.umt.handoff.into();
     params["lend_workers"] = opts.umt.lend_workers.into();
@@ -297,7 +337,7 @@ fn compare(
 ///
 /// The bound must be one no runner passes: its I/O-only run must reach the I/O concurrency of
 /// the best runner. With its workers blocked on the device and its cores idle, a monitored
-/// runtime starts spares up to its cap (16 workers per core by default), more writers or
+/// runtime starts spares up to its cap (16 to 63 workers per core by default), more writers or
 /// readers at once than any peer (rayon-8x: 8 per core); the baseline runtime has one per
 /// core, and with it heat's umt-bpf ran at 115 % of the "bound" (issue 29).
 fn io_only_runner(runners: &[Runner]) -> Runner {
@@ -353,6 +393,56 @@ mod tests {
         assert!(r.tight_bound_seconds >= r.bound_seconds);
         assert_eq!(r.runs[0].speedup_vs_baseline, Some(1.0));
         assert_eq!(r.params["repeat"], 2);
+    }
+
+    /// The checkers refuse a wrong result, saying which runner and where, and `verified`
+    /// counts the runs they checked.
+    #[test]
+    fn a_wrong_result_is_refused() {
+        let r = Runner::BASELINE;
+        assert!(check_same(r, "grid", &[1.0, 2.0], &[1.0, 2.0]).is_ok());
+        let e = check_same(r, "grid", &[1.0, 2.5], &[1.0, 2.0]).unwrap_err();
+        assert!(matches!(e, BenchError::Corrupt(_)), "{e}");
+        assert!(e.to_string().contains("at value 1"), "{e}");
+        // -0.0 == 0.0, but not bit for bit: a result that differs in any bit is refused.
+        assert!(check_same(r, "grid", &[-0.0], &[0.0]).is_err());
+        let e = check_same(r, "grid", &[1.0], &[1.0, 2.0]).unwrap_err();
+        assert!(e.to_string().contains("1 values"), "{e}");
+        let mut want = None;
+        check_digest(r, 7, &mut want, false).unwrap();
+        check_digest(r, 7, &mut want, false).unwrap();
+        let e = check_digest(r, 8, &mut want, false).unwrap_err();
+        assert!(e.to_string().contains("the first run's"), "{e}");
+        let mut want = Some(7);
+        let e = check_digest(r, 8, &mut want, true).unwrap_err();
+        assert!(e.to_string().contains("the sequential scan's"), "{e}");
+        assert_eq!(want, Some(7));
+    }
+
+    /// With `verify`, every run of every runner is checked, and the report says how many.
+    #[test]
+    fn verify_checks_every_run() {
+        let runners: Vec<Runner> = vec![Runner::BASELINE, "rayon".parse().unwrap()];
+        let p = HeatParams {
+            n: 64,
+            block: 32,
+            iters: 4,
+            iof: Some(2),
+            dir: std::env::temp_dir(),
+            io: IoMode::Buffered,
+        };
+        for verify in [true, false] {
+            let opts = Options {
+                runners: runners.clone(),
+                repeat: 3,
+                umt: UmtOptions::default(),
+                progress: false,
+                verify,
+            };
+            let r = heat(&p, &opts).unwrap();
+            assert_eq!(r.params["verified"], verify);
+            assert_eq!(r.params["checked_runs"], if verify { 6 } else { 0 });
+        }
     }
 
     #[test]

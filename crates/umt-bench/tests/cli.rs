@@ -340,3 +340,100 @@ fn an_explicit_length_bounds_the_calibrated_period() {
         assert_eq!(code, 0, "{out}{err}");
     }
 }
+
+/// Every report of a verified comparison is consistent with its own samples: every runtime
+/// asked for has a row, in order, with `repeat` samples; its median, speedup, figure of merit
+/// and % of bound follow from them; the bound is the longer of the two bound runs; and every
+/// run was checked against the sequential reference (issue 34, item 4).
+fn check_report(r: &serde_json::Value, runtimes: &[&str], repeat: usize) {
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0);
+    let f = |v: &serde_json::Value| v.as_f64().unwrap();
+    let (compute, io) = (f(&r["compute_seconds"]), f(&r["io_seconds"]));
+    let bound = f(&r["bound_seconds"]);
+    assert!(compute > 0.0 && io >= 0.0, "{r}");
+    assert!(close(bound, compute.max(io)), "{r}");
+    assert!(f(&r["tight_bound_seconds"]) >= bound * (1.0 - 1e-9), "{r}");
+    assert_eq!(r["params"]["verified"], true, "{r}");
+    assert_eq!(r["params"]["checked_runs"], runtimes.len() * repeat, "{r}");
+    assert_eq!(r["params"]["repeat"], repeat);
+    let runs = r["runs"].as_array().unwrap();
+    let names: Vec<&str> = runs
+        .iter()
+        .map(|x| x["runtime"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, runtimes);
+    let base = f(&runs[0]["median_seconds"]);
+    for run in runs {
+        let mut s: Vec<f64> = run["seconds"].as_array().unwrap().iter().map(f).collect();
+        assert_eq!(s.len(), repeat, "{run}");
+        s.sort_by(f64::total_cmp);
+        let med = f(&run["median_seconds"]);
+        assert_eq!(med, s[s.len() / 2], "{run}");
+        assert!(close(f(&run["speedup_vs_baseline"]), base / med), "{run}");
+        assert!(
+            close(f(&run["percent_of_bound"]), 100.0 * bound / med),
+            "{run}"
+        );
+        assert!(f(&run["fom"]) > 0.0, "{run}");
+    }
+}
+
+/// heat, FWI and scan, the three comparisons `compare` runs, end to end on small sizes with
+/// `--verify`: the JSON of each is consistent (`check_report`).
+#[test]
+fn verified_comparisons_are_consistent_with_their_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let runtimes = ["baseline", "rayon", "rayon-8x", "tokio"];
+    let common = |json: &str| -> Vec<String> {
+        [
+            "--runtimes",
+            &runtimes.join(","),
+            "--repeat",
+            "3",
+            "--verify",
+            "--buffered",
+            "--dir",
+            d,
+            "--allow-memory-dir",
+            "--json",
+            json,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let runs: [(&str, &[&str]); 3] = [
+        (
+            "heat",
+            &[
+                "--size", "128", "--block", "32", "--iters", "4", "--iof", "2",
+            ],
+        ),
+        (
+            "fwi",
+            &[
+                "--nz", "16", "--nx", "32", "--ny", "8", "--steps", "4", "--iof", "2",
+            ],
+        ),
+        (
+            "scan",
+            &["--files", "6", "--file-mib", "1", "--rounds", "1"],
+        ),
+    ];
+    for (workload, args) in runs {
+        let json = dir.path().join(format!("{workload}.json"));
+        let mut all: Vec<String> = vec![workload.into()];
+        all.extend(args.iter().map(|a| a.to_string()));
+        all.extend(common(json.to_str().unwrap()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        let (code, out, err) = umt_bench(&all);
+        assert_eq!(code, 0, "{workload}: {out}{err}");
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let reports = doc.as_array().cloned().unwrap_or_else(|| vec![doc.clone()]);
+        assert_eq!(reports.len(), if workload == "scan" { 2 } else { 1 });
+        for r in &reports {
+            check_report(r, &runtimes, 3);
+        }
+    }
+}
