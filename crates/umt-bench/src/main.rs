@@ -325,7 +325,8 @@ struct Common {
     #[arg(long)]
     leader_runs_tasks: bool,
     /// umt-rt runners with a monitor: the most workers a core may have, spares included
-    /// (umt_rt::Builder::max_workers_per_core; default: the library's, 16)
+    /// (umt_rt::Builder::max_workers_per_core; default: the library's, 256 shared among the
+    /// cores, 16 to 63 each)
     #[arg(long)]
     max_workers_per_core: Option<usize>,
     /// umt-rt runners with a monitor: heat writes each checkpoint block from a staged copy,
@@ -888,26 +889,32 @@ fn run_scale(a: &ScaleArgs) -> Result<(), BenchError> {
             println!("{k} cores: {}", r.table());
         }
         points.push(ScalePoint { cores: k, reports });
+        // After every count, so a sweep stopped part way (a machine lent for minutes, a
+        // Ctrl-C) keeps the counts it finished.
+        write_scale(&a.out, &points)?;
     }
     umt_sys::cpu::pin_current_thread_to(&cpus)
         .map_err(|e| BenchError::InvalidParam(format!("restoring the affinity mask: {e}")))?;
-    let json = a.out.join("scale.json");
-    let text = serde_json::to_string_pretty(&points)
-        .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
-    write_atomically(&json, text.as_bytes())?;
-    let md = a.out.join("scale.md");
-    let table = scale::markdown(&points);
-    std::fs::write(&md, &table).map_err(|e| BenchError::io("writing", &md, e))?;
-    let svg = a.out.join("scale.svg");
-    umt_bench::plot::scaling(&points, &svg)?;
-    print!("{table}");
+    print!("{}", scale::markdown(&points));
     eprintln!(
-        "wrote {}, {} and {}",
-        json.display(),
-        md.display(),
-        svg.display()
+        "wrote scale.json, scale.md and scale.svg in {}",
+        a.out.display()
     );
     Ok(())
+}
+
+/// Writes the sweep's `points` so far as `scale.json`, `scale.md` and `scale.svg` in `out`,
+/// each replaced whole (a reader never sees half a file).
+fn write_scale(
+    out: &std::path::Path,
+    points: &[umt_bench::scale::ScalePoint],
+) -> Result<(), BenchError> {
+    let text = serde_json::to_string_pretty(points)
+        .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
+    write_atomically(&out.join("scale.json"), text.as_bytes())?;
+    let table = umt_bench::scale::markdown(points);
+    write_atomically(&out.join("scale.md"), table.as_bytes())?;
+    umt_bench::plot::scaling(points, &out.join("scale.svg"))
 }
 
 /// Restricts this process, and so every thread it starts from now on, to the first `n`
