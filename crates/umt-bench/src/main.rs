@@ -325,8 +325,8 @@ struct Common {
     #[arg(long)]
     leader_runs_tasks: bool,
     /// umt-rt runners with a monitor: the most workers a core may have, spares included
-    /// (umt_rt::Builder::max_workers_per_core; default: the library's, 256 shared among the
-    /// cores, 16 to 63 each)
+    /// (umt_rt::Builder::max_workers_per_core; default: the library's, 16, or with Bpf and
+    /// the patched kernel 256 shared among the cores, 16 to 63 each)
     #[arg(long)]
     max_workers_per_core: Option<usize>,
     /// umt-rt runners with a monitor: heat writes each checkpoint block from a staged copy,

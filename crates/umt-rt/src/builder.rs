@@ -15,6 +15,36 @@ use crate::runtime::Runtime;
 /// the leader's.
 pub const MAX_WORKERS_PER_CORE: usize = 63;
 
+/// The workers a runtime may have in all, spares included, when its backend keeps live counts
+/// and [`Builder::max_workers_per_core`] says nothing: each core's cap is this shared among
+/// the cores, at least 16 and at most [`MAX_WORKERS_PER_CORE`] ([`default_workers_per_core`]).
+pub const DEFAULT_WORKERS_IN_ALL: usize = 256;
+
+/// The default cap of workers per core on `cores` cores. With a backend that keeps live counts
+/// (`live_counts`: Bpf, and the patched kernel on ABI 2; [`umt_sys::Monitor::counts_are_live`])
+/// it is [`DEFAULT_WORKERS_IN_ALL`] shared among the cores, at least 16 and at most
+/// [`MAX_WORKERS_PER_CORE`] (63 up to 4 cores, 32 at 8, 16 from 16 on); otherwise 16.
+///
+/// Why a share of one budget and not a fixed number per core: a task blocked in a read keeps
+/// requests in flight, so the cap bounds the I/O concurrency a runtime can reach, and a disk
+/// wants the same depth whether 4 or 16 cores feed it. On a 16-core machine (a virtio disk,
+/// `umt-bench scan --front tasks --cores 4`: 400 cold files of 4 MiB read buffered and hashed)
+/// a cap of 16 held umt-bpf at a disk queue depth of 31 and 1.23 s, where tokio's blocking
+/// pool (512 threads) reached 136 and 1.06 s; a cap of 63 reached 132 and 1.11 s. At 8 cores
+/// the two caps ran level, and at 16 cores the cap of 16 already matched tokio's depth; on the
+/// 2-core development VM umt-bpf ran level with either cap.
+///
+/// Why only with live counts: the Perf backend records every context switch of every
+/// worker and its leaders poll every ring, so each extra worker costs at each switch; on the
+/// 2-core VM the same scan ran 12 % slower on umt-perf with 63 workers per core than with 16
+/// (1.28 against 1.14 s, twice).
+pub fn default_workers_per_core(cores: usize, live_counts: bool) -> usize {
+    if !live_counts {
+        return 16;
+    }
+    (DEFAULT_WORKERS_IN_ALL / cores.max(1)).clamp(16, MAX_WORKERS_PER_CORE)
+}
+
 /// Why a runtime could not be built.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -84,7 +114,8 @@ pub struct Builder {
     num_threads: Option<usize>,
     /// `None`: `UMT_BACKEND`, else Auto.
     monitor: Option<BackendKind>,
-    max_workers_per_core: usize,
+    /// `None`: [`default_workers_per_core`] of the cores and the backend.
+    max_workers_per_core: Option<usize>,
     scan_period: Duration,
     leader_policy: Option<LeaderPolicy>,
     ring_pages: usize,
@@ -126,7 +157,7 @@ impl Default for Builder {
             cores: None,
             num_threads: None,
             monitor: None,
-            max_workers_per_core: 16,
+            max_workers_per_core: None,
             scan_period: Duration::from_millis(1),
             leader_policy: None,
             ring_pages: umt_sys::DEFAULT_RING_PAGES,
@@ -185,7 +216,9 @@ impl Builder {
         self
     }
 
-    /// Most workers per core, the initial one included (default 16, at most
+    /// Most workers per core, the initial one included (default:
+    /// [`default_workers_per_core`], 16, or 16 to 63 by the number of cores with a backend that
+    /// keeps live counts; at most
     /// [`MAX_WORKERS_PER_CORE`]). Spares are started only
     /// when a core has no ready worker while work is queued, so a program that never blocks
     /// keeps one per core. The cap matters when blocking tasks come in bursts: heat's
@@ -193,7 +226,7 @@ impl Builder {
     /// four workers all waited for the disk sat idle (CPU use 84-98 %, against 99-103 % with
     /// 16, and runs about 5 % longer).
     pub fn max_workers_per_core(mut self, n: usize) -> Self {
-        self.max_workers_per_core = n;
+        self.max_workers_per_core = Some(n);
         self
     }
 
@@ -381,11 +414,12 @@ impl Builder {
                 return Err(BuildError::DuplicateCpu(cpu));
             }
         }
-        if self.max_workers_per_core == 0 {
-            return Err(BuildError::ZeroWorkersPerCore);
-        }
-        if self.max_workers_per_core > MAX_WORKERS_PER_CORE {
-            return Err(BuildError::TooManyWorkersPerCore(self.max_workers_per_core));
+        match self.max_workers_per_core {
+            Some(0) => return Err(BuildError::ZeroWorkersPerCore),
+            Some(cap) if cap > MAX_WORKERS_PER_CORE => {
+                return Err(BuildError::TooManyWorkersPerCore(cap));
+            }
+            _ => {}
         }
         if self.scan_period.is_zero() {
             return Err(BuildError::ZeroScanPeriod);
@@ -397,6 +431,9 @@ impl Builder {
             .backend(backend)
             .ring_pages(self.ring_pages)
             .build()?;
+        let cap = self
+            .max_workers_per_core
+            .unwrap_or_else(|| default_workers_per_core(cpus.len(), monitor.counts_are_live()));
         let fell_back = !monitor.is_active() && backend != BackendKind::Disabled;
         if fell_back && self.require_monitor {
             return Err(BuildError::MonitorRequired(monitor.selection().clone()));
@@ -414,7 +451,7 @@ impl Builder {
         monitor.set_signal_each_event(!caps.polling);
         let config = Config {
             cpus,
-            cap: self.max_workers_per_core,
+            cap,
             scan_period: self.scan_period,
             leader_policy,
             thread_name: self.thread_name,

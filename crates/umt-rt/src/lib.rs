@@ -200,7 +200,9 @@ not_loom! {
 
     pub use async_task::block_on;
     pub use broadcast::BroadcastContext;
-    pub use builder::{BuildError, Builder, MAX_WORKERS_PER_CORE};
+    pub use builder::{
+        BuildError, Builder, DEFAULT_WORKERS_IN_ALL, MAX_WORKERS_PER_CORE, default_workers_per_core,
+    };
     pub use config::{LeaderPolicy, ParseLeaderPolicyError};
     pub use deps::{Access, Mode};
     pub use diag::set_warning_hook;

@@ -287,6 +287,10 @@ fn bad_configurations_are_typed_errors() {
         Err(BuildError::ZeroWorkersPerCore)
     ));
     assert!(matches!(
+        Runtime::builder().max_workers_per_core(64).build(),
+        Err(BuildError::TooManyWorkersPerCore(64))
+    ));
+    assert!(matches!(
         Runtime::builder()
             .scan_period(std::time::Duration::ZERO)
             .build(),
@@ -501,4 +505,45 @@ fn scope_wait_serves_the_body_only() {
         s.wait().unwrap();
         assert_eq!(refused.load(Ordering::SeqCst), 1);
     });
+}
+
+/// The default cap of workers per core shares one budget among the cores, within 16 and 63,
+/// with a backend that keeps live counts, and is 16 otherwise; a runtime built without a cap
+/// takes its default, and an explicit cap wins.
+#[test]
+fn the_default_worker_cap_is_a_share_of_one_budget() {
+    use umt_rt::{DEFAULT_WORKERS_IN_ALL, MAX_WORKERS_PER_CORE, default_workers_per_core};
+    for cores in 0..=1024 {
+        let cap = default_workers_per_core(cores, true);
+        assert!((16..=MAX_WORKERS_PER_CORE).contains(&cap), "{cores}: {cap}");
+        if cores > 0 && cap > 16 && cap < MAX_WORKERS_PER_CORE {
+            assert!(cap * cores <= DEFAULT_WORKERS_IN_ALL, "{cores}: {cap}");
+        }
+        assert_eq!(default_workers_per_core(cores, false), 16);
+    }
+    assert_eq!(
+        [1, 2, 4, 8, 16, 64].map(|n| default_workers_per_core(n, true)),
+        [63, 63, 63, 32, 16, 16]
+    );
+    let cpu = umt_sys::cpu::process_cpus().unwrap()[0];
+    let rt = Runtime::builder()
+        .cores([cpu])
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    assert_eq!(rt.spare_limit(), 16);
+    let rt = Runtime::builder()
+        .cores([cpu])
+        .max_workers_per_core(5)
+        .build()
+        .unwrap();
+    assert_eq!(rt.spare_limit(), 5);
+    if let Ok(rt) = Runtime::builder()
+        .cores([cpu])
+        .monitor(BackendKind::Bpf)
+        .require_monitor(true)
+        .build()
+    {
+        assert_eq!(rt.spare_limit(), 63);
+    }
 }
