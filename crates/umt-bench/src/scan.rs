@@ -402,18 +402,24 @@ fn cpu_floor(set: &FileSet, p: &ScanParams) -> Result<Duration, BenchError> {
     Ok((read_cpu + hash_cpu * files) / u32::try_from(cores).unwrap_or(u32::MAX))
 }
 
-/// Readers per core of the I/O-only runs: from one (the baseline's) to umt-rt's default cap of
-/// workers per core, the most any runner of the comparison has at once (rayon-8x has 8).
-pub const READERS_PER_CORE: [usize; 4] = [1, 4, 8, 16];
+/// Readers per core of the I/O-only runs on `cores` cores: from one (the baseline's) to
+/// umt-rt's default cap of workers per core with live counts (16 to 63,
+/// [`umt_rt::default_workers_per_core`]), the most a umt-rt runner has at once (rayon-8x has
+/// 8).
+pub fn readers_per_core(cores: usize) -> Vec<usize> {
+    let mut v = vec![1, 4, 8, 16, umt_rt::default_workers_per_core(cores, true)];
+    v.dedup();
+    v
+}
 
 /// The I/O-only run of the bound: every file read cold, without hashing, at each concurrency
-/// of [`READERS_PER_CORE`] in turn; the fastest. More readers are not always faster (32 on
+/// of [`readers_per_core`] in turn; the fastest. More readers are not always faster (32 on
 /// 2 cores read slower than rayon-8x's 16 read and hashed here), so the bound is the device's
 /// best over the concurrencies the runners reach, not one guess at it.
 pub fn io_only(set: &FileSet) -> Result<Duration, BenchError> {
     let cores = umt_sys::cpu::process_cpus().map_or(1, |c| c.len().max(1));
     let mut best = Duration::MAX;
-    for per_core in READERS_PER_CORE {
+    for per_core in readers_per_core(cores) {
         best = best.min(read_all(set, per_core * cores)?.wall);
     }
     Ok(best)
