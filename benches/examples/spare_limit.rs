@@ -1,8 +1,8 @@
 //! Does adapting the spare-worker limit help? Heat with checkpoints on one monitored umt-rt
-//! runtime, the limit fixed at each value from 1 (no spare: a blocked worker's core idles) to
-//! the cap, and adapted by DYON's controller (`DyonBuilder::start_spare_limit`) from the
-//! checkpoint bytes written per second (the application's progress), side by side with the
-//! same runtime unmonitored and rayon.
+//! runtime, the limit fixed at each value the controller chooses among (1, no spare: a
+//! blocked worker's core idles; 2, 4, ... and the cap), and adapted by DYON's controller
+//! (`DyonBuilder::start_spare_limit`) from the checkpoint bytes written per second (the
+//! application's progress), side by side with the same runtime unmonitored and rayon.
 //!
 //! ```text
 //! cargo run --release -p umt-benches --example spare_limit -- [--rounds 5] [--period-ms 50]
@@ -87,12 +87,13 @@ fn main() {
         .num_threads(rt.cpus().len())
         .build()
         .expect("a rayon pool");
-    let limits: Vec<usize> = (1..=args.cap).collect();
+    // The limits the controller chooses among, each also run fixed.
+    let limits = umt_rt::onload::spare_limit_arms(args.cap);
     let mut names: Vec<String> = vec!["baseline".into(), "rayon".into()];
     names.extend(limits.iter().map(|l| format!("limit {l}")));
     names.push("adapted".into());
     let mut times = vec![Vec::new(); names.len()];
-    let mut chosen = vec![0u64; args.cap];
+    let mut chosen = vec![0u64; limits.len()];
     let time = |f: &dyn Fn()| {
         let t = Instant::now();
         f();
@@ -140,14 +141,8 @@ fn main() {
     let total: u64 = chosen.iter().sum();
     let shares: Vec<String> = chosen
         .iter()
-        .enumerate()
-        .map(|(k, &n)| {
-            format!(
-                "limit {}: {:.0}%",
-                k + 1,
-                100.0 * n as f64 / total.max(1) as f64
-            )
-        })
+        .zip(&limits)
+        .map(|(&n, l)| format!("limit {l}: {:.0}%", 100.0 * n as f64 / total.max(1) as f64))
         .collect();
     println!("adapted: periods per limit {}", shares.join(", "));
 }

@@ -327,7 +327,7 @@ fn dyon_adapts_the_spare_limit() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let b = dyon.bandit();
-    assert_eq!(b.counts().len(), 3, "one arm per limit, 1 to the cap");
+    assert_eq!(b.counts().len(), 3, "the limits 1, 2 and the cap, 3");
     assert_eq!(b.best(), 2, "{:?} {:?}", b.counts(), b.means());
     drop(dyon);
     assert_eq!(rt.spare_limit(), 3);

@@ -11,7 +11,9 @@
 //!     of this process or of the whole system, or an application's own figure (higher is
 //!     better).
 //! D4. The same controller can adapt the spare-worker limit instead
-//!     ([`DyonBuilder::start_spare_limit`]): the arms are the limits 1 (no spare) to the cap.
+//!     ([`DyonBuilder::start_spare_limit`]): the arms are the limits 1 (no spare), 2, 4, 8,
+//!     ... and the cap ([`spare_limit_arms`]): a handful even with a cap of 63, so the bandit's
+//!     first pass over them stays short.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -172,16 +174,19 @@ impl DyonBuilder {
     }
 
     /// Starts adapting `rt`'s spare-worker limit ([`crate::Runtime::set_spare_limit`]) the
-    /// same way: the arms are the limits 1 to [`crate::Builder::max_workers_per_core`] (the
-    /// builder's `steps` does not apply), the metric judges each. Stopping it restores the
-    /// limit to the cap.
+    /// same way: the arms are the limits [`spare_limit_arms`] of the runtime's cap (1, 2, 4,
+    /// ... and [`crate::Runtime::max_workers_per_core`]; the builder's `steps` does not
+    /// apply), the metric judges each. Stopping it restores the limit to the cap.
     pub fn start_spare_limit(self, rt: &crate::Runtime) -> Dyon {
         let reg = rt.registry().clone();
         let cap = reg.config.cap;
+        let limits = spare_limit_arms(cap);
+        let arms = limits.len();
         let apply = move |arm: Option<usize>| {
-            reg.pools.set_limit(arm.map_or(cap, |a| a + 1));
+            reg.pools
+                .set_limit(arm.and_then(|a| limits.get(a).copied()).unwrap_or(cap));
         };
-        self.spawn(cap, apply)
+        self.spawn(arms, apply)
     }
 
     /// The controller thread over `arms` arms, applying each choice with `apply` (`None`:
@@ -282,6 +287,16 @@ impl Drop for Dyon {
     }
 }
 
+/// The spare limits [`DyonBuilder::start_spare_limit`] chooses among for a cap of `cap`
+/// workers per core: 1 (no spare), then the powers of two below `cap`, then `cap`.
+pub fn spare_limit_arms(cap: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = std::iter::successors(Some(1usize), |k| k.checked_mul(2))
+        .take_while(|&k| k < cap)
+        .collect();
+    v.push(cap.max(1));
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,5 +309,14 @@ mod tests {
         // Without I/O, more CPU time is better.
         assert!(cpio_reward((0.0, 0.0), (2.0, 0.0)) > cpio_reward((0.0, 0.0), (1.0, 0.0)));
         assert!(cpio_counters(false).is_some());
+    }
+
+    #[test]
+    fn spare_limit_arms_double_up_to_the_cap() {
+        assert_eq!(spare_limit_arms(1), [1]);
+        assert_eq!(spare_limit_arms(3), [1, 2, 3]);
+        assert_eq!(spare_limit_arms(16), [1, 2, 4, 8, 16]);
+        assert_eq!(spare_limit_arms(63), [1, 2, 4, 8, 16, 32, 63]);
+        assert_eq!(spare_limit_arms(0), [1]);
     }
 }

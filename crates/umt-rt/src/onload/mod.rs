@@ -40,7 +40,7 @@ use umt_sys::CpuId;
 use crate::registry::{Extension, Feature, Hooks, Registry};
 
 pub use bandit::{Bandit, Strategy};
-pub use dyon::{Dyon, DyonBuilder, Metric};
+pub use dyon::{Dyon, DyonBuilder, Metric, spare_limit_arms};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
