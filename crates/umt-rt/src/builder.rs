@@ -15,9 +15,10 @@ use crate::runtime::Runtime;
 /// the leader's.
 pub const MAX_WORKERS_PER_CORE: usize = 63;
 
-/// The workers a runtime may have in all, spares included, when its backend keeps live counts
-/// and [`Builder::max_workers_per_core`] says nothing: each core's cap is this shared among
-/// the cores, at least 16 and at most [`MAX_WORKERS_PER_CORE`] ([`default_workers_per_core`]).
+/// The workers one runtime may have in all, spares included, when its backend keeps live
+/// counts and [`Builder::max_workers_per_core`] says nothing: each core's cap is this shared
+/// among the cores, at least 16 and at most [`MAX_WORKERS_PER_CORE`]
+/// ([`default_workers_per_core`]; past 16 cores the floor of 16 per core exceeds it).
 pub const DEFAULT_WORKERS_IN_ALL: usize = 256;
 
 /// The default cap of workers per core on `cores` cores. With a backend that keeps live counts
@@ -30,9 +31,15 @@ pub const DEFAULT_WORKERS_IN_ALL: usize = 256;
 /// wants the same depth whether 4 or 16 cores feed it. On a 16-core machine (a virtio disk,
 /// `umt-bench scan --front tasks --cores 4`: 400 cold files of 4 MiB read buffered and hashed)
 /// a cap of 16 held umt-bpf at a disk queue depth of 31 and 1.23 s, where tokio's blocking
-/// pool (512 threads) reached 136 and 1.06 s; a cap of 63 reached 132 and 1.11 s. At 8 cores
-/// the two caps ran level, and at 16 cores the cap of 16 already matched tokio's depth; on the
-/// 2-core development VM umt-bpf ran level with either cap.
+/// pool (512 threads) reached 136 and 1.06 s in the same invocation; in the next, a cap of 63
+/// reached 132 and 1.11 s, tokio 1.04 s (one invocation each: the disk moved by up to 30 %
+/// between invocations, so read the ratios to tokio, 1.16 and 1.07). At 8 cores the two caps
+/// ran level, and at 16 cores the cap of 16 already reached tokio's depth (153 against 160);
+/// on the 2-core development VM umt-bpf ran level with either cap.
+///
+/// More workers are more threads: up to 252 at 4 cores, each with its stack reserved
+/// ([`Builder::stack_size`]), which a low cgroup `pids.max` or an `RLIMIT_AS` may refuse (a
+/// spare that cannot start is said once, as a warning, and the core goes on without it).
 ///
 /// Why only with live counts: the Perf backend records every context switch of every
 /// worker and its leaders poll every ring, so each extra worker costs at each switch; on the
@@ -347,7 +354,8 @@ impl Builder {
     }
 
     /// Calls `f` on each worker thread as it starts, before it runs any task, with its index
-    /// (`core * max_workers_per_core + k` for the `k`-th worker of a core: spares too), as
+    /// (`core * cap + k` for the `k`-th worker of a core, spares too, where `cap` is
+    /// [`Runtime::max_workers_per_core`]), as
     /// rayon's `start_handler`: to set up thread-local state, a profiler, an allocator arena.
     /// A panic in `f` is said and the worker goes on.
     pub fn start_handler(mut self, f: impl Fn(usize) + Send + Sync + 'static) -> Self {

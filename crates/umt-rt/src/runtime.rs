@@ -141,6 +141,14 @@ impl Runtime {
         self.reg.pools.limit()
     }
 
+    /// The most workers a core can have, spares included: the runtime's cap, as built
+    /// ([`crate::Builder::max_workers_per_core`], or its default
+    /// [`crate::default_workers_per_core`] for the cores and the backend). The thread handlers
+    /// ([`crate::Builder::start_handler`]) see worker `k` of `core` as `core * this + k`.
+    pub fn max_workers_per_core(&self) -> usize {
+        self.reg.config.cap
+    }
+
     /// The trace records handed over since the last call, by time ([`crate::Trace`]), or
     /// `None` if the runtime was built without [`Builder::trace`](crate::Builder::trace).
     /// The trace spans its first to its last record.
