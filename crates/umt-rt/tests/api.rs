@@ -531,19 +531,21 @@ fn the_default_worker_cap_is_a_share_of_one_budget() {
         .monitor(BackendKind::Disabled)
         .build()
         .unwrap();
-    assert_eq!(rt.spare_limit(), 16);
+    assert_eq!((rt.spare_limit(), rt.max_workers_per_core()), (16, 16));
     let rt = Runtime::builder()
         .cores([cpu])
         .max_workers_per_core(5)
         .build()
         .unwrap();
-    assert_eq!(rt.spare_limit(), 5);
+    assert_eq!((rt.spare_limit(), rt.max_workers_per_core()), (5, 5));
+    rt.set_spare_limit(2);
+    assert_eq!((rt.spare_limit(), rt.max_workers_per_core()), (2, 5));
     if let Ok(rt) = Runtime::builder()
         .cores([cpu])
         .monitor(BackendKind::Bpf)
         .require_monitor(true)
         .build()
     {
-        assert_eq!(rt.spare_limit(), 63);
+        assert_eq!((rt.spare_limit(), rt.max_workers_per_core()), (63, 63));
     }
 }
