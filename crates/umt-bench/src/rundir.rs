@@ -13,14 +13,17 @@
 //! 1. **R1 Sweep** ([`sweep`]): for each `.umt-run-*` entry of `--dir`, open it with
 //!    `O_DIRECTORY | O_NOFOLLOW` (a link planted under that name is refused), keep it only if
 //!    the caller owns it (root sweeps root's, a user their own: never another user's), take its
-//!    lock without waiting, and if that succeeds remove it and all in it (`remove_dir_all`,
-//!    which follows no link). A live run holds its lock: the try fails and the directory is
-//!    left alone. Two sweepers: one gets the lock, the other passes.
-//! 2. **R2 Create** ([`RunDir::create`]): make the directory, open it, take its lock. Between
-//!    the make and the lock a sweeper can take the lock first (the new directory is empty and
-//!    unlocked, like a dead run's) and remove it: then the open finds nothing, the lock fails
-//!    (the sweeper holds it) or it succeeds on a directory with no links left. In each case
-//!    the run makes another (seen in CI: four MPI ranks starting at once in one `/tmp`).
+//!    lock without waiting, and if that succeeds and the directory holds something, remove it
+//!    and all in it (`remove_dir_all`, which follows no link). A live run holds its lock: the
+//!    try fails and the directory is left alone. Two sweepers: one gets the lock, the other
+//!    passes. An empty directory is left alone even unlocked: it may be a run's between its
+//!    make and its lock (R2). A run killed in that instant leaves an empty directory behind.
+//! 2. **R2 Create** ([`RunDir::create`]): make the directory, open it, take its lock, waiting
+//!    for it. A sweeper may hold that lock a moment (it found the new directory unlocked, like
+//!    a dead run's), but it finds it empty and lets go without removing it: the run gets the
+//!    lock next. Before the sweep skipped empty directories, sweepers removed new ones, and
+//!    four MPI ranks starting at once in one `/tmp` failed in CI; a directory gone or
+//!    unlinked by then (a sweeper of an older version) still makes the run try another.
 //! 3. **R3 End** (drop, or the interrupt handler): remove the directory, then let go of the
 //!    lock.
 
@@ -66,14 +69,14 @@ impl RunDir {
                 })?;
             let file = match open_dir(dir.path()) {
                 Ok(file) => file,
-                // A sweeper removed it before it could be opened (R2).
+                // Removed before it could be opened (R2: a sweeper of an older version).
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     last = Some(nix::errno::Errno::ENOENT);
                     continue;
                 }
                 Err(e) => return Err(BenchError::io("opening the run's directory", dir.path(), e)),
             };
-            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            match Flock::lock(file, FlockArg::LockExclusive) {
                 Ok(lock) if lock.metadata().is_ok_and(|m| m.nlink() > 0) => {
                     let run = RunDir {
                         dir: Some(dir),
@@ -82,7 +85,7 @@ impl RunDir {
                     crate::io::track_run_dir(run.path(), true);
                     return Ok(run);
                 }
-                // A sweeper took it first (R2): it is gone, or going.
+                // Removed while the lock was awaited (R2: an older sweeper): try another.
                 Ok(_) => last = Some(nix::errno::Errno::ENOENT),
                 Err((_, e)) => last = Some(e),
             }
@@ -140,7 +143,9 @@ pub fn sweep(parent: &Path) -> Vec<PathBuf> {
         let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) else {
             continue; // a live run
         };
-        if std::fs::remove_dir_all(&path).is_ok() {
+        // Empty: maybe a run's between its make and its lock (R2).
+        let empty = std::fs::read_dir(&path).map_or(true, |mut d| d.next().is_none());
+        if !empty && std::fs::remove_dir_all(&path).is_ok() {
             swept.push(path);
         }
         drop(lock);
@@ -168,7 +173,11 @@ mod tests {
             .unwrap()
             .keep();
         std::fs::write(dead.join("checkpoint"), b"x").unwrap();
+        // An empty, unlocked one may be a run's between its make and its lock (R2): kept.
+        let new = parent.path().join(format!("{PREFIX}new"));
+        std::fs::create_dir(&new).unwrap();
         assert_eq!(sweep(parent.path()), std::slice::from_ref(&dead));
+        assert!(new.exists());
         assert!(!dead.exists());
         assert!(live.path().exists());
         let path = live.path().to_path_buf();
@@ -209,6 +218,7 @@ mod tests {
         std::fs::create_dir(&other).unwrap();
         let users = parent.path().join(format!("{PREFIX}nobody"));
         std::fs::create_dir(&users).unwrap();
+        std::fs::write(users.join("checkpoint"), b"x").unwrap();
         let root = nix::unistd::geteuid().is_root();
         if root {
             std::os::unix::fs::chown(&users, Some(65534), Some(65534)).unwrap();
