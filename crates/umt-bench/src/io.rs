@@ -188,18 +188,28 @@ pub fn check_writable(flag: &str, path: &Path) -> Result<(), BenchError> {
         })
 }
 
-/// Writes `bytes` to `path` atomically: into a new temporary file in the same directory
-/// (`O_EXCL`, mode 600), then renamed over `path`. A reader sees the old file or the whole
-/// new one, and a failure leaves the old one.
+/// Writes `bytes` to `path` atomically (see [`replace_atomically`]).
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), BenchError> {
-    use std::io::Write;
+    replace_atomically(path, |tmp| {
+        std::fs::write(tmp, bytes).map_err(|e| BenchError::io("writing", path, e))
+    })
+}
+
+/// Makes `path` anew atomically: `write` fills a new temporary file in the same directory
+/// (`O_EXCL`, mode 600) through its path, which is then synced and renamed over `path`. A
+/// reader sees the old file or the whole new one, and a failure leaves the old one.
+pub fn replace_atomically(
+    path: &Path,
+    write: impl FnOnce(&Path) -> Result<(), BenchError>,
+) -> Result<(), BenchError> {
     let dir = parent_dir(path);
-    let mut tmp = tempfile::Builder::new()
+    let tmp = tempfile::Builder::new()
         .prefix(".umt-bench-")
         .tempfile_in(dir)
         .map_err(|e| BenchError::io("writing a file in", dir, e))?;
-    tmp.write_all(bytes)
-        .and_then(|()| tmp.as_file().sync_all())
+    write(tmp.path())?;
+    tmp.as_file()
+        .sync_all()
         .map_err(|e| BenchError::io("writing", path, e))?;
     tmp.persist(path)
         .map_err(|e| BenchError::io("writing", path, e.error))?;

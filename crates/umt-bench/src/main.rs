@@ -914,17 +914,9 @@ fn write_scale(
     write_atomically(&out.join("scale.json"), text.as_bytes())?;
     let table = umt_bench::scale::markdown(points);
     write_atomically(&out.join("scale.md"), table.as_bytes())?;
-    // Drawn beside, then renamed over the last one.
-    let svg = out.join("scale.svg");
-    let tmp = tempfile::Builder::new()
-        .prefix(".umt-bench-")
-        .suffix(".svg")
-        .tempfile_in(out)
-        .map_err(|e| BenchError::io("writing a file in", out, e))?;
-    umt_bench::plot::scaling(points, tmp.path())?;
-    tmp.persist(&svg)
-        .map_err(|e| BenchError::io("writing", &svg, e.error))?;
-    Ok(())
+    umt_bench::io::replace_atomically(&out.join("scale.svg"), |tmp| {
+        umt_bench::plot::scaling(points, tmp)
+    })
 }
 
 /// Restricts this process, and so every thread it starts from now on, to the first `n`
