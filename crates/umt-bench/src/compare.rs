@@ -163,14 +163,7 @@ pub fn scan(
     let digest: std::sync::Mutex<Option<u64>> = std::sync::Mutex::new(None);
     if opts.verify {
         set.drop_cache()?;
-        let want = set
-            .paths()
-            .iter()
-            .enumerate()
-            .map(|(i, f)| Ok(scan::read_and_hash(f, p.rounds)?.wrapping_mul(2 * i as u64 + 1)))
-            .try_fold(0u64, |d, h: Result<u64, BenchError>| {
-                Ok::<_, BenchError>(d.wrapping_add(h?))
-            })?;
+        let want = scan::sequential_digest(set, p.rounds)?;
         *digest.lock().unwrap_or_else(|e| e.into_inner()) = Some(want);
     }
     let checked = AtomicUsize::new(0);
@@ -367,6 +360,18 @@ mod tests {
     use super::*;
     use crate::io::IoMode;
 
+    /// A heat small enough for a unit test, checkpointing through the page cache.
+    fn small_heat() -> HeatParams {
+        HeatParams {
+            n: 64,
+            block: 32,
+            iters: 4,
+            iof: Some(2),
+            dir: std::env::temp_dir(),
+            io: IoMode::Buffered,
+        }
+    }
+
     /// A tiny comparison of two runners: one row each, medians of their repeats, and bounds
     /// from the two bound runs.
     #[test]
@@ -378,14 +383,7 @@ mod tests {
             progress: false,
             verify: true,
         };
-        let p = HeatParams {
-            n: 64,
-            block: 32,
-            iters: 4,
-            iof: Some(2),
-            dir: std::env::temp_dir(),
-            io: IoMode::Buffered,
-        };
+        let p = small_heat();
         let r = heat(&p, &opts).unwrap();
         assert_eq!(r.runs.len(), 2);
         assert!(r.runs.iter().all(|run| run.seconds.len() == 2));
@@ -423,14 +421,7 @@ mod tests {
     #[test]
     fn verify_checks_every_run() {
         let runners: Vec<Runner> = vec![Runner::BASELINE, "rayon".parse().unwrap()];
-        let p = HeatParams {
-            n: 64,
-            block: 32,
-            iters: 4,
-            iof: Some(2),
-            dir: std::env::temp_dir(),
-            io: IoMode::Buffered,
-        };
+        let p = small_heat();
         for verify in [true, false] {
             let opts = Options {
                 runners: runners.clone(),

@@ -458,12 +458,7 @@ mod tests {
             dir: std::env::temp_dir(),
         };
         let set = FileSet::create(&p).unwrap();
-        let want: u64 = set
-            .paths()
-            .iter()
-            .enumerate()
-            .map(|(i, f)| scan::weigh(i, scan::read_and_hash(f, 1).unwrap()))
-            .fold(0, u64::wrapping_add);
+        let want = scan::sequential_digest(&set, 1).unwrap();
         let first = umt_sys::cpu::process_cpus().unwrap()[0];
         let rt = Runtime::builder()
             .monitor(umt_rt::BackendKind::Disabled)

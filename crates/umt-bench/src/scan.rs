@@ -238,6 +238,14 @@ pub fn weigh(i: usize, h: u64) -> u64 {
     h.wrapping_mul(2 * i as u64 + 1)
 }
 
+/// The digest of a scan of `set` at `rounds`, read and hashed file by file on the calling
+/// thread: the reference every runner's digest must equal.
+pub fn sequential_digest(set: &FileSet, rounds: u32) -> Result<u64, BenchError> {
+    set.paths().iter().enumerate().try_fold(0u64, |d, (i, f)| {
+        Ok(d.wrapping_add(weigh(i, read_and_hash(f, rounds)?)))
+    })
+}
+
 /// What one run measured.
 #[derive(Debug, Clone, Copy)]
 pub struct ScanRun {
@@ -515,12 +523,7 @@ mod tests {
             dir: std::env::temp_dir(),
         };
         let set = FileSet::create(&p).unwrap();
-        let want: u64 = set
-            .paths()
-            .iter()
-            .enumerate()
-            .map(|(i, f)| weigh(i, read_and_hash(f, 1).unwrap()))
-            .fold(0, u64::wrapping_add);
+        let want = sequential_digest(&set, 1).unwrap();
         for r in ["baseline", "rayon", "tokio", "io-uring", "umt-io"] {
             let r: Runner = r.parse().unwrap();
             if r.available().is_err() {
