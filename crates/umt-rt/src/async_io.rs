@@ -160,10 +160,8 @@ impl Reactor {
                     }
                 }
             }
-            for w in wake {
-                // Any executor's waker: its panic must not stop the reactor.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || w.wake()));
-            }
+            // Any executor's waker: its panic must not stop the reactor.
+            wake.into_iter().for_each(crate::spawn::wake_foreign);
         }
     }
 }

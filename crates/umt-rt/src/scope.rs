@@ -313,27 +313,27 @@ impl<'scope> Scope<'scope> {
         };
         let task = move || {
             let state = scope.state();
+            // Drops `f` unrun; a panic in what it captured is the scope's, as a panic in its
+            // body would be (true: it failed).
+            let drop_unrun = |f: F| match catch_unwind(AssertUnwindSafe(move || drop(f))) {
+                Ok(()) => false,
+                Err(p) => {
+                    state.store_panic(p);
+                    true
+                }
+            };
             // A task that depends on a failed one is cancelled: what it would read is partial.
             let failed = if node.as_ref().is_some_and(|n| n.is_cancelled()) {
                 state.cancelled.fetch_add(1, Ordering::AcqRel);
                 if let Some(reg) = &state.registry {
                     reg.counters.tasks_cancelled.fetch_add(1, Ordering::Relaxed);
                 }
-                if let Err(p) = catch_unwind(AssertUnwindSafe(move || drop(f))) {
-                    state.store_panic(p);
-                }
+                drop_unrun(f);
                 true
             } else if state.stopped.load(Ordering::Acquire) {
                 // The scope was cancelled before this task started: dropped unrun, which is
-                // no failure (its successors are released, and skipped the same way). A panic
-                // in what it captured is the scope's, as a panic in its body would be.
-                match catch_unwind(AssertUnwindSafe(move || drop(f))) {
-                    Ok(()) => false,
-                    Err(p) => {
-                        state.store_panic(p);
-                        true
-                    }
-                }
+                // no failure (its successors are released, and skipped the same way).
+                drop_unrun(f)
             } else if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(&scope))) {
                 state.store_panic(p);
                 true

@@ -139,8 +139,7 @@ impl<T> JoinState<T> {
             w.wake();
         }
         if let Some(w) = waker {
-            // Another executor's waker: its panic is not this task's.
-            let _ = catch_unwind(AssertUnwindSafe(move || w.wake()));
+            wake_foreign(w);
         }
     }
 
@@ -148,6 +147,13 @@ impl<T> JoinState<T> {
     fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
     }
+}
+
+/// Wakes `w`, another executor's waker (or one of ours called from a thread that must go on:
+/// the timer, the reactor, a worker between two tasks): a panic in it is not the caller's,
+/// and is dropped.
+pub(crate) fn wake_foreign(w: Waker) {
+    let _ = catch_unwind(AssertUnwindSafe(move || w.wake()));
 }
 
 impl<T> JoinHandle<T> {

@@ -36,7 +36,6 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::future::Future;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
@@ -79,10 +78,8 @@ impl Driver {
             }
             if !due.is_empty() {
                 drop(timers);
-                for w in due {
-                    // Any executor's waker: its panic must not stop every timer.
-                    let _ = catch_unwind(AssertUnwindSafe(move || w.wake()));
-                }
+                // Any executor's waker: its panic must not stop every timer.
+                due.into_iter().for_each(crate::spawn::wake_foreign);
                 timers = self.lock();
                 continue;
             }
