@@ -223,12 +223,10 @@ impl Builder {
         self
     }
 
-    /// Most workers per core, the initial one included (default:
-    /// [`default_workers_per_core`], 16, or 16 to 63 by the number of cores with a backend that
-    /// keeps live counts; at most
-    /// [`MAX_WORKERS_PER_CORE`]). Spares are started only
-    /// when a core has no ready worker while work is queued, so a program that never blocks
-    /// keeps one per core. The cap matters when blocking tasks come in bursts: heat's
+    /// Most workers per core, the initial one included (default: [`default_workers_per_core`],
+    /// 16, or 16 to 63 by the number of cores with a backend that keeps live counts; at most
+    /// [`MAX_WORKERS_PER_CORE`]). Spares are started only when a core has no ready worker while
+    /// work is queued, so a program that never blocks keeps one per core. The cap matters when blocking tasks come in bursts: heat's
     /// checkpoints put many write tasks in flight at once, and with a cap of 4 a core whose
     /// four workers all waited for the disk sat idle (CPU use 84-98 %, against 99-103 % with
     /// 16, and runs about 5 % longer).
@@ -355,9 +353,8 @@ impl Builder {
 
     /// Calls `f` on each worker thread as it starts, before it runs any task, with its index
     /// (`core * cap + k` for the `k`-th worker of a core, spares too, where `cap` is
-    /// [`Runtime::max_workers_per_core`]), as
-    /// rayon's `start_handler`: to set up thread-local state, a profiler, an allocator arena.
-    /// A panic in `f` is said and the worker goes on.
+    /// [`Runtime::max_workers_per_core`]), as rayon's `start_handler`: to set up thread-local
+    /// state, a profiler, an allocator arena. A panic in `f` is said and the worker goes on.
     pub fn start_handler(mut self, f: impl Fn(usize) + Send + Sync + 'static) -> Self {
         self.start_handler = Some(Box::new(f));
         self

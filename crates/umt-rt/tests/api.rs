@@ -516,8 +516,17 @@ fn the_default_worker_cap_is_a_share_of_one_budget() {
     for cores in 0..=1024 {
         let cap = default_workers_per_core(cores, true);
         assert!((16..=MAX_WORKERS_PER_CORE).contains(&cap), "{cores}: {cap}");
-        if cores > 0 && cap > 16 && cap < MAX_WORKERS_PER_CORE {
-            assert!(cap * cores <= DEFAULT_WORKERS_IN_ALL, "{cores}: {cap}");
+        // More cores share the budget: no core's cap grows with them, and the runtime's
+        // workers stay within the budget until the floor of 16 per core passes it.
+        assert!(
+            default_workers_per_core(cores + 1, true) <= cap,
+            "{cores}: {cap}"
+        );
+        if cores > 0 {
+            assert!(
+                cap * cores <= DEFAULT_WORKERS_IN_ALL.max(16 * cores),
+                "{cores}: {cap}"
+            );
         }
         assert_eq!(default_workers_per_core(cores, false), 16);
     }
