@@ -293,12 +293,15 @@ mod imp {
         /// which gets every CPU's wake-up buffer.
         pub(crate) fn open(possible: usize, epoll: Option<&Epoll>) -> Result<BpfBackend> {
             let cpus = u32::try_from(possible).unwrap_or(u32::MAX);
+            enough_descriptors(crate::cpu::online_cpus().map_or(possible, |c| c.len()))?;
             let btf = Btf::from_sys_fs().map_err(|e| {
-                Unavailable::new(
-                    BackendKind::Bpf,
-                    format!("this kernel publishes no BTF type information ({e})"),
-                )
-                .with_fix("use a kernel built with CONFIG_DEBUG_INFO_BTF=y (Linux >= 5.18)")
+                let mut text = format!("reading the kernel's BTF type information: {e}");
+                let mut source = std::error::Error::source(&e);
+                while let Some(s) = source {
+                    text.push_str(&format!(": {s}"));
+                    source = s.source();
+                }
+                btf_fix(&text, Unavailable::new(BackendKind::Bpf, text.clone()))
             })?;
             let namespace = pid_namespace()?;
             // In a PID namespace of its own the process's ids are not the kernel's: the
@@ -659,14 +662,70 @@ mod imp {
         let has = |s: &str| text.contains(s);
         if has("Operation not permitted") || has("EPERM") || has("Permission denied") {
             u.with_fix(format!("it needs CAP_BPF and CAP_PERFMON: {PRIVILEGE_FIX}"))
-        } else if has("Too many open files") || has("EMFILE") || has("ENFILE") {
-            u.with_fix(
-                "the process ran out of file descriptors while loading (one per map and program): \
-                 raise the limit (`ulimit -n`) or close descriptors first",
-            )
+        } else if out_of_descriptors(text) {
+            u.with_fix(DESCRIPTOR_FIX)
         } else {
             u.with_fix("it needs Linux >= 5.18 with BTF and BPF atomics")
         }
+    }
+
+    /// The fix for a failure to read the kernel's BTF whose message (with its causes) is
+    /// `text`: the descriptor limit, or else a kernel built without BTF.
+    fn btf_fix(text: &str, u: Unavailable) -> Unavailable {
+        if out_of_descriptors(text) {
+            u.with_fix(DESCRIPTOR_FIX)
+        } else {
+            u.with_fix("use a kernel built with CONFIG_DEBUG_INFO_BTF=y (Linux >= 5.18)")
+        }
+    }
+
+    /// File descriptors that opening the backend may hold at once on a machine of `online`
+    /// CPUs: the BTF, 7 maps (5 and 2 of global data), 5 programs and their 5 links, aya's
+    /// probes of the kernel's features (a few at a time), and a wake-up buffer per online
+    /// CPU. Measured: 21 held on 2 CPUs once open; this keeps a margin above that.
+    fn descriptors_needed(online: usize) -> u64 {
+        32 + online as u64
+    }
+
+    /// Refuses to load with fewer descriptors free under the process's limit than
+    /// [`descriptors_needed`]. Checked first: aya probes the kernel's features once per
+    /// process, at its first load, and a probe that fails for want of a descriptor is taken
+    /// for a feature the kernel lacks, for good. Loading then fails later with a misleading
+    /// relocation error (issue 30, item 10, found by
+    /// `out_of_descriptors_the_reason_names_the_limit`).
+    fn enough_descriptors(online: usize) -> Result<()> {
+        use nix::sys::resource::{Resource, getrlimit};
+        let Ok((soft, _)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+            return Ok(());
+        };
+        let Ok(open) = std::fs::read_dir("/proc/self/fd").map(|d| d.count() as u64) else {
+            return Ok(());
+        };
+        let (free, needed) = (soft.saturating_sub(open), descriptors_needed(online));
+        if free >= needed {
+            return Ok(());
+        }
+        Err(Unavailable::new(
+            BackendKind::Bpf,
+            format!(
+                "{free} file descriptors are free under this process's limit of {soft}, and \
+                 loading takes up to {needed}"
+            ),
+        )
+        .with_fix(DESCRIPTOR_FIX)
+        .into())
+    }
+
+    /// The fix when the process's descriptor limit stopped the backend.
+    const DESCRIPTOR_FIX: &str = "the process ran out of file descriptors while loading (one \
+                                  per map and program): raise the limit (`ulimit -n`) or close \
+                                  descriptors first";
+
+    /// `text` says the process or the system ran out of file descriptors.
+    fn out_of_descriptors(text: &str) -> bool {
+        ["Too many open files", "EMFILE", "ENFILE"]
+            .iter()
+            .any(|s| text.contains(s))
     }
 
     #[cfg(test)]
@@ -682,6 +741,20 @@ mod imp {
             assert!(!u("loading: Too many open files (os error 24)").contains("5.18"));
             assert!(u("attaching: Operation not permitted").contains("CAP_BPF"));
             assert!(u("loading: unknown func bpf_foo").contains("5.18"));
+        }
+
+        /// The BTF read fails the same way when the descriptors run out: the fix names the
+        /// limit, not a kernel without BTF (issue 30, item 10).
+        #[test]
+        fn a_descriptor_shortage_reading_btf_is_named_as_such() {
+            let u =
+                |t: &str| btf_fix(t, Unavailable::new(BackendKind::Bpf, t.to_string())).to_string();
+            let short = u(
+                "reading the kernel's BTF type information: error parsing /sys/kernel/btf/vmlinux: Too many open files (os error 24)",
+            );
+            assert!(short.contains("ulimit -n"), "{short}");
+            assert!(!short.contains("CONFIG_DEBUG_INFO_BTF"), "{short}");
+            assert!(u("reading the kernel's BTF type information: No such file or directory (os error 2)").contains("CONFIG_DEBUG_INFO_BTF"));
         }
     }
 }
