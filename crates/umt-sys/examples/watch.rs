@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,8 +24,8 @@ use umt_sys::{BackendKind, Cause, Monitor, MonitorEvent, cpu};
 #[derive(Parser, Debug)]
 #[command(about = "Print the block/unblock events of a few threads as they happen")]
 struct Args {
-    /// How long to watch.
-    #[arg(long, default_value_t = 3.0)]
+    /// How long to watch, in seconds (more than 0, at most a day).
+    #[arg(long, default_value_t = 3.0, value_parser = parse_seconds)]
     seconds: f64,
     /// Monitor backend: auto, kernel, perf or off.
     #[arg(long, default_value = "auto")]
@@ -33,6 +33,18 @@ struct Args {
     /// Directory for the file the reader thread reads.
     #[arg(long)]
     dir: Option<PathBuf>,
+}
+
+/// `--seconds`: a number of seconds above 0 and at most a day, so that the deadline can be
+/// computed (a negative, NaN or huge value would panic `Duration::from_secs_f64`).
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 86_400.0 => Ok(v),
+        Ok(_) => Err(format!(
+            "{s} is not in (0, 86400]: give a duration in seconds"
+        )),
+        Err(e) => Err(format!("{s}: {e}")),
+    }
 }
 
 const CHUNK: usize = 1 << 20;
@@ -59,8 +71,10 @@ fn as_bytes_mut(pages: &mut [Page]) -> &mut [u8] {
 fn open_data_file(
     dir: &std::path::Path,
 ) -> std::io::Result<(File, PathBuf, bool, tempfile::TempDir)> {
+    // Mode 700 whatever the umask: tempfile's default is 777 less the umask.
     let private = tempfile::Builder::new()
         .prefix("umt-watch-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir_in(dir)?;
     let path = private.path().join("data");
     let mut f = OpenOptions::new()
