@@ -21,7 +21,11 @@ fn available() -> Vec<Runner> {
 }
 
 fn heat(c: &mut Criterion) {
-    let dir = std::env::temp_dir();
+    // A private directory (mode 700, swept if a run is killed): nobody can plant links where
+    // the checkpoints go.
+    let run_dir = umt_bench::rundir::RunDir::create(&std::env::temp_dir())
+        .expect("a private directory in the temporary directory");
+    let dir = run_dir.path().to_path_buf();
     let p = HeatParams {
         n: 1024,
         block: 128,
@@ -48,7 +52,11 @@ fn heat(c: &mut Criterion) {
 }
 
 fn fwi(c: &mut Criterion) {
-    let dir = std::env::temp_dir();
+    // A private directory (mode 700, swept if a run is killed): nobody can plant links where
+    // the checkpoints go.
+    let run_dir = umt_bench::rundir::RunDir::create(&std::env::temp_dir())
+        .expect("a private directory in the temporary directory");
+    let dir = run_dir.path().to_path_buf();
     let p = FwiParams {
         nz: 64,
         nx: 64,

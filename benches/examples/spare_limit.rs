@@ -64,7 +64,11 @@ fn median(v: &mut [f64]) -> f64 {
 
 fn main() {
     let args = Args::parse();
-    let dir = std::env::temp_dir();
+    // A private directory (mode 700, swept if a run is killed): nobody can plant links where
+    // the checkpoints go.
+    let run_dir = umt_bench::rundir::RunDir::create(&std::env::temp_dir())
+        .expect("a private directory in the temporary directory");
+    let dir = run_dir.path().to_path_buf();
     let io = IoMode::for_dir(&dir);
     let p = HeatParams {
         n: 4096,

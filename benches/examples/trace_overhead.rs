@@ -86,7 +86,11 @@ fn main() {
             .expect("a rayon pool")
     };
     let (rayon1, rayon4) = (pool(cores), pool(4 * cores));
-    let dir = std::env::temp_dir();
+    // A private directory (mode 700, swept if a run is killed): nobody can plant links where
+    // the checkpoints go.
+    let run_dir = umt_bench::rundir::RunDir::create(&std::env::temp_dir())
+        .expect("a private directory in the temporary directory");
+    let dir = run_dir.path().to_path_buf();
     let io = IoMode::for_dir(&dir);
     let hp = HeatParams {
         n: 2048,

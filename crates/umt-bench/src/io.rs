@@ -188,6 +188,32 @@ pub fn check_writable(flag: &str, path: &Path) -> Result<(), BenchError> {
         })
 }
 
+/// Writes `text` to the standard output and flushes it. A closed output (`EPIPE`: the reader
+/// went away, `umt-bench ... | head`) is [`BenchError::OutputClosed`], never a panic as
+/// `println!` gives; the caller ends the command quietly.
+pub fn say(text: std::fmt::Arguments<'_>) -> Result<(), BenchError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(text)
+        .and_then(|()| out.flush())
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe => BenchError::OutputClosed,
+            _ => BenchError::io("writing to", Path::new("the standard output"), e),
+        })
+}
+
+/// Makes a new directory in `parent` named `prefix` and random characters, with `mkdtemp`
+/// semantics: a name nobody held before, mode 700 whatever the umask (tempfile's default,
+/// 777 less the umask, would let others in under `umask 0`), removed with all in it when the
+/// returned guard drops. Nobody else can plant a file or a link in it.
+pub fn private_dir(parent: &Path, prefix: &str) -> std::io::Result<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(parent)
+}
+
 /// Writes `bytes` to `path` atomically (see [`replace_atomically`]).
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), BenchError> {
     replace_atomically(path, |tmp| {
@@ -568,7 +594,8 @@ mod tests {
 
     #[test]
     fn files_of_a_run_are_removed_with_their_guard() {
-        let path = std::env::temp_dir().join(format!("umt-io-guard-{}.bin", std::process::id()));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("guard.bin");
         let (guard, _file) =
             TempPath::create(path.clone(), |p| create_file(p, IoMode::Buffered, 4096)).unwrap();
         assert!(path.exists());

@@ -30,6 +30,14 @@ use umt_bench::rundir::RunDir;
 use umt_bench::runner::{Runner, UmtOptions};
 use umt_rt::LeaderPolicy;
 
+/// `println!` for the commands' results: a closed standard output returns
+/// [`BenchError::OutputClosed`] from the enclosing function instead of panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        umt_bench::io::say(format_args!("{}\n", format_args!($($arg)*)))?
+    };
+}
+
 #[derive(Parser)]
 #[command(
     name = "umt-bench",
@@ -177,11 +185,6 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
             },
         ),
     ];
-    println!(
-        "{} clients x {} requests, {} rounds of hash per request, {cores} worker threads \
-         per server, loopback",
-        a.clients, a.requests, a.work
-    );
     let mut table = Vec::new();
     for (name, p) in &scenarios {
         let mut runs: Vec<Vec<serve::ServeRun>> = vec![Vec::new(); Server::ALL.len()];
@@ -203,9 +206,32 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
             runs: medians,
         });
     }
-    println!(
+    // The files first: a closed output (`| head`) does not cost them.
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&table)
+            .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
+        umt_bench::io::write_atomically(path, text.as_bytes())?;
+    }
+    if let Some(path) = &a.svg {
+        umt_bench::plot::serve(&table, path)?;
+        eprintln!("wrote {}", path.display());
+    }
+    say!(
+        "{} clients x {} requests, {} rounds of hash per request, {cores} worker threads \
+         per server, loopback",
+        a.clients,
+        a.requests,
+        a.work
+    );
+    say!(
         "{:<24} {:<24} {:>10} {:>9} {:>9} {:>10} {:>9}",
-        "scenario", "server", "req/s", "p50 us", "p99 us", "p99.9 us", "vs tokio"
+        "scenario",
+        "server",
+        "req/s",
+        "p50 us",
+        "p99 us",
+        "p99.9 us",
+        "vs tokio"
     );
     for sc in &table {
         let tokio = sc
@@ -214,7 +240,7 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
             .find(|r| r.server == Server::Tokio)
             .map_or(f64::NAN, |r| r.throughput);
         for r in &sc.runs {
-            println!(
+            say!(
                 "{:<24} {:<24} {:>10.0} {:>9.0} {:>9.0} {:>10.0} {:>8.2}x",
                 sc.scenario,
                 r.server.name(),
@@ -225,15 +251,6 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
                 r.throughput / tokio
             );
         }
-    }
-    if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&table)
-            .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
-        umt_bench::io::write_atomically(path, text.as_bytes())?;
-    }
-    if let Some(path) = &a.svg {
-        umt_bench::plot::serve(&table, path)?;
-        eprintln!("wrote {}", path.display());
     }
     Ok(())
 }
@@ -249,13 +266,26 @@ fn run_onload(a: &OnloadArgs) -> Result<(), BenchError> {
         dir,
     };
     p.validate()?;
+    check_memory(
+        &format!("onload --size {}", p.n),
+        p.memory_bytes().unwrap_or(u64::MAX),
+    )?;
+    if let Some(path) = &a.json {
+        check_writable("--json", path)?;
+    }
     let rt = std::sync::Arc::new(
         umt_rt::Runtime::builder()
             .build()
             .map_err(|e| BenchError::Runtime(e.to_string()))?,
     );
     let (cost, ways) = umt_bench::service::compare(&rt, &p, a.rounds, a.offer_every)?;
-    println!(
+    // The file first: a closed output (`| head`) does not cost it.
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&ways)
+            .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
+        write_atomically(path, text.as_bytes())?;
+    }
+    say!(
         "heat {}^2, {} iterations, a checkpoint each ({:?}), umt-rt on {} cores ({}); a chunk \
          compresses in {:.1} ms, one offered every {:.1} ms",
         p.n,
@@ -266,12 +296,17 @@ fn run_onload(a: &OnloadArgs) -> Result<(), BenchError> {
         cost.as_secs_f64() * 1e3,
         cost.as_secs_f64() * 1e3 * a.offer_every
     );
-    println!(
+    say!(
         "{:<8} {:>10} {:>9} {:>8} {:>8} {:>9}",
-        "service", "heat s", "vs none", "offered", "done", "rejected"
+        "service",
+        "heat s",
+        "vs none",
+        "offered",
+        "done",
+        "rejected"
     );
     for w in &ways {
-        println!(
+        say!(
             "{:<8} {:>10.3} {:>8.3}x {:>8} {:>8} {:>9}",
             format!("{:?}", w.way).to_lowercase(),
             w.heat_seconds,
@@ -280,11 +315,6 @@ fn run_onload(a: &OnloadArgs) -> Result<(), BenchError> {
             w.done,
             w.rejected
         );
-    }
-    if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&ways)
-            .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
-        std::fs::write(path, text).map_err(|e| BenchError::io("writing", path, e))?;
     }
     Ok(())
 }
@@ -716,7 +746,8 @@ fn print_or_abort(
     table: impl FnOnce(&[umt_bench::dist::RankedRun]) -> String,
 ) {
     match runs {
-        Ok(Some(runs)) => print!("{}", table(&runs)),
+        // A closed output ends rank 0's part quietly, as it does for one process.
+        Ok(Some(runs)) => drop(umt_bench::io::say(format_args!("{}", table(&runs)))),
         Ok(None) => {}
         // The other ranks may wait for this one in a message or a barrier: stop them all
         // rather than leave them (and MPI_Finalize here) waiting forever.
@@ -885,17 +916,20 @@ fn run_scale(a: &ScaleArgs) -> Result<(), BenchError> {
                 }
             }
         }
-        for r in &reports {
-            println!("{k} cores: {}", r.table());
-        }
+        let tables: String = reports
+            .iter()
+            .map(|r| format!("{k} cores: {}\n", r.table()))
+            .collect();
         points.push(ScalePoint { cores: k, reports });
         // After every count, so a sweep stopped part way (a machine lent for minutes, a
-        // Ctrl-C) keeps the counts it finished.
+        // Ctrl-C) keeps the counts it finished; and before printing, so a closed output
+        // does not cost them.
         write_scale(&a.out, &points)?;
+        say!("{tables}");
     }
     umt_sys::cpu::pin_current_thread_to(&cpus)
         .map_err(|e| BenchError::InvalidParam(format!("restoring the affinity mask: {e}")))?;
-    print!("{}", scale::markdown(&points));
+    umt_bench::io::say(format_args!("{}", scale::markdown(&points)))?;
     eprintln!(
         "wrote scale.json, scale.md and scale.svg in {}",
         a.out.display()
@@ -914,9 +948,7 @@ fn write_scale(
     write_atomically(&out.join("scale.json"), text.as_bytes())?;
     let table = umt_bench::scale::markdown(points);
     write_atomically(&out.join("scale.md"), table.as_bytes())?;
-    umt_bench::io::replace_atomically(&out.join("scale.svg"), |tmp| {
-        umt_bench::plot::scaling(points, tmp)
-    })
+    umt_bench::plot::scaling(points, &out.join("scale.svg"))
 }
 
 /// Restricts this process, and so every thread it starts from now on, to the first `n`
@@ -950,9 +982,10 @@ fn no_json_with_mpi(common: &Common) -> Result<(), BenchError> {
 
 fn emit(reports: &[Report], common: &Common) -> Result<(), BenchError> {
     let json = common.json.as_ref();
-    for r in reports {
-        println!("{}", r.table());
-    }
+    // The tables first; a closed output (`| head`) is reported after the files are written.
+    let printed = reports
+        .iter()
+        .try_for_each(|r| umt_bench::io::say(format_args!("{}\n", r.table())));
     // The JSON first, and whole or not at all: a failing plot or timeline afterwards does
     // not cost the results.
     if let Some(path) = json {
@@ -972,15 +1005,11 @@ fn emit(reports: &[Report], common: &Common) -> Result<(), BenchError> {
             for run in &report.runs {
                 let Some(trace) = &run.trace else { continue };
                 let stem = dir.join(format!("{}-{}", report.workload, run.runtime));
-                let svg = stem.with_extension("svg");
                 let title = format!(
                     "{} on {}: {:.3} s, per core (last repeat)",
                     report.workload, run.runtime, run.median_seconds
                 );
-                umt_bench::plot::timeline(trace, &title, &svg)?;
-                let chrome = stem.with_extension("json");
-                std::fs::write(&chrome, trace.to_chrome_json())
-                    .map_err(|e| BenchError::io("writing", &chrome, e))?;
+                let (svg, chrome) = umt_bench::plot::timeline_files(trace, &title, &stem)?;
                 eprintln!("wrote {} and {}", svg.display(), chrome.display());
             }
         }
@@ -989,7 +1018,7 @@ fn emit(reports: &[Report], common: &Common) -> Result<(), BenchError> {
         umt_bench::plot::comparison(reports, path)?;
         eprintln!("wrote {}", path.display());
     }
-    Ok(())
+    printed
 }
 
 /// The command's `--dir`.
@@ -1063,6 +1092,9 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // `umt-bench ... | head`: what was asked for to be written (--json, --plot) was
+        // written first; nothing more to say, and no one to say it to.
+        Err(BenchError::OutputClosed) => ExitCode::from(141),
         Err(e) => {
             eprintln!("umt-bench: {e}");
             ExitCode::from(2)

@@ -3,6 +3,10 @@
 //!   row per core, time on x, a colour per [`CoreState`];
 //! - [`comparison`]: the speedup over baseline and the percent of the tight bound of every
 //!   runtime of one or more reports, side by side.
+//!
+//! Each picture is drawn into a new file beside its path and renamed over it
+//! ([`crate::io::replace_atomically`]): a reader sees the old picture or the whole new one, and
+//! a failed drawing leaves the old one.
 
 use std::path::Path;
 
@@ -43,13 +47,33 @@ fn middle_label(v: f64, name: impl Fn(usize) -> String) -> String {
 /// Draws `trace` as an SVG timeline into `path`: a row per core, a bar per stretch in each
 /// [`CoreState`] but idle (the background), milliseconds from the trace's start on x.
 pub fn timeline(trace: &Trace, title: &str, path: &Path) -> Result<(), BenchError> {
+    crate::io::replace_atomically(path, |tmp| draw_timeline(trace, title, path, tmp))
+}
+
+/// A traced run's two pictures, each written atomically: `STEM.svg` ([`timeline`], titled
+/// `title`) and `STEM.json` (the Chrome trace, for <https://ui.perfetto.dev>); returns their
+/// paths.
+pub fn timeline_files(
+    trace: &Trace,
+    title: &str,
+    stem: &Path,
+) -> Result<(std::path::PathBuf, std::path::PathBuf), BenchError> {
+    let svg = stem.with_extension("svg");
+    timeline(trace, title, &svg)?;
+    let chrome = stem.with_extension("json");
+    crate::io::write_atomically(&chrome, trace.to_chrome_json().as_bytes())?;
+    Ok((svg, chrome))
+}
+
+/// [`timeline`], drawn into `tmp` (errors name `path`, the file the user asked for).
+fn draw_timeline(trace: &Trace, title: &str, path: &Path, tmp: &Path) -> Result<(), BenchError> {
     let err = plot_error(path);
     let cores = trace.cpus().len();
     let t0 = trace.start_ns();
     let ms = |ns: u64| ns.saturating_sub(t0) as f64 / 1e6;
     let end = ms(trace.end_ns()).max(1e-3);
     let height = (90 + 40 * cores.max(1)) as u32;
-    let root = SVGBackend::new(path, (1200, height)).into_drawing_area();
+    let root = SVGBackend::new(tmp, (1200, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
     let title = if trace.monitored() {
         title.to_string()
@@ -139,6 +163,11 @@ fn workload_colour(k: usize) -> RGBColor {
 /// Draws, into `path`, two bar charts side by side: every runtime's speedup over baseline
 /// and its percent of the tight bound, a bar per report (workload) for each runtime.
 pub fn comparison(reports: &[Report], path: &Path) -> Result<(), BenchError> {
+    crate::io::replace_atomically(path, |tmp| draw_comparison(reports, path, tmp))
+}
+
+/// [`comparison`], drawn into `tmp` (errors name `path`, the file the user asked for).
+fn draw_comparison(reports: &[Report], path: &Path, tmp: &Path) -> Result<(), BenchError> {
     let err = plot_error(path);
     let mut runtimes: Vec<String> = Vec::new();
     for r in reports.iter().flat_map(|r| &r.runs) {
@@ -146,7 +175,7 @@ pub fn comparison(reports: &[Report], path: &Path) -> Result<(), BenchError> {
             runtimes.push(r.runtime.clone());
         }
     }
-    let root = SVGBackend::new(path, (1400, 520)).into_drawing_area();
+    let root = SVGBackend::new(tmp, (1400, 520)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
     let panels = root.split_evenly((1, 2));
     // A group per report (workload): its value for each runtime that ran it.
@@ -264,6 +293,15 @@ fn bars(
 /// the baseline runtime at the fewest cores on y, a line per runtime, and the dashed line of
 /// perfect scaling of the baseline.
 pub fn scaling(points: &[crate::scale::ScalePoint], path: &Path) -> Result<(), BenchError> {
+    crate::io::replace_atomically(path, |tmp| draw_scaling(points, path, tmp))
+}
+
+/// [`scaling`], drawn into `tmp` (errors name `path`, the file the user asked for).
+fn draw_scaling(
+    points: &[crate::scale::ScalePoint],
+    path: &Path,
+    tmp: &Path,
+) -> Result<(), BenchError> {
     use crate::scale::{runtimes, speedup, workloads};
     let err = plot_error(path);
     let workloads = workloads(points);
@@ -273,8 +311,7 @@ pub fn scaling(points: &[crate::scale::ScalePoint], path: &Path) -> Result<(), B
         (Some(&a), Some(&b)) => (a as f64, b as f64),
         _ => return Err(err("no core count to draw".into())),
     };
-    let root =
-        SVGBackend::new(path, (480 * workloads.len().max(1) as u32, 480)).into_drawing_area();
+    let root = SVGBackend::new(tmp, (480 * workloads.len().max(1) as u32, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
     let panels = root.split_evenly((1, workloads.len().max(1)));
     for (w, area) in workloads.iter().zip(&panels) {
@@ -344,8 +381,17 @@ pub fn scaling(points: &[crate::scale::ScalePoint], path: &Path) -> Result<(), B
 /// Draws, into `path`, the service benchmark: requests per second and p99 latency, a bar per
 /// scenario for each server.
 pub fn serve(scenarios: &[crate::serve::ServeScenario], path: &Path) -> Result<(), BenchError> {
+    crate::io::replace_atomically(path, |tmp| draw_serve(scenarios, path, tmp))
+}
+
+/// [`serve`], drawn into `tmp` (errors name `path`, the file the user asked for).
+fn draw_serve(
+    scenarios: &[crate::serve::ServeScenario],
+    path: &Path,
+    tmp: &Path,
+) -> Result<(), BenchError> {
     let err = plot_error(path);
-    let root = SVGBackend::new(path, (1400, 520)).into_drawing_area();
+    let root = SVGBackend::new(tmp, (1400, 520)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
     let panels = root.split_evenly((1, 2));
     let servers: Vec<String> = crate::serve::Server::ALL
@@ -440,9 +486,8 @@ mod tests {
             ],
             8_000_000,
         );
-        let dir = std::env::temp_dir().join(format!("umt-plot-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("timeline.svg");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("timeline.svg");
         timeline(&trace, "test", &path).unwrap();
         let p = render(&path);
         let (work, blocked, over, idle) = (
@@ -454,7 +499,7 @@ mod tests {
         // Core 0 is blocked 4 of 8 ms, core 1 oversubscribed 1 ms: the areas follow.
         assert!(work > 1000 && blocked > 1000 && over > 100 && idle > 1000);
         assert!(blocked > 3 * over, "{blocked} {over}");
-        std::fs::remove_dir_all(&dir).unwrap();
+        drop(dir);
     }
 
     #[test]
@@ -486,17 +531,22 @@ mod tests {
             }
             .with_speedups()
         };
-        let dir = std::env::temp_dir().join(format!("umt-cmp-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("cmp.svg");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cmp.svg");
         comparison(&[report("heat", 1.5), report("fwi", 1.25)], &path).unwrap();
         let p = render(&path);
         assert!(count(&p, workload_colour(0)) > 1000);
         assert!(count(&p, workload_colour(1)) > 1000);
-        assert!(matches!(
-            comparison(&[], Path::new("/nonexistent/dir/x.svg")),
-            Err(BenchError::Plot { .. })
-        ));
-        std::fs::remove_dir_all(&dir).unwrap();
+        // Drawn beside its path: a missing directory fails before any drawing.
+        let e = comparison(&[], Path::new("/nonexistent/dir/x.svg")).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/dir"), "{e}");
+        // Drawn into a temporary file renamed over the path: none is left beside it.
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n != "cmp.svg")
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        drop(dir);
     }
 }

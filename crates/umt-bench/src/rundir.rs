@@ -56,17 +56,14 @@ impl RunDir {
         sweep(parent);
         let mut last = None;
         for _ in 0..8 {
-            let dir = tempfile::Builder::new()
-                .prefix(PREFIX)
-                .tempdir_in(parent)
-                .map_err(|e| {
-                    BenchError::io(
-                        "creating a private directory for the run's files (give a --dir that \
+            let dir = crate::io::private_dir(parent, PREFIX).map_err(|e| {
+                BenchError::io(
+                    "creating a private directory for the run's files (give a --dir that \
                          exists and that you may write) in",
-                        parent,
-                        e,
-                    )
-                })?;
+                    parent,
+                    e,
+                )
+            })?;
             let file = match open_dir(dir.path()) {
                 Ok(file) => file,
                 // Removed before it could be opened (R2: a sweeper of an older version).
@@ -183,6 +180,18 @@ mod tests {
         let path = live.path().to_path_buf();
         drop(live);
         assert!(!path.exists(), "a run removes its directory at its end");
+    }
+
+    /// A run's directory is mode 700 whatever the umask (tempfile's default is 777 less the
+    /// umask: 755 under the usual 022, open to all under 000); the CLI test under `umask 000`
+    /// is `the_next_run_sweeps_what_a_killed_run_left`.
+    #[test]
+    fn a_run_directory_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().unwrap();
+        let run = RunDir::create(parent.path()).unwrap();
+        let mode = std::fs::metadata(run.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
     }
 
     /// Runs that start together in one directory (MPI ranks on one host) sweep each other's

@@ -109,9 +109,7 @@ impl FileSet {
     pub fn create(p: &ScanParams) -> Result<FileSet, BenchError> {
         p.validate()?;
         crate::io::check_disk(&p.dir, p.bytes())?;
-        let dir = tempfile::Builder::new()
-            .prefix("umt-scan-")
-            .tempdir_in(&p.dir)
+        let dir = crate::io::private_dir(&p.dir, "umt-scan-")
             .map_err(|e| BenchError::io("creating a private directory in", &p.dir, e))?;
         let file_bytes = p.file_mib << 20;
         let mut chunk = vec![0u8; 1 << 20];
@@ -589,5 +587,22 @@ mod tests {
             ..p
         };
         assert!(FileSet::create(&p).is_err());
+    }
+
+    /// The files live in a directory only their owner may enter (mode 700, whatever the
+    /// umask gives).
+    #[test]
+    fn the_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().unwrap();
+        let set = FileSet::create(&ScanParams {
+            files: 1,
+            file_mib: 1,
+            rounds: 1,
+            dir: parent.path().to_path_buf(),
+        })
+        .unwrap();
+        let mode = std::fs::metadata(set.dir()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
     }
 }

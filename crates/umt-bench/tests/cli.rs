@@ -48,11 +48,9 @@ fn each_leader_policy_runs_and_is_recorded() {
         eprintln!("skipped: {why}");
         return;
     }
+    let dir = tempfile::tempdir().unwrap();
     for leader in ["idle", "normal", "poll"] {
-        let json = std::env::temp_dir().join(format!(
-            "umt-bench-leader-{leader}-{}.json",
-            std::process::id()
-        ));
+        let json = dir.path().join(format!("leader-{leader}.json"));
         let (code, out, err) = umt_bench(&[
             "heat",
             "--size",
@@ -82,8 +80,8 @@ fn each_leader_policy_runs_and_is_recorded() {
 
 #[test]
 fn small_comparison_writes_table_and_json() {
-    let dir = std::env::temp_dir();
-    let json = dir.join(format!("umt-bench-cli-{}.json", std::process::id()));
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("cli.json");
     let (code, out, err) = umt_bench(&[
         "fwi",
         "--nz",
@@ -120,10 +118,10 @@ fn small_comparison_writes_table_and_json() {
 /// comparison, and the JSON carries the per-core figures and their variation.
 #[test]
 fn timeline_and_plot_are_written() {
-    let dir = std::env::temp_dir().join(format!("umt-bench-timeline-{}", std::process::id()));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     let json = dir.join("r.json");
     let plot = dir.join("cmp.svg");
-    std::fs::create_dir_all(&dir).unwrap();
     let (code, out, err) = umt_bench(&[
         "heat",
         "--size",
@@ -188,7 +186,7 @@ fn timeline_and_plot_are_written() {
     assert!(cpu > 0.0, "{run}");
     assert!(run["cores"][0]["states"].as_array().unwrap().len() == 4);
     assert!(run["cores_cov"]["cpu_time"].as_f64().unwrap() >= 0.0);
-    std::fs::remove_dir_all(&dir).unwrap();
+    drop(tmp);
 }
 
 /// `scan` runs both front ends, writes a row per runtime for each, leaves no file behind in

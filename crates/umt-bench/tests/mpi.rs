@@ -115,7 +115,8 @@ fn fwi_on_three_ranks_matches_the_sequential_reference() {
 /// umt-rt runner (rayon has none).
 #[test]
 fn each_rank_writes_its_timeline() {
-    let dir = std::env::temp_dir().join(format!("umt-mpi-timeline-{}", std::process::id()));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     let mut args = small_of("fwi", "umt-perf,rayon");
     args.extend(["--timeline".to_string(), dir.display().to_string()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -132,7 +133,7 @@ fn each_rank_writes_its_timeline() {
         }
         assert!(!dir.join(format!("fwi-rayon-rank{rank}.svg")).exists());
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(tmp);
 }
 
 /// A run of `ranks` ranks that one rank's error must end, on every rank, saying `why`.

@@ -197,9 +197,16 @@ fn a_failed_write_leaves_no_file_behind() {
     assert!(dir.files().is_empty(), "left behind: {:?}", dir.files());
 }
 
-/// A long heat run in `dir`, to be killed by the test that starts it.
+/// A long heat run in `dir`, to be killed by the test that starts it. It runs under
+/// `umask 000` (through `sh`, which `exec`s it: the pid is umt-bench's), so that the private
+/// directory's mode is umt-bench's doing.
 fn long_heat(dir: &Dir) -> Command {
-    let mut cmd = bench();
+    let mut cmd = Command::new("sh");
+    cmd.args([
+        "-c",
+        "umask 000; exec \"$0\" \"$@\"",
+        env!("CARGO_BIN_EXE_umt-bench"),
+    ]);
     cmd.args([
         "heat",
         "--size",
@@ -280,6 +287,10 @@ fn the_next_run_sweeps_what_a_killed_run_left() {
         .map(|e| e.unwrap().path())
         .collect();
     assert_eq!(private.len(), 1, "one private directory: {private:?}");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&private[0]).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o700, "private even under umask 000");
     assert!(
         private[0]
             .file_name()
@@ -412,6 +423,16 @@ fn outputs_that_cannot_be_written_are_refused_before_the_run() {
         assert!(err.contains(flag), "{flag} {value}: {err}");
         assert!(!out.contains("baseline"), "{flag} {value}: it ran: {out}");
     }
+    let (code, _, err) = run(&[
+        "onload",
+        "--json",
+        missing,
+        "--buffered",
+        "--dir",
+        dir.path(),
+    ]);
+    assert_eq!(code, 2, "onload --json {missing}: {err}");
+    assert!(err.contains("--json"), "onload --json {missing}: {err}");
     let json = dir.0.path().join("mpi.json");
     let (code, _, err) = run(&small_heat(
         &dir,
@@ -441,6 +462,7 @@ fn huge_work_sizes_are_refused_before_the_run() {
         ("onload", "--iters", huge),
         ("onload", "--rounds", huge),
         ("onload", "--offer-every", "1e300"),
+        ("onload", "--size", "1048576"),
     ];
     let cases = cases.map(|(command, flag, value)| {
         let mut args = vec![command, flag, value, "--buffered", "--dir", dir.path()];
@@ -481,4 +503,37 @@ fn serve_refuses_sizes_it_cannot_run() {
         assert!(err.contains("invalid parameter"), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
+}
+
+/// `umt-bench ... | head`: a standard output closed before the tables are printed ends the
+/// command quietly with 141 (128 + SIGPIPE, as a shell reports a process the signal ended),
+/// never a panic (it was exit 101), after writing the files asked for, and leaving no
+/// checkpoint behind (issue 30, item 4).
+#[test]
+fn a_closed_output_ends_quietly_after_the_files_are_written() {
+    let dir = Dir::new("closed-output");
+    let out = tempfile::tempdir().unwrap();
+    let json = out.path().join("out.json");
+    let plot = out.path().join("out.svg");
+    let (json_s, plot_s) = (json.to_str().unwrap(), plot.to_str().unwrap());
+    let args = small_heat(
+        &dir,
+        &["--runtimes", "baseline", "--json", json_s, "--plot", plot_s],
+    );
+    let mut child = bench()
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before anything is printed (nothing is, before the run ends).
+    drop(child.stdout.take());
+    let (code, _, err) = output(child.wait_with_output().unwrap());
+    assert_eq!(code, 141, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(doc["workload"], "heat");
+    assert!(std::fs::read_to_string(&plot).unwrap().contains("<svg"));
+    assert!(dir.files().is_empty(), "left behind: {:?}", dir.files());
 }

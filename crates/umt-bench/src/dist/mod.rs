@@ -351,15 +351,11 @@ fn write_timeline(
     };
     std::fs::create_dir_all(dir).map_err(|e| BenchError::io("creating", dir, e))?;
     let stem = dir.join(format!("{workload}-{runner}-rank{rank}"));
-    let svg = stem.with_extension("svg");
     let title = format!(
         "{workload} on {runner}, rank {rank}: {:.3} s, per core (last repeat)",
         out.elapsed.as_secs_f64()
     );
-    crate::plot::timeline(&trace, &title, &svg)?;
-    let chrome = stem.with_extension("json");
-    std::fs::write(&chrome, trace.to_chrome_json())
-        .map_err(|e| BenchError::io("writing", &chrome, e))?;
+    let (svg, chrome) = crate::plot::timeline_files(&trace, &title, &stem)?;
     eprintln!(
         "rank {rank}: wrote {} and {}",
         svg.display(),
