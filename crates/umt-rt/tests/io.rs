@@ -16,27 +16,20 @@ use common::{monitored_backend, thread_syscall};
 use umt_rt::io::{self, EventSource, IoError, Source};
 use umt_rt::{BackendKind, Runtime};
 
-/// A scratch file removed on drop.
-struct Scratch(PathBuf, File);
+/// A scratch file, in a new directory of its own removed on drop (no predictable name in the
+/// shared temporary directory, where another user could plant a link). The third field only
+/// keeps the directory alive.
+struct Scratch(PathBuf, File, #[allow(dead_code)] tempfile::TempDir);
 
 impl Scratch {
     fn new(tag: &str, custom: impl FnOnce(&mut OpenOptions)) -> Option<Scratch> {
-        let path = std::env::temp_dir().join(format!(
-            "umt-io-{tag}-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
+        let dir = tempfile::tempdir().ok()?;
+        let path = dir.path().join(tag);
         let mut o = OpenOptions::new();
-        o.create(true).truncate(true).read(true).write(true);
+        o.create_new(true).read(true).write(true);
         custom(&mut o);
         let file = o.open(&path).ok()?;
-        Some(Scratch(path, file))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        Some(Scratch(path, file, dir))
     }
 }
 

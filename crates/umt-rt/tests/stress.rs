@@ -16,14 +16,13 @@ use common::{assert_blocks_seen, monitored_backend, skip_unmonitored};
 #[repr(C, align(4096))]
 struct Page([u8; 4096]);
 
-/// A 64 KiB file opened for direct reads (buffered where the filesystem refuses O_DIRECT).
-fn data_file() -> (File, std::path::PathBuf) {
-    let path = std::env::temp_dir().join(format!(
-        "umt-stress-{}-{:?}.dat",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    File::create(&path)
+/// A 64 KiB file opened for direct reads (buffered where the filesystem refuses O_DIRECT), in
+/// a new directory of its own (removed with the returned guard): no predictable name in the
+/// shared temporary directory, where another user could plant a link.
+fn data_file() -> (File, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data");
+    File::create_new(&path)
         .and_then(|mut f| f.write_all(&[5u8; 1 << 16]))
         .unwrap();
     let f = OpenOptions::new()
@@ -32,7 +31,7 @@ fn data_file() -> (File, std::path::PathBuf) {
         .open(&path)
         .or_else(|_| File::open(&path))
         .unwrap();
-    (f, path)
+    (f, dir)
 }
 
 fn libc_o_direct() -> i32 {
@@ -74,7 +73,7 @@ fn task<'s>(s: &Scope<'s>, w: &'s Work<'s>, i: usize) {
 fn run_all(rt: &Runtime) {
     let runs: Vec<AtomicU8> = (0..TASKS).map(|_| AtomicU8::new(0)).collect();
     let blocked = AtomicUsize::new(0);
-    let (file, path) = data_file();
+    let (file, dir) = data_file();
     let w = Work {
         runs: &runs,
         blocked: &blocked,
@@ -86,7 +85,7 @@ fn run_all(rt: &Runtime) {
             s.spawn(move |s| task(s, w, i));
         }
     });
-    std::fs::remove_file(path).unwrap();
+    drop(dir);
     let bad: Vec<(usize, u8)> = runs
         .iter()
         .map(|r| r.load(Ordering::Relaxed))
