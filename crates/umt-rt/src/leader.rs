@@ -27,8 +27,9 @@ pub(crate) fn start(
     Ok(thread)
 }
 
-/// The leader of core `own` (an index into the runtime's cores): L0 once, then L1–L4 and the
-/// pacing of the next wait, until shutdown.
+/// The leader of core `own` (an index into the runtime's cores): L0 once, then L1–L3, the
+/// lending steps M1–M2 and the pacing of the next wait, until shutdown. (L4 in `README.md`
+/// is the workers' surrender, not a leader's step.)
 fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
     let mut leader = Leader::new(&reg, starter, own);
     while !reg.terminate.load(Ordering::Acquire) {
@@ -57,7 +58,7 @@ struct Leader<'r> {
     /// the start of this iteration (for `Stats::leader_poll_time`).
     last_busy: Instant,
     cpu_at_start: Duration,
-    /// Looks in a row that found the own core starved and no donor (L4).
+    /// Looks in a row that found the own core starved and no donor (M1).
     starved_looks: u32,
     /// Leader-follower: the context in which this leader runs tasks itself.
     follower: Option<WorkerCtx>,
@@ -256,7 +257,7 @@ impl<'r> Leader<'r> {
         look.quiet = false;
     }
 
-    /// L4 (M1–M2 of "Lending"): still no ready worker, and none woken (every worker of the
+    /// M1–M2 of "Lending" in `README.md`: still no ready worker, and none woken (every worker of the
     /// core blocked and the spare limit reached, or nothing queued): a runnable worker of an
     /// oversubscribed core moves here.
     fn borrow_if_starved(&mut self, look: &mut Look) {
@@ -343,11 +344,11 @@ fn fill(reg: &Registry, core: usize, seen: u64, starter: &StartRequests) -> bool
 }
 
 /// How many looks in a row a starved leader makes every scan period before its timeout
-/// doubles again (L4): a core whose workers wait in the kernel for long (an idle server's
+/// doubles again (M1): a core whose workers wait in the kernel for long (an idle server's
 /// I/O waits) would otherwise wake its leader every period for as long as they wait.
 const MAX_STARVED_LOOKS: u32 = 64;
 
-/// What a leader's look for a worker to borrow found (L4).
+/// What a leader's look for a worker to borrow found (M1).
 enum Loan {
     /// A worker of another core now runs here.
     Lent,
@@ -358,7 +359,7 @@ enum Loan {
     NoDonor,
 }
 
-/// L4, M1–M2 of `README.md`, "Lending": moves a runnable worker of the other core with the
+/// M1–M2 of `README.md`, "Lending": moves a runnable worker of the other core with the
 /// most ready workers (at least two) to core `own`, which has none. Live counts only
 /// (`Capabilities::lend`): another core's count is read without a drain, and it follows the moved
 /// thread to its new CPU.
