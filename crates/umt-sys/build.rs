@@ -13,6 +13,10 @@ fn main() {
     println!("cargo::rerun-if-changed={SOURCE}");
     println!("cargo::rerun-if-env-changed=UMT_BPF_CLANG");
     println!("cargo::rustc-check-cfg=cfg(umt_bpf)");
+    if std::env::var("CARGO_CFG_TARGET_OS").is_ok_and(|os| os != "linux") {
+        unavailable("BPF programs of this kind run only on Linux");
+        return;
+    }
     if std::env::var_os("CARGO_FEATURE_BPF").is_none() {
         unavailable("umt-sys was built without its `bpf` feature");
         return;
