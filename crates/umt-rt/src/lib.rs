@@ -140,6 +140,7 @@
 //! of a core's waiters, and blocks in the kernel (on the core's io_uring) only when nothing
 //! else can run there (seed 004).
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// Items left out of the loom build (`RUSTFLAGS="--cfg loom"`), which checks the handshakes of
 /// the seven files declared outside it and needs no thread, monitor or runtime: one gate.
@@ -169,6 +170,9 @@ pub enum Yield {
 }
 
 not_loom! {
+    // Readiness through one epoll reactor: Linux's epoll (another OS would need kqueue).
+    #[cfg(target_os = "linux")]
+    #[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
     pub mod async_io;
     mod async_task;
     mod broadcast;

@@ -95,11 +95,18 @@ fn tsc_mult() -> Option<(u64, u64)> {
 
 /// Whether this process may execute `rdtsc`: not if it asked for a signal instead
 /// (`prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`).
+#[cfg(target_os = "linux")]
 fn tsc_readable() -> bool {
     let mut state: libc::c_int = 0;
     // SAFETY: PR_GET_TSC writes one int through the pointer, which points to `state`.
     let ret = unsafe { libc::prctl(libc::PR_GET_TSC, &mut state as *mut libc::c_int) };
     ret == 0 && state == libc::PR_TSC_ENABLE
+}
+
+/// Elsewhere, no `prctl` to ask: the clock keeps to `CLOCK_MONOTONIC`.
+#[cfg(not(target_os = "linux"))]
+fn tsc_readable() -> bool {
+    false
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -3,24 +3,35 @@
 use std::fs;
 use std::path::Path;
 
-use nix::sched::{CpuSet, sched_getaffinity, sched_getcpu, sched_setaffinity};
-use nix::unistd::{Pid, getpid};
-
 use crate::error::{Error, Result};
+
+#[cfg(target_os = "linux")]
+use nix::sched::{CpuSet, sched_getaffinity, sched_getcpu, sched_setaffinity};
+#[cfg(target_os = "linux")]
+use nix::unistd::{Pid, getpid};
 
 /// A logical CPU number, as the kernel numbers them (`/sys/devices/system/cpu/cpuN`).
 pub type CpuId = usize;
 
 /// The CPUs this process may run on: the affinity mask of its main thread, in ascending order.
+///
+/// On another OS (no affinity masks): every CPU it reports (`available_parallelism`).
 pub fn process_cpus() -> Result<Vec<CpuId>> {
-    mask_cpus(getpid())
+    #[cfg(target_os = "linux")]
+    return mask_cpus(getpid());
+    #[cfg(not(target_os = "linux"))]
+    return portable::all_cpus();
 }
 
 /// The CPUs the calling thread may run on, in ascending order.
 pub fn thread_cpus() -> Result<Vec<CpuId>> {
-    mask_cpus(Pid::from_raw(0))
+    #[cfg(target_os = "linux")]
+    return mask_cpus(Pid::from_raw(0));
+    #[cfg(not(target_os = "linux"))]
+    return portable::all_cpus();
 }
 
+#[cfg(target_os = "linux")]
 fn mask_cpus(pid: Pid) -> Result<Vec<CpuId>> {
     let set = sched_getaffinity(pid).map_err(|e| Error::os("sched_getaffinity", e))?;
     Ok((0..CpuSet::count())
@@ -128,12 +139,15 @@ pub fn possible_cpus() -> Result<usize> {
                 )
             }),
         // No sysfs (a bare container, an early initramfs): fall back to the configured count.
+        #[cfg(target_os = "linux")]
         Err(_) => {
             let n = nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_CONF)
                 .map_err(|e| Error::os("sysconf(_SC_NPROCESSORS_CONF)", e))?
                 .unwrap_or(1);
             Ok(usize::try_from(n).unwrap_or(1).max(1))
         }
+        #[cfg(not(target_os = "linux"))]
+        Err(_) => Ok(portable::all_cpus()?.len()),
     }
 }
 
@@ -181,8 +195,13 @@ pub fn parse_cpu_list(text: &str) -> Option<Vec<CpuId>> {
 }
 
 /// The CPU the calling thread is running on right now (it may move at any time unless pinned).
+///
+/// On another OS: an error saying so (no such call).
 pub fn current_cpu() -> Result<CpuId> {
-    sched_getcpu().map_err(|e| Error::os("sched_getcpu", e))
+    #[cfg(target_os = "linux")]
+    return sched_getcpu().map_err(|e| Error::os("sched_getcpu", e));
+    #[cfg(not(target_os = "linux"))]
+    return Err(portable::unsupported("sched_getcpu"));
 }
 
 /// Pins the calling thread to `cpu`.
@@ -198,12 +217,19 @@ pub fn pin_current_thread(cpu: CpuId) -> Result<()> {
 /// Linux has no process-wide mask, only per-thread ones bounded by the process's cpuset, so the
 /// kernel decides: a set with no CPU the thread may use gives [`Error::CpuNotInMask`] naming
 /// the first CPU and, as the allowed list, the main thread's mask.
+///
+/// On another OS (no affinity masks) the thread is not pinned: CPUs among
+/// [`process_cpus`] are accepted and nothing else happens; others are refused as on Linux.
 pub fn pin_current_thread_to(cpus: &[CpuId]) -> Result<()> {
-    set_affinity(Pid::from_raw(0), cpus)
+    #[cfg(target_os = "linux")]
+    return set_affinity(Pid::from_raw(0), cpus);
+    #[cfg(not(target_os = "linux"))]
+    return portable::accept_cpus(cpus);
 }
 
 /// Restricts thread `tid` (0: the caller) to `cpus`; the errors of
 /// [`pin_current_thread_to`].
+#[cfg(target_os = "linux")]
 fn set_affinity(tid: Pid, cpus: &[CpuId]) -> Result<()> {
     let refused = |cpu: CpuId| -> Error {
         match process_cpus() {
@@ -234,7 +260,13 @@ fn set_affinity(tid: Pid, cpus: &[CpuId]) -> Result<()> {
 /// Returns [`Error::CpuNotInMask`] when the kernel refuses `cpu`, and an error naming
 /// `sched_setaffinity` when no thread has that id (`ESRCH`).
 pub fn pin_thread(tid: i32, cpu: CpuId) -> Result<()> {
-    set_affinity(Pid::from_raw(tid), &[cpu])
+    #[cfg(target_os = "linux")]
+    return set_affinity(Pid::from_raw(tid), &[cpu]);
+    #[cfg(not(target_os = "linux"))]
+    return {
+        let _ = tid;
+        portable::accept_cpus(&[cpu])
+    };
 }
 
 /// Whether the thread `tid` of this process is running or waiting for a CPU (state `R` in
@@ -262,17 +294,27 @@ fn parse_stat_state(text: &str) -> Option<char> {
 ///
 /// umt-rt's leader uses it so that its wake-ups cannot preempt a worker (which, with the perf
 /// backend, would produce switch records that wake the leader again).
+///
+/// On another OS (no `SCHED_IDLE`): an error saying so; umt-rt starts no leaders there.
 pub fn set_current_thread_idle_policy() -> Result<()> {
-    set_current_thread_policy(libc::SCHED_IDLE, "sched_setscheduler(SCHED_IDLE)")
+    #[cfg(target_os = "linux")]
+    return set_current_thread_policy(libc::SCHED_IDLE, "sched_setscheduler(SCHED_IDLE)");
+    #[cfg(not(target_os = "linux"))]
+    return Err(portable::unsupported("sched_setscheduler(SCHED_IDLE)"));
 }
 
 /// Moves the calling thread back to the normal policy (`SCHED_OTHER`, nice 0): the opposite
 /// of [`set_current_thread_idle_policy`]. Unprivileged (leaving `SCHED_IDLE` for a nice
 /// value at or above the thread's is allowed since Linux 2.6.39).
 pub fn set_current_thread_normal_policy() -> Result<()> {
-    set_current_thread_policy(libc::SCHED_OTHER, "sched_setscheduler(SCHED_OTHER)")
+    #[cfg(target_os = "linux")]
+    return set_current_thread_policy(libc::SCHED_OTHER, "sched_setscheduler(SCHED_OTHER)");
+    // Threads start in the normal policy, and nothing here leaves it.
+    #[cfg(not(target_os = "linux"))]
+    return Ok(());
 }
 
+#[cfg(target_os = "linux")]
 fn set_current_thread_policy(policy: libc::c_int, what: &'static str) -> Result<()> {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: `param` is a valid sched_param that outlives the call; pid 0 is the caller.
@@ -285,8 +327,64 @@ fn set_current_thread_policy(policy: libc::c_int, what: &'static str) -> Result<
 }
 
 /// The kernel thread id of the calling thread.
+///
+/// On another OS: a number unique to the thread within this process (from 1, in the order
+/// the threads first ask), standing in for it.
 pub fn current_tid() -> i32 {
-    nix::unistd::gettid().as_raw()
+    #[cfg(target_os = "linux")]
+    return nix::unistd::gettid().as_raw();
+    #[cfg(not(target_os = "linux"))]
+    return portable::thread_number();
+}
+
+/// What the CPU helpers do where Linux's calls do not exist: no affinity masks, no scheduling
+/// policies, no kernel thread ids.
+#[cfg(not(target_os = "linux"))]
+mod portable {
+    use super::CpuId;
+    use crate::error::{Error, Result};
+
+    /// Every CPU this OS reports, `0..available_parallelism`.
+    pub(super) fn all_cpus() -> Result<Vec<CpuId>> {
+        let n = std::thread::available_parallelism()
+            .map_err(|e| Error::os("available_parallelism", e))?;
+        Ok((0..n.get()).collect())
+    }
+
+    /// Accepts `cpus` if all are among [`all_cpus`] (there is nothing to pin them with).
+    pub(super) fn accept_cpus(cpus: &[CpuId]) -> Result<()> {
+        let allowed = all_cpus()?;
+        let refused = match cpus.iter().find(|c| !allowed.contains(c)) {
+            Some(&cpu) => cpu,
+            None if cpus.is_empty() => usize::MAX,
+            None => return Ok(()),
+        };
+        Err(Error::CpuNotInMask {
+            cpu: refused,
+            allowed,
+        })
+    }
+
+    /// The error of a call this OS does not have.
+    pub(super) fn unsupported(what: &'static str) -> Error {
+        Error::os(
+            what,
+            std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "only Linux has it; umt runs here as a plain work-stealing pool",
+            ),
+        )
+    }
+
+    /// A number for the calling thread, unique in this process.
+    pub(super) fn thread_number() -> i32 {
+        use std::sync::atomic::{AtomicI32, Ordering};
+        static NEXT: AtomicI32 = AtomicI32::new(1);
+        thread_local! {
+            static MINE: i32 = NEXT.fetch_add(1, Ordering::Relaxed);
+        }
+        MINE.with(|n| *n)
+    }
 }
 
 /// CPU time the whole process has used so far, all threads (`CLOCK_PROCESS_CPUTIME_ID`).

@@ -70,6 +70,10 @@
 //! # Ok::<(), umt_sys::Error>(())
 //! ```
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+// On another OS than Linux only the Disabled backend exists: the plumbing the others share
+// (event parsing, ready-count tracking, the perf and BPF paths' helpers) is built but unused.
+#![cfg_attr(not(target_os = "linux"), allow(dead_code))]
 
 pub mod abi;
 mod backend;
@@ -79,6 +83,10 @@ mod error;
 mod event;
 mod monitor;
 mod ready;
+#[cfg(target_os = "linux")]
+pub mod uring;
+#[cfg(not(target_os = "linux"))]
+#[path = "uring_elsewhere.rs"]
 pub mod uring;
 
 pub use abi::Events;

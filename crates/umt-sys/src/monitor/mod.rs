@@ -2,12 +2,17 @@
 //! backend this machine supports. The protocol is described step by step in `README.md` beside
 //! this file.
 
+#[cfg(target_os = "linux")]
 mod bpf;
+#[cfg(target_os = "linux")]
 mod kernel;
 mod ops;
+#[cfg(target_os = "linux")]
 mod perf;
 mod select;
+#[cfg(target_os = "linux")]
 mod shared;
+mod waitset;
 
 use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -15,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::sys::epoll::{Epoll, EpollEvent, EpollTimeout};
+use waitset::{Epoll, EpollEvent, EpollTimeout};
 
 use crate::backend::{BackendKind, Selection, Unavailable};
 use crate::cpu::{self, CpuId};
@@ -23,8 +28,18 @@ use crate::error::{Error, Result};
 use crate::event::MonitorEvent;
 use ops::{Backend, Context, Held};
 
+#[cfg(target_os = "linux")]
 pub use bpf::BPF_MAX_THREADS;
+#[cfg(target_os = "linux")]
 pub use perf::DEFAULT_RING_PAGES;
+
+/// Most threads one monitor can register at once with the Bpf backend (which runs only on
+/// Linux: the same value everywhere, so that code using it builds on every OS).
+#[cfg(not(target_os = "linux"))]
+pub const BPF_MAX_THREADS: u32 = 16384;
+/// Default data pages per perf ring (the Perf backend runs only on Linux).
+#[cfg(not(target_os = "linux"))]
+pub const DEFAULT_RING_PAGES: usize = 16;
 
 /// Counters of what a monitor has seen since it was created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

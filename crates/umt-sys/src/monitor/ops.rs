@@ -9,9 +9,8 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+use super::waitset::{EfdFlags, Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EventFd};
 use nix::errno::Errno;
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
-use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::cpu::CpuId;
 use crate::error::{Error, Result};

@@ -1,9 +1,9 @@
 //! Choosing a backend: the first of the requested order that opens, and why each one before
 //! it could not. [`BACKENDS`] is the one place that lists the backends.
 
-use nix::sys::epoll::Epoll;
-
 use super::ops::{Backend, Disabled};
+use super::waitset::Epoll;
+#[cfg(target_os = "linux")]
 use super::{bpf, kernel, perf};
 use crate::backend::{BackendKind, Selection, Unavailable};
 use crate::error::{Error, Result};
@@ -29,6 +29,7 @@ struct Row {
 
 /// Every backend, best first: `Auto` tries them in this order and stops at the first that
 /// opens; the last, Disabled, always does.
+#[cfg(target_os = "linux")]
 const BACKENDS: [Row; 4] = [
     Row {
         kind: BackendKind::Kernel,
@@ -61,12 +62,43 @@ const BACKENDS: [Row; 4] = [
             )?))
         },
     },
-    Row {
-        kind: BackendKind::Disabled,
-        probe: || Ok(()),
-        open: |_, _| Ok(Box::new(Disabled)),
-    },
+    DISABLED,
 ];
+
+/// The same order elsewhere: each backend but Disabled is refused, saying it needs Linux.
+#[cfg(not(target_os = "linux"))]
+const BACKENDS: [Row; 4] = [
+    Row {
+        kind: BackendKind::Kernel,
+        probe: || Err(not_linux(BackendKind::Kernel)),
+        open: |_, _| Err(not_linux(BackendKind::Kernel).into()),
+    },
+    Row {
+        kind: BackendKind::Bpf,
+        probe: || Err(not_linux(BackendKind::Bpf)),
+        open: |_, _| Err(not_linux(BackendKind::Bpf).into()),
+    },
+    Row {
+        kind: BackendKind::Perf,
+        probe: || Err(not_linux(BackendKind::Perf)),
+        open: |_, _| Err(not_linux(BackendKind::Perf).into()),
+    },
+    DISABLED,
+];
+
+/// Why a backend cannot run on another OS than Linux.
+#[cfg(not(target_os = "linux"))]
+fn not_linux(kind: BackendKind) -> Unavailable {
+    Unavailable::new(kind, "it counts blocks with Linux's scheduler, and this is another OS")
+        .with_fix("run on Linux to overlap blocking with computation; here umt-rt is a plain work-stealing pool")
+}
+
+/// The backend that always opens, last in every order.
+const DISABLED: Row = Row {
+    kind: BackendKind::Disabled,
+    probe: || Ok(()),
+    open: |_, _| Ok(Box::new(Disabled)),
+};
 
 /// Whether `kind` can run on this machine (`Auto` always can: it falls back to Disabled).
 pub(super) fn probe(kind: BackendKind) -> std::result::Result<(), Unavailable> {
@@ -143,7 +175,7 @@ mod tests {
 
     #[test]
     fn disabled_is_chosen_when_asked_for() -> Result<()> {
-        let epoll = Epoll::new(nix::sys::epoll::EpollCreateFlags::EPOLL_CLOEXEC)
+        let epoll = Epoll::new(crate::monitor::waitset::EpollCreateFlags::EPOLL_CLOEXEC)
             .map_err(|e| Error::os("epoll_create1", e))?;
         let options = Options {
             possible_cpus: 1,
