@@ -19,6 +19,24 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Runs test `name` of this binary, alone, through `cmd` (the binary, or a wrapper that runs
+/// it, with what the child needs: a user, an environment variable): its status, and its
+/// output, standard output then standard error.
+fn run_test(
+    mut cmd: std::process::Command,
+    name: &str,
+) -> std::io::Result<(std::process::ExitStatus, String)> {
+    let out = cmd
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .output()?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((out.status, text))
+}
+
 fn required() -> bool {
     std::env::var("UMT_REQUIRE_MONITOR").is_ok_and(|b| b == "bpf")
 }
@@ -367,17 +385,14 @@ fn without_privilege_bpf_is_unavailable_and_auto_falls_through() {
     // opens without walking its path: a checkout inside a folder nobody may enter (a home
     // directory of mode 700) runs it all the same.
     use std::os::unix::process::CommandExt;
-    let out = std::process::Command::new("/proc/self/exe")
-        .args([
-            "--exact",
-            "without_privilege_bpf_is_unavailable_and_auto_falls_through",
-            "--nocapture",
-        ])
-        .env("UMT_BPF_UNPRIVILEGED_CHILD", "1")
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    cmd.env("UMT_BPF_UNPRIVILEGED_CHILD", "1")
         .uid(65534)
-        .gid(65534)
-        .output();
-    let out = match out {
+        .gid(65534);
+    let (status, text) = match run_test(
+        cmd,
+        "without_privilege_bpf_is_unavailable_and_auto_falls_through",
+    ) {
         Ok(out) => out,
         // The binary's own mode lets nobody not run it (built under `umask 077`).
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -386,16 +401,11 @@ fn without_privilege_bpf_is_unavailable_and_auto_falls_through() {
         }
         Err(e) => panic!("running this test binary as nobody: {e}"),
     };
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if !out.status.success() && text.contains("Permission denied") && !text.contains("panicked") {
+    if !status.success() && text.contains("Permission denied") && !text.contains("panicked") {
         eprintln!("skipped: nobody cannot run this test binary here: {text}");
         return;
     }
-    assert!(out.status.success(), "{text}");
+    assert!(status.success(), "{text}");
     assert!(text.contains("1 passed"), "{text}");
 }
 
@@ -423,20 +433,12 @@ fn the_unprivileged_checks_run_from_a_folder_nobody_may_enter() {
     let copy = private.path().join("bpf_backend");
     std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = std::process::Command::new(&copy)
-        .args([
-            "--exact",
-            "without_privilege_bpf_is_unavailable_and_auto_falls_through",
-            "--nocapture",
-        ])
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{text}");
+    let (status, text) = run_test(
+        std::process::Command::new(&copy),
+        "without_privilege_bpf_is_unavailable_and_auto_falls_through",
+    )
+    .unwrap();
+    assert!(status.success(), "{text}");
     assert!(text.contains("1 passed"), "{text}");
     assert!(!text.contains("skipped"), "the checks did not run: {text}");
 }
@@ -512,30 +514,23 @@ fn counts_inside_a_pid_namespace() {
     }
     let exe = std::env::current_exe().unwrap();
     // `timeout`: a child that hangs fails this test instead of stopping the suite.
-    let out = match std::process::Command::new("timeout")
-        .args(["120", "unshare", "--pid", "--fork", "--mount-proc"])
+    let mut cmd = std::process::Command::new("timeout");
+    cmd.args(["120", "unshare", "--pid", "--fork", "--mount-proc"])
         .arg(&exe)
-        .args(["--exact", "counts_inside_a_pid_namespace", "--nocapture"])
-        .env("UMT_BPF_PIDNS_CHILD", "1")
-        .output()
-    {
+        .env("UMT_BPF_PIDNS_CHILD", "1");
+    let (status, text) = match run_test(cmd, "counts_inside_a_pid_namespace") {
         Ok(out) => out,
         Err(e) => {
             eprintln!("skipped: cannot run timeout and unshare (coreutils, util-linux): {e}");
             return;
         }
     };
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if !out.status.success() && text.starts_with("unshare:") {
+    if !status.success() && text.starts_with("unshare:") {
         // No new namespaces here (a container without CAP_SYS_ADMIN).
         eprintln!("skipped: {text}");
         return;
     }
-    assert!(out.status.success(), "{text}");
+    assert!(status.success(), "{text}");
     assert!(text.contains("1 passed"), "{text}");
 }
 
@@ -551,22 +546,10 @@ fn out_of_descriptors_the_reason_names_the_limit() {
     }
     let Some(m) = bpf_monitor() else { return };
     drop(m);
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "out_of_descriptors_the_reason_names_the_limit",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("UMT_BPF_FEW_FDS_CHILD", "1")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{text}");
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.env("UMT_BPF_FEW_FDS_CHILD", "1");
+    let (status, text) = run_test(cmd, "out_of_descriptors_the_reason_names_the_limit").unwrap();
+    assert!(status.success(), "{text}");
     assert!(text.contains("1 passed"), "{text}");
 }
 
