@@ -60,35 +60,79 @@ fn thread_policy() -> u32 {
 }
 
 /// Whether thread `tid` of this process is asleep, off its run queue: its `wchan` names where
-/// it sleeps. The kernel gives `0` for a thread that is running or runnable, a thread
-/// preempted between marking itself asleep and switching out included (its state already
-/// reads `S`), so this is true only once the switch that the monitor counts happened.
+/// it sleeps. Since Linux 5.16 the kernel gives `0` for a thread that is running or runnable,
+/// a thread preempted between marking itself asleep and switching out included (its state
+/// already reads `S`), so this is true only once the switch that the monitor counts happened.
 fn asleep(tid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/self/task/{tid}/wchan"))
         .is_ok_and(|w| !w.is_empty() && w.trim() != "0")
 }
 
-/// Whether every worker thread of `cpu` (named `umt-worker-CPU.K`, the default) but the
-/// calling one is [`asleep`].
-fn only_worker_awake(cpu: usize) -> bool {
+/// Whether [`asleep`] can tell here: a thread blocked in a pipe read must read as asleep. Not
+/// on kernels before 5.16 with the ORC unwinder, or without kallsyms, where `wchan` is always
+/// `0` (the stale-count check is then skipped, saying so).
+fn wchan_tells_sleepers() -> bool {
+    let (mut rx, tx) = std::io::pipe().unwrap();
+    let tid = AtomicI32::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            tid.store(umt_sys::cpu::current_tid(), Ordering::SeqCst);
+            let _ = rx.read(&mut [0u8; 1]);
+        });
+        let mut seen = false;
+        // A thread that blocked reads as asleep at once; one that was preempted on its way
+        // there gets a CPU again soon: a few hundred looks tell the two apart.
+        for _ in 0..500 {
+            let t = tid.load(Ordering::SeqCst);
+            if t != 0 && asleep(t) {
+                seen = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(tx);
+        seen
+    })
+}
+
+/// If every worker thread of `cpu` (named `umt-worker-CPU.K`, the default) but the calling
+/// one is [`asleep`], and there is one: their ids and voluntary switches. Two equal looks
+/// mean none of them woke in between.
+fn others_parked(cpu: usize) -> Option<Vec<(i32, u64)>> {
     let me = umt_sys::cpu::current_tid();
     let prefix = format!("umt-worker-{cpu}.");
-    std::fs::read_dir("/proc/self/task")
+    let mut parked = Vec::new();
+    for tid in std::fs::read_dir("/proc/self/task")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&tid| tid != me)
-        .filter(|tid| {
-            std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
-                .is_ok_and(|c| c.starts_with(&prefix))
-        })
-        .all(asleep)
+    {
+        let task = format!("/proc/self/task/{tid}");
+        if !std::fs::read_to_string(format!("{task}/comm")).is_ok_and(|c| c.starts_with(&prefix)) {
+            continue;
+        }
+        if !asleep(tid) {
+            return None;
+        }
+        let status = std::fs::read_to_string(format!("{task}/status")).ok()?;
+        let switches = status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
+            .trim()
+            .parse()
+            .ok()?;
+        parked.push((tid, switches));
+    }
+    parked.sort_unstable();
+    (!parked.is_empty()).then_some(parked)
 }
 
 /// Computes in 100 us slices with a scheduling point between them, until `stop`. Counts in
 /// `checks[0]` the scheduling points passed after a surrender with every other worker of
-/// `rt`'s one core asleep (parked) before and after, and in `checks[1]` those of them that
-/// still counted more than one ready worker after draining: the block of a parked worker is
-/// drained at the next scheduling point of the core, not when the leader gets a turn.
+/// `rt`'s one core parked (asleep, and not woken) from before the point to after the count
+/// was read, and in `checks[1]` those of them that still counted more than one ready worker
+/// after draining: the block of a parked worker is drained at the next scheduling point of
+/// the core, not when the leader gets a turn.
 fn compute_until(rt: &Runtime, stop: &AtomicBool, checks: &[AtomicUsize; 2]) {
     let cpu = rt.cpus()[0];
     while !stop.load(Ordering::SeqCst) {
@@ -96,10 +140,10 @@ fn compute_until(rt: &Runtime, stop: &AtomicBool, checks: &[AtomicUsize; 2]) {
         while t.elapsed() < Duration::from_micros(100) {
             std::hint::spin_loop();
         }
-        let alone = only_worker_awake(cpu);
+        let before = others_parked(cpu);
         umt_rt::yield_now();
         let st = rt.stats();
-        if alone && st.surrenders >= 1 && only_worker_awake(cpu) {
+        if before.is_some() && st.surrenders >= 1 && others_parked(cpu) == before {
             checks[0].fetch_add(1, Ordering::SeqCst);
             if st.cores[0].ready_workers > 1 {
                 checks[1].fetch_add(1, Ordering::SeqCst);
@@ -356,6 +400,14 @@ fn reuses_the_blocked_core_then_surrenders(policy: LeaderPolicy) {
             );
             // No threshold: every scheduling point that comes after the others parked
             // drains its block, whatever the load on the machine (issue 30, item 8).
+            // Thread names longer than the kernel's 15 characters cannot be matched.
+            let cpu = rt.cpus()[0];
+            if format!("umt-worker-{cpu}.").len() > 15 || !wchan_tells_sleepers() {
+                eprintln!(
+                    "skipped the stale-count check: /proc/PID/wchan cannot tell sleepers here"
+                );
+                return;
+            }
             wait_for_or(
                 "a scheduling point passes with the other workers parked",
                 || sc.checks[0].load(Ordering::SeqCst) > 0,
