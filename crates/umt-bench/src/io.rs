@@ -222,8 +222,10 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), BenchError> {
 }
 
 /// Makes `path` anew atomically: `write` fills a new temporary file in the same directory
-/// (`O_EXCL`, mode 600) through its path, which is then synced and renamed over `path`. A
-/// reader sees the old file or the whole new one, and a failure leaves the old one.
+/// (`O_EXCL`, mode 600 while it is written) through its path, which then takes the old
+/// file's mode (644 for a new one), is synced and renamed over `path`. A reader sees the old
+/// file or the whole new one, and a failure leaves the old one. A link at `path` is replaced,
+/// not written through.
 pub fn replace_atomically(
     path: &Path,
     write: impl FnOnce(&Path) -> Result<(), BenchError>,
@@ -234,6 +236,14 @@ pub fn replace_atomically(
         .tempfile_in(dir)
         .map_err(|e| BenchError::io("writing a file in", dir, e))?;
     write(tmp.path())?;
+    // The mode a plain write would give: the old file's, or 644 for a new one (the temporary
+    // file is made 600).
+    let mode = std::fs::metadata(path).map_or(0o644, |m| {
+        std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777
+    });
+    tmp.as_file()
+        .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
+        .map_err(|e| BenchError::io("writing", path, e))?;
     tmp.as_file()
         .sync_all()
         .map_err(|e| BenchError::io("writing", path, e))?;
@@ -590,6 +600,22 @@ mod tests {
             None,
             "/tmp is on a disk here"
         );
+    }
+
+    /// An output written atomically has the mode a plain write would give it: 644 when new,
+    /// the old file's otherwise (its temporary file is 600).
+    #[test]
+    fn an_atomic_write_keeps_the_mode_a_plain_write_gives() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.json");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        write_atomically(&path, b"1").unwrap();
+        assert_eq!(mode(&path), 0o644);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        write_atomically(&path, b"2").unwrap();
+        assert_eq!(mode(&path), 0o640);
+        assert_eq!(std::fs::read(&path).unwrap(), b"2");
     }
 
     #[test]

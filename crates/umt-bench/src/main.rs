@@ -857,6 +857,14 @@ fn run_scale(a: &ScaleArgs) -> Result<(), BenchError> {
     let all = ["heat", "fwi", "scan"];
     let wanted = |w: &str| a.workloads.is_empty() || a.workloads.iter().any(|x| x == w);
     std::fs::create_dir_all(&a.out).map_err(|e| BenchError::io("creating", &a.out, e))?;
+    // Once the output is closed (`| head`) the sweep still runs to its end and writes its
+    // files; the closed output is reported then.
+    let mut printed = Ok(());
+    let mut say_on = |text: std::fmt::Arguments<'_>| {
+        if printed.is_ok() {
+            printed = umt_bench::io::say(text);
+        }
+    };
     // Calibrated on every core, once.
     let mut heat: HeatArgs = defaults(&a.common, |h: &mut HeatArgs, c| h.common = c);
     (heat.size, heat.block, heat.iof, heat.iters) = (a.size, a.block, a.iof, a.iters);
@@ -925,16 +933,16 @@ fn run_scale(a: &ScaleArgs) -> Result<(), BenchError> {
         // Ctrl-C) keeps the counts it finished; and before printing, so a closed output
         // does not cost them.
         write_scale(&a.out, &points)?;
-        say!("{tables}");
+        say_on(format_args!("{tables}\n"));
     }
     umt_sys::cpu::pin_current_thread_to(&cpus)
         .map_err(|e| BenchError::InvalidParam(format!("restoring the affinity mask: {e}")))?;
-    umt_bench::io::say(format_args!("{}", scale::markdown(&points)))?;
+    say_on(format_args!("{}", scale::markdown(&points)));
     eprintln!(
         "wrote scale.json, scale.md and scale.svg in {}",
         a.out.display()
     );
-    Ok(())
+    printed
 }
 
 /// Writes the sweep's `points` so far as `scale.json`, `scale.md` and `scale.svg` in `out`,

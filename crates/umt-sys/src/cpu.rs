@@ -218,8 +218,8 @@ pub fn pin_current_thread(cpu: CpuId) -> Result<()> {
 /// kernel decides: a set with no CPU the thread may use gives [`Error::CpuNotInMask`] naming
 /// the first CPU and, as the allowed list, the main thread's mask.
 ///
-/// On another OS (no affinity masks) the thread is not pinned: CPUs among
-/// [`process_cpus`] are accepted and nothing else happens; others are refused as on Linux.
+/// On another OS (no affinity masks) the thread is not pinned: a set with a CPU among
+/// [`process_cpus`] is accepted and nothing else happens; one without is refused as on Linux.
 pub fn pin_current_thread_to(cpus: &[CpuId]) -> Result<()> {
     #[cfg(target_os = "linux")]
     return set_affinity(Pid::from_raw(0), cpus);
@@ -351,16 +351,15 @@ mod portable {
         Ok((0..n.get()).collect())
     }
 
-    /// Accepts `cpus` if all are among [`all_cpus`] (there is nothing to pin them with).
+    /// Accepts `cpus` if one of them is among [`all_cpus`], as Linux does with a mask (there
+    /// is nothing to pin them with); refuses naming the first otherwise.
     pub(super) fn accept_cpus(cpus: &[CpuId]) -> Result<()> {
         let allowed = all_cpus()?;
-        let refused = match cpus.iter().find(|c| !allowed.contains(c)) {
-            Some(&cpu) => cpu,
-            None if cpus.is_empty() => usize::MAX,
-            None => return Ok(()),
-        };
+        if cpus.iter().any(|c| allowed.contains(c)) {
+            return Ok(());
+        }
         Err(Error::CpuNotInMask {
-            cpu: refused,
+            cpu: cpus.first().copied().unwrap_or(usize::MAX),
             allowed,
         })
     }

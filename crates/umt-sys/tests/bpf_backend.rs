@@ -534,9 +534,10 @@ fn counts_inside_a_pid_namespace() {
     assert!(text.contains("1 passed"), "{text}");
 }
 
-/// Out of file descriptors at any step of opening the backend (the BTF read, the maps, the
-/// programs, their links, the wake-up buffers), the error says so and names `ulimit -n`,
-/// never a kernel too old (issue 30, item 10). Run in a child of its own: it lowers the
+/// Short of file descriptors, opening the backend fails saying so and naming `ulimit -n`,
+/// never a kernel too old (issue 30, item 10): the check before loading refuses each limit
+/// too low to load, and the first limit it lets through opens (no step of the load then
+/// fails for want of one, which would first show as a relocation error). Run in a child of its own: it lowers the
 /// process's descriptor limit.
 #[test]
 fn out_of_descriptors_the_reason_names_the_limit() {

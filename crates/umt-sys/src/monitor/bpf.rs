@@ -695,10 +695,16 @@ mod imp {
     /// `out_of_descriptors_the_reason_names_the_limit`).
     fn enough_descriptors(online: usize) -> Result<()> {
         use nix::sys::resource::{Resource, getrlimit};
-        let Ok((soft, _)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
             return Ok(());
         };
-        let Ok(open) = std::fs::read_dir("/proc/self/fd").map(|d| d.count() as u64) else {
+        // New descriptors take the lowest free numbers below the limit: those open above it
+        // take no place. (The directory read's own descriptor counts: a margin of one.)
+        let Ok(open) = std::fs::read_dir("/proc/self/fd").map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok())
+                .filter(|&fd| fd < soft)
+                .count() as u64
+        }) else {
             return Ok(());
         };
         let (free, needed) = (soft.saturating_sub(open), descriptors_needed(online));
@@ -708,11 +714,14 @@ mod imp {
         Err(Unavailable::new(
             BackendKind::Bpf,
             format!(
-                "{free} file descriptors are free under this process's limit of {soft}, and \
-                 loading takes up to {needed}"
+                "not loaded: {free} file descriptors are free under this process's limit of \
+                 {soft}, and loading takes up to {needed}"
             ),
         )
-        .with_fix(DESCRIPTOR_FIX)
+        .with_fix(format!(
+            "raise the limit (`ulimit -n`, up to the hard limit of {hard}) or close \
+             descriptors first"
+        ))
         .into())
     }
 

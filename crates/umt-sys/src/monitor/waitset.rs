@@ -19,7 +19,7 @@ pub(super) use emulated::{
 #[cfg_attr(target_os = "linux", allow(dead_code))]
 mod emulated {
     use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-    use std::sync::Mutex;
+    use std::sync::{Arc, Mutex};
 
     use nix::errno::Errno;
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -84,20 +84,35 @@ mod emulated {
 
     /// How long a wait may last, in milliseconds; `NONE`: no limit.
     #[derive(Clone, Copy, Debug)]
-    pub(crate) struct EpollTimeout(Option<u16>);
+    pub(crate) struct EpollTimeout(Option<u32>);
 
     impl EpollTimeout {
         pub(crate) const NONE: EpollTimeout = EpollTimeout(None);
-        pub(crate) const MAX: EpollTimeout = EpollTimeout(Some(u16::MAX));
+        /// The longest `poll(2)` takes: `i32::MAX` milliseconds, as epoll's.
+        pub(crate) const MAX: EpollTimeout = EpollTimeout(Some(i32::MAX as u32));
     }
 
     impl TryFrom<u128> for EpollTimeout {
         type Error = ();
         fn try_from(ms: u128) -> Result<EpollTimeout, ()> {
-            u16::try_from(ms)
-                .map(|ms| EpollTimeout(Some(ms)))
-                .map_err(drop)
+            match i32::try_from(ms) {
+                Ok(ms) => Ok(EpollTimeout(Some(ms as u32))),
+                Err(_) => Err(()),
+            }
         }
+    }
+
+    /// A pipe, both ends close-on-exec and non-blocking. (No `pipe2` on every OS: a fork and
+    /// exec in another thread between the two calls may inherit it, which costs that child
+    /// two descriptors and nothing else.)
+    fn pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
+        use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
+        let (read, write) = nix::unistd::pipe()?;
+        for fd in [&read, &write] {
+            fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+            fcntl(fd, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+        }
+        Ok((read, write))
     }
 
     /// A pipe standing in for an eventfd: readable once written, never read.
@@ -111,17 +126,7 @@ mod emulated {
             _value: u32,
             _flags: EfdFlags,
         ) -> Result<EventFd, Errno> {
-            let (read, write) = nix::unistd::pipe()?;
-            for fd in [&read, &write] {
-                nix::fcntl::fcntl(
-                    fd,
-                    nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
-                )?;
-                nix::fcntl::fcntl(
-                    fd,
-                    nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-                )?;
-            }
+            let (read, write) = pipe()?;
             Ok(EventFd { read, write })
         }
 
@@ -139,46 +144,44 @@ mod emulated {
 
     /// A wait set: the descriptors added, waited on with `poll(2)`. Its own descriptor (for
     /// a set put in another set, or in a caller's) is the first one added: the interrupt.
-    pub(crate) struct Epoll(pub(crate) FirstFd, Mutex<Vec<(OwnedFd, EpollEvent)>>);
+    /// Several threads may wait at once, and add meanwhile, as with epoll.
+    pub(crate) struct Epoll(pub(crate) FirstFd, Mutex<Vec<(Arc<OwnedFd>, EpollEvent)>>);
 
     /// The descriptor of a wait set: a copy of the first descriptor added to it (or, before
-    /// any, of a pipe nothing writes).
-    pub(crate) struct FirstFd(std::sync::OnceLock<OwnedFd>, OwnedFd);
+    /// any, the read end of a pipe nothing writes to, its write end kept open so that it
+    /// never reads as hung up).
+    pub(crate) struct FirstFd(std::sync::OnceLock<OwnedFd>, (OwnedFd, OwnedFd));
 
     impl AsFd for FirstFd {
         fn as_fd(&self) -> BorrowedFd<'_> {
-            self.0.get().unwrap_or(&self.1).as_fd()
+            self.0.get().unwrap_or(&self.1.0).as_fd()
         }
     }
 
     impl Epoll {
         pub(crate) fn new(_flags: EpollCreateFlags) -> Result<Epoll, Errno> {
-            let (never, _) = nix::unistd::pipe()?;
             Ok(Epoll(
-                FirstFd(std::sync::OnceLock::new(), never),
+                FirstFd(std::sync::OnceLock::new(), pipe()?),
                 Mutex::new(Vec::new()),
             ))
         }
 
         pub(crate) fn add<F: AsFd>(&self, fd: F, event: EpollEvent) -> Result<(), Errno> {
-            let own = fd.as_fd().try_clone_to_owned().map_err(|_| Errno::last())?;
-            let _ = self.0.0.get_or_init(|| {
-                own.try_clone().unwrap_or_else(|_| {
-                    // Out of descriptors: the set's own descriptor stays the silent pipe.
-                    fd.as_fd()
-                        .try_clone_to_owned()
-                        .expect("a descriptor was just cloned")
-                })
-            });
+            let errno = |e: std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(0));
+            let own = fd.as_fd().try_clone_to_owned().map_err(errno)?;
+            if self.0.0.get().is_none() {
+                let _ = self.0.0.set(own.try_clone().map_err(errno)?);
+            }
             self.1
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push((own, event));
+                .push((Arc::new(own), event));
             Ok(())
         }
 
         /// Waits until a descriptor of the set is readable: fills `events` with the tags of
-        /// the readable ones, and returns how many.
+        /// the readable ones, and returns how many. The set is copied first, so no lock is
+        /// held while it waits.
         pub(crate) fn wait(
             &self,
             events: &mut [EpollEvent],
@@ -187,21 +190,17 @@ mod emulated {
             let set = self
                 .1
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            let timeout = match timeout.0 {
+                None => PollTimeout::NONE,
+                Some(ms) => PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+            };
             let mut fds: Vec<PollFd<'_>> = set
                 .iter()
                 .map(|(fd, ev)| PollFd::new(fd.as_fd(), PollFlags::from_bits_truncate(ev.flags.0)))
                 .collect();
-            let timeout = match timeout.0 {
-                None => PollTimeout::NONE,
-                Some(ms) => PollTimeout::from(ms),
-            };
-            if fds.is_empty() {
-                std::thread::sleep(std::time::Duration::from_millis(
-                    timeout.as_millis().unwrap_or(u16::MAX.into()).into(),
-                ));
-                return Ok(0);
-            }
+            // An empty set waits out its timeout (or, with none, for good), as epoll does.
             poll(&mut fds, timeout)?;
             let mut n = 0;
             for (pfd, (_, ev)) in fds.iter().zip(set.iter()) {
@@ -240,9 +239,15 @@ mod tests {
             .unwrap();
         let mut events = [EpollEvent::empty(); 2];
         let ms = EpollTimeout::try_from(5u128).unwrap();
-        assert_eq!(set.wait(&mut events, ms).unwrap(), 0);
-        assert_eq!(outer.wait(&mut events, ms).unwrap(), 0);
-        interrupt.write(1).unwrap();
+        std::thread::scope(|t| {
+            // A wait with no timeout does not hold up another wait on the same set.
+            let forever = t.spawn(|| set.wait(&mut [EpollEvent::empty(); 1], EpollTimeout::NONE));
+            assert_eq!(set.wait(&mut events, ms).unwrap(), 0);
+            assert_eq!(outer.wait(&mut events, ms).unwrap(), 0);
+            assert!(!forever.is_finished());
+            interrupt.write(1).unwrap();
+            assert_eq!(forever.join().unwrap().unwrap(), 1);
+        });
         assert_eq!(set.wait(&mut events, EpollTimeout::NONE).unwrap(), 1);
         assert_eq!(events[0].data(), 7);
         // Stays readable: every later wait returns at once, in the outer set too.
