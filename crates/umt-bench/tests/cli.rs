@@ -247,7 +247,7 @@ fn scale_sweeps_the_cores_and_writes_its_three_files() {
     let cpus = umt_sys::cpu::process_cpus().unwrap();
     let counts = if cpus.len() >= 2 { "1,2" } else { "1" };
     let o = out.path().to_str().unwrap();
-    let (code, stdout, err) = umt_bench(&[
+    let args = [
         "scale",
         "--out",
         o,
@@ -283,7 +283,8 @@ fn scale_sweeps_the_cores_and_writes_its_three_files() {
         "--dir",
         o,
         "--allow-memory-dir",
-    ]);
+    ];
+    let (code, stdout, err) = umt_bench(&args);
     assert_eq!(code, 0, "{stdout}{err}");
     let points: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.path().join("scale.json")).unwrap())
@@ -306,6 +307,23 @@ fn scale_sweeps_the_cores_and_writes_its_three_files() {
     );
     let svg = std::fs::read_to_string(out.path().join("scale.svg")).unwrap();
     assert!(svg.contains("<svg") && svg.contains("heat"));
+    // With its output closed (`| head`), the sweep still runs every count and writes its
+    // files, then ends with 141 (it stopped after the first count).
+    std::fs::remove_file(out.path().join("scale.json")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_umt-bench"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let closed = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&closed.stderr);
+    assert_eq!(closed.status.code(), Some(141), "{err}");
+    let points: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("scale.json")).unwrap())
+            .unwrap();
+    assert_eq!(points.as_array().unwrap().len(), counts.split(',').count());
     let (code, _, err) = umt_bench(&["scale", "--out", o, "--cores-list", "0"]);
     assert_eq!(code, 2);
     assert!(err.contains("give 1 to"), "{err}");
