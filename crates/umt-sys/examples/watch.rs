@@ -135,6 +135,19 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Whether the standard output is a pipe whose reader went away: `poll` reports an error on
+/// the write end of such a pipe (`watch | head`), with nothing written.
+fn output_gone() -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::empty())];
+    poll(&mut fds, PollTimeout::ZERO).is_ok()
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP))
+}
+
 /// Writes a line to stdout; an error (a closed pipe) is returned, never a panic.
 fn out(line: std::fmt::Arguments<'_>) -> std::io::Result<()> {
     let mut stdout = std::io::stdout().lock();
@@ -246,6 +259,11 @@ fn watch(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         while Instant::now() < deadline && closed.borrow().is_none() {
             monitor.wait(Some(Duration::from_millis(100)))?;
             monitor.drain_with(&mut print)?;
+            // With no events to print (the Disabled backend), no write would find the closed
+            // pipe: look for it.
+            if output_gone() {
+                *closed.borrow_mut() = Some(std::io::ErrorKind::BrokenPipe.into());
+            }
         }
         stop.store(true, Ordering::Relaxed);
         for h in handles {
