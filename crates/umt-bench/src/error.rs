@@ -58,10 +58,6 @@ pub enum BenchError {
     /// A system call of umt-sys failed (reading a thread's CPU time, for example).
     #[error(transparent)]
     System(#[from] umt_sys::Error),
-    /// The standard output was closed before everything was printed (its reader went away:
-    /// `umt-bench ... | head`). The command ends quietly with exit 141 (128 + SIGPIPE).
-    #[error("the standard output was closed (its reader went away)")]
-    OutputClosed,
     /// A file operation failed.
     #[error("{what} {path}: {source}")]
     Io {

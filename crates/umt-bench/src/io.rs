@@ -3,6 +3,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::BenchError;
 
@@ -188,18 +189,31 @@ pub fn check_writable(flag: &str, path: &Path) -> Result<(), BenchError> {
         })
 }
 
+/// Set once the standard output is found closed ([`say`]).
+static OUTPUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
 /// Writes `text` to the standard output and flushes it. A closed output (`EPIPE`: the reader
-/// went away, `umt-bench ... | head`) is [`BenchError::OutputClosed`], never a panic as
-/// `println!` gives; the caller ends the command quietly.
+/// went away, `umt-bench ... | head`) is never a panic, as `println!` gives, nor an error that
+/// stops the command: it is noted ([`output_closed`]), this and every later call write
+/// nothing, and the command goes on to write its files; `main` then ends with 141.
 pub fn say(text: std::fmt::Arguments<'_>) -> Result<(), BenchError> {
     use std::io::Write;
+    if output_closed() {
+        return Ok(());
+    }
     let mut out = std::io::stdout().lock();
-    out.write_fmt(text)
-        .and_then(|()| out.flush())
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::BrokenPipe => BenchError::OutputClosed,
-            _ => BenchError::io("writing to", Path::new("the standard output"), e),
-        })
+    match out.write_fmt(text).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            OUTPUT_CLOSED.store(true, Ordering::Relaxed);
+            Ok(())
+        }
+        r => r.map_err(|e| BenchError::io("writing to", Path::new("the standard output"), e)),
+    }
+}
+
+/// Whether [`say`] found the standard output closed.
+pub fn output_closed() -> bool {
+    OUTPUT_CLOSED.load(Ordering::Relaxed)
 }
 
 /// Makes a new directory in `parent` named `prefix` and random characters, with `mkdtemp`

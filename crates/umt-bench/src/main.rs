@@ -30,8 +30,8 @@ use umt_bench::rundir::RunDir;
 use umt_bench::runner::{Runner, UmtOptions};
 use umt_rt::LeaderPolicy;
 
-/// `println!` for the commands' results: a closed standard output returns
-/// [`BenchError::OutputClosed`] from the enclosing function instead of panicking.
+/// `println!` for the commands' results, through [`umt_bench::io::say`]: a closed standard
+/// output is noted, not a panic.
 macro_rules! say {
     ($($arg:tt)*) => {
         umt_bench::io::say(format_args!("{}\n", format_args!($($arg)*)))?
@@ -206,7 +206,6 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
             runs: medians,
         });
     }
-    // The files first: a closed output (`| head`) does not cost them.
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&table)
             .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
@@ -279,7 +278,6 @@ fn run_onload(a: &OnloadArgs) -> Result<(), BenchError> {
             .map_err(|e| BenchError::Runtime(e.to_string()))?,
     );
     let (cost, ways) = umt_bench::service::compare(&rt, &p, a.rounds, a.offer_every)?;
-    // The file first: a closed output (`| head`) does not cost it.
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&ways)
             .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
@@ -746,8 +744,11 @@ fn print_or_abort(
     table: impl FnOnce(&[umt_bench::dist::RankedRun]) -> String,
 ) {
     match runs {
-        // A closed output ends rank 0's part quietly, as it does for one process.
-        Ok(Some(runs)) => drop(umt_bench::io::say(format_args!("{}", table(&runs)))),
+        Ok(Some(runs)) => {
+            if let Err(e) = umt_bench::io::say(format_args!("{}", table(&runs))) {
+                eprintln!("umt-bench: {e}");
+            }
+        }
         Ok(None) => {}
         // The other ranks may wait for this one in a message or a barrier: stop them all
         // rather than leave them (and MPI_Finalize here) waiting forever.
@@ -857,14 +858,6 @@ fn run_scale(a: &ScaleArgs) -> Result<(), BenchError> {
     let all = ["heat", "fwi", "scan"];
     let wanted = |w: &str| a.workloads.is_empty() || a.workloads.iter().any(|x| x == w);
     std::fs::create_dir_all(&a.out).map_err(|e| BenchError::io("creating", &a.out, e))?;
-    // Once the output is closed (`| head`) the sweep still runs to its end and writes its
-    // files; the closed output is reported then.
-    let mut printed = Ok(());
-    let mut say_on = |text: std::fmt::Arguments<'_>| {
-        if printed.is_ok() {
-            printed = umt_bench::io::say(text);
-        }
-    };
     // Calibrated on every core, once.
     let mut heat: HeatArgs = defaults(&a.common, |h: &mut HeatArgs, c| h.common = c);
     (heat.size, heat.block, heat.iof, heat.iters) = (a.size, a.block, a.iof, a.iters);
@@ -924,25 +917,22 @@ fn run_scale(a: &ScaleArgs) -> Result<(), BenchError> {
                 }
             }
         }
-        let tables: String = reports
-            .iter()
-            .map(|r| format!("{k} cores: {}\n", r.table()))
-            .collect();
+        for r in &reports {
+            say!("{k} cores: {}", r.table());
+        }
         points.push(ScalePoint { cores: k, reports });
         // After every count, so a sweep stopped part way (a machine lent for minutes, a
-        // Ctrl-C) keeps the counts it finished; and before printing, so a closed output
-        // does not cost them.
+        // Ctrl-C) keeps the counts it finished.
         write_scale(&a.out, &points)?;
-        say_on(format_args!("{tables}\n"));
     }
     umt_sys::cpu::pin_current_thread_to(&cpus)
         .map_err(|e| BenchError::InvalidParam(format!("restoring the affinity mask: {e}")))?;
-    say_on(format_args!("{}", scale::markdown(&points)));
+    umt_bench::io::say(format_args!("{}", scale::markdown(&points)))?;
     eprintln!(
         "wrote scale.json, scale.md and scale.svg in {}",
         a.out.display()
     );
-    printed
+    Ok(())
 }
 
 /// Writes the sweep's `points` so far as `scale.json`, `scale.md` and `scale.svg` in `out`,
@@ -990,10 +980,9 @@ fn no_json_with_mpi(common: &Common) -> Result<(), BenchError> {
 
 fn emit(reports: &[Report], common: &Common) -> Result<(), BenchError> {
     let json = common.json.as_ref();
-    // The tables first; a closed output (`| head`) is reported after the files are written.
-    let printed = reports
-        .iter()
-        .try_for_each(|r| umt_bench::io::say(format_args!("{}\n", r.table())));
+    for r in reports {
+        say!("{}", r.table());
+    }
     // The JSON first, and whole or not at all: a failing plot or timeline afterwards does
     // not cost the results.
     if let Some(path) = json {
@@ -1026,7 +1015,7 @@ fn emit(reports: &[Report], common: &Common) -> Result<(), BenchError> {
         umt_bench::plot::comparison(reports, path)?;
         eprintln!("wrote {}", path.display());
     }
-    printed
+    Ok(())
 }
 
 /// The command's `--dir`.
@@ -1099,10 +1088,10 @@ fn main() -> ExitCode {
         Cmd::Serve(a) => run_serve(&a),
     };
     match result {
+        // `umt-bench ... | head`: the run went on to write its files (--json, --plot); 128 +
+        // SIGPIPE, as a shell reports a process the closed pipe ended.
+        Ok(()) if umt_bench::io::output_closed() => ExitCode::from(141),
         Ok(()) => ExitCode::SUCCESS,
-        // `umt-bench ... | head`: what was asked for to be written (--json, --plot) was
-        // written first; nothing more to say, and no one to say it to.
-        Err(BenchError::OutputClosed) => ExitCode::from(141),
         Err(e) => {
             eprintln!("umt-bench: {e}");
             ExitCode::from(2)
