@@ -29,15 +29,17 @@ fn fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
-/// `count()` once exited threads are gone: `join` returns when the kernel clears the thread's
-/// id, a moment before it leaves `/proc/self/task`, and a leader that `Drop` left to exit on
-/// its own releases the monitor's descriptors at its next turn. A leak never settles, so the
-/// caller's assertion still fails for it (after the 10 s bound).
+/// `count()` once it is down to `target` or below: `join` returns when the kernel clears the
+/// thread's id, a moment before it leaves `/proc/self/task`, and a leader that `Drop` left to
+/// exit on its own releases the monitor's descriptors at its next turn. A leak never settles,
+/// so the caller's assertion still fails for it (after the 10 s bound). Below: a descriptor
+/// that something else in the process held at the first count and closed since (seen once in
+/// CI: 6 descriptors at the end against 7 at the start) is no leak.
 fn settled(count: fn() -> usize, target: usize) -> usize {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let n = count();
-        if n == target || std::time::Instant::now() > deadline {
+        if n <= target || std::time::Instant::now() > deadline {
             return n;
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -104,7 +106,11 @@ fn drop_joins_every_thread_and_closes_every_fd() {
             );
         }
         assert_eq!(settled(threads, t0), t0, "{backend}: threads left behind");
-        assert_eq!(settled(fds, f0), f0, "{backend}: descriptors left open");
+        let f = settled(fds, f0);
+        assert!(
+            f <= f0,
+            "{backend}: descriptors left open: {f}, {f0} before"
+        );
     }
 }
 
@@ -187,9 +193,9 @@ fn drop_does_not_wait_for_leaders_that_cannot_run() {
         t0,
         "the leaders exit once they get a turn"
     );
-    assert_eq!(
-        settled(fds, f0),
-        f0,
-        "and release the monitor's descriptors"
+    let f = settled(fds, f0);
+    assert!(
+        f <= f0,
+        "and release the monitor's descriptors: {f}, {f0} before"
     );
 }
