@@ -501,3 +501,126 @@ fn a_group_poll_serves_every_waiter_of_the_core() {
         assert_eq!(st.waits, WAITERS as u64);
     }
 }
+
+/// A wait that nothing satisfies ends at its deadline with `TimedOut`, never before it, on a
+/// worker (the kernel cancels the ring's poll) and outside a runtime (a timed `poll`); the
+/// core's ring serves the next wait normally, and the deadlines' own completions are not
+/// counted as anyone's.
+#[test]
+fn a_deadline_ends_a_wait_nothing_satisfies_and_the_ring_goes_on() {
+    for backend in [BackendKind::Disabled, monitored_backend()] {
+        let rt = runtime(1, backend);
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        for inside in [true, false] {
+            let run = |f: &(dyn Fn() -> Result<(), IoError> + Sync)| {
+                if inside { rt.install(f) } else { f() }
+            };
+            let deadline = io::Deadline::after(Duration::from_millis(20));
+            let e = run(&|| deadline.readable(&reader)).unwrap_err();
+            assert!(deadline.passed(), "{e} came before the deadline");
+            assert!(
+                matches!(
+                    e,
+                    IoError::TimedOut {
+                        op: "poll",
+                        transferred: 0
+                    }
+                ),
+                "{e:?}"
+            );
+            assert!(e.to_string().contains("deadline"), "{e}");
+            assert_eq!(std::io::Error::from(e).kind(), std::io::ErrorKind::TimedOut);
+            // A deadline already past still takes what is ready.
+            writer.write_all(b"x").unwrap();
+            let past = io::Deadline::at(Instant::now() - Duration::from_millis(1));
+            run(&|| past.readable(&reader)).unwrap();
+            let mut byte = [0u8];
+            (&reader).read_exact(&mut byte).unwrap();
+            // A far deadline does not get in the way of an event that comes.
+            let far = io::Deadline::after(Duration::from_secs(600));
+            let got = rt.install(|| {
+                umt_rt::join(
+                    || far.poll_fd(&reader, libc::POLLIN),
+                    || (&writer).write_all(b"y"),
+                )
+            });
+            assert_eq!(got.0.unwrap() & libc::POLLIN, libc::POLLIN);
+            got.1.unwrap();
+            (&reader).read_exact(&mut byte).unwrap();
+        }
+        // Files: a far deadline reads and writes all of it.
+        let f = Scratch::new("deadline", |_| {}).unwrap();
+        let far = io::Deadline::after(Duration::from_secs(600));
+        let back = rt.install(|| {
+            far.write_all_at(&f.1, b"checkpoint", 4096)?;
+            let mut back = [0u8; 10];
+            far.read_exact_at(&f.1, &mut back, 4096)?;
+            Ok::<_, IoError>(back)
+        });
+        assert_eq!(&back.unwrap(), b"checkpoint");
+        let st = rt.io_stats();
+        if have_uring() {
+            // On the workers: the timed-out poll, the ready one, the two far ones, the file's
+            // write and read (outside the runtime, waits are plain system calls): each one
+            // completion; the deadlines' own completions are not among them.
+            assert_eq!(st.waits, 6, "{st:?}");
+            assert_eq!(st.completions, st.waits, "{st:?}");
+            assert_eq!(st.fallback_waits, 0, "{st:?}");
+        }
+    }
+}
+
+/// A source that never completes a request, and remembers the requests its polls saw.
+struct Stuck {
+    seen: std::sync::Mutex<Vec<u32>>,
+}
+
+impl Source for Stuck {
+    type Request = u32;
+    type Output = u32;
+    fn poll(&self, r: &mut u32) -> Option<u32> {
+        self.seen.lock().unwrap().push(*r);
+        (*r == 0).then_some(0)
+    }
+}
+
+/// `wait_until` gives an expired request back and no poll sees it afterwards; a request that
+/// completes before the deadline gives its output.
+#[test]
+fn an_expired_source_request_comes_back_and_is_polled_no_more() {
+    let rt = runtime(1, BackendKind::Disabled);
+    let source = EventSource::new(Stuck {
+        seen: std::sync::Mutex::new(Vec::new()),
+    });
+    for inside in [true, false] {
+        let wait = |r: u32, d: io::Deadline| {
+            if inside {
+                rt.install(|| source.wait_until(r, d))
+            } else {
+                source.wait_until(r, d)
+            }
+        };
+        let deadline = io::Deadline::after(Duration::from_millis(10));
+        let e = wait(7, deadline).unwrap_err();
+        assert!(deadline.passed());
+        assert!(e.to_string().contains("into_request"), "{e}");
+        assert_eq!(e.into_request(), 7);
+        source.source().seen.lock().unwrap().clear();
+        // The next wait's polls see only its own request.
+        let deadline = io::Deadline::after(Duration::from_millis(5));
+        assert_eq!(wait(8, deadline).unwrap_err().into_request(), 8);
+        let seen = std::mem::take(&mut *source.source().seen.lock().unwrap());
+        assert!(!seen.is_empty() && seen.iter().all(|&r| r == 8), "{seen:?}");
+        // Complete at once: the output, whatever the deadline.
+        assert_eq!(wait(0, io::Deadline::after(Duration::ZERO)), Ok(0));
+    }
+    // Every source wait of the runtime ended: none is left counted on the core (a look
+    // would still poll them).
+    let before = rt.io_stats().group_polls;
+    rt.install(|| {
+        for _ in 0..100 {
+            umt_rt::join(|| {}, || {});
+        }
+    });
+    assert_eq!(rt.io_stats().group_polls, before);
+}

@@ -19,13 +19,37 @@
 use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use io_uring::IoUring;
-use io_uring::types::{SubmitArgs, Timespec};
+use io_uring::squeue::Flags;
+use io_uring::types::{SubmitArgs, TimeoutFlags, Timespec};
 
 pub use io_uring::squeue::Entry;
 pub use io_uring::{opcode, types};
+
+/// The user data of the deadlines of [`Ring::push_until`]; an entry must not use it.
+const DEADLINE_DATA: u64 = u64::MAX;
+
+/// A point in time for [`Ring::push_until`], on `CLOCK_MONOTONIC` (the clock of `Instant`).
+#[derive(Debug, Clone, Copy)]
+pub struct RingDeadline(Timespec);
+
+impl RingDeadline {
+    /// The deadline `at` (one already past cancels the entry as soon as it is submitted).
+    pub fn at(at: Instant) -> RingDeadline {
+        let left = at.saturating_duration_since(Instant::now());
+        let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+            .map(Duration::from)
+            .unwrap_or_default();
+        let when = now.saturating_add(left);
+        RingDeadline(
+            Timespec::new()
+                .sec(when.as_secs())
+                .nsec(when.subsec_nanos()),
+        )
+    }
+}
 
 /// A shared io_uring. Every method takes `&self`.
 pub struct Ring {
@@ -88,6 +112,37 @@ impl Ring {
         };
         if pushed {
             self.unsubmitted.fetch_add(1, Ordering::Release);
+        }
+        pushed
+    }
+
+    /// Queues `entry` with a deadline: if it has not completed by then, the kernel cancels it
+    /// (an `IORING_OP_LINK_TIMEOUT` linked to it), and it completes with `-ECANCELED`. An
+    /// operation the kernel can no longer cancel (a file read already at the device) completes
+    /// as usual. The deadline's own completion is taken by [`Ring::reap`] and not handed out.
+    /// Returns `false` when the queue has no room for both entries.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Ring::push`], for `entry`'s memory and for `deadline`, which the kernel reads
+    /// when the entries are submitted.
+    pub unsafe fn push_until(&self, entry: &Entry, deadline: &RingDeadline) -> bool {
+        let linked = entry.clone().flags(Flags::IO_LINK);
+        let timeout = opcode::LinkTimeout::new(&deadline.0)
+            .flags(TimeoutFlags::ABS)
+            .build()
+            .user_data(DEADLINE_DATA);
+        let _sq = self.sq.lock().unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: as in `push`; both entries go in or neither, next to each other, and the
+        // whole queue is submitted at once, so the link is never cut between two submissions.
+        let pushed = unsafe {
+            let mut sq = self.ring.submission_shared();
+            let ok = sq.push_multiple(&[linked, timeout]).is_ok();
+            sq.sync();
+            ok
+        };
+        if pushed {
+            self.unsubmitted.fetch_add(2, Ordering::Release);
         }
         pushed
     }
@@ -158,7 +213,8 @@ impl Ring {
     }
 
     /// Takes every waiting completion and calls `f(user_data, result)` for each, in order;
-    /// returns how many. One thread reaps at a time; a second caller returns 0 at once.
+    /// returns how many (the completions of [`Ring::push_until`]'s deadlines are taken and
+    /// neither handed out nor counted). One thread reaps at a time; a second caller returns 0 at once.
     pub fn reap(&self, mut f: impl FnMut(u64, i32)) -> usize {
         let Ok(_cq) = self.cq.try_lock() else {
             return 0;
@@ -173,9 +229,11 @@ impl Ring {
             if batch.is_empty() {
                 return n;
             }
-            n += batch.len();
             for (data, res) in batch {
-                f(data, res);
+                if data != DEADLINE_DATA {
+                    n += 1;
+                    f(data, res);
+                }
             }
         }
     }
@@ -184,6 +242,7 @@ impl Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     #[test]
     fn nops_complete_once_each_through_any_thread() {
@@ -257,6 +316,48 @@ mod tests {
             stop.store(true, Ordering::Relaxed);
         });
         assert!(seen.iter().all(|&n| n == 1));
+    }
+
+    /// A poll that nothing satisfies ends at its deadline, cancelled; one that is satisfied
+    /// first completes as usual. Either way only the entry's own completion is handed out.
+    #[test]
+    fn an_entry_with_a_deadline_is_cancelled_at_it_and_only_its_completion_is_seen() {
+        let Ok(ring) = Ring::new(8) else {
+            return;
+        };
+        let (reader, writer) = std::io::pipe().unwrap();
+        use std::os::fd::AsRawFd;
+        let poll = opcode::PollAdd::new(types::Fd(reader.as_raw_fd()), libc::POLLIN as u32)
+            .build()
+            .user_data(1);
+        let deadline = RingDeadline::at(Instant::now() + Duration::from_millis(5));
+        // SAFETY: the pipe and the deadline outlive the completion, reaped below.
+        assert!(unsafe { ring.push_until(&poll, &deadline) });
+        let mut seen = Vec::new();
+        while seen.is_empty() {
+            ring.wait(Some(Duration::from_millis(100))).unwrap();
+            ring.reap(|d, r| seen.push((d, r)));
+        }
+        assert_eq!(seen, [(1, -libc::ECANCELED)]);
+
+        // Readable before a deadline far away: POLLIN, and the deadline's cancellation of
+        // itself is taken silently.
+        (&writer).write_all(b"x").unwrap();
+        let deadline = RingDeadline::at(Instant::now() + Duration::from_secs(600));
+        let poll = poll.user_data(2);
+        // SAFETY: as above.
+        assert!(unsafe { ring.push_until(&poll, &deadline) });
+        seen.clear();
+        while seen.is_empty() {
+            ring.wait(Some(Duration::from_millis(100))).unwrap();
+            ring.reap(|d, r| seen.push((d, r)));
+        }
+        assert_eq!(seen, [(2, libc::POLLIN as i32)]);
+        // Both of the deadline's completions came or come; none is handed out.
+        std::thread::sleep(Duration::from_millis(1));
+        ring.wait(Some(Duration::from_millis(1))).unwrap();
+        assert_eq!(ring.reap(|d, r| seen.push((d, r))), 0);
+        assert_eq!(ring.unsubmitted(), 0);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! ```
 
 use std::io;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A request for a ring (none can be made here: see [`Ring::new`]).
 #[derive(Clone, Debug)]
@@ -116,6 +116,17 @@ pub mod opcode {
     }
 }
 
+/// A point in time for [`Ring::push_until`].
+#[derive(Debug, Clone, Copy)]
+pub struct RingDeadline(());
+
+impl RingDeadline {
+    /// The deadline `at`.
+    pub fn at(_at: Instant) -> RingDeadline {
+        RingDeadline(())
+    }
+}
+
 /// A shared io_uring: none exists on this OS.
 #[derive(Debug)]
 pub enum Ring {}
@@ -135,6 +146,16 @@ impl Ring {
     ///
     /// As on Linux: what `entry` points to must stay valid until its completion is reaped.
     pub unsafe fn push(&self, _entry: &Entry) -> bool {
+        match *self {}
+    }
+
+    /// Queues `entry` with a deadline (never called: no ring exists).
+    ///
+    /// # Safety
+    ///
+    /// As on Linux: what `entry` and `deadline` point to must stay valid until its completion
+    /// is reaped.
+    pub unsafe fn push_until(&self, _entry: &Entry, _deadline: &RingDeadline) -> bool {
         match *self {}
     }
 

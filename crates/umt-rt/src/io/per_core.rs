@@ -9,7 +9,7 @@ use crossbeam_utils::CachePadded;
 use umt_sys::clock::FastClock;
 use umt_sys::uring::Ring;
 
-use super::{IoStats, Op};
+use super::{Deadline, IoStats, Op};
 use crate::blocker::BlockerRole;
 use crate::diag::Warning;
 use crate::registry::{Extension, Feature, Hooks, Registry};
@@ -276,7 +276,17 @@ impl CoreIo {
     /// becomes the core's blocker and blocks in the kernel (the ring's wait, or a sleep between
     /// group polls) until something completes, then looks; the others park until the blocker
     /// completes their wait or leaves.
-    pub(crate) fn block(&self, reg: &Registry, ctx: &WorkerCtx, done: &dyn Fn() -> bool) {
+    ///
+    /// A blocker whose own wait has a `deadline` blocks no longer than until it; the standby
+    /// waiters' deadlines are seen at the hand-over (within the group backoff for source
+    /// waits; a ring wait's deadline is a completion of the ring itself).
+    pub(crate) fn block(
+        &self,
+        reg: &Registry,
+        ctx: &WorkerCtx,
+        deadline: Option<Deadline>,
+        done: &dyn Fn() -> bool,
+    ) {
         if self.blocker.try_take() {
             if !done() {
                 let io = IoCores::of(reg);
@@ -295,6 +305,7 @@ impl CoreIo {
                 } else {
                     BLOCK_LIMIT
                 };
+                let timeout = deadline.map_or(timeout, |d| timeout.min(d.remaining()));
                 let ring = self.ring.get().and_then(Option::as_ref);
                 match ring {
                     Some(ring) if self.ring_waits.load(Ordering::Acquire) > 0 => {

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use super::Deadline;
 use super::per_core::{Counters, GroupPoll, IoCores};
 use crate::latch::{Latch, Waiter};
 use crate::registry::Registry;
@@ -136,11 +137,57 @@ impl<S: Source> EventSource<S> {
     /// Waits until `request` completes and returns its output (steps W1–W6 of `io/README.md`).
     /// On a runtime's worker, other tasks run meanwhile and the core's workers test the
     /// request between them; outside, the caller polls it with growing sleeps.
-    pub fn wait(&self, mut request: S::Request) -> S::Output {
+    pub fn wait(&self, request: S::Request) -> S::Output {
+        match self.wait_inner(request, None) {
+            Ok(out) => out,
+            Err(_) => unreachable!("umt-rt bug: a wait without a deadline expired"),
+        }
+    }
+
+    /// [`EventSource::wait`] until `deadline`: the output if the request completed by then,
+    /// else the request back, withdrawn from the core's polls, so that the caller can cancel
+    /// it at its source (`MPI_Cancel`, say) or wait again. The request is tested at least once,
+    /// and the deadline is seen within a poll backoff (at most 1 ms on a worker).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use umt_rt::io::{Deadline, EventSource, Source};
+    ///
+    /// struct Never;
+    /// impl Source for Never {
+    ///     type Request = u32;
+    ///     type Output = ();
+    ///     fn poll(&self, _: &mut u32) -> Option<()> {
+    ///         None
+    ///     }
+    /// }
+    ///
+    /// let never = EventSource::new(Never);
+    /// let rt = umt_rt::Runtime::builder().num_threads(1).build()?;
+    /// let back = rt.install(|| never.wait_until(7, Deadline::after(Duration::from_millis(5))));
+    /// assert_eq!(back.unwrap_err().into_request(), 7);
+    /// # Ok::<(), umt_rt::BuildError>(())
+    /// ```
+    pub fn wait_until(
+        &self,
+        request: S::Request,
+        deadline: Deadline,
+    ) -> Result<S::Output, Expired<S::Request>> {
+        self.wait_inner(request, Some(deadline))
+            .map_err(|request| Expired { request })
+    }
+
+    /// A wait, ended at `deadline` if any: `Err` gives the request back.
+    fn wait_inner(
+        &self,
+        mut request: S::Request,
+        deadline: Option<Deadline>,
+    ) -> Result<S::Output, S::Request> {
         // A request already complete costs one test.
         if let Some(out) = self.source.poll(&mut request) {
-            return out;
+            return Ok(out);
         }
+        let expired = || deadline.is_some_and(|d| d.passed());
         let outside = with_current(|ctx| {
             let Some(ctx) = ctx else {
                 return Err(request);
@@ -171,27 +218,51 @@ impl<S: Source> EventSource<S> {
             ctx.wait_io(
                 &|| {
                     core.poll(reg);
-                    slot.latch.is_set()
+                    slot.latch.is_set() || expired()
                 },
-                &|ctx| core.block(reg, ctx, &|| slot.latch.is_set()),
+                &|ctx| {
+                    core.block(reg, ctx, deadline, &|| slot.latch.is_set() || expired());
+                },
             );
-            Ok(lock(&slot.out).take())
+            // W5a: a deadline came first; the request leaves its group unless a poll completed
+            // it meanwhile (the poll stores the output before it sets the latch, under the
+            // group's lock, so under that lock the request is either still in the group or
+            // its output is in the slot).
+            let mut st = lock(&group.state);
+            if !slot.latch.is_set()
+                && let Some(i) = st.slots.iter().position(|s| Arc::ptr_eq(s, &slot))
+            {
+                st.slots.swap_remove(i);
+                return Ok(Err(st.requests.swap_remove(i)));
+            }
+            drop(st);
+            Ok(Ok(lock(&slot.out).take()))
         });
         match outside {
-            Ok(Some(out)) => out,
-            // The poll stores the output before it sets the latch, under the slot's lock.
-            Ok(None) => unreachable!("umt-rt bug: an event-source wait ended without an output"),
-            Err(request) => self.wait_outside(request),
+            Ok(Ok(Some(out))) => Ok(out),
+            Ok(Ok(None)) => {
+                unreachable!("umt-rt bug: an event-source wait ended without an output")
+            }
+            Ok(Err(request)) => Err(request),
+            Err(request) => self.wait_outside(request, deadline),
         }
     }
 
-    fn wait_outside(&self, mut request: S::Request) -> S::Output {
+    fn wait_outside(
+        &self,
+        mut request: S::Request,
+        deadline: Option<Deadline>,
+    ) -> Result<S::Output, S::Request> {
         let mut sleep = Duration::from_micros(20);
         loop {
             if let Some(out) = self.source.poll(&mut request) {
-                return out;
+                return Ok(out);
             }
-            std::thread::sleep(sleep);
+            let left = deadline.map_or(sleep, |d| d.remaining());
+            if left.is_zero() {
+                return Err(request);
+            }
+            std::thread::sleep(sleep.min(left));
             sleep = (sleep * 2).min(OUTSIDE_BACKOFF_MAX);
         }
     }
@@ -219,6 +290,31 @@ impl<S: Source> EventSource<S> {
         g
     }
 }
+
+/// A request of [`EventSource::wait_until`] that had not completed by its deadline, given
+/// back: it is no longer polled, so the caller may cancel it at its source or wait again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expired<R> {
+    request: R,
+}
+
+impl<R> Expired<R> {
+    /// The request, to cancel or to wait on again.
+    pub fn into_request(self) -> R {
+        self.request
+    }
+}
+
+impl<R> std::fmt::Display for Expired<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "the event did not come by the wait's deadline: the request is given back \
+             (into_request) to cancel at its source or wait on again",
+        )
+    }
+}
+
+impl<R: std::fmt::Debug> std::error::Error for Expired<R> {}
 
 /// Ends a source wait: counted off its core, and its request withdrawn if it never completed
 /// (its waiter unwound).
