@@ -41,6 +41,25 @@ impl Notifier {
             park();
         }
     }
+
+    /// [`Notifier::wait`], returning at `deadline` at the latest. A notification that comes
+    /// after it stays for the next wait, which then returns at once: every waiter looks again
+    /// after a wait (a notification is a hint, never a hand-over of state).
+    pub(crate) fn wait_until(&self, deadline: std::time::Instant) {
+        #[cfg(loom)]
+        {
+            let _ = deadline;
+            self.wait();
+        }
+        #[cfg(not(loom))]
+        while !self.notified.swap(false, Ordering::AcqRel) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            std::thread::park_timeout(left);
+        }
+    }
 }
 
 #[derive(Debug, Default)]

@@ -546,6 +546,11 @@ impl WorkerCtx {
         self.notifier().wait();
     }
 
+    /// [`WorkerCtx::park_notified`], returning at `deadline` at the latest.
+    pub(crate) fn park_notified_until(&self, deadline: std::time::Instant) {
+        self.notifier().wait_until(deadline);
+    }
+
     /// Parks in the core's idle pool until woken: by new work when the core has no active
     /// worker, by the leader, by `done()` becoming true, or at shutdown (steps S1–S4 of
     /// `README.md`, in [`crate::pool::Pools::sleep`]).

@@ -547,6 +547,27 @@ fn a_deadline_ends_a_wait_nothing_satisfies_and_the_ring_goes_on() {
             assert_eq!(got.0.unwrap() & libc::POLLIN, libc::POLLIN);
             got.1.unwrap();
             (&reader).read_exact(&mut byte).unwrap();
+            // A pipe has no offset: read_at reads it from where it is, on the ring and off
+            // it, and a deadline ends a read that nothing satisfies.
+            writer.write_all(b"abc").unwrap();
+            let mut three = [0u8; 3];
+            let n = if inside {
+                rt.install(|| io::read_at(&reader, &mut three, 0))
+            } else {
+                io::read_at(&reader, &mut three, 0)
+            };
+            assert_eq!((n.unwrap(), &three), (3, b"abc"));
+            let deadline = io::Deadline::after(Duration::from_millis(5));
+            let e = if inside {
+                rt.install(|| deadline.read_at(&reader, &mut three, 0))
+            } else {
+                deadline.read_at(&reader, &mut three, 0)
+            };
+            assert!(
+                matches!(e, Err(IoError::TimedOut { op: "read", .. })),
+                "{e:?}"
+            );
+            assert!(deadline.passed());
         }
         // Files: a far deadline reads and writes all of it.
         let f = Scratch::new("deadline", |_| {}).unwrap();
@@ -560,10 +581,11 @@ fn a_deadline_ends_a_wait_nothing_satisfies_and_the_ring_goes_on() {
         assert_eq!(&back.unwrap(), b"checkpoint");
         let st = rt.io_stats();
         if have_uring() {
-            // On the workers: the timed-out poll, the ready one, the two far ones, the file's
-            // write and read (outside the runtime, waits are plain system calls): each one
-            // completion; the deadlines' own completions are not among them.
-            assert_eq!(st.waits, 6, "{st:?}");
+            // On the workers: the timed-out poll, the ready one, the two far ones (one per
+            // pass), the pipe's read and the one that timed out, the file's write and read
+            // (outside the runtime, waits are plain system calls): each one completion; the
+            // deadlines' own completions are not among them.
+            assert_eq!(st.waits, 8, "{st:?}");
             assert_eq!(st.completions, st.waits, "{st:?}");
             assert_eq!(st.fallback_waits, 0, "{st:?}");
         }

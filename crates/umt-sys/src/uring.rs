@@ -23,13 +23,24 @@ use std::time::{Duration, Instant};
 
 use io_uring::IoUring;
 use io_uring::squeue::Flags;
-use io_uring::types::{SubmitArgs, TimeoutFlags, Timespec};
+use io_uring::types::{TimeoutFlags, Timespec};
 
 pub use io_uring::squeue::Entry;
 pub use io_uring::{opcode, types};
 
-/// The user data of the deadlines of [`Ring::push_until`]; an entry must not use it.
-const DEADLINE_DATA: u64 = u64::MAX;
+/// `struct io_uring_getevents_arg` of the kernel's UAPI, the argument of an
+/// `io_uring_enter` with `IORING_ENTER_EXT_ARG` (here: only a timeout).
+#[repr(C)]
+struct GeteventsArg {
+    sigmask: u64,
+    sigmask_sz: u32,
+    min_wait_usec: u32,
+    ts: u64,
+}
+
+/// `IORING_ENTER_GETEVENTS` and `IORING_ENTER_EXT_ARG` of the kernel's UAPI.
+const ENTER_GETEVENTS: u32 = 1;
+const ENTER_EXT_ARG: u32 = 1 << 3;
 
 /// A point in time for [`Ring::push_until`], on `CLOCK_MONOTONIC` (the clock of `Instant`).
 #[derive(Debug, Clone, Copy)]
@@ -119,22 +130,31 @@ impl Ring {
     /// Queues `entry` with a deadline: if it has not completed by then, the kernel cancels it
     /// (an `IORING_OP_LINK_TIMEOUT` linked to it), and it completes with `-ECANCELED`. An
     /// operation the kernel can no longer cancel (a file read already at the device) completes
-    /// as usual. The deadline's own completion is taken by [`Ring::reap`] and not handed out.
-    /// Returns `false` when the queue has no room for both entries.
+    /// as usual. The deadline has a completion of its own, with `timeout_data` as its user
+    /// data (`-ETIME` if it fired, `-ECANCELED` if the entry completed first, or an error):
+    /// the entry's deadline is over only once both completions are reaped, for until then the
+    /// kernel may still cancel, by user data, whatever carries the entry's. Returns `false`
+    /// when the queue has no room for both entries.
     ///
     /// # Safety
     ///
-    /// As for [`Ring::push`], for `entry`'s memory and for `deadline`, which the kernel reads
-    /// when the entries are submitted.
-    pub unsafe fn push_until(&self, entry: &Entry, deadline: &RingDeadline) -> bool {
+    /// As for [`Ring::push`], for `entry`'s memory and for `deadline`, until both completions
+    /// have been reaped.
+    pub unsafe fn push_until(
+        &self,
+        entry: &Entry,
+        deadline: &RingDeadline,
+        timeout_data: u64,
+    ) -> bool {
         let linked = entry.clone().flags(Flags::IO_LINK);
         let timeout = opcode::LinkTimeout::new(&deadline.0)
             .flags(TimeoutFlags::ABS)
             .build()
-            .user_data(DEADLINE_DATA);
+            .user_data(timeout_data);
         let _sq = self.sq.lock().unwrap_or_else(PoisonError::into_inner);
-        // SAFETY: as in `push`; both entries go in or neither, next to each other, and the
-        // whole queue is submitted at once, so the link is never cut between two submissions.
+        // SAFETY: as in `push`; both entries go in or neither, next to each other, and every
+        // submission hands the kernel the whole queue under the `sq` lock (`submit`, and
+        // `wait` through it), so the link is never cut between two submissions.
         let pushed = unsafe {
             let mut sq = self.ring.submission_shared();
             let ok = sq.push_multiple(&[linked, timeout]).is_ok();
@@ -176,27 +196,35 @@ impl Ring {
     /// `timeout` passed, or a signal arrived (all three return `Ok`). Several threads may wait
     /// at once; none holds a lock while it sleeps.
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<()> {
+        // Everything queued goes through `submit`, under the `sq` lock: an enter that counted
+        // the queue and then submitted could take the first half of a pair another thread
+        // pushed meanwhile (`push_until`), cutting its link.
+        self.submit()?;
         if self.has_completions() {
-            return self.submit().map(|_| ());
+            return Ok(());
         }
-        let n = self.unsubmitted.swap(0, Ordering::AcqRel);
         let submitter = self.ring.submitter();
-        let ts;
         let result = match timeout {
             Some(t) => {
-                ts = Timespec::new().sec(t.as_secs()).nsec(t.subsec_nanos());
-                let args = SubmitArgs::new().timespec(&ts);
-                submitter.submit_with_args(1, &args)
+                let ts = Timespec::new().sec(t.as_secs()).nsec(t.subsec_nanos());
+                let arg = GeteventsArg {
+                    sigmask: 0,
+                    sigmask_sz: 0,
+                    min_wait_usec: 0,
+                    ts: &ts as *const Timespec as u64,
+                };
+                // SAFETY: `arg` is the kernel's `io_uring_getevents_arg` layout, with no signal
+                // mask and a timespec (`io-uring`'s `Timespec` is the kernel's
+                // `__kernel_timespec`) that outlives the call; nothing is submitted.
+                unsafe { submitter.enter(0, 1, ENTER_GETEVENTS | ENTER_EXT_ARG, Some(&arg)) }
             }
-            None => submitter.submit_and_wait(1),
+            // SAFETY: no argument; nothing is submitted.
+            None => unsafe { submitter.enter::<libc::sigset_t>(0, 1, ENTER_GETEVENTS, None) },
         };
         match result {
             Ok(_) => Ok(()),
             Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR)) => Ok(()),
-            Err(e) => {
-                self.unsubmitted.fetch_add(n, Ordering::Release);
-                Err(e)
-            }
+            Err(e) => Err(e),
         }
     }
 
@@ -213,8 +241,7 @@ impl Ring {
     }
 
     /// Takes every waiting completion and calls `f(user_data, result)` for each, in order;
-    /// returns how many (the completions of [`Ring::push_until`]'s deadlines are taken and
-    /// neither handed out nor counted). One thread reaps at a time; a second caller returns 0 at once.
+    /// returns how many. One thread reaps at a time; a second caller returns 0 at once.
     pub fn reap(&self, mut f: impl FnMut(u64, i32)) -> usize {
         let Ok(_cq) = self.cq.try_lock() else {
             return 0;
@@ -229,11 +256,9 @@ impl Ring {
             if batch.is_empty() {
                 return n;
             }
+            n += batch.len();
             for (data, res) in batch {
-                if data != DEADLINE_DATA {
-                    n += 1;
-                    f(data, res);
-                }
+                f(data, res);
             }
         }
     }
@@ -319,9 +344,9 @@ mod tests {
     }
 
     /// A poll that nothing satisfies ends at its deadline, cancelled; one that is satisfied
-    /// first completes as usual. Either way only the entry's own completion is handed out.
+    /// first completes as usual. Either way the deadline's own completion comes too.
     #[test]
-    fn an_entry_with_a_deadline_is_cancelled_at_it_and_only_its_completion_is_seen() {
+    fn an_entry_with_a_deadline_is_cancelled_at_it_and_the_deadline_completes_too() {
         let Ok(ring) = Ring::new(8) else {
             return;
         };
@@ -330,34 +355,33 @@ mod tests {
         let poll = opcode::PollAdd::new(types::Fd(reader.as_raw_fd()), libc::POLLIN as u32)
             .build()
             .user_data(1);
-        let deadline = RingDeadline::at(Instant::now() + Duration::from_millis(5));
-        // SAFETY: the pipe and the deadline outlive the completion, reaped below.
-        assert!(unsafe { ring.push_until(&poll, &deadline) });
+        let start = Instant::now();
+        let deadline = RingDeadline::at(start + Duration::from_millis(5));
+        let both = |seen: &mut Vec<(u64, i32)>| {
+            while seen.len() < 2 {
+                ring.wait(Some(Duration::from_millis(100))).unwrap();
+                ring.reap(|d, r| seen.push((d, r)));
+            }
+            seen.sort_unstable();
+        };
+        // SAFETY: the pipe and the deadline outlive both completions, reaped below.
+        assert!(unsafe { ring.push_until(&poll, &deadline, 11) });
         let mut seen = Vec::new();
-        while seen.is_empty() {
-            ring.wait(Some(Duration::from_millis(100))).unwrap();
-            ring.reap(|d, r| seen.push((d, r)));
-        }
-        assert_eq!(seen, [(1, -libc::ECANCELED)]);
+        both(&mut seen);
+        assert!(Instant::now() >= start + Duration::from_millis(5));
+        assert_eq!(seen, [(1, -libc::ECANCELED), (11, -libc::ETIME)]);
 
-        // Readable before a deadline far away: POLLIN, and the deadline's cancellation of
-        // itself is taken silently.
+        // Readable before a deadline far away: POLLIN, and the deadline is cancelled.
         (&writer).write_all(b"x").unwrap();
         let deadline = RingDeadline::at(Instant::now() + Duration::from_secs(600));
         let poll = poll.user_data(2);
         // SAFETY: as above.
-        assert!(unsafe { ring.push_until(&poll, &deadline) });
+        assert!(unsafe { ring.push_until(&poll, &deadline, 12) });
         seen.clear();
-        while seen.is_empty() {
-            ring.wait(Some(Duration::from_millis(100))).unwrap();
-            ring.reap(|d, r| seen.push((d, r)));
-        }
-        assert_eq!(seen, [(2, libc::POLLIN as i32)]);
-        // Both of the deadline's completions came or come; none is handed out.
-        std::thread::sleep(Duration::from_millis(1));
-        ring.wait(Some(Duration::from_millis(1))).unwrap();
-        assert_eq!(ring.reap(|d, r| seen.push((d, r))), 0);
+        both(&mut seen);
+        assert_eq!(seen, [(2, libc::POLLIN as i32), (12, -libc::ECANCELED)]);
         assert_eq!(ring.unsubmitted(), 0);
+        assert!(!ring.has_completions());
     }
 
     #[test]

@@ -155,7 +155,12 @@ impl Ring {
     ///
     /// As on Linux: what `entry` and `deadline` point to must stay valid until its completion
     /// is reaped.
-    pub unsafe fn push_until(&self, _entry: &Entry, _deadline: &RingDeadline) -> bool {
+    pub unsafe fn push_until(
+        &self,
+        _entry: &Entry,
+        _deadline: &RingDeadline,
+        _timeout_data: u64,
+    ) -> bool {
         match *self {}
     }
 

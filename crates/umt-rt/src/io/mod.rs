@@ -54,7 +54,7 @@ mod per_core;
 mod source;
 
 use std::os::fd::{AsFd, AsRawFd};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use umt_sys::uring::{Entry, RingDeadline, opcode, types};
@@ -180,8 +180,14 @@ impl IoError {
 /// linked timeout on the core's ring): polls, pipe and socket reads and writes end there; a
 /// file read or write already at the device cannot be cancelled and completes with its
 /// result. Elsewhere (outside a runtime, no io_uring) the call first polls the descriptor
-/// until the deadline, then makes the system call, with the same outcome. A deadline already
-/// past still tries the operation once: what is ready is done.
+/// until the deadline, then makes the system call (a regular file is always ready: its read
+/// or write then runs to the end). A deadline already past still tries the operation once:
+/// what completes at once is done (on the ring, a file read that must go to the device may
+/// be cancelled instead).
+///
+/// The deadline bounds the operation, not the call: like any wait of this module, the
+/// waiting worker runs other tasks meanwhile, and the call returns once the task it is
+/// running returns (as with [`join`](crate::join)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -289,16 +295,42 @@ pub struct IoStats {
 
 /// A ring operation's landing place, on the waiting task's stack: the reaper stores the
 /// result and sets the latch (step W3).
+/// An operation with a deadline has two completions, its own and its deadline's (user data
+/// `address | DEADLINE_TAG`); its latch is set once both are reaped (W1a).
 pub(crate) struct Op {
     pub(crate) result: AtomicI32,
+    /// Completions still to come: 1, or 2 with a deadline.
+    pending: AtomicU8,
     pub(crate) latch: Latch,
 }
 
+/// The low bit of a deadline's user data: `Op`s are aligned to more than 1 byte, so an
+/// operation's own user data never has it.
+pub(crate) const DEADLINE_TAG: u64 = 1;
+const _: () = assert!(std::mem::align_of::<Op>() > DEADLINE_TAG as usize);
+
 impl Op {
-    /// Called by the reaper, once, with the kernel's result.
+    fn new(latch: Latch, deadline: bool) -> Op {
+        Op {
+            result: AtomicI32::new(0),
+            pending: AtomicU8::new(1 + deadline as u8),
+            latch,
+        }
+    }
+
+    /// Called by the reaper, once, with the kernel's result of the operation.
     pub(crate) fn complete(&self, result: i32) {
         self.result.store(result, Ordering::Relaxed);
-        self.latch.set();
+        self.settle();
+    }
+
+    /// One of the op's completions was reaped; the last sets the latch. Until its deadline's
+    /// completion comes, the kernel may still cancel by the op's user data, which is the
+    /// waiter's stack address: the waiter must not leave (and reuse it) before.
+    pub(crate) fn settle(&self) {
+        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.latch.set();
+        }
     }
 }
 
@@ -317,13 +349,14 @@ unsafe fn on_ring(entry: Entry, deadline: Option<Deadline>) -> Option<i32> {
         let cores = IoCores::of(reg);
         let core = cores.core(ctx.core());
         let ring = core.ring(reg)?;
-        let op = Op {
-            result: AtomicI32::new(0),
-            latch: Latch::new(Waiter::Worker(reg.clone(), ctx.index())),
-        };
+        let op = Op::new(
+            Latch::new(Waiter::Worker(reg.clone(), ctx.index())),
+            deadline.is_some(),
+        );
         let entry = entry.user_data(&op as *const Op as u64);
-        // W1a: the kernel reads the deadline when the entry is submitted, before it completes.
+        // W1a: the deadline lives here until both completions are reaped.
         let until = deadline.map(|d| RingDeadline::at(d.instant()));
+        let timeout_data = &op as *const Op as u64 | DEADLINE_TAG;
         // W1: queue it. The guard keeps `op` (and the caller's buffers) alive until the kernel
         // is done with them, whatever happens below.
         let guard = core.register(reg, &op);
@@ -332,7 +365,7 @@ unsafe fn on_ring(entry: Entry, deadline: Option<Deadline>) -> Option<i32> {
         // lives on this stack as long.
         while !unsafe {
             match &until {
-                Some(until) => ring.push_until(&entry, until),
+                Some(until) => ring.push_until(&entry, until, timeout_data),
                 None => ring.push(&entry),
             }
         } {
@@ -365,9 +398,13 @@ fn finish<T>(
     blocking: impl FnOnce() -> Result<T, IoError>,
 ) -> Result<T, IoError> {
     match on_ring {
-        Some(r) if r == -libc::ECANCELED && deadline.is_some() => Err(timed_out(op)),
-        // A cancelled operation the kernel interrupted rather than withdrew.
-        Some(r) if r == -libc::EINTR && deadline.is_some_and(|d| d.passed()) => {
+        // Cancelled at the deadline (withdrawn, or interrupted where it already ran). The
+        // kernel's deadline is never before the `Instant` (`RingDeadline::at`), so a cancel of
+        // another cause before it (a task exiting) stays an error of its own.
+        Some(r)
+            if (r == -libc::ECANCELED || r == -libc::EINTR)
+                && deadline.is_some_and(|d| d.passed()) =>
+        {
             Err(timed_out(op))
         }
         Some(r) if r < 0 => Err(IoError::os(op, -r)),
@@ -450,8 +487,12 @@ fn read_at_until(
             if deadline.is_some() {
                 poll_until("read", fd, libc::POLLIN, deadline)?;
             }
-            nix::sys::uio::pread(fd.as_fd(), buf, offset as i64)
-                .map_err(|e| IoError::os("read", e as i32))
+            // A pipe or socket has no offset: read it as the ring does (from where it is).
+            match nix::sys::uio::pread(fd.as_fd(), buf, offset as i64) {
+                Err(nix::errno::Errno::ESPIPE) => nix::unistd::read(fd.as_fd(), buf),
+                r => r,
+            }
+            .map_err(|e| IoError::os("read", e as i32))
         },
     )
 }
@@ -484,8 +525,11 @@ fn write_at_until(
             if deadline.is_some() {
                 poll_until("write", fd, libc::POLLOUT, deadline)?;
             }
-            nix::sys::uio::pwrite(fd.as_fd(), buf, offset as i64)
-                .map_err(|e| IoError::os("write", e as i32))
+            match nix::sys::uio::pwrite(fd.as_fd(), buf, offset as i64) {
+                Err(nix::errno::Errno::ESPIPE) => nix::unistd::write(fd.as_fd(), buf),
+                r => r,
+            }
+            .map_err(|e| IoError::os("write", e as i32))
         },
     )
 }

@@ -9,7 +9,7 @@ use crossbeam_utils::CachePadded;
 use umt_sys::clock::FastClock;
 use umt_sys::uring::Ring;
 
-use super::{Deadline, IoStats, Op};
+use super::{DEADLINE_TAG, Deadline, IoStats, Op};
 use crate::blocker::BlockerRole;
 use crate::diag::Warning;
 use crate::registry::{Extension, Feature, Hooks, Registry};
@@ -246,13 +246,18 @@ impl CoreIo {
             // A failed submission stays queued for the next look (EAGAIN, EBUSY).
             let _ = ring.submit();
             ring.reap(|data, result| {
-                // SAFETY: every entry pushed on this ring carries the address of an `Op`
-                // whose waiter keeps it alive until its latch is set (`RingWait`), and
-                // `reap` hands each completion out once, so the `Op` is alive here. It may be
-                // freed as soon as `complete` sets its latch, after which it is not touched.
-                let op = unsafe { &*(data as *const Op) };
-                io.counters.completions.fetch_add(1, Ordering::Relaxed);
-                op.complete(result);
+                // SAFETY: every entry pushed on this ring carries the address of an `Op` (with
+                // `DEADLINE_TAG` for its deadline's entry) whose waiter keeps it alive until
+                // its latch is set (`RingWait`), which takes all of its completions, and `reap`
+                // hands each completion out once, so the `Op` is alive here. It may be freed as
+                // soon as the last one sets its latch, after which it is not touched.
+                let op = unsafe { &*((data & !DEADLINE_TAG) as *const Op) };
+                if data & DEADLINE_TAG != 0 {
+                    op.settle();
+                } else {
+                    io.counters.completions.fetch_add(1, Ordering::Relaxed);
+                    op.complete(result);
+                }
             });
         }
         if self.groups_len.load(Ordering::Acquire) == 0 {
@@ -277,9 +282,8 @@ impl CoreIo {
     /// group polls) until something completes, then looks; the others park until the blocker
     /// completes their wait or leaves.
     ///
-    /// A blocker whose own wait has a `deadline` blocks no longer than until it; the standby
-    /// waiters' deadlines are seen at the hand-over (within the group backoff for source
-    /// waits; a ring wait's deadline is a completion of the ring itself).
+    /// A waiter with a `deadline` (a source wait's: a ring wait's deadline is a completion of
+    /// the ring itself) blocks or stands by no longer than until it.
     pub(crate) fn block(
         &self,
         reg: &Registry,
@@ -323,8 +327,12 @@ impl CoreIo {
             // Hand over: every standby waiter looks again, one becomes the blocker.
             self.blocker.release(|w| reg.notify(w));
         } else {
-            self.blocker
-                .stand_by(ctx.index(), done, || ctx.park_notified());
+            // A standby waiter with a deadline wakes at it: the blocker may sleep longer (up
+            // to `BLOCK_LIMIT` in a ring wait), and nothing else would wake this one.
+            self.blocker.stand_by(ctx.index(), done, || match deadline {
+                Some(d) => ctx.park_notified_until(d.instant()),
+                None => ctx.park_notified(),
+            });
         }
     }
 }

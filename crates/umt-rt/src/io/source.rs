@@ -146,8 +146,10 @@ impl<S: Source> EventSource<S> {
 
     /// [`EventSource::wait`] until `deadline`: the output if the request completed by then,
     /// else the request back, withdrawn from the core's polls, so that the caller can cancel
-    /// it at its source (`MPI_Cancel`, say) or wait again. The request is tested at least once,
-    /// and the deadline is seen within a poll backoff (at most 1 ms on a worker).
+    /// it at its source (`MPI_Cancel`, say) or wait again. The request is tested at least once.
+    /// A waiting worker wakes at the deadline; if it is running another task then (a wait
+    /// runs the core's tasks meanwhile, as [`join`](crate::join) does), the call returns once
+    /// that task returns.
     ///
     /// ```
     /// use std::time::Duration;
