@@ -100,9 +100,18 @@ struct ServeArgs {
     /// Also draw throughput and p99 latency into this SVG file.
     #[arg(long)]
     svg: Option<PathBuf>,
-    /// Unused (serve writes no data files); the run directory goes here.
-    #[arg(long, hide = true)]
+    /// Files of 1 MiB for the cold-read scenario, in which a blocking request reads one with
+    /// std::fs::read after dropping it from the page cache (0: no such scenario).
+    #[arg(long, default_value_t = 256)]
+    cold_files: usize,
+    /// Directory for the cold files (default: the temporary directory; it must be on a
+    /// disk, not in memory).
+    #[arg(long)]
     dir: Option<PathBuf>,
+    /// Accept a --dir on a memory-backed filesystem (tmpfs, ramfs): its reads are memory
+    /// copies, so the cold-read scenario blocks on nothing.
+    #[arg(long)]
+    allow_memory_dir: bool,
 }
 
 #[derive(Args, Clone)]
@@ -138,7 +147,8 @@ struct OnloadArgs {
 }
 
 fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
-    use umt_bench::serve::{self, ServeParams, Server};
+    use umt_bench::scan::{FileSet, ScanParams};
+    use umt_bench::serve::{self, Blocking, ServeParams, Server};
     for (flag, path) in [("--json", &a.json), ("--svg", &a.svg)] {
         if let Some(path) = path {
             umt_bench::io::check_writable(flag, path)?;
@@ -154,13 +164,35 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
         || a.rounds == 0
         || a.rounds > 1000
         || a.cores.is_some_and(|c| c == 0 || c > 4096)
+        || a.cold_files > 1 << 16
     {
         return Err(BenchError::InvalidParam(
             "serve: --clients 1 to 4096, --requests at least 1 and at most 10^8 in all, \
-             --block-us at most 60 s, --work at most 2^40, --rounds 1 to 1000, --cores 1 to 4096"
+             --block-us at most 60 s, --work at most 2^40, --rounds 1 to 1000, --cores 1 to \
+             4096, --cold-files at most 65536"
                 .into(),
         ));
     }
+    let files = if a.cold_files > 0 && a.block_every > 0 {
+        let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+        if let Some(fs) = memory_filesystem(&dir)
+            && !a.allow_memory_dir
+        {
+            return Err(BenchError::InvalidParam(format!(
+                "{} is on {fs}, in memory: a cold read would block on nothing; use a \
+                 directory on a disk with --dir, pass --allow-memory-dir, or --cold-files 0",
+                dir.display()
+            )));
+        }
+        Some(std::sync::Arc::new(FileSet::create(&ScanParams {
+            files: a.cold_files,
+            file_mib: 1,
+            rounds: 1,
+            dir,
+        })?))
+    } else {
+        None
+    };
     let cores = a
         .cores
         .unwrap_or_else(|| umt_sys::cpu::process_cpus().map_or(1, |c| c.len()));
@@ -168,29 +200,36 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
         clients: a.clients,
         requests: a.requests,
         block_every: a.block_every,
-        block: std::time::Duration::from_micros(a.block_us),
+        blocking: Blocking::Sleep(std::time::Duration::from_micros(a.block_us)),
         work: a.work,
         cores,
     };
-    let scenarios = [
-        (
-            format!("1 in {} blocks {} us", a.block_every, a.block_us),
-            base,
-        ),
-        (
-            "no blocking".to_string(),
+    let mut scenarios = vec![(
+        format!("1 in {} blocks {} us", a.block_every, a.block_us),
+        base,
+    )];
+    if files.is_some() {
+        scenarios.push((
+            format!("1 in {} reads 1 MiB cold", a.block_every),
             ServeParams {
-                block_every: 0,
+                blocking: Blocking::ColdRead,
                 ..base
             },
-        ),
-    ];
+        ));
+    }
+    scenarios.push((
+        "no blocking".to_string(),
+        ServeParams {
+            block_every: 0,
+            ..base
+        },
+    ));
     let mut table = Vec::new();
     for (name, p) in &scenarios {
         let mut runs: Vec<Vec<serve::ServeRun>> = vec![Vec::new(); Server::ALL.len()];
         for _ in 0..a.rounds {
             for (k, s) in Server::ALL.into_iter().enumerate() {
-                runs[k].push(serve::run(s, *p)?);
+                runs[k].push(serve::run(s, *p, files.as_ref())?);
             }
         }
         let medians: Vec<serve::ServeRun> = runs

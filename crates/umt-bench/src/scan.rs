@@ -161,17 +161,23 @@ impl FileSet {
 
     /// Drops the files' pages from the page cache, so the next run reads the device.
     pub fn drop_cache(&self) -> Result<(), BenchError> {
-        for path in &self.paths {
-            let f = File::open(path).map_err(|e| BenchError::io("opening", path, e))?;
-            // SAFETY: a plain system call on a descriptor `f` owns; no memory is passed.
-            let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-            if r != 0 {
-                return Err(BenchError::io(
-                    "dropping from the page cache",
-                    path,
-                    std::io::Error::from_raw_os_error(r),
-                ));
-            }
+        (0..self.paths.len()).try_for_each(|i| self.drop_cache_of(i))
+    }
+
+    /// Drops file `i`'s pages from the page cache (out of range: nothing to do).
+    pub fn drop_cache_of(&self, i: usize) -> Result<(), BenchError> {
+        let Some(path) = self.paths.get(i) else {
+            return Ok(());
+        };
+        let f = File::open(path).map_err(|e| BenchError::io("opening", path, e))?;
+        // SAFETY: a plain system call on a descriptor `f` owns; no memory is passed.
+        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if r != 0 {
+            return Err(BenchError::io(
+                "dropping from the page cache",
+                path,
+                std::io::Error::from_raw_os_error(r),
+            ));
         }
         Ok(())
     }

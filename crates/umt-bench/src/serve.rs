@@ -1,7 +1,9 @@
 //! A small request/response service on loopback, written as a tokio user writes one (issue
-//! 35): a task per connection that reads a request, computes, and writes the answer. In one
-//! scenario one request in N also blocks in the kernel inside its handler (a sleep standing in
-//! for a blocking driver call), unannotated; in the other none does.
+//! 35): a task per connection that reads a request, computes, and writes the answer. In the
+//! blocking scenarios one request in N also blocks in the kernel inside its handler,
+//! unannotated: a sleep standing in for a blocking driver call ([`Blocking::Sleep`]), or a
+//! `std::fs::read` of a file that is not in the page cache ([`Blocking::ColdRead`]); in the
+//! last scenario none does.
 //!
 //! The servers: umt-rt's futures ([`umt_rt::Runtime::spawn_async`], sockets through
 //! [`umt_rt::async_io::Async`]) with the monitor and without; tokio's multi-thread runtime
@@ -19,6 +21,36 @@ use umt_rt::async_io::Async;
 use umt_rt::{BackendKind, Runtime};
 
 use crate::error::BenchError;
+use crate::scan::FileSet;
+
+/// What a blocking request's handler does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Blocking {
+    /// Sleeps this long (a blocking driver call).
+    Sleep(Duration),
+    /// Reads a whole file of the run's [`FileSet`] with `std::fs::read`, the file's pages
+    /// dropped from the page cache first (`posix_fadvise(DONTNEED)`), so the read goes to
+    /// the device.
+    ColdRead,
+}
+
+/// The blocking call of request `id` (`files`: the cold files, for [`Blocking::ColdRead`]).
+/// Returns the bytes read, for the answer to depend on.
+fn blocking_call(blocking: Blocking, files: Option<&FileSet>, id: u64) -> u64 {
+    match (blocking, files) {
+        (Blocking::Sleep(d), _) => {
+            std::thread::sleep(d);
+            0
+        }
+        (Blocking::ColdRead, Some(set)) if !set.paths().is_empty() => {
+            let i = (id as usize) % set.paths().len();
+            // Dropping only fails on a file that went away; the read then says so.
+            let _ = set.drop_cache_of(i);
+            std::fs::read(&set.paths()[i]).map_or(0, |b| b.len() as u64)
+        }
+        (Blocking::ColdRead, _) => 0,
+    }
+}
 
 /// What the clients ask and what the handlers do.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -29,8 +61,8 @@ pub struct ServeParams {
     pub requests: usize,
     /// One request in this many blocks in its handler (0: none).
     pub block_every: u64,
-    /// How long a blocking request sleeps in its handler.
-    pub block: Duration,
+    /// What a blocking request does in its handler.
+    pub blocking: Blocking,
     /// Compute per request (iterations of a hash).
     pub work: u64,
     /// Worker threads of each server (one per core).
@@ -118,16 +150,24 @@ struct Running {
 }
 
 /// Starts `server`; it serves `p.clients` connections, each until its client closes it.
-fn start(server: Server, p: ServeParams) -> Result<Running, BenchError> {
+fn start(
+    server: Server,
+    p: ServeParams,
+    files: Option<Arc<FileSet>>,
+) -> Result<Running, BenchError> {
     match server {
-        Server::UmtMonitor | Server::UmtOff => start_umt(server == Server::UmtMonitor, p),
+        Server::UmtMonitor | Server::UmtOff => start_umt(server == Server::UmtMonitor, p, files),
         Server::Tokio | Server::TokioSpawnBlocking => {
-            start_tokio(server == Server::TokioSpawnBlocking, p)
+            start_tokio(server == Server::TokioSpawnBlocking, p, files)
         }
     }
 }
 
-fn start_umt(monitor: bool, p: ServeParams) -> Result<Running, BenchError> {
+fn start_umt(
+    monitor: bool,
+    p: ServeParams,
+    files: Option<Arc<FileSet>>,
+) -> Result<Running, BenchError> {
     let rt = Runtime::builder()
         .num_threads(p.cores)
         .monitor(if monitor {
@@ -144,13 +184,14 @@ fn start_umt(monitor: bool, p: ServeParams) -> Result<Running, BenchError> {
         for _ in 0..p.clients {
             let (stream, _) = listener.accept().await?;
             stream.get_ref().set_nodelay(true)?;
+            let files = files.clone();
             conns.push(umt_rt::spawn_async(async move {
                 let mut req = [0u8; REQUEST];
                 while stream.read_exact(&mut req).await.is_ok() {
                     let (id, blocks) = parse(&req);
                     if blocks {
                         // Unannotated: on umt the monitor covers it.
-                        std::thread::sleep(p.block);
+                        std::hint::black_box(blocking_call(p.blocking, files.as_deref(), id));
                     }
                     let answer = compute(id, p.work).to_le_bytes();
                     if stream.write_all(&answer).await.is_err() {
@@ -174,7 +215,11 @@ fn start_umt(monitor: bool, p: ServeParams) -> Result<Running, BenchError> {
     })
 }
 
-fn start_tokio(spawn_blocking: bool, p: ServeParams) -> Result<Running, BenchError> {
+fn start_tokio(
+    spawn_blocking: bool,
+    p: ServeParams,
+    files: Option<Arc<FileSet>>,
+) -> Result<Running, BenchError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(p.cores)
@@ -190,18 +235,21 @@ fn start_tokio(spawn_blocking: bool, p: ServeParams) -> Result<Running, BenchErr
         for _ in 0..p.clients {
             let (mut stream, _) = listener.accept().await?;
             stream.set_nodelay(true)?;
+            let files = files.clone();
             conns.push(tokio::spawn(async move {
                 let mut req = [0u8; REQUEST];
                 while stream.read_exact(&mut req).await.is_ok() {
                     let (id, blocks) = parse(&req);
                     if blocks {
-                        let block = p.block;
                         if spawn_blocking {
-                            let _ = tokio::task::spawn_blocking(move || std::thread::sleep(block))
-                                .await;
+                            let files = files.clone();
+                            let _ = tokio::task::spawn_blocking(move || {
+                                blocking_call(p.blocking, files.as_deref(), id)
+                            })
+                            .await;
                         } else {
                             // As written: the worker thread blocks.
-                            std::thread::sleep(block);
+                            std::hint::black_box(blocking_call(p.blocking, files.as_deref(), id));
                         }
                     }
                     let answer = compute(id, p.work).to_le_bytes();
@@ -266,14 +314,27 @@ fn quantile(sorted: &[u32], q: f64) -> f64 {
     f64::from(sorted[i.min(sorted.len() - 1)])
 }
 
-/// One run of `server`: start it, run every client, stop it.
-pub fn run(server: Server, p: ServeParams) -> Result<ServeRun, BenchError> {
+/// One run of `server`: start it, run every client, stop it. `files` are the cold files of
+/// [`Blocking::ColdRead`] (needed there, unused otherwise).
+pub fn run(
+    server: Server,
+    p: ServeParams,
+    files: Option<&Arc<FileSet>>,
+) -> Result<ServeRun, BenchError> {
     if p.clients == 0 || p.requests == 0 || p.cores == 0 {
         return Err(BenchError::InvalidParam(
             "serve needs at least one client, one request and one core".into(),
         ));
     }
-    let running = start(server, p)?;
+    if p.blocking == Blocking::ColdRead
+        && p.block_every > 0
+        && files.is_none_or(|f| f.paths().is_empty())
+    {
+        return Err(BenchError::InvalidParam(
+            "serve: cold reads need a set of files to read".into(),
+        ));
+    }
+    let running = start(server, p, files.cloned())?;
     let go = Arc::new(Barrier::new(p.clients + 1));
     let threads: Vec<_> = (0..p.clients)
         .map(|c| {
@@ -323,15 +384,54 @@ mod tests {
             clients: 4,
             requests: 50,
             block_every: 10,
-            block: Duration::from_micros(200),
+            blocking: Blocking::Sleep(Duration::from_micros(200)),
             work: 100,
             cores: 2,
         };
+        let dir = tempfile::tempdir().unwrap();
+        let files = Arc::new(
+            FileSet::create(&crate::scan::ScanParams {
+                files: 3,
+                file_mib: 1,
+                rounds: 1,
+                dir: dir.path().to_path_buf(),
+            })
+            .unwrap(),
+        );
         for s in Server::ALL {
-            let r = run(s, p).unwrap();
+            let r = run(s, p, None).unwrap();
             assert!(r.throughput > 0.0, "{r:?}");
             assert!(r.p50_us <= r.p99_us && r.p99_us <= r.p999_us, "{r:?}");
+            let cold = ServeParams {
+                blocking: Blocking::ColdRead,
+                ..p
+            };
+            let r = run(s, cold, Some(&files)).unwrap();
+            assert!(r.throughput > 0.0, "{r:?}");
         }
+        // Cold reads without files are refused before anything starts.
+        let cold = ServeParams {
+            blocking: Blocking::ColdRead,
+            ..p
+        };
+        assert!(matches!(
+            run(Server::Tokio, cold, None),
+            Err(BenchError::InvalidParam(_))
+        ));
+    }
+
+    #[test]
+    fn a_cold_read_reads_the_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = FileSet::create(&crate::scan::ScanParams {
+            files: 2,
+            file_mib: 1,
+            rounds: 1,
+            dir: dir.path().to_path_buf(),
+        })
+        .unwrap();
+        assert_eq!(blocking_call(Blocking::ColdRead, Some(&files), 5), 1 << 20);
+        assert_eq!(blocking_call(Blocking::ColdRead, None, 5), 0);
     }
 
     #[test]

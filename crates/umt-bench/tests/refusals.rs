@@ -497,11 +497,18 @@ fn serve_refuses_sizes_it_cannot_run() {
         ["serve", "--requests", huge],
         ["serve", "--rounds", huge],
         ["serve", "--block-us", huge],
+        ["serve", "--cold-files", huge],
     ] {
         let (code, _, err) = run(&args);
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(err.contains("invalid parameter"), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    // Cold files in memory would block on nothing: refused before any is written.
+    if std::path::Path::new("/dev/shm").is_dir() {
+        let (code, _, err) = run(&["serve", "--dir", "/dev/shm"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("in memory"), "{err}");
     }
 }
 
