@@ -44,7 +44,7 @@ impl Options {
             for r in Runner::ALL {
                 match r.available() {
                     Ok(()) => out.push(r),
-                    Err(why) => eprintln!("skipping {r}: {why}"),
+                    Err(why) => crate::note!("skipping {r}: {why}"),
                 }
             }
             return Ok(out);

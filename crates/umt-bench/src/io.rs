@@ -211,6 +211,22 @@ pub fn say(text: std::fmt::Arguments<'_>) -> Result<(), BenchError> {
     }
 }
 
+/// Writes `text` to standard error, as `eprint!` does, except that a closed standard error
+/// (its reader gone) is no panic: the note is dropped. [`note!`](crate::note) calls it.
+pub fn note(text: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_fmt(text);
+}
+
+/// `eprintln!` that never panics: a note to standard error, dropped if it is closed
+/// ([`io::note`](crate::io::note)).
+#[macro_export]
+macro_rules! note {
+    ($($arg:tt)*) => {
+        $crate::io::note(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 /// Whether [`say`] found the standard output closed.
 pub fn output_closed() -> bool {
     OUTPUT_CLOSED.load(Ordering::Relaxed)

@@ -252,7 +252,7 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
     }
     if let Some(path) = &a.svg {
         umt_bench::plot::serve(&table, path)?;
-        eprintln!("wrote {}", path.display());
+        umt_bench::note!("wrote {}", path.display());
     }
     say!(
         "{} clients x {} requests, {} rounds of hash per request, {cores} worker threads \
@@ -641,12 +641,12 @@ fn period_and_length(
         Some(iof) => iof,
         None => {
             let c = calibrate()?;
-            eprintln!("{c}");
+            umt_bench::note!("{c}");
             match steps {
                 // An explicit length bounds what calibration picks: the same command must
                 // not run on one machine state and refuse on another (issue 30, item 7).
                 Some(steps) if c.iof > steps => {
-                    eprintln!(
+                    umt_bench::note!(
                         "(a period of {} steps is longer than the {steps} asked for: one period \
                          of {steps})",
                         c.iof
@@ -785,14 +785,14 @@ fn print_or_abort(
     match runs {
         Ok(Some(runs)) => {
             if let Err(e) = umt_bench::io::say(format_args!("{}", table(&runs))) {
-                eprintln!("umt-bench: {e}");
+                umt_bench::note!("umt-bench: {e}");
             }
         }
         Ok(None) => {}
         // The other ranks may wait for this one in a message or a barrier: stop them all
         // rather than leave them (and MPI_Finalize here) waiting forever.
         Err(e) => {
-            eprintln!("umt-bench: rank {}: {e}", cluster.rank());
+            umt_bench::note!("umt-bench: rank {}: {e}", cluster.rank());
             cluster.abort(2);
         }
     }
@@ -870,7 +870,7 @@ fn run_scan(a: &ScanArgs) -> Result<Vec<Report>, BenchError> {
     if a.rounds.is_none() {
         let (rounds, io) = scan::calibrate(&set, &p)?;
         p.rounds = rounds;
-        eprintln!(
+        umt_bench::note!(
             "scan: calibrated: {} files of {} MiB read cold in {:.3} s: --rounds {rounds}",
             p.files,
             p.file_mib,
@@ -937,7 +937,7 @@ fn run_scale(a: &ScaleArgs) -> Result<(), BenchError> {
     for &k in &counts {
         umt_sys::cpu::pin_current_thread_to(&cpus[..k])
             .map_err(|e| BenchError::InvalidParam(format!("running on {k} cores: {e}")))?;
-        eprintln!("scale: {k} of {} cores", cpus.len());
+        umt_bench::note!("scale: {k} of {} cores", cpus.len());
         let mut reports = Vec::new();
         for w in all.into_iter().filter(|w| wanted(w)) {
             match w {
@@ -967,7 +967,7 @@ fn run_scale(a: &ScaleArgs) -> Result<(), BenchError> {
     umt_sys::cpu::pin_current_thread_to(&cpus)
         .map_err(|e| BenchError::InvalidParam(format!("restoring the affinity mask: {e}")))?;
     umt_bench::io::say(format_args!("{}", scale::markdown(&points)))?;
-    eprintln!(
+    umt_bench::note!(
         "wrote scale.json, scale.md and scale.svg in {}",
         a.out.display()
     );
@@ -1046,13 +1046,13 @@ fn emit(reports: &[Report], common: &Common) -> Result<(), BenchError> {
                     report.workload, run.runtime, run.median_seconds
                 );
                 let (svg, chrome) = umt_bench::plot::timeline_files(trace, &title, &stem)?;
-                eprintln!("wrote {} and {}", svg.display(), chrome.display());
+                umt_bench::note!("wrote {} and {}", svg.display(), chrome.display());
             }
         }
     }
     if let Some(path) = &common.plot {
         umt_bench::plot::comparison(reports, path)?;
-        eprintln!("wrote {}", path.display());
+        umt_bench::note!("wrote {}", path.display());
     }
     Ok(())
 }
@@ -1100,7 +1100,7 @@ fn main() -> ExitCode {
     let _run_dir = match prepared.and_then(|()| private_dir(&mut cli.command)) {
         Ok(run) => run,
         Err(e) => {
-            eprintln!("umt-bench: {e}");
+            umt_bench::note!("umt-bench: {e}");
             return ExitCode::from(2);
         }
     };
@@ -1132,7 +1132,7 @@ fn main() -> ExitCode {
         Ok(()) if umt_bench::io::output_closed() => ExitCode::from(141),
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("umt-bench: {e}");
+            umt_bench::note!("umt-bench: {e}");
             ExitCode::from(2)
         }
     }

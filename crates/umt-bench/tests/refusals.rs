@@ -512,6 +512,27 @@ fn serve_refuses_sizes_it_cannot_run() {
     }
 }
 
+/// Which output's reader goes away.
+enum Closed {
+    Stdout,
+    Stderr,
+}
+
+/// Runs `umt-bench args` with both outputs piped, the reader of `closed` dropped at once.
+fn run_with_reader_gone(args: &[&str], closed: Closed) -> std::process::Output {
+    let mut child = bench()
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    match closed {
+        Closed::Stdout => drop(child.stdout.take()),
+        Closed::Stderr => drop(child.stderr.take()),
+    }
+    child.wait_with_output().unwrap()
+}
+
 /// `umt-bench ... | head`: a standard output closed before the tables are printed ends the
 /// command quietly with 141 (128 + SIGPIPE, as a shell reports a process the signal ended),
 /// never a panic (it was exit 101), after writing the files asked for, and leaving no
@@ -527,20 +548,32 @@ fn a_closed_output_ends_quietly_after_the_files_are_written() {
         &dir,
         &["--runtimes", "baseline", "--json", json_s, "--plot", plot_s],
     );
-    let mut child = bench()
-        .args(&args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     // The reader goes away before anything is printed (nothing is, before the run ends).
-    drop(child.stdout.take());
-    let (code, _, err) = output(child.wait_with_output().unwrap());
+    let (code, _, err) = output(run_with_reader_gone(&args, Closed::Stdout));
     assert_eq!(code, 141, "{err}");
     assert!(!err.contains("panicked"), "{err}");
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(doc["workload"], "heat");
+    assert!(std::fs::read_to_string(&plot).unwrap().contains("<svg"));
+    assert!(dir.files().is_empty(), "left behind: {:?}", dir.files());
+}
+
+/// `umt-bench ... 2>&-`-like: a standard error whose reader is gone loses its notes ("wrote
+/// ..."), and the command still succeeds with its files written (`eprintln!` panicked there).
+#[test]
+fn a_closed_standard_error_loses_only_the_notes() {
+    let dir = Dir::new("closed-stderr");
+    let out = tempfile::tempdir().unwrap();
+    let plot = out.path().join("out.svg");
+    let args = small_heat(
+        &dir,
+        &["--runtimes", "baseline", "--plot", plot.to_str().unwrap()],
+    );
+    let done = run_with_reader_gone(&args, Closed::Stderr);
+    let stdout = String::from_utf8_lossy(&done.stdout);
+    assert_eq!(done.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("baseline"), "{stdout}");
     assert!(std::fs::read_to_string(&plot).unwrap().contains("<svg"));
     assert!(dir.files().is_empty(), "left behind: {:?}", dir.files());
 }

@@ -90,7 +90,10 @@ pub(crate) fn emit(message: &str) {
     } else if tracing::dispatcher::has_been_set() {
         tracing::warn!("umt-rt: {message}");
     } else {
-        eprintln!("umt-rt: {message}");
+        // Not `eprintln!`, which panics when standard error is closed (a daemon's `2>&-`, a
+        // reader gone): a warning that cannot be shown is dropped.
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr().lock(), "umt-rt: {message}");
     }
 }
 
@@ -124,5 +127,31 @@ mod tests {
         assert_eq!(said, 1);
         assert!(w.said(Warning::Unmonitored));
         assert!(!w.said(Warning::Unpinned));
+    }
+
+    /// A warning with standard error closed (a pipe whose reader is gone: EPIPE) is dropped,
+    /// not a panic: this test runs itself again in a child with such a standard error.
+    #[test]
+    fn a_warning_to_a_closed_stderr_is_dropped() {
+        const CHILD: &str = "UMT_TEST_CLOSED_STDERR_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            emit("a warning nobody reads");
+            return;
+        }
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "diag::tests::a_warning_to_a_closed_stderr_is_dropped",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(writer)
+            .status()
+            .unwrap();
+        assert!(status.success(), "the child failed: {status}");
     }
 }

@@ -356,7 +356,7 @@ fn write_timeline(
         out.elapsed.as_secs_f64()
     );
     let (svg, chrome) = crate::plot::timeline_files(&trace, &title, &stem)?;
-    eprintln!(
+    crate::note!(
         "rank {rank}: wrote {} and {}",
         svg.display(),
         chrome.display()
