@@ -249,6 +249,16 @@ impl WorkerCtx {
 
     /// Records `kind` with the ready count of the core it runs on, if the runtime traces.
     #[inline]
+    /// Whether this runtime records a trace.
+    pub(crate) fn tracing(&self) -> bool {
+        self.reg.trace.is_some()
+    }
+
+    /// A sample of the core's ready count for the trace (between two chunks of a loop).
+    pub(crate) fn record_chunk(&self) {
+        self.record(TraceKind::Chunk);
+    }
+
     fn record(&self, kind: TraceKind) {
         if let Some(rec) = &self.reg.trace {
             let thread = match self.role {

@@ -162,3 +162,31 @@ fn stats_carry_the_kernels_per_core_figures() {
     assert!((umt_rt::advanced::coefficient_of_variation(&[1.0, 3.0]) - 0.5).abs() < 1e-12);
     assert_eq!(umt_rt::advanced::coefficient_of_variation(&[]), 0.0);
 }
+
+/// A parallel loop's participants sample the core's ready count between chunks: one
+/// `Chunk` record per chunk they ask for, the last (refused: the loop is handed out) included.
+#[test]
+fn a_loop_samples_the_ready_count_between_chunks() {
+    let rt = Runtime::builder()
+        .num_threads(2)
+        .monitor(BackendKind::Disabled)
+        .trace(true)
+        .build()
+        .unwrap();
+    const LEN: usize = 300;
+    rt.install(|| {
+        use umt_rt::prelude::*;
+        (0..LEN)
+            .into_par_iter()
+            .schedule(umt_rt::Schedule::Dynamic(1))
+            .for_each(|_| spin(2));
+    });
+    let trace = rt.take_trace().unwrap();
+    let chunks = trace
+        .records()
+        .iter()
+        .filter(|r| r.kind == TraceKind::Chunk)
+        .count();
+    // Two participants, no joiners without a monitor: each asks once more than it gets.
+    assert_eq!(chunks, LEN + 2);
+}

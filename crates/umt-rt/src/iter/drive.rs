@@ -165,10 +165,15 @@ where
         // The accumulator being built: where its run starts and ends.
         let mut current: Option<(usize, usize, A)> = None;
         let mut handed_out = false;
+        // Traced: a sample of the core's count between chunks (`TraceKind::Chunk`).
+        let sampling = with_current(|c| c.is_some_and(|c| c.tracing()));
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             loop {
                 if joined && with_current(|c| c.is_some_and(|c| c.oversubscribed())) {
                     break;
+                }
+                if sampling {
+                    with_current(|c| c.map(|c| c.record_chunk()));
                 }
                 let Some(r) = dispenser.next(&mut cursor) else {
                     handed_out = true;

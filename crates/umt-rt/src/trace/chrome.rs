@@ -59,6 +59,8 @@ pub(super) fn to_json(trace: &Trace) -> String {
                 json!({"ph": "B", "name": "task", "pid": pid, "tid": tid, "ts": ts})
             }
             TraceKind::TaskEnd => json!({"ph": "E", "pid": pid, "tid": tid, "ts": ts}),
+            // A sample only: its count goes to the counter below.
+            TraceKind::Chunk => serde_json::Value::Null,
             k => {
                 let name = match k {
                     TraceKind::Park => "park",
@@ -74,7 +76,9 @@ pub(super) fn to_json(trace: &Trace) -> String {
                        "args": {"ready": r.ready}})
             }
         };
-        events.push(event);
+        if !event.is_null() {
+            events.push(event);
+        }
         if trace.monitored() && last_ready[r.core] != Some(r.ready) {
             last_ready[r.core] = Some(r.ready);
             events.push(

@@ -72,6 +72,10 @@ pub enum TraceKind {
     Lent,
     /// A worker lent to another core went back to its own; recorded on its own core.
     Home,
+    /// A worker of a parallel loop between two chunks: no event, a sample of the core's ready
+    /// count (a loop's task lasts, and blocked workers come back inside it: without these the
+    /// timeline would hold the count of the task's start).
+    Chunk,
 }
 
 /// The thread that recorded a [`TraceRecord`].

@@ -4,7 +4,11 @@
 //! T1. A worker is *in a task* from a `TaskStart` to its matching `TaskEnd` (tasks nest), and
 //!     *running* while in a task and not parked (a worker that surrenders in the middle of a
 //!     nested task is parked with it).
-//! T2. The core's ready count is the last record's `ready` (every record carries it).
+//! T2. The core's ready count is the last record's `ready` (every record carries it). Records
+//!     come at the events of the runtime (tasks, parks, the leader's wake-ups and drains) and,
+//!     inside a parallel loop's long task, between two chunks (`Chunk`): a count that rises
+//!     inside a chunk (a blocked worker back while another computes, which the Bpf backend
+//!     does not signal) shows from the next record on.
 //! T3. The state from one record to the next: `Oversubscribed` if ready >= 2; else
 //!     `Application` if a worker runs and ready >= 1; else `Blocked` if a worker runs and
 //!     ready <= 0 (its task waits in the kernel and the core idles); else `Idle`. Without a
