@@ -165,6 +165,7 @@ fn stats_carry_the_kernels_per_core_figures() {
 
 /// A parallel loop's participants sample the core's ready count between chunks: one
 /// `Chunk` record per chunk they ask for, the last (refused: the loop is handed out) included.
+/// Checked with the participant count left free, as the run decides it.
 #[test]
 fn a_loop_samples_the_ready_count_between_chunks() {
     let rt = Runtime::builder()
@@ -187,6 +188,8 @@ fn a_loop_samples_the_ready_count_between_chunks() {
         .iter()
         .filter(|r| r.kind == TraceKind::Chunk)
         .count();
-    // Two participants, no joiners without a monitor: each asks once more than it gets.
-    assert_eq!(chunks, LEN + 2);
+    // Each participant asks once more than it gets: the two the loop starts with, and any
+    // worker that joined it (D5: an idle worker takes a running loop's offer, one each at
+    // most, since a joiner without a monitor stays until the loop is handed out).
+    assert!((LEN + 2..=LEN + 4).contains(&chunks), "{chunks} samples");
 }
