@@ -26,9 +26,19 @@ fn run_test(
     mut cmd: std::process::Command,
     name: &str,
 ) -> std::io::Result<(std::process::ExitStatus, String)> {
-    let out = cmd
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .output()?;
+    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"]);
+    // A binary just copied may be "busy" for a moment: another test's child, forked while
+    // the copy was open for writing, holds that descriptor until it execs (ETXTBSY).
+    let mut tries = 0;
+    let out = loop {
+        match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => break r?,
+        }
+    };
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
