@@ -254,12 +254,8 @@ impl WorkerCtx {
         self.reg.trace.is_some()
     }
 
-    /// A sample of the core's ready count for the trace (between two chunks of a loop).
-    pub(crate) fn record_chunk(&self) {
-        self.record(TraceKind::Chunk);
-    }
-
-    fn record(&self, kind: TraceKind) {
+    /// Records `kind` in the trace, with the core's ready count, if the runtime traces.
+    pub(crate) fn record(&self, kind: TraceKind) {
         if let Some(rec) = &self.reg.trace {
             let thread = match self.role {
                 Role::Leader => TraceThread::Leader,

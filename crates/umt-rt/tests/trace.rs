@@ -11,6 +11,16 @@ fn spin(us: u64) {
     }
 }
 
+/// A runtime of `threads` cores without a monitor, tracing.
+fn traced_unmonitored(threads: usize) -> Runtime {
+    Runtime::builder()
+        .num_threads(threads)
+        .monitor(BackendKind::Disabled)
+        .trace(true)
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn off_by_default() {
     let rt = Runtime::builder()
@@ -24,12 +34,7 @@ fn off_by_default() {
 
 #[test]
 fn every_task_is_recorded_once_with_nesting_balanced_per_thread() {
-    let rt = Runtime::builder()
-        .num_threads(2)
-        .monitor(BackendKind::Disabled)
-        .trace(true)
-        .build()
-        .unwrap();
+    let rt = traced_unmonitored(2);
     for _ in 0..3 {
         rt.scope(|s| {
             for i in 0..500 {
@@ -168,12 +173,7 @@ fn stats_carry_the_kernels_per_core_figures() {
 /// Checked with the participant count left free, as the run decides it.
 #[test]
 fn a_loop_samples_the_ready_count_between_chunks() {
-    let rt = Runtime::builder()
-        .num_threads(2)
-        .monitor(BackendKind::Disabled)
-        .trace(true)
-        .build()
-        .unwrap();
+    let rt = traced_unmonitored(2);
     const LEN: usize = 300;
     rt.install(|| {
         use umt_rt::prelude::*;

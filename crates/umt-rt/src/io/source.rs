@@ -230,14 +230,9 @@ impl<S: Source> EventSource<S> {
             // it meanwhile (the poll stores the output before it sets the latch, under the
             // group's lock, so under that lock the request is either still in the group or
             // its output is in the slot).
-            let mut st = lock(&group.state);
-            if !slot.latch.is_set()
-                && let Some(i) = st.slots.iter().position(|s| Arc::ptr_eq(s, &slot))
-            {
-                st.slots.swap_remove(i);
-                return Ok(Err(st.requests.swap_remove(i)));
+            if let Some(request) = group.withdraw(&slot) {
+                return Ok(Err(request));
             }
-            drop(st);
             Ok(Ok(lock(&slot.out).take()))
         });
         match outside {
@@ -328,14 +323,22 @@ struct Unwait<'a, S: Source> {
 
 impl<S: Source> Drop for Unwait<'_, S> {
     fn drop(&mut self) {
-        if !self.slot.latch.is_set() {
-            let mut st = lock(&self.group.state);
-            if let Some(i) = st.slots.iter().position(|s| Arc::ptr_eq(s, self.slot)) {
-                st.slots.swap_remove(i);
-                st.requests.swap_remove(i);
-            }
-        }
+        self.group.withdraw(self.slot);
         self.core.unwait();
+    }
+}
+
+impl<S: Source> Group<S> {
+    /// Takes the request of `slot` out of the group, unless a poll completed it (its output is
+    /// then in the slot: the poll stores it before it sets the latch, under the group's lock).
+    fn withdraw(&self, slot: &Arc<Slot<S::Output>>) -> Option<S::Request> {
+        if slot.latch.is_set() {
+            return None;
+        }
+        let mut st = lock(&self.state);
+        let i = st.slots.iter().position(|s| Arc::ptr_eq(s, slot))?;
+        st.slots.swap_remove(i);
+        Some(st.requests.swap_remove(i))
     }
 }
 

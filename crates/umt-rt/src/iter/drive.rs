@@ -173,7 +173,7 @@ where
                     break;
                 }
                 if sampling {
-                    with_current(|c| c.map(|c| c.record_chunk()));
+                    with_current(|c| c.map(|c| c.record(crate::trace::TraceKind::Chunk)));
                 }
                 let Some(r) = dispenser.next(&mut cursor) else {
                     handed_out = true;
