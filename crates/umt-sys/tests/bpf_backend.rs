@@ -241,6 +241,17 @@ fn counts_follow_proc_and_perf() {
         check("after the moves", &moved);
         phase.store(Phase::Exit as u8, Ordering::SeqCst);
     });
+    // A scoped thread is joined once its closure returns, before the kernel runs its exit
+    // (which may block, in `exit_mm` say): wait until each is past `do_exit`'s exit program,
+    // i.e. a zombie or gone (`exit_notify` comes after the `sched_process_exit` tracepoint).
+    wait_until(
+        "every thread exited",
+        || {
+            tids.iter()
+                .all(|t| matches!(thread_state(t.load(Ordering::SeqCst)), 'X' | 'Z' | '?'))
+        },
+        String::new,
+    );
     // Half unregistered, half exited registered: nothing is left, anywhere.
     check("after every thread ended", &[]);
     let st = bpf.stats();
