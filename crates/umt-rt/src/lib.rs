@@ -233,7 +233,7 @@ not_loom! {
     /// ```
     pub mod advanced {
         pub use crate::schedule::{
-        AUTO_REEXPLORE, af_chunk, chunk_sequence, fac2_chunk, guided_chunk,
+        AUTO_REEXPLORE, STEAL_CHUNK_TIME, af_chunk, chunk_sequence, fac2_chunk, guided_chunk,
     };
         pub use crate::stats::coefficient_of_variation;
 

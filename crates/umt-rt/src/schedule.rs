@@ -29,6 +29,12 @@ pub enum Schedule {
     /// `Static`'s blocks, each taken by its owner in pieces of `ceil(r / 8)`, `r` what is left
     /// of it; a participant whose block is done steals the back half of the next non-empty
     /// block and makes it its own (as LLVM's `static_steal`).
+    ///
+    /// A piece is also cut to what its owner runs in about [`STEAL_CHUNK_TIME`] at the pace of
+    /// its previous piece (its first piece is one iteration): iterations that take long, or
+    /// block in the kernel, are taken one at a time, so the rest of a block stays for thieves
+    /// and for the participants that join while one blocks, and the loop's tail is one
+    /// iteration per participant, not an eighth of a block.
     StaticSteal,
     /// Self-scheduling: chunks of a fixed size (`dynamic,1` is the study's SS).
     Dynamic(usize),
@@ -48,6 +54,11 @@ pub enum Schedule {
     /// [`AUTO_REEXPLORE`] runs the choice is measured again.
     Auto,
 }
+
+/// How long a piece of [`Schedule::StaticSteal`] runs at most, at its owner's measured pace:
+/// short enough that a long or blocking iteration holds no others back, long enough that the
+/// clock read and the compare-and-swap of each piece (tens of nanoseconds) cost nothing.
+pub const STEAL_CHUNK_TIME: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Runs after which [`Schedule::Auto`] measures every candidate again.
 pub const AUTO_REEXPLORE: u32 = 256;
@@ -306,7 +317,8 @@ pub(crate) struct Cursor {
     done: bool,
     /// `Static`: what is left of its block, handed out `max` at a time.
     left: Range<usize>,
-    /// The chunk handed out last and when: `Af` measures it at the next request.
+    /// The chunk handed out last and when: `Af` and `StaticSteal` measure it at the next
+    /// request.
     running: Option<(usize, Instant)>,
 }
 
@@ -472,7 +484,12 @@ impl Dispenser {
                 left.start = end;
                 Some(chunk).filter(|r| !r.is_empty())
             }
-            Kind::Steal(blocks) => self.next_steal(blocks, me),
+            Kind::Steal(blocks) => {
+                let cap = steal_cap(cursor.running.take());
+                let chunk = self.next_steal(blocks, me, cap)?;
+                cursor.running = Some((chunk.len(), Instant::now()));
+                Some(chunk)
+            }
             Kind::Dynamic { next, chunk } => {
                 let start = next.fetch_add(*chunk, Ordering::Relaxed);
                 (start < self.len).then(|| start..(start + chunk).min(self.len))
@@ -509,7 +526,14 @@ impl Dispenser {
         }
     }
 
-    fn next_steal(&self, blocks: &[CachePadded<AtomicU64>], me: usize) -> Option<Range<usize>> {
+    /// `StaticSteal`'s next chunk for `me`: at most `cap` iterations of its block (before the
+    /// limits), else half of another's.
+    fn next_steal(
+        &self,
+        blocks: &[CachePadded<AtomicU64>],
+        me: usize,
+        cap: usize,
+    ) -> Option<Range<usize>> {
         let own = &blocks[me];
         loop {
             // The owner takes from the front of its block.
@@ -519,7 +543,7 @@ impl Dispenser {
                 if lo >= hi {
                     break;
                 }
-                let end = lo + self.limits.apply((hi - lo).div_ceil(8)).min(hi - lo);
+                let end = lo + self.limits.apply((hi - lo).div_ceil(8).min(cap)).min(hi - lo);
                 match own.compare_exchange_weak(
                     cur,
                     pack(end, hi),
@@ -559,6 +583,19 @@ impl Dispenser {
             own.store(pack(stolen.start, stolen.end), Ordering::Release);
         }
     }
+}
+
+/// The most iterations `StaticSteal`'s next piece may have: what runs in [`STEAL_CHUNK_TIME`]
+/// at the pace of the previous piece (`size` iterations handed out at `started`), at least 1;
+/// 1 for a participant's first piece, which measures the pace.
+fn steal_cap(previous: Option<(usize, Instant)>) -> usize {
+    previous.map_or(1, |(size, started)| pieces_in(size, started.elapsed()))
+}
+
+/// How many iterations run in [`STEAL_CHUNK_TIME`] when `size` of them took `took`: at least 1.
+fn pieces_in(size: usize, took: std::time::Duration) -> usize {
+    let fits = STEAL_CHUNK_TIME.as_nanos() * size as u128 / took.as_nanos().max(1);
+    usize::try_from(fits).unwrap_or(usize::MAX).max(1)
 }
 
 /// `Af`'s next chunk for `me` from the samples so far: FAC2's first chunk until someone has
@@ -873,6 +910,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_steal_piece_lasts_about_the_chunk_time_at_the_measured_pace() {
+        let ms = std::time::Duration::from_millis;
+        // Iterations of 10 ms (a blocking read): one at a time.
+        assert_eq!(pieces_in(4, ms(40)), 1);
+        // Even slower than the chunk time, never 0.
+        assert_eq!(pieces_in(1, ms(1000)), 1);
+        // 1000 iterations in 10 us: 5000 fit in 50 us.
+        assert_eq!(pieces_in(1000, std::time::Duration::from_micros(10)), 5000);
+        // A clock that did not move: as many as can be.
+        assert_eq!(pieces_in(7, std::time::Duration::ZERO), 7 * 50_000);
+        assert_eq!(steal_cap(None), 1);
+    }
+
+    #[test]
+    fn static_steal_takes_slow_iterations_one_at_a_time() {
+        let d = Dispenser::new(Schedule::StaticSteal, 800, 2, 0, ChunkLimits::default());
+        let mut a = Cursor::new(0);
+        // The first piece measures the pace: one iteration.
+        assert_eq!(d.next(&mut a), Some(0..1));
+        // It "took" a second: the next piece is one iteration, not an eighth of 399.
+        a.running = a.running.map(|(n, t)| (n, t - std::time::Duration::from_secs(1)));
+        assert_eq!(d.next(&mut a), Some(1..2));
+        // Fast iterations: back to an eighth of what is left.
+        a.running = a.running.map(|(n, _)| (n * 1000, Instant::now()));
+        assert_eq!(d.next(&mut a).map(|r| r.len()), Some(398usize.div_ceil(8)));
+        // With `with_min_len(4)` the slow piece is 4.
+        let d = Dispenser::new(Schedule::StaticSteal, 800, 2, 0, ChunkLimits { min: 4, max: usize::MAX });
+        let mut b = Cursor::new(1);
+        assert_eq!(d.next(&mut b), Some(400..404));
     }
 
     #[test]
