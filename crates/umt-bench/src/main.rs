@@ -88,7 +88,7 @@ struct ServeArgs {
     #[arg(long, default_value_t = 20_000)]
     work: u64,
     /// Runs of each server per scenario (they alternate; the table shows each one's median
-    /// by throughput).
+    /// run by throughput, or with --rate by p99).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Worker threads of each server (default: the CPUs of the affinity mask).
@@ -112,6 +112,12 @@ struct ServeArgs {
     /// copies, so the cold-read scenario blocks on nothing.
     #[arg(long)]
     allow_memory_dir: bool,
+    /// Open loop: send this many requests per second in all, each when it is due, and count
+    /// its latency from then (no coordinated omission); below every server's capacity it
+    /// shows the tail a blocked handler causes. Default: closed loop, each client sends its
+    /// next request when the last is answered.
+    #[arg(long)]
+    rate: Option<f64>,
 }
 
 #[derive(Args, Clone)]
@@ -165,11 +171,13 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
         || a.rounds > 1000
         || a.cores.is_some_and(|c| c == 0 || c > 4096)
         || a.cold_files > 1 << 16
+        || a.rate
+            .is_some_and(|r| !(r.is_finite() && r > 0.0 && r <= 1e7))
     {
         return Err(BenchError::InvalidParam(
             "serve: --clients 1 to 4096, --requests at least 1 and at most 10^8 in all, \
              --block-us at most 60 s, --work at most 2^40, --rounds 1 to 1000, --cores 1 to \
-             4096, --cold-files at most 65536"
+             4096, --cold-files at most 65536, --rate above 0 and at most 10^7"
                 .into(),
         ));
     }
@@ -203,6 +211,7 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
         blocking: Blocking::Sleep(std::time::Duration::from_micros(a.block_us)),
         work: a.work,
         cores,
+        rate: a.rate,
     };
     let mut scenarios = vec![(
         format!("1 in {} blocks {} us", a.block_every, a.block_us),
@@ -235,7 +244,12 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
         let medians: Vec<serve::ServeRun> = runs
             .into_iter()
             .map(|mut r| {
-                r.sort_by(|x, y| x.throughput.total_cmp(&y.throughput));
+                // Closed loop: the median by throughput; open loop (every server sends at the
+                // same rate): by p99.
+                match a.rate {
+                    None => r.sort_by(|x, y| x.throughput.total_cmp(&y.throughput)),
+                    Some(_) => r.sort_by(|x, y| x.p99_us.total_cmp(&y.p99_us)),
+                }
                 r.swap_remove(r.len() / 2)
             })
             .collect();
@@ -256,19 +270,24 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
     }
     say!(
         "{} clients x {} requests, {} rounds of hash per request, {cores} worker threads \
-         per server, loopback",
+         per server, loopback, {}",
         a.clients,
         a.requests,
-        a.work
+        a.work,
+        match a.rate {
+            Some(r) => format!("open loop at {r} requests/s (latency from when each was due)"),
+            None => "closed loop".to_string(),
+        }
     );
     say!(
-        "{:<24} {:<24} {:>10} {:>9} {:>9} {:>10} {:>9}",
+        "{:<24} {:<24} {:>10} {:>9} {:>9} {:>10} {:>13} {:>9}",
         "scenario",
         "server",
         "req/s",
         "p50 us",
         "p99 us",
         "p99.9 us",
+        "p99 others us",
         "vs tokio"
     );
     for sc in &table {
@@ -279,13 +298,14 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
             .map_or(f64::NAN, |r| r.throughput);
         for r in &sc.runs {
             say!(
-                "{:<24} {:<24} {:>10.0} {:>9.0} {:>9.0} {:>10.0} {:>8.2}x",
+                "{:<24} {:<24} {:>10.0} {:>9.0} {:>9.0} {:>10.0} {:>13.0} {:>8.2}x",
                 sc.scenario,
                 r.server.name(),
                 r.throughput,
                 r.p50_us,
                 r.p99_us,
                 r.p999_us,
+                r.p99_others_us,
                 r.throughput / tokio
             );
         }

@@ -67,6 +67,12 @@ pub struct ServeParams {
     pub work: u64,
     /// Worker threads of each server (one per core).
     pub cores: usize,
+    /// Open loop: requests per second in all, each client's due on a fixed schedule (client
+    /// `c`'s request `r` at `(r * clients + c) / rate` seconds), its latency counted from when
+    /// it was due, so a server that falls behind is charged for the wait it causes (no
+    /// coordinated omission). `None`: closed loop, each client sends its next request when
+    /// the answer to the last arrives.
+    pub rate: Option<f64>,
 }
 
 /// The servers compared.
@@ -115,6 +121,9 @@ pub struct ServeRun {
     pub p99_us: f64,
     /// 99.9th percentile.
     pub p999_us: f64,
+    /// 99th percentile of the requests whose handlers do not block: what a blocked handler
+    /// costs the others (the same as `p99_us` when none blocks).
+    pub p99_others_us: f64,
 }
 
 /// One scenario's runs: the median of each server.
@@ -279,23 +288,47 @@ fn net(what: &'static str) -> impl FnOnce(std::io::Error) -> BenchError {
     move |source| BenchError::Net { what, source }
 }
 
-/// One client: its requests one after another, each timed.
-fn client(addr: SocketAddr, c: usize, p: ServeParams, go: &Barrier) -> std::io::Result<Vec<u32>> {
+/// When request `r` of client `c` is due in an open loop at `rate` requests per second in all
+/// (from the start of the run).
+fn due(r: usize, c: usize, clients: usize, rate: f64) -> Duration {
+    Duration::from_secs_f64((r as f64 * clients as f64 + c as f64) / rate)
+}
+
+/// One client: its requests one after another (in an open loop, each not before it is due),
+/// each timed; with each latency, whether its handler blocks.
+fn client(
+    addr: SocketAddr,
+    c: usize,
+    p: ServeParams,
+    go: &Barrier,
+) -> std::io::Result<Vec<(u32, bool)>> {
     let stream = TcpStream::connect(addr).and_then(|s| s.set_nodelay(true).map(|()| s));
     // Everyone passes the barrier, a client that could not connect too.
     go.wait();
+    let t0 = Instant::now();
     let mut stream = stream?;
     let mut lat = Vec::with_capacity(p.requests.min(1 << 20));
     for r in 0..p.requests {
         let id = (c * p.requests + r) as u64;
+        let blocks = p.block_every > 0 && id.is_multiple_of(p.block_every);
         let mut req = [0u8; REQUEST];
         req[..8].copy_from_slice(&id.to_le_bytes());
-        req[8] = u8::from(p.block_every > 0 && id.is_multiple_of(p.block_every));
-        let start = Instant::now();
+        req[8] = u8::from(blocks);
+        let start = match p.rate {
+            Some(rate) => {
+                let at = t0 + due(r, c, p.clients, rate);
+                if let Some(wait) = at.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                at
+            }
+            None => Instant::now(),
+        };
         stream.write_all(&req)?;
         let mut answer = [0u8; 8];
         stream.read_exact(&mut answer)?;
-        lat.push(start.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
+        let us = start.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+        lat.push((us, blocks));
         if u64::from_le_bytes(answer) != compute(id, p.work) {
             return Err(std::io::Error::other(format!(
                 "wrong answer to request {id}"
@@ -326,6 +359,11 @@ pub fn run(
             "serve needs at least one client, one request and one core".into(),
         ));
     }
+    if p.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+        return Err(BenchError::InvalidParam(
+            "serve: an open loop's rate must be a positive number of requests per second".into(),
+        ));
+    }
     if p.blocking == Blocking::ColdRead
         && p.block_every > 0
         && files.is_none_or(|f| f.paths().is_empty())
@@ -347,7 +385,7 @@ pub fn run(
         .map_err(net("start a client thread"))?;
     go.wait();
     let start = Instant::now();
-    let mut lat = Vec::new();
+    let mut lat: Vec<(u32, bool)> = Vec::new();
     let mut failed = None;
     for t in threads {
         match t.join() {
@@ -364,13 +402,17 @@ pub fn run(
             source: std::io::Error::other(why),
         });
     }
+    let mut others: Vec<u32> = lat.iter().filter(|l| !l.1).map(|l| l.0).collect();
+    let mut lat: Vec<u32> = lat.into_iter().map(|l| l.0).collect();
     lat.sort_unstable();
+    others.sort_unstable();
     Ok(ServeRun {
         server,
         throughput: lat.len() as f64 / seconds,
         p50_us: quantile(&lat, 0.5),
         p99_us: quantile(&lat, 0.99),
         p999_us: quantile(&lat, 0.999),
+        p99_others_us: quantile(&others, 0.99),
     })
 }
 
@@ -387,6 +429,7 @@ mod tests {
             blocking: Blocking::Sleep(Duration::from_micros(200)),
             work: 100,
             cores: 2,
+            rate: None,
         };
         let dir = tempfile::tempdir().unwrap();
         let files = Arc::new(
@@ -418,6 +461,39 @@ mod tests {
             run(Server::Tokio, cold, None),
             Err(BenchError::InvalidParam(_))
         ));
+    }
+
+    #[test]
+    fn an_open_loop_sends_on_schedule_and_counts_from_when_a_request_was_due() {
+        // Client c's request r is due at (r * clients + c) / rate: the clients interleave.
+        assert_eq!(due(0, 0, 4, 1000.0), Duration::ZERO);
+        assert_eq!(due(0, 3, 4, 1000.0), Duration::from_millis(3));
+        assert_eq!(due(1, 0, 4, 1000.0), Duration::from_millis(4));
+        let p = ServeParams {
+            clients: 3,
+            requests: 20,
+            block_every: 0,
+            blocking: Blocking::Sleep(Duration::ZERO),
+            work: 100,
+            cores: 2,
+            rate: Some(20_000.0),
+        };
+        for s in [Server::UmtMonitor, Server::Tokio] {
+            let r = run(s, p, None).unwrap();
+            assert!(r.throughput > 0.0, "{r:?}");
+            // Nothing blocks: the others are every request.
+            assert_eq!(r.p99_others_us, r.p99_us, "{r:?}");
+        }
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let p = ServeParams {
+                rate: Some(bad),
+                ..p
+            };
+            assert!(matches!(
+                run(Server::Tokio, p, None),
+                Err(BenchError::InvalidParam(_))
+            ));
+        }
     }
 
     #[test]
