@@ -87,8 +87,8 @@ struct ServeArgs {
     /// Compute per request, in rounds of a hash (about a nanosecond each).
     #[arg(long, default_value_t = 20_000)]
     work: u64,
-    /// Runs of each server per scenario (they alternate; the table shows each one's median
-    /// run by throughput, or with --rate by p99).
+    /// Runs of each server per scenario (they alternate; the table shows the median of each
+    /// figure).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Worker threads of each server (default: the CPUs of the affinity mask).
@@ -172,12 +172,13 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
         || a.cores.is_some_and(|c| c == 0 || c > 4096)
         || a.cold_files > 1 << 16
         || a.rate
-            .is_some_and(|r| !(r.is_finite() && r > 0.0 && r <= 1e7))
+            .is_some_and(|r| !(r.is_finite() && r <= 1e7 && requests as f64 / r <= 3600.0))
     {
         return Err(BenchError::InvalidParam(
             "serve: --clients 1 to 4096, --requests at least 1 and at most 10^8 in all, \
              --block-us at most 60 s, --work at most 2^40, --rounds 1 to 1000, --cores 1 to \
-             4096, --cold-files at most 65536, --rate above 0 and at most 10^7"
+             4096, --cold-files at most 65536, --rate at most 10^7 and enough to send every request \
+             within an hour"
                 .into(),
         ));
     }
@@ -241,16 +242,24 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
                 runs[k].push(serve::run(s, *p, files.as_ref())?);
             }
         }
+        // Each figure's own median over the rounds.
         let medians: Vec<serve::ServeRun> = runs
             .into_iter()
-            .map(|mut r| {
-                // Closed loop: the median by throughput; open loop (every server sends at the
-                // same rate): by p99.
-                match a.rate {
-                    None => r.sort_by(|x, y| x.throughput.total_cmp(&y.throughput)),
-                    Some(_) => r.sort_by(|x, y| x.p99_us.total_cmp(&y.p99_us)),
+            .map(|r| {
+                let med = |f: &dyn Fn(&serve::ServeRun) -> f64| {
+                    let mut v: Vec<f64> = r.iter().map(f).collect();
+                    v.sort_by(f64::total_cmp);
+                    v[v.len() / 2]
+                };
+                serve::ServeRun {
+                    server: r[0].server,
+                    throughput: med(&|x| x.throughput),
+                    p50_us: med(&|x| x.p50_us),
+                    p99_us: med(&|x| x.p99_us),
+                    p999_us: med(&|x| x.p999_us),
+                    p99_others_us: med(&|x| x.p99_others_us),
+                    p99_late_us: a.rate.map(|_| med(&|x| x.p99_late_us.unwrap_or(f64::NAN))),
                 }
-                r.swap_remove(r.len() / 2)
             })
             .collect();
         table.push(serve::ServeScenario {
@@ -279,8 +288,10 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
             None => "closed loop".to_string(),
         }
     );
+    // Closed loop: throughput against tokio's; open loop (the same load for every server):
+    // p99 against tokio's, and how late the clients sent (the measurement's own error).
     say!(
-        "{:<24} {:<24} {:>10} {:>9} {:>9} {:>10} {:>13} {:>9}",
+        "{:<24} {:<24} {:>10} {:>9} {:>9} {:>10} {:>13} {:>12}{}",
         "scenario",
         "server",
         "req/s",
@@ -288,17 +299,32 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
         "p99 us",
         "p99.9 us",
         "p99 others us",
-        "vs tokio"
+        if a.rate.is_some() {
+            "p99/tokio's"
+        } else {
+            "vs tokio"
+        },
+        if a.rate.is_some() {
+            "  sent late p99 us"
+        } else {
+            ""
+        }
     );
     for sc in &table {
-        let tokio = sc
-            .runs
-            .iter()
-            .find(|r| r.server == Server::Tokio)
-            .map_or(f64::NAN, |r| r.throughput);
+        let tokio = sc.runs.iter().find(|r| r.server == Server::Tokio);
         for r in &sc.runs {
+            let (ratio, late) = match r.p99_late_us {
+                Some(late) => (
+                    r.p99_us / tokio.map_or(f64::NAN, |t| t.p99_us),
+                    format!(" {late:>17.0}"),
+                ),
+                None => (
+                    r.throughput / tokio.map_or(f64::NAN, |t| t.throughput),
+                    String::new(),
+                ),
+            };
             say!(
-                "{:<24} {:<24} {:>10.0} {:>9.0} {:>9.0} {:>10.0} {:>13.0} {:>8.2}x",
+                "{:<24} {:<24} {:>10.0} {:>9.0} {:>9.0} {:>10.0} {:>13.0} {:>11.2}x{}",
                 sc.scenario,
                 r.server.name(),
                 r.throughput,
@@ -306,7 +332,8 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
                 r.p99_us,
                 r.p999_us,
                 r.p99_others_us,
-                r.throughput / tokio
+                ratio,
+                late
             );
         }
     }

@@ -124,6 +124,9 @@ pub struct ServeRun {
     /// 99th percentile of the requests whose handlers do not block: what a blocked handler
     /// costs the others (the same as `p99_us` when none blocks).
     pub p99_others_us: f64,
+    /// Open loop: the 99th percentile of how late the clients sent their requests (us after
+    /// each was due), the measurement's own error: a latency below it means little.
+    pub p99_late_us: Option<f64>,
 }
 
 /// One scenario's runs: the median of each server.
@@ -294,32 +297,65 @@ fn due(r: usize, c: usize, clients: usize, rate: f64) -> Duration {
     Duration::from_secs_f64((r as f64 * clients as f64 + c as f64) / rate)
 }
 
-/// One client: its requests one after another (in an open loop, each not before it is due),
-/// each timed; with each latency, whether its handler blocks.
+/// Request `r` of client `c`: its number, `r * clients + c`, the order in which an open loop
+/// sends them, and whether its handler blocks: one number in `block_every`, so the blocking
+/// requests are spread evenly over the run and over the clients (not every client's `r`-th
+/// request at once).
+fn request(r: usize, c: usize, p: &ServeParams) -> (u64, bool) {
+    let id = (r * p.clients + c) as u64;
+    (id, p.block_every > 0 && id.is_multiple_of(p.block_every))
+}
+
+/// Microseconds, saturated to `u32`.
+fn micros(d: Duration) -> u32 {
+    d.as_micros().min(u128::from(u32::MAX)) as u32
+}
+
+/// Waits until `at`: sleeps until shortly before, then spins, so a request leaves on time
+/// (a sleep alone overshoots by the timer slack and the wake-up).
+fn wait_until(at: Instant) {
+    const SPIN: Duration = Duration::from_micros(100);
+    if let Some(wait) = at.checked_duration_since(Instant::now())
+        && wait > SPIN
+    {
+        std::thread::sleep(wait - SPIN);
+    }
+    while Instant::now() < at {
+        std::hint::spin_loop();
+    }
+}
+
+/// What one client measured: per request its latency in us and whether its handler blocks,
+/// and per request of an open loop how late it left (us after it was due).
+type ClientSamples = (Vec<(u32, bool)>, Vec<u32>);
+
+/// One client: its requests one after another (in an open loop, each when it is due from
+/// the shared start `t0`), each timed.
 fn client(
     addr: SocketAddr,
     c: usize,
     p: ServeParams,
     go: &Barrier,
-) -> std::io::Result<Vec<(u32, bool)>> {
+    t0: &std::sync::OnceLock<Instant>,
+) -> std::io::Result<ClientSamples> {
     let stream = TcpStream::connect(addr).and_then(|s| s.set_nodelay(true).map(|()| s));
     // Everyone passes the barrier, a client that could not connect too.
     go.wait();
-    let t0 = Instant::now();
+    // Set before the barrier by `run`; a client never sees it unset.
+    let t0 = t0.get().copied().unwrap_or_else(Instant::now);
     let mut stream = stream?;
     let mut lat = Vec::with_capacity(p.requests.min(1 << 20));
+    let mut late = Vec::new();
     for r in 0..p.requests {
-        let id = (c * p.requests + r) as u64;
-        let blocks = p.block_every > 0 && id.is_multiple_of(p.block_every);
+        let (id, blocks) = request(r, c, &p);
         let mut req = [0u8; REQUEST];
         req[..8].copy_from_slice(&id.to_le_bytes());
         req[8] = u8::from(blocks);
         let start = match p.rate {
             Some(rate) => {
                 let at = t0 + due(r, c, p.clients, rate);
-                if let Some(wait) = at.checked_duration_since(Instant::now()) {
-                    std::thread::sleep(wait);
-                }
+                wait_until(at);
+                late.push(micros(at.elapsed()));
                 at
             }
             None => Instant::now(),
@@ -327,15 +363,14 @@ fn client(
         stream.write_all(&req)?;
         let mut answer = [0u8; 8];
         stream.read_exact(&mut answer)?;
-        let us = start.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
-        lat.push((us, blocks));
+        lat.push((micros(start.elapsed()), blocks));
         if u64::from_le_bytes(answer) != compute(id, p.work) {
             return Err(std::io::Error::other(format!(
                 "wrong answer to request {id}"
             )));
         }
     }
-    Ok(lat)
+    Ok((lat, late))
 }
 
 /// The `q` quantile (0..=1) of sorted samples.
@@ -359,9 +394,14 @@ pub fn run(
             "serve needs at least one client, one request and one core".into(),
         ));
     }
-    if p.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+    let requests = p.clients.saturating_mul(p.requests) as f64;
+    if p.rate
+        .is_some_and(|r| !(r.is_finite() && r > 0.0 && requests / r <= 3600.0))
+    {
         return Err(BenchError::InvalidParam(
-            "serve: an open loop's rate must be a positive number of requests per second".into(),
+            "serve: an open loop's rate must be a number of requests per second that sends \
+             them all within an hour"
+                .into(),
         ));
     }
     if p.blocking == Blocking::ColdRead
@@ -374,22 +414,30 @@ pub fn run(
     }
     let running = start(server, p, files.cloned())?;
     let go = Arc::new(Barrier::new(p.clients + 1));
+    let t0 = Arc::new(std::sync::OnceLock::new());
     let threads: Vec<_> = (0..p.clients)
         .map(|c| {
-            let (go, addr) = (go.clone(), running.addr);
+            let (go, t0, addr) = (go.clone(), t0.clone(), running.addr);
             std::thread::Builder::new()
                 .name(format!("serve-client-{c}"))
-                .spawn(move || client(addr, c, p, &go))
+                .spawn(move || client(addr, c, p, &go, &t0))
         })
         .collect::<Result<_, _>>()
         .map_err(net("start a client thread"))?;
+    // One start for every client, a little ahead, so that the schedule's interleaving holds
+    // however late each client thread wakes from the barrier.
+    let _ = t0.set(Instant::now() + Duration::from_millis(2));
     go.wait();
     let start = Instant::now();
     let mut lat: Vec<(u32, bool)> = Vec::new();
+    let mut late: Vec<u32> = Vec::new();
     let mut failed = None;
     for t in threads {
         match t.join() {
-            Ok(Ok(l)) => lat.extend(l),
+            Ok(Ok((l, g))) => {
+                lat.extend(l);
+                late.extend(g);
+            }
             Ok(Err(e)) => failed = Some(e.to_string()),
             Err(_) => failed = Some("a client thread panicked".into()),
         }
@@ -406,6 +454,7 @@ pub fn run(
     let mut lat: Vec<u32> = lat.into_iter().map(|l| l.0).collect();
     lat.sort_unstable();
     others.sort_unstable();
+    late.sort_unstable();
     Ok(ServeRun {
         server,
         throughput: lat.len() as f64 / seconds,
@@ -413,6 +462,7 @@ pub fn run(
         p99_us: quantile(&lat, 0.99),
         p999_us: quantile(&lat, 0.999),
         p99_others_us: quantile(&others, 0.99),
+        p99_late_us: p.rate.map(|_| quantile(&late, 0.99)),
     })
 }
 
@@ -465,7 +515,24 @@ mod tests {
 
     #[test]
     fn an_open_loop_sends_on_schedule_and_counts_from_when_a_request_was_due() {
-        // Client c's request r is due at (r * clients + c) / rate: the clients interleave.
+        // Client c's request r is due at (r * clients + c) / rate: the clients interleave,
+        // and one request in `block_every`, in that order, blocks.
+        let every = ServeParams {
+            clients: 4,
+            requests: 10,
+            block_every: 3,
+            blocking: Blocking::Sleep(Duration::ZERO),
+            work: 1,
+            cores: 1,
+            rate: None,
+        };
+        let blocking: Vec<u64> = (0..10)
+            .flat_map(|r| (0..4).map(move |c| (r, c)))
+            .map(|(r, c)| request(r, c, &every))
+            .filter(|q| q.1)
+            .map(|q| q.0)
+            .collect();
+        assert_eq!(blocking, (0..40).step_by(3).collect::<Vec<u64>>());
         assert_eq!(due(0, 0, 4, 1000.0), Duration::ZERO);
         assert_eq!(due(0, 3, 4, 1000.0), Duration::from_millis(3));
         assert_eq!(due(1, 0, 4, 1000.0), Duration::from_millis(4));
@@ -483,8 +550,10 @@ mod tests {
             assert!(r.throughput > 0.0, "{r:?}");
             // Nothing blocks: the others are every request.
             assert_eq!(r.p99_others_us, r.p99_us, "{r:?}");
+            assert!(r.p99_late_us.is_some(), "{r:?}");
         }
-        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        // A rate that would take longer than an hour (or forever) is refused.
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-300, 0.01] {
             let p = ServeParams {
                 rate: Some(bad),
                 ..p

@@ -33,8 +33,9 @@ pub enum Schedule {
     /// A piece is also cut to what its owner runs in about [`STEAL_CHUNK_TIME`] at the pace of
     /// its previous piece (its first piece is one iteration): iterations that take long, or
     /// block in the kernel, are taken one at a time, so the rest of a block stays for thieves
-    /// and for the participants that join while one blocks, and the loop's tail is one
-    /// iteration per participant, not an eighth of a block.
+    /// and for the participants that join while one blocks, and the loop's tail is at most
+    /// one piece of about that time (or one iteration, if longer) per participant, not an
+    /// eighth of a block.
     StaticSteal,
     /// Self-scheduling: chunks of a fixed size (`dynamic,1` is the study's SS).
     Dynamic(usize),
@@ -485,9 +486,11 @@ impl Dispenser {
                 Some(chunk).filter(|r| !r.is_empty())
             }
             Kind::Steal(blocks) => {
-                let cap = steal_cap(cursor.running.take());
+                // One clock read: it ends the last piece and starts the next.
+                let now = Instant::now();
+                let cap = steal_cap(cursor.running.take(), now);
                 let chunk = self.next_steal(blocks, me, cap)?;
-                cursor.running = Some((chunk.len(), Instant::now()));
+                cursor.running = Some((chunk.len(), now));
                 Some(chunk)
             }
             Kind::Dynamic { next, chunk } => {
@@ -585,11 +588,13 @@ impl Dispenser {
     }
 }
 
-/// The most iterations `StaticSteal`'s next piece may have: what runs in [`STEAL_CHUNK_TIME`]
-/// at the pace of the previous piece (`size` iterations handed out at `started`), at least 1;
-/// 1 for a participant's first piece, which measures the pace.
-fn steal_cap(previous: Option<(usize, Instant)>) -> usize {
-    previous.map_or(1, |(size, started)| pieces_in(size, started.elapsed()))
+/// The most iterations `StaticSteal`'s next piece may have, asked at `now`: what runs in
+/// [`STEAL_CHUNK_TIME`] at the pace of the previous piece (`size` iterations handed out at
+/// `started`), at least 1; 1 for a participant's first piece, which measures the pace.
+fn steal_cap(previous: Option<(usize, Instant)>, now: Instant) -> usize {
+    previous.map_or(1, |(size, started)| {
+        pieces_in(size, now.saturating_duration_since(started))
+    })
 }
 
 /// How many iterations run in [`STEAL_CHUNK_TIME`] when `size` of them took `took`: at least 1.
@@ -923,7 +928,7 @@ mod tests {
         assert_eq!(pieces_in(1000, std::time::Duration::from_micros(10)), 5000);
         // A clock that did not move: as many as can be.
         assert_eq!(pieces_in(7, std::time::Duration::ZERO), 7 * 50_000);
-        assert_eq!(steal_cap(None), 1);
+        assert_eq!(steal_cap(None, Instant::now()), 1);
     }
 
     #[test]
@@ -933,7 +938,8 @@ mod tests {
         // The first piece measures the pace: one iteration.
         assert_eq!(d.next(&mut a), Some(0..1));
         // It "took" a second: the next piece is one iteration, not an eighth of 399.
-        a.running = a.running.map(|(n, t)| (n, t - std::time::Duration::from_secs(1)));
+        let second_ago = |t: Instant| t.checked_sub(std::time::Duration::from_secs(1)).unwrap();
+        a.running = a.running.map(|(n, t)| (n, second_ago(t)));
         assert_eq!(d.next(&mut a), Some(1..2));
         // Fast iterations: back to an eighth of what is left.
         a.running = a.running.map(|(n, _)| (n * 1000, Instant::now()));
