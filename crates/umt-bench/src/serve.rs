@@ -9,8 +9,11 @@
 //! [`umt_rt::async_io::Async`]) with the monitor and without; tokio's multi-thread runtime
 //! with the handlers as written, and with the blocking call moved to `spawn_blocking` as a
 //! careful tokio user would. Each has one worker per core. The clients are threads of this
-//! process, each with its own connection, sending its requests one after another (closed
-//! loop) and timing each; throughput is requests over the wall time of the whole run.
+//! process, each with its own connection, sending its requests one after another and timing
+//! each: in a closed loop (the next when the last is answered), or in an open loop at a rate
+//! ([`ServeParams::rate`]: each when it is due, timed from then); throughput is requests over
+//! the wall time of the whole run. The blocking requests are one in N in the order the
+//! clients send them, spread over the run and the clients rather than in bursts.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
