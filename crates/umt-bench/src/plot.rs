@@ -410,13 +410,23 @@ fn draw_serve(
             })
             .collect()
     };
-    let throughput = groups(&|r| r.throughput);
+    // An open loop sends the same load to every server: its left panel is the tail of the
+    // requests that do not block instead of a throughput that is the rate for all.
+    let open = scenarios.iter().any(|sc| sc.params.rate.is_some());
+    let (left, left_label) = if open {
+        (
+            groups(&|r| r.p99_others_us),
+            "p99 of the requests that do not block (us)",
+        )
+    } else {
+        (groups(&|r| r.throughput), "requests per second")
+    };
     let p99 = groups(&|r| r.p99_us);
     bars(
         &panels[0],
-        &throughput,
+        &left,
         &servers,
-        "requests per second",
+        left_label,
         None,
         SeriesLabelPosition::UpperRight,
     )
@@ -500,6 +510,50 @@ mod tests {
         assert!(work > 1000 && blocked > 1000 && over > 100 && idle > 1000);
         assert!(blocked > 3 * over, "{blocked} {over}");
         drop(dir);
+    }
+
+    #[test]
+    fn the_serve_plot_shows_the_others_tail_in_an_open_loop() {
+        use crate::serve::{Blocking, ServeParams, ServeRun, ServeScenario, Server};
+        let scenario = |rate| ServeScenario {
+            scenario: "1 in 10 blocks".into(),
+            params: ServeParams {
+                clients: 2,
+                requests: 10,
+                block_every: 10,
+                blocking: Blocking::Sleep(std::time::Duration::from_millis(1)),
+                work: 1,
+                cores: 2,
+                rate,
+            },
+            runs: Server::ALL
+                .iter()
+                .enumerate()
+                .map(|(k, &server)| ServeRun {
+                    server,
+                    throughput: 1000.0 * (k + 1) as f64,
+                    p50_us: 100.0,
+                    p99_us: 2000.0,
+                    p999_us: 3000.0,
+                    p99_others_us: 500.0 * (k + 1) as f64,
+                    p99_late_us: rate.map(|_| 10.0),
+                })
+                .collect(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        for (rate, left) in [
+            (None, "requests per second"),
+            (Some(1000.0), "p99 of the requests that do not block"),
+        ] {
+            let path = dir.path().join("serve.svg");
+            serve(&[scenario(rate)], &path).unwrap();
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(text.contains(left), "{rate:?}: no {left:?}");
+            // An open loop's throughput is its rate for every server: not drawn.
+            assert_eq!(text.contains("requests per second"), rate.is_none());
+            assert!(text.contains("p99 latency (us)"));
+            assert!(render(&path).pixels().iter().any(|px| px.red() < 200));
+        }
     }
 
     #[test]
