@@ -171,17 +171,16 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
         || a.rounds > 1000
         || a.cores.is_some_and(|c| c == 0 || c > 4096)
         || a.cold_files > 1 << 16
-        || a.rate
-            .is_some_and(|r| !(r.is_finite() && r <= 1e7 && requests as f64 / r <= 3600.0))
+        || a.rate.is_some_and(|r| r > 1e7)
     {
         return Err(BenchError::InvalidParam(
             "serve: --clients 1 to 4096, --requests at least 1 and at most 10^8 in all, \
              --block-us at most 60 s, --work at most 2^40, --rounds 1 to 1000, --cores 1 to \
-             4096, --cold-files at most 65536, --rate at most 10^7 and enough to send every request \
-             within an hour"
+             4096, --cold-files at most 65536, --rate at most 10^7"
                 .into(),
         ));
     }
+    serve::check_rate(a.rate, requests)?;
     let files = if a.cold_files > 0 && a.block_every > 0 {
         let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
         if let Some(fs) = memory_filesystem(&dir)
@@ -247,9 +246,7 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
             .into_iter()
             .map(|r| {
                 let med = |f: &dyn Fn(&serve::ServeRun) -> f64| {
-                    let mut v: Vec<f64> = r.iter().map(f).collect();
-                    v.sort_by(f64::total_cmp);
-                    v[v.len() / 2]
+                    umt_bench::report::median(&r.iter().map(f).collect::<Vec<_>>())
                 };
                 serve::ServeRun {
                     server: r[0].server,

@@ -385,6 +385,19 @@ fn quantile(sorted: &[u32], q: f64) -> f64 {
     f64::from(sorted[i.min(sorted.len() - 1)])
 }
 
+/// Refuses an open loop's `rate` (requests per second) unless it sends all `requests` within
+/// an hour: a rate of zero, below zero or not a number would never end.
+pub fn check_rate(rate: Option<f64>, requests: usize) -> Result<(), BenchError> {
+    if rate.is_some_and(|r| !(r.is_finite() && r > 0.0 && requests as f64 / r <= 3600.0)) {
+        return Err(BenchError::InvalidParam(
+            "serve: an open loop's rate must be a number of requests per second that sends \
+             them all within an hour"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// One run of `server`: start it, run every client, stop it. `files` are the cold files of
 /// [`Blocking::ColdRead`] (needed there, unused otherwise).
 pub fn run(
@@ -397,16 +410,7 @@ pub fn run(
             "serve needs at least one client, one request and one core".into(),
         ));
     }
-    let requests = p.clients.saturating_mul(p.requests) as f64;
-    if p.rate
-        .is_some_and(|r| !(r.is_finite() && r > 0.0 && requests / r <= 3600.0))
-    {
-        return Err(BenchError::InvalidParam(
-            "serve: an open loop's rate must be a number of requests per second that sends \
-             them all within an hour"
-                .into(),
-        ));
-    }
+    check_rate(p.rate, p.clients.saturating_mul(p.requests))?;
     if p.blocking == Blocking::ColdRead
         && p.block_every > 0
         && files.is_none_or(|f| f.paths().is_empty())
@@ -517,7 +521,7 @@ mod tests {
     }
 
     #[test]
-    fn an_open_loop_sends_on_schedule_and_counts_from_when_a_request_was_due() {
+    fn an_open_loop_interleaves_the_clients_and_spreads_the_blocking_requests() {
         // Client c's request r is due at (r * clients + c) / rate: the clients interleave,
         // and one request in `block_every`, in that order, blocks.
         let every = ServeParams {
