@@ -243,12 +243,17 @@ impl Drop for TwoHosts {
 
 /// Two ranks, one per namespace: mpirun and rank 0 in the first, rank 1 started in the
 /// second; PMIx and the MPI traffic (TCP only, no shared memory) cross the veth pair. Where
-/// namespaces cannot be made, says why and runs the two ranks on this host instead.
+/// namespaces cannot be made, says why and runs the two ranks on this host instead, unless
+/// `UMT_REQUIRE_MPI` is set (CI): then it fails, so that one host never passes for two.
 #[test]
 fn two_hosts_joined_by_a_network_match_the_reference() {
     let hosts = match TwoHosts::new() {
         Ok(h) => h,
         Err(why) => {
+            assert!(
+                std::env::var_os("UMT_REQUIRE_MPI").is_none(),
+                "UMT_REQUIRE_MPI is set but two network namespaces cannot be made here: {why}"
+            );
             eprintln!("no network namespaces here ({why}): two ranks on this host instead");
             return check(2, "baseline,umt-io");
         }
