@@ -444,6 +444,10 @@ struct Common {
     /// as io-uring does, instead of in place from the grid.
     #[arg(long)]
     staged_checkpoints: bool,
+    /// With --mpi, umt-rt runners with a monitor receive halos with MPI_Recv, which Open MPI
+    /// busy-polls (the monitor sees no block), instead of MPI_Test and a sleep between tests.
+    #[arg(long)]
+    busy_mpi_recv: bool,
     /// Run on the first N CPUs of this process's affinity mask (default: all of them).
     #[arg(long)]
     cores: Option<usize>,
@@ -613,6 +617,7 @@ impl Common {
                 max_workers_per_core: self.max_workers_per_core,
                 staged_checkpoints: self.staged_checkpoints,
                 trace: self.timeline.is_some(),
+                busy_mpi_recv: self.busy_mpi_recv,
             },
             progress: true,
             verify: self.verify,

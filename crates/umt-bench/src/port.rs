@@ -117,6 +117,10 @@ pub struct UmtOptions {
     /// Every umt-rt runtime (also baseline's and io-uring's) records a trace
     /// ([`umt_rt::Builder::trace`]), which each timed run's sample carries.
     pub trace: bool,
+    /// Across MPI ranks, the umt-rt runners with a monitor receive with `MPI_Recv`
+    /// ([`Comm::Blocking`], busy-polled by Open MPI) instead of testing and sleeping
+    /// ([`Comm::Sleeping`]).
+    pub busy_mpi_recv: bool,
 }
 
 impl Default for UmtOptions {
@@ -130,6 +134,7 @@ impl Default for UmtOptions {
             max_workers_per_core: None,
             staged_checkpoints: false,
             trace: false,
+            busy_mpi_recv: false,
         }
     }
 }
@@ -170,7 +175,18 @@ pub enum Comm {
     Blocking,
     /// `MPI_Irecv`, waited for through [`umt_rt::io`] with `MPI_Testsome` group polls.
     Waiting,
+    /// `MPI_Irecv`, then `MPI_Test` and a sleep in the kernel between tests (from
+    /// [`SLEEP_FIRST`] doubling up to [`SLEEP_MOST`]): a blocking progress mode for the
+    /// monitored runtimes, whose monitor sees the sleep as a block and gives the core to a
+    /// spare meanwhile. Open MPI 4.1 has none of its own: `MPI_Recv` busy-polls.
+    Sleeping,
 }
+
+/// The first sleep of a [`Comm::Sleeping`] receive between two tests.
+pub const SLEEP_FIRST: std::time::Duration = std::time::Duration::from_micros(50);
+/// The longest sleep of a [`Comm::Sleeping`] receive: how late at most, beyond a test's
+/// own time, a receive sees that its message arrived.
+pub const SLEEP_MOST: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// How a rank's checkpoint or snapshot I/O waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

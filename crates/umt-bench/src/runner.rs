@@ -440,6 +440,23 @@ mod tests {
         );
     }
 
+    /// Across MPI ranks, a runner with a monitor sleeps between tests of its receives (a
+    /// block its monitor sees); the unmonitored baseline and the peers block in MPI_Recv.
+    #[test]
+    fn monitored_runners_sleep_between_tests_of_their_receives() {
+        use crate::port::Comm;
+        for r in Runner::ALL {
+            let expect = match (r.name(), r.port().monitor()) {
+                (_, None) if r.name() == "tokio" => None,
+                ("umt-io", _) => Some(Comm::Waiting),
+                (name, Some(_)) if name.starts_with("umt-") => Some(Comm::Sleeping),
+                _ => r.port().comm().map(|_| Comm::Blocking),
+            };
+            assert_eq!(r.port().comm(), expect, "{}", r.name());
+        }
+        assert_eq!(Runner::BASELINE.port().comm(), Some(Comm::Blocking));
+    }
+
     #[test]
     fn baseline_is_always_available_and_measures() {
         assert!(Runner::BASELINE.available().is_ok());

@@ -12,7 +12,10 @@
 //!   sees no block and cannot give its core to other tasks;
 //! - [`Comm::Waiting`]: `MPI_Irecv`, then [`umt_rt::io`]'s wait on an [`MpiRequests`]
 //!   source: the worker runs other tasks and tests every waiting request of its core with
-//!   one `MPI_Testsome` between them, and sleeps only when nothing else can run.
+//!   one `MPI_Testsome` between them, and sleeps only when nothing else can run;
+//! - [`Comm::Sleeping`]: `MPI_Irecv`, then `MPI_Test` and a sleep in the kernel between
+//!   tests (50 us doubling up to 1 ms): the monitored runtimes' blocking progress mode. The
+//!   sleep is a block their monitor sees, so the core's spare runs other tasks meanwhile.
 //!
 //! Either way a send copies its data, posts an `MPI_Isend` and returns ([`Link::send`]).
 //!
@@ -37,8 +40,8 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use umt_rt::io::{EventSource, Source as _};
 
 use crate::error::BenchError;
-use crate::port::DiskWait;
 pub use crate::port::{Comm, RankEngine};
+use crate::port::{DiskWait, SLEEP_FIRST, SLEEP_MOST};
 use crate::port_uring::Uring;
 pub use source::MpiRequests;
 
@@ -178,6 +181,15 @@ impl Link {
                 let req = unsafe { source::irecv(self.world, from, tag, out) };
                 self.requests.wait(req);
             }
+            Comm::Sleeping => {
+                // SAFETY: as in `send`; `out` is borrowed mutably until the receive completed.
+                let mut req = unsafe { source::irecv(self.world, from, tag, out) };
+                let mut nap = SLEEP_FIRST;
+                while MpiRequests.poll(&mut req).is_none() {
+                    std::thread::sleep(nap);
+                    nap = (nap * 2).min(SLEEP_MOST);
+                }
+            }
         });
     }
 }
@@ -239,8 +251,9 @@ pub struct RankRunner<'a> {
 }
 
 /// How `r`'s tasks wait for messages across ranks, or `None` if it cannot run there (its
-/// port's [`crate::port::Port::comm`]): umt-io's receives wait through `umt_rt::io`; the
-/// other runners' block in MPI (umt-rt's and the io-uring port's tasks, rayon's loops, as a
+/// port's [`crate::port::Port::comm`]): umt-io's receives wait through `umt_rt::io`; those
+/// of the umt-rt runners with a monitor test and sleep (unless `--busy-mpi-recv`); the other
+/// runners' block in MPI (baseline's and the io-uring port's tasks, rayon's loops, as a
 /// rayon program would); tokio's cannot run there.
 pub fn comm_of(r: crate::runner::Runner) -> Option<Comm> {
     r.port().comm()
@@ -268,7 +281,10 @@ pub fn compare(
                      umt-io, io-uring or rayon"
                 ))
             };
-            let comm = comm_of(r).ok_or_else(cannot)?;
+            let comm = match comm_of(r).ok_or_else(cannot)? {
+                Comm::Sleeping if how.umt.busy_mpi_recv => Comm::Blocking,
+                c => c,
+            };
             let built = r.engine_with(&how.umt)?;
             let engine = built.rank().ok_or_else(cannot)?;
             let mut ring = None;
