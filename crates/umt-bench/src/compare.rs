@@ -312,7 +312,6 @@ fn compare(
     params["leader_runs_tasks"] = opts.umt.leader_runs_tasks.into();
     params["max_workers_per_core"] = opts.umt.max_workers_per_core.into();
     params["staged_checkpoints"] = opts.umt.staged_checkpoints.into();
-    params["busy_mpi_recv"] = opts.umt.busy_mpi_recv.into();
     Ok(Report {
         workload: workload.into(),
         params,

@@ -1055,6 +1055,17 @@ fn use_cores(n: usize) -> Result<(), BenchError> {
 
 /// `--json` with `--mpi` is refused before the run: rank 0 prints the table across ranks, and
 /// nothing writes it as JSON yet (an empty file was left where the results should be).
+/// Refuses the options that only apply across MPI ranks, on a run without `--mpi`.
+fn mpi_only(common: &Common) -> Result<(), BenchError> {
+    if common.busy_mpi_recv {
+        return Err(BenchError::InvalidParam(
+            "--busy-mpi-recv applies only with --mpi (heat or fwi across ranks); leave it out"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 fn no_json_with_mpi(common: &Common) -> Result<(), BenchError> {
     match &common.json {
         Some(path) => Err(BenchError::InvalidParam(format!(
@@ -1156,15 +1167,22 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Heat(a) if a.mpi => no_json_with_mpi(&a.common).and_then(|()| run_heat_mpi(&a)),
         Cmd::Fwi(a) if a.mpi => no_json_with_mpi(&a.common).and_then(|()| run_fwi_mpi(&a)),
-        Cmd::Heat(a) => run_heat(&a).and_then(|r| emit(&[r], &a.common)),
-        Cmd::Fwi(a) => run_fwi(&a).and_then(|r| emit(&[r], &a.common)),
-        Cmd::Scan(a) => run_scan(&a).and_then(|r| emit(&r, &a.common)),
+        Cmd::Heat(a) => mpi_only(&a.common)
+            .and_then(|()| run_heat(&a))
+            .and_then(|r| emit(&[r], &a.common)),
+        Cmd::Fwi(a) => mpi_only(&a.common)
+            .and_then(|()| run_fwi(&a))
+            .and_then(|r| emit(&[r], &a.common)),
+        Cmd::Scan(a) => mpi_only(&a.common)
+            .and_then(|()| run_scan(&a))
+            .and_then(|r| emit(&r, &a.common)),
         Cmd::Scale(a) => run_scale(&a),
         Cmd::Compare(common) => {
             let heat: HeatArgs = defaults(&common, |a: &mut HeatArgs, c| a.common = c);
             let fwi: FwiArgs = defaults(&common, |a: &mut FwiArgs, c| a.common = c);
             let scan: ScanArgs = defaults(&common, |a: &mut ScanArgs, c| a.common = c);
-            run_heat(&heat)
+            mpi_only(&common)
+                .and_then(|()| run_heat(&heat))
                 .and_then(|h| Ok(vec![h, run_fwi(&fwi)?]))
                 .and_then(|mut reports| {
                     reports.extend(run_scan(&scan)?);

@@ -182,10 +182,23 @@ pub enum Comm {
     Sleeping,
 }
 
+impl Comm {
+    /// How the table names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Comm::Blocking => "MPI_Recv",
+            Comm::Waiting => "umt_rt::io",
+            Comm::Sleeping => "test+sleep",
+        }
+    }
+}
+
 /// The first sleep of a [`Comm::Sleeping`] receive between two tests.
 pub const SLEEP_FIRST: std::time::Duration = std::time::Duration::from_micros(50);
-/// The longest sleep of a [`Comm::Sleeping`] receive: how late at most, beyond a test's
-/// own time, a receive sees that its message arrived.
+/// The longest sleep of a [`Comm::Sleeping`] receive between two tests. A receive sees its
+/// message up to a nap after it could have, plus the time its thread takes to run again;
+/// MPI makes no progress while every waiter sleeps, so a message in several steps (a
+/// rendezvous) may pay a nap per step.
 pub const SLEEP_MOST: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// How a rank's checkpoint or snapshot I/O waits.

@@ -12,7 +12,8 @@ use crate::port::{Comm, DiskWait, Engine, Port, UmtOptions};
 use crate::scan::{self, FileSet, Front, ScanParams, ScanRun};
 
 /// umt-rt with `backend`'s monitor (`Disabled`: one worker per core, blocking I/O idles the
-/// core); its tasks block in MPI across ranks.
+/// core). Across ranks its tasks receive with `MPI_Recv` without a monitor, and test and sleep
+/// with one ([`Comm::Sleeping`]).
 #[derive(Debug)]
 pub struct UmtPort {
     /// The runner's name.

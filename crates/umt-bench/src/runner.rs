@@ -104,6 +104,18 @@ impl Runner {
         self.0
     }
 
+    /// How its tasks wait for messages across MPI ranks under `umt`'s options, or `None`
+    /// where it cannot run there: its port's [`Port::comm`], except that with
+    /// `busy_mpi_recv` (`--busy-mpi-recv`) the runners that would test and sleep receive with
+    /// `MPI_Recv` instead.
+    pub fn comm(self, umt: &UmtOptions) -> Option<crate::port::Comm> {
+        use crate::port::Comm;
+        match self.port().comm()? {
+            Comm::Sleeping if umt.busy_mpi_recv => Some(Comm::Blocking),
+            c => Some(c),
+        }
+    }
+
     /// `Err(reason and fix)` when this machine cannot run it.
     pub fn available(self) -> Result<(), String> {
         self.0.available()
@@ -441,20 +453,30 @@ mod tests {
     }
 
     /// Across MPI ranks, a runner with a monitor sleeps between tests of its receives (a
-    /// block its monitor sees); the unmonitored baseline and the peers block in MPI_Recv.
+    /// block its monitor sees), unless `--busy-mpi-recv`; the unmonitored baseline and the
+    /// peers block in MPI_Recv; umt-io waits through umt_rt::io; tokio cannot run there.
     #[test]
     fn monitored_runners_sleep_between_tests_of_their_receives() {
         use crate::port::Comm;
+        let busy = UmtOptions {
+            busy_mpi_recv: true,
+            ..UmtOptions::default()
+        };
         for r in Runner::ALL {
-            let expect = match (r.name(), r.port().monitor()) {
-                (_, None) if r.name() == "tokio" => None,
-                ("umt-io", _) => Some(Comm::Waiting),
-                (name, Some(_)) if name.starts_with("umt-") => Some(Comm::Sleeping),
-                _ => r.port().comm().map(|_| Comm::Blocking),
+            let (by_default, with_busy) = match r.name() {
+                "umt-perf" | "umt-bpf" | "umt-kernel" => (Comm::Sleeping, Comm::Blocking),
+                "umt-io" => (Comm::Waiting, Comm::Waiting),
+                "tokio" => {
+                    assert_eq!(r.port().comm(), None, "tokio");
+                    continue;
+                }
+                _ => (Comm::Blocking, Comm::Blocking),
             };
-            assert_eq!(r.port().comm(), expect, "{}", r.name());
+            let name = r.name();
+            let default = r.comm(&UmtOptions::default());
+            assert_eq!(default, Some(by_default), "{name}");
+            assert_eq!(r.comm(&busy), Some(with_busy), "{name}");
         }
-        assert_eq!(Runner::BASELINE.port().comm(), Some(Comm::Blocking));
     }
 
     #[test]

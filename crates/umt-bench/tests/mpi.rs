@@ -5,6 +5,8 @@
 //! rank instead of a hang.
 //!
 //! Skipped, saying why, where `mpirun` is missing, unless `UMT_REQUIRE_MPI=1` (CI sets it).
+//! The two-hosts test needs root and `ip` (iproute2) for the namespaces; without them it runs
+//! both ranks on this host, saying why, unless `UMT_REQUIRE_MPI=1`, when it fails.
 #![cfg(feature = "mpi")]
 
 use std::process::{Command, Output};
@@ -62,9 +64,25 @@ fn check(ranks: usize, runtimes: &str) {
     check_of("heat", ranks, runtimes);
 }
 
+/// How the table says `runtime` received: the monitored umt-rt runners test and sleep
+/// (unless `busy`), umt-io waits through umt_rt::io, the others block in MPI_Recv.
+fn receives(runtime: &str, busy: bool) -> &'static str {
+    match runtime {
+        "umt-perf" | "umt-bpf" | "umt-kernel" if !busy => "test+sleep",
+        "umt-io" => "umt_rt::io",
+        _ => "MPI_Recv",
+    }
+}
+
 fn check_of(workload: &str, ranks: usize, runtimes: &str) {
+    check_with(workload, ranks, runtimes, &[]);
+}
+
+fn check_with(workload: &str, ranks: usize, runtimes: &str, extra: &[&str]) {
     let args = small_of(workload, runtimes);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    args.extend_from_slice(extra);
+    let busy = extra.contains(&"--busy-mpi-recv");
     let Some(out) = mpirun(ranks, &args) else {
         return;
     };
@@ -80,9 +98,17 @@ fn check_of(workload: &str, ranks: usize, runtimes: &str) {
             .lines()
             .find(|l| l.starts_with(r))
             .unwrap_or_else(|| panic!("no line for {r}:\n{stdout}"));
-        // One figure of seconds in MPI per rank.
-        assert_eq!(line.split_whitespace().count(), 3 + ranks, "{line}");
+        // How it received, then one figure of seconds in MPI per rank.
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(words.len(), 4 + ranks, "{line}");
+        assert_eq!(words[3], receives(r, busy), "{line}");
     }
+}
+
+/// `--busy-mpi-recv` gives the monitored runners MPI_Recv back, with the same results.
+#[test]
+fn busy_receives_match_the_sequential_reference() {
+    check_with("heat", 2, "baseline,umt-perf", &["--busy-mpi-recv"]);
 }
 
 #[test]

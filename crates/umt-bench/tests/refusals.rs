@@ -128,6 +128,10 @@ fn counts_that_measure_nothing_are_refused_with_the_reason() {
     let (code, _, err) = run(&["fwi", "--steps", "2", "--iof", "3", "--buffered"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("no snapshot would be taken"), "{err}");
+    // An option of runs across MPI ranks, on a run without --mpi, would change nothing.
+    let (code, _, err) = run(&["heat", "--buffered", "--busy-mpi-recv"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("applies only with --mpi"), "{err}");
     assert!(dir.files().is_empty());
 }
 

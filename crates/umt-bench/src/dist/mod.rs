@@ -16,8 +16,11 @@
 //! - [`Comm::Sleeping`]: `MPI_Irecv`, then `MPI_Test` and a sleep in the kernel between
 //!   tests (50 us doubling up to 1 ms): the monitored runtimes' blocking progress mode. The
 //!   sleep is a block their monitor sees, so the core's spare runs other tasks meanwhile.
+//!   Nothing drives MPI's progress while every waiter sleeps, so a message that takes several
+//!   steps (a rendezvous, over the eager limit) may wait up to a nap per step.
 //!
-//! Either way a send copies its data, posts an `MPI_Isend` and returns ([`Link::send`]).
+//! Whatever the receive, a send copies its data, posts an `MPI_Isend` and returns
+//! ([`Link::send`]).
 //!
 //! ```text
 //! cargo build --release -p umt-bench --features mpi
@@ -221,6 +224,8 @@ pub struct DistRun {
 pub struct RankedRun {
     /// The runner.
     pub runtime: crate::runner::Runner,
+    /// How its tasks waited for their messages.
+    pub comm: Comm,
     /// Median wall time of the repeats.
     pub median_seconds: f64,
     /// Per rank, the median seconds its tasks spent in sends and receives.
@@ -252,9 +257,9 @@ pub struct RankRunner<'a> {
 
 /// How `r`'s tasks wait for messages across ranks, or `None` if it cannot run there (its
 /// port's [`crate::port::Port::comm`]): umt-io's receives wait through `umt_rt::io`; those
-/// of the umt-rt runners with a monitor test and sleep (unless `--busy-mpi-recv`); the other
-/// runners' block in MPI (baseline's and the io-uring port's tasks, rayon's loops, as a
-/// rayon program would); tokio's cannot run there.
+/// of the umt-rt runners with a monitor test and sleep; the other runners' block in MPI
+/// (baseline's and the io-uring port's tasks, rayon's loops, as a rayon program would);
+/// tokio's cannot run there. [`crate::runner::Runner::comm`] applies the options.
 pub fn comm_of(r: crate::runner::Runner) -> Option<Comm> {
     r.port().comm()
 }
@@ -281,10 +286,7 @@ pub fn compare(
                      umt-io, io-uring or rayon"
                 ))
             };
-            let comm = match comm_of(r).ok_or_else(cannot)? {
-                Comm::Sleeping if how.umt.busy_mpi_recv => Comm::Blocking,
-                c => c,
-            };
+            let comm = r.comm(&how.umt).ok_or_else(cannot)?;
             let built = r.engine_with(&how.umt)?;
             let engine = built.rank().ok_or_else(cannot)?;
             let mut ring = None;
@@ -331,6 +333,7 @@ pub fn compare(
             .zip(times.into_iter().zip(mpi))
             .map(|(&runtime, (t, m))| RankedRun {
                 runtime,
+                comm: runtime.comm(&how.umt).unwrap_or(Comm::Blocking),
                 median_seconds: median(t),
                 seconds_in_mpi: m.into_iter().map(median).collect(),
             })
@@ -394,23 +397,23 @@ pub fn gather<T: Equivalence + Default + Clone>(cluster: &Cluster, mine: T) -> O
 }
 
 /// The table rank 0 prints: `title`, then a line per runner (median seconds, speedup over
-/// the first, seconds in MPI per rank).
+/// the first, how it received, seconds in MPI per rank).
 pub fn table(title: &str, runs: &[RankedRun]) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let _ = writeln!(s, "{title}");
     let _ = writeln!(
         s,
-        "{:<10} {:>9} {:>8}  seconds in sends and receives per rank (umt-io: its waits, \
-         which run other tasks meanwhile)",
-        "runtime", "median s", "speedup"
+        "{:<10} {:>9} {:>8}  {:<10}  seconds in sends and receives per rank (waits included: \
+         a sleeping or umt-io wait lets other tasks run meanwhile)",
+        "runtime", "median s", "speedup", "receives"
     );
     let base = runs.first().map_or(0.0, |r| r.median_seconds);
     for r in runs {
         let per_rank: Vec<String> = r.seconds_in_mpi.iter().map(|s| format!("{s:.3}")).collect();
         let _ = writeln!(
             s,
-            "{:<10} {:>9.3} {:>7.2}x  {}",
+            "{:<10} {:>9.3} {:>7.2}x  {:<10}  {}",
             r.runtime.name(),
             r.median_seconds,
             if r.median_seconds > 0.0 {
@@ -418,6 +421,7 @@ pub fn table(title: &str, runs: &[RankedRun]) -> String {
             } else {
                 0.0
             },
+            r.comm.name(),
             per_rank.join(" ")
         );
     }

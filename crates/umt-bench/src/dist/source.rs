@@ -33,7 +33,8 @@ pub struct RawRequest(ffi::MPI_Request);
 // test or wait for a request; the handle is an opaque pointer MPI owns.
 unsafe impl Send for RawRequest {}
 
-/// The MPI requests tasks wait for ([`super::Link`] in [`super::Comm::Waiting`]).
+/// The MPI requests tasks wait for ([`super::Link`] in [`super::Comm::Waiting`]; its
+/// `poll` is also the test of [`super::Comm::Sleeping`] and of the sends in flight).
 #[derive(Debug, Default)]
 pub struct MpiRequests;
 
