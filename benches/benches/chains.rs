@@ -14,7 +14,7 @@ use criterion::{
     BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime,
 };
 use umt_benches::burn;
-use umt_rt::{BackendKind, Runtime};
+use umt_rt::Runtime;
 
 /// The same chains written against each library's prelude: the import is the only difference.
 macro_rules! chains {
@@ -99,17 +99,9 @@ fn group<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
 
 fn chains(c: &mut Criterion) {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let rt = Runtime::builder()
-        .monitor(BackendKind::Disabled)
-        .build()
-        .expect("runtime");
+    let rt = umt_benches::unmonitored();
     let monitored = Runtime::builder().build().expect("runtime");
-    let rayon_with = |per_core: usize| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(per_core * cores)
-            .build()
-            .expect("rayon")
-    };
+    let rayon_with = |per_core: usize| umt_benches::rayon_pool(per_core * cores);
     let pool = rayon_with(1);
     let v = data(1 << 20);
     let w = data(1 << 20);

@@ -7,7 +7,6 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use umt_benches::burn;
 use umt_rt::prelude::*;
-use umt_rt::{BackendKind, Runtime};
 
 /// Per-iteration costs, mean `mean` burn steps.
 fn costs(kind: &str, n: usize, mean: u64) -> Vec<u64> {
@@ -45,14 +44,8 @@ mod ray {
 
 fn loops(c: &mut Criterion) {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let rt = Runtime::builder()
-        .monitor(BackendKind::Disabled)
-        .build()
-        .expect("runtime");
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(cores)
-        .build()
-        .expect("rayon");
+    let rt = umt_benches::unmonitored();
+    let pool = umt_benches::rayon_pool(cores);
     for kind in ["rising", "random", "heavy-tail"] {
         let work = costs(kind, 512, 16_000);
         let mut g = c.benchmark_group(format!("loop/{kind}"));

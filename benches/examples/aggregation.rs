@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
-use umt_benches::burn;
+use umt_benches::{burn, median};
 use umt_rt::io::{EventSource, Source};
 use umt_rt::{BackendKind, Runtime};
 
@@ -139,11 +139,6 @@ fn point(mode: Mode, waiters: usize, steps: u64) -> (Duration, umt_rt::io::IoSta
         ..after
     };
     (elapsed, looks)
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 fn main() {

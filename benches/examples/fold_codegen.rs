@@ -16,9 +16,9 @@
 //! gap between the runtimes is the compiled body.
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use umt_rt::{BackendKind, Runtime};
+use umt_benches::{alternate, rayon_pool, unmonitored};
 
 const K: u64 = 0x9e37_79b9_7f4a_7c15;
 
@@ -55,23 +55,6 @@ fn never_full() -> bool {
     false
 }
 
-/// Time of one call of `f`, over `passes` calls after a warm-up.
-fn time(passes: usize, mut f: impl FnMut() -> u64) -> Duration {
-    for _ in 0..passes / 10 + 1 {
-        black_box(f());
-    }
-    let start = Instant::now();
-    for _ in 0..passes {
-        black_box(f());
-    }
-    start.elapsed() / passes as u32
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort_unstable();
-    v[v.len() / 2]
-}
-
 fn main() {
     let mut args = std::env::args().skip(1);
     let values: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(1 << 20);
@@ -80,14 +63,8 @@ fn main() {
         .map(|i| i.wrapping_mul(2_654_435_761) % 1_000_003)
         .collect();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let rt = Runtime::builder()
-        .monitor(BackendKind::Disabled)
-        .build()
-        .expect("a runtime");
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(cores)
-        .build()
-        .expect("a rayon pool");
+    let rt = unmonitored();
+    let pool = rayon_pool(cores);
     let passes = ((1usize << 30) / values.max(1)).clamp(10, 20_000);
     let expect = plain(&v);
     assert_eq!(rt.install(|| umt_chain(&v)), expect);
@@ -100,20 +77,24 @@ fn main() {
         "umt-rt chain",
         "rayon chain",
     ];
-    let mut times = vec![Vec::new(); names.len()];
-    for _ in 0..rounds {
-        // Between contenders, let the other runtime's threads stop spinning.
-        let pause = || std::thread::sleep(Duration::from_millis(20));
-        times[0].push(time(passes, || plain(&v)));
-        pause();
-        times[1].push(time(passes, || checked(&v)));
-        pause();
-        times[2].push(time(passes, || rt.install(|| umt_chain(&v))));
-        pause();
-        times[3].push(time(passes, || pool.install(|| rayon_chain(&v))));
-        pause();
-    }
-    let t: Vec<Duration> = times.into_iter().map(median).collect();
+    let t = alternate(
+        rounds,
+        passes,
+        &mut [
+            (names[0], &mut || {
+                black_box(plain(&v));
+            }),
+            (names[1], &mut || {
+                black_box(checked(&v));
+            }),
+            (names[2], &mut || {
+                black_box(rt.install(|| umt_chain(&v)));
+            }),
+            (names[3], &mut || {
+                black_box(pool.install(|| rayon_chain(&v)));
+            }),
+        ],
+    );
     println!("{values} values, {cores} cores, medians of {rounds} rounds of {passes} passes:");
     for (name, t) in names.iter().zip(&t) {
         println!("  {name:26} {:9.1} us", t.as_secs_f64() * 1e6);

@@ -14,39 +14,10 @@
 //! drain their own events at every scheduling point; the default with the perf backend).
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use umt_benches::{burn, tree_rayon, tree_umt};
+use umt_benches::{alternate, burn, rayon_pool, tree_rayon, tree_umt, unmonitored};
 use umt_rt::{BackendKind, LeaderPolicy, Runtime};
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort_unstable();
-    v[v.len() / 2]
-}
-
-/// Runs each contender once per round, in turn, `rounds` times; each run warms up once, then
-/// repeats the workload `inner` times. Returns the median time of one workload per contender.
-fn alternate(
-    rounds: usize,
-    inner: usize,
-    contenders: &mut [(&str, &mut dyn FnMut())],
-) -> Vec<Duration> {
-    let mut times = vec![Vec::new(); contenders.len()];
-    for _ in 0..rounds {
-        for (i, (_, f)) in contenders.iter_mut().enumerate() {
-            // Untimed: let the previous contender's threads finish spinning and park, so each
-            // one runs on a quiet machine (on 2 cores their spinning would be measured).
-            std::thread::sleep(Duration::from_millis(20));
-            f();
-            let t = Instant::now();
-            for _ in 0..inner {
-                f();
-            }
-            times[i].push(t.elapsed() / inner as u32);
-        }
-    }
-    times.into_iter().map(median).collect()
-}
 
 /// What the monitored runtime did since `before`.
 fn activity(rt: &Runtime, before: &umt_rt::Stats) -> String {
@@ -78,10 +49,7 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(30);
-    let off = Runtime::builder()
-        .monitor(BackendKind::Disabled)
-        .build()
-        .expect("runtime");
+    let off = unmonitored();
     let on = Runtime::builder()
         .monitor(BackendKind::Auto)
         .leader_policy(LeaderPolicy::Idle)
@@ -93,16 +61,10 @@ fn main() {
         .build()
         .expect("runtime");
     let poll_name = format!("umt-{}-poll", poll.backend());
-    let off2 = Runtime::builder()
-        .monitor(BackendKind::Disabled)
-        .build()
-        .expect("runtime");
+    let off2 = unmonitored();
     let on_name = format!("umt-{}-idle", on.backend());
     let cores = on.cpus().len();
-    let ry = rayon::ThreadPoolBuilder::new()
-        .num_threads(cores)
-        .build()
-        .expect("rayon");
+    let ry = rayon_pool(cores);
     println!(
         "{cores} cores, monitor {}, {rounds} alternating rounds\n",
         on.selection()

@@ -21,9 +21,9 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use umt_benches::burn;
+use umt_benches::{burn, median, rayon_pool, unmonitored};
+use umt_rt::Runtime;
 use umt_rt::prelude::*;
-use umt_rt::{BackendKind, Runtime};
 
 /// The rayon side, in its own module: both crates name their traits alike (a user picks one).
 mod ray {
@@ -50,11 +50,6 @@ mod ray {
     pub fn sort(pool: &rayon::ThreadPool, v: &mut [u32]) {
         pool.install(|| v.par_sort())
     }
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort_unstable();
-    v[v.len() / 2]
 }
 
 /// xorshift64: deterministic costs.
@@ -132,15 +127,9 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(11);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let off = Runtime::builder()
-        .monitor(BackendKind::Disabled)
-        .build()
-        .expect("runtime");
+    let off = unmonitored();
     let on = Runtime::builder().build().expect("runtime");
-    let rayon1 = rayon::ThreadPoolBuilder::new()
-        .num_threads(cores)
-        .build()
-        .expect("rayon");
+    let rayon1 = rayon_pool(cores);
     let rayon4 = rayon::ThreadPoolBuilder::new()
         .num_threads(4 * cores)
         .build()

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use umt_bench::heat::HeatParams;
 use umt_bench::io::IoMode;
+use umt_rt::Runtime;
 use umt_rt::onload::{Dyon, Metric, Strategy};
-use umt_rt::{BackendKind, Runtime};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -83,14 +83,8 @@ fn main() {
         .build()
         .expect("a monitored runtime");
     let backend = rt.backend();
-    let baseline = Runtime::builder()
-        .monitor(BackendKind::Disabled)
-        .build()
-        .expect("a runtime");
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(rt.cpus().len())
-        .build()
-        .expect("a rayon pool");
+    let baseline = umt_benches::unmonitored();
+    let pool = umt_benches::rayon_pool(rt.cpus().len());
     // The limits the controller chooses among, each also run fixed.
     let limits = umt_rt::onload::spare_limit_arms(args.cap);
     let mut names: Vec<String> = vec!["baseline".into(), "rayon".into()];

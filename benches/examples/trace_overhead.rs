@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use umt_bench::heat::{self, HeatParams};
 use umt_bench::io::IoMode;
-use umt_benches::burn;
+use umt_benches::{burn, median};
 use umt_rt::{BackendKind, Runtime};
 
 /// Calibrated so that `burn(STEPS_PER_US)` takes about a microsecond.
@@ -51,11 +51,6 @@ fn tree_rayon(depth: u32, leaf: u64) -> u64 {
         || tree_rayon(depth - 1, leaf),
     );
     a ^ b
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort_unstable();
-    v[v.len() / 2]
 }
 
 fn umt(trace: bool) -> Runtime {

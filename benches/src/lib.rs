@@ -44,3 +44,49 @@ pub fn tree_rayon(depth: u32) -> u64 {
     let (a, b) = rayon::join(|| tree_rayon(depth - 1), || tree_rayon(depth - 1));
     a + b
 }
+
+/// The median of `v` (the upper one of an even count); `v` must not be empty.
+pub fn median(mut v: Vec<std::time::Duration>) -> std::time::Duration {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+/// Runs each contender once per round, in turn, `rounds` times; each run warms up once, then
+/// repeats the workload `inner` times. Returns the median time of one workload per contender.
+pub fn alternate(
+    rounds: usize,
+    inner: usize,
+    contenders: &mut [(&str, &mut dyn FnMut())],
+) -> Vec<std::time::Duration> {
+    let mut times = vec![Vec::new(); contenders.len()];
+    for _ in 0..rounds {
+        for (i, (_, f)) in contenders.iter_mut().enumerate() {
+            // Untimed: let the previous contender's threads finish spinning and park, so each
+            // one runs on a quiet machine (on 2 cores their spinning would be measured).
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            f();
+            let t = std::time::Instant::now();
+            for _ in 0..inner {
+                f();
+            }
+            times[i].push(t.elapsed() / inner.max(1) as u32);
+        }
+    }
+    times.into_iter().map(median).collect()
+}
+
+/// A umt-rt runtime without a monitor, one worker per core: the unmonitored peer.
+pub fn unmonitored() -> umt_rt::Runtime {
+    umt_rt::Runtime::builder()
+        .monitor(umt_rt::BackendKind::Disabled)
+        .build()
+        .expect("an unmonitored umt-rt runtime")
+}
+
+/// A rayon pool of `threads` threads.
+pub fn rayon_pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("a rayon pool")
+}

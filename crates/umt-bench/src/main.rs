@@ -817,7 +817,7 @@ fn mpi_runners(common: &Common) -> Vec<Runner> {
     if common.runtimes.is_empty() {
         Runner::ALL
             .into_iter()
-            .filter(|&r| umt_bench::dist::comm_of(r).is_some() && r.available().is_ok())
+            .filter(|&r| r.port().comm().is_some() && r.available().is_ok())
             .collect()
     } else {
         common.runtimes.clone()

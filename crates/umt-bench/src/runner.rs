@@ -105,9 +105,10 @@ impl Runner {
     }
 
     /// How its tasks wait for messages across MPI ranks under `umt`'s options, or `None`
-    /// where it cannot run there: its port's [`Port::comm`], except that with
-    /// `busy_mpi_recv` (`--busy-mpi-recv`) the runners that would test and sleep receive with
-    /// `MPI_Recv` instead.
+    /// where it cannot run there (tokio): its port's [`Port::comm`]. umt-io's receives wait
+    /// through `umt_rt::io`; those of the umt-rt runners with a monitor test and sleep, unless
+    /// `busy_mpi_recv` (`--busy-mpi-recv`) gives them `MPI_Recv`; the others block in MPI
+    /// (baseline's and the io-uring port's tasks, rayon's loops, as a rayon program would).
     pub fn comm(self, umt: &UmtOptions) -> Option<crate::port::Comm> {
         use crate::port::Comm;
         match self.port().comm()? {

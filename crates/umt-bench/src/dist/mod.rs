@@ -255,15 +255,6 @@ pub struct RankRunner<'a> {
     pub disk: Disk<'a>,
 }
 
-/// How `r`'s tasks wait for messages across ranks, or `None` if it cannot run there (its
-/// port's [`crate::port::Port::comm`]): umt-io's receives wait through `umt_rt::io`; those
-/// of the umt-rt runners with a monitor test and sleep; the other runners' block in MPI
-/// (baseline's and the io-uring port's tasks, rayon's loops, as a rayon program would);
-/// tokio's cannot run there. [`crate::runner::Runner::comm`] applies the options.
-pub fn comm_of(r: crate::runner::Runner) -> Option<Comm> {
-    r.port().comm()
-}
-
 /// Runs `run` (one run of a workload on this rank) on each of `runners`, `repeat` times,
 /// alternating. With `reference` (rank 0: every rank's expected checksum), fails on any run
 /// whose gathered checksums differ. Every rank calls it; rank 0 gets the results, the others
@@ -278,17 +269,21 @@ pub fn compare(
     let size = cluster.size() as usize;
     let mut times = vec![Vec::new(); runners.len()];
     let mut mpi = vec![vec![Vec::new(); size]; runners.len()];
+    let cannot = |r: crate::runner::Runner| {
+        BenchError::InvalidParam(format!(
+            "{r} cannot run across ranks: use baseline, umt-perf, umt-bpf, umt-kernel, umt-io, \
+             io-uring or rayon"
+        ))
+    };
+    // How each runner receives, known before any run.
+    let comms = runners
+        .iter()
+        .map(|&r| r.comm(&how.umt).ok_or_else(|| cannot(r)))
+        .collect::<Result<Vec<Comm>, _>>()?;
     for round in 0..repeat {
-        for (k, &r) in runners.iter().enumerate() {
-            let cannot = || {
-                BenchError::InvalidParam(format!(
-                    "{r} cannot run across ranks: use baseline, umt-perf, umt-bpf, umt-kernel, \
-                     umt-io, io-uring or rayon"
-                ))
-            };
-            let comm = r.comm(&how.umt).ok_or_else(cannot)?;
+        for (k, (&r, &comm)) in runners.iter().zip(&comms).enumerate() {
             let built = r.engine_with(&how.umt)?;
-            let engine = built.rank().ok_or_else(cannot)?;
+            let engine = built.rank().ok_or_else(|| cannot(r))?;
             let mut ring = None;
             let disk = match r.port().disk() {
                 DiskWait::Blocking => Disk::Blocking,
@@ -330,10 +325,11 @@ pub fn compare(
     Ok(Some(
         runners
             .iter()
+            .zip(comms)
             .zip(times.into_iter().zip(mpi))
-            .map(|(&runtime, (t, m))| RankedRun {
+            .map(|((&runtime, comm), (t, m))| RankedRun {
                 runtime,
-                comm: runtime.comm(&how.umt).unwrap_or(Comm::Blocking),
+                comm,
                 median_seconds: median(t),
                 seconds_in_mpi: m.into_iter().map(median).collect(),
             })
