@@ -156,8 +156,10 @@ impl Runtime {
     /// A worker hands its records over when it parks, a leader at the start of its next
     /// iteration. Called outside the runtime's tasks, this first waits until every worker is
     /// parked and every leader has handed its records over (at most 100 ms), so the trace of a
-    /// computation that has returned is whole; from inside a task it holds what was handed
-    /// over so far, and the rest comes with the next call.
+    /// computation that has returned is whole unless a thread could not run for that long (a
+    /// leader at `SCHED_IDLE` on a core another program keeps busy); from inside a task it
+    /// holds what was handed over so far. What is missing comes with the next call, and
+    /// [`Trace::append`](crate::Trace::append) joins the two.
     pub fn take_trace(&self) -> Option<crate::Trace> {
         let rec = self.reg.trace.as_ref()?;
         if !with_current(|w| w.is_some()) {

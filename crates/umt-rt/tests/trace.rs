@@ -4,6 +4,9 @@ use std::time::Duration;
 
 use umt_rt::{BackendKind, CoreState, Runtime, TraceKind, TraceThread};
 
+mod common;
+use common::whole_trace;
+
 fn spin(us: u64) {
     let t = std::time::Instant::now();
     while t.elapsed() < Duration::from_micros(us) {
@@ -47,7 +50,7 @@ fn every_task_is_recorded_once_with_nesting_balanced_per_thread() {
             }
         });
     }
-    let trace = rt.take_trace().unwrap();
+    let trace = whole_trace(&rt, 0);
     assert!(!trace.monitored());
     let ran = rt.stats().tasks_run;
     let count = |kind| trace.records().iter().filter(|r| r.kind == kind).count() as u64;
@@ -83,7 +86,7 @@ fn every_task_is_recorded_once_with_nesting_balanced_per_thread() {
     assert_eq!(tasks, ran);
     // A second take holds only what happened since.
     rt.join(|| spin(10), || spin(10));
-    let next = rt.take_trace().unwrap();
+    let next = whole_trace(&rt, ran);
     let starts = next
         .records()
         .iter()
@@ -102,7 +105,7 @@ fn a_busy_core_is_in_the_application_state() {
         .build()
         .unwrap();
     rt.scope(|s| s.spawn(|_| spin(20_000)));
-    let trace = rt.take_trace().unwrap();
+    let trace = whole_trace(&rt, 0);
     let spans = trace.spans(0);
     // The task's 20 ms are one application span (under load the worker may also have
     // waited longer than that to start, idle, so it need not be the longest span).
@@ -182,7 +185,7 @@ fn a_loop_samples_the_ready_count_between_chunks() {
             .schedule(umt_rt::Schedule::Dynamic(1))
             .for_each(|_| spin(2));
     });
-    let trace = rt.take_trace().unwrap();
+    let trace = whole_trace(&rt, 0);
     let chunks = trace
         .records()
         .iter()

@@ -140,6 +140,27 @@ impl Trace {
         }
     }
 
+    /// Adds the records of `later`, a trace taken after this one from the same runtime, so
+    /// the two read as one: records by time, the end the later of the two. A thread hands its
+    /// records over when it parks (or, a leader, between iterations), so a take can miss
+    /// records that a later take brings, with times inside this trace: a leader at
+    /// `SCHED_IDLE` on a core that another program keeps busy can hold them for longer than
+    /// [`Runtime::take_trace`](crate::Runtime::take_trace) waits.
+    ///
+    /// Traces of other runtimes (other CPUs) are not joined: `later` is dropped, and
+    /// `false` returned.
+    pub fn append(&mut self, later: Trace) -> bool {
+        if later.cpus != self.cpus {
+            return false;
+        }
+        self.monitored |= later.monitored;
+        self.end_ns = self.end_ns.max(later.end_ns);
+        self.records.extend(later.records);
+        // Both halves are sorted: a stable sort keeps each thread's order among equal times.
+        self.records.sort_by_key(|r| r.time_ns);
+        true
+    }
+
     /// The CPU of each core.
     pub fn cpus(&self) -> &[CpuId] {
         &self.cpus
@@ -348,5 +369,54 @@ impl LocalTrace {
             // Release: whoever sees the count drop sees the records handed over.
             rec.holding.fetch_sub(1, Ordering::Release);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(time_ns: u64, thread: TraceThread, kind: TraceKind) -> TraceRecord {
+        TraceRecord {
+            time_ns,
+            core: 0,
+            thread,
+            kind,
+            ready: 1,
+        }
+    }
+
+    /// A leader's records handed over late come back in time order, inside the first
+    /// trace's window; a trace of other CPUs is refused.
+    #[test]
+    fn append_joins_late_records_in_time_order() {
+        let cpus = vec![3];
+        let w = TraceThread::Worker(0);
+        let mut first = Trace::new(
+            cpus.clone(),
+            true,
+            vec![
+                rec(10, w, TraceKind::TaskStart),
+                rec(40, w, TraceKind::TaskEnd),
+            ],
+            50,
+        );
+        let late = Trace::new(
+            cpus,
+            true,
+            vec![
+                rec(20, TraceThread::Leader, TraceKind::SpareWoken),
+                rec(60, w, TraceKind::Park),
+            ],
+            70,
+        );
+        assert!(first.append(late));
+        let times: Vec<u64> = first.records().iter().map(|r| r.time_ns).collect();
+        assert_eq!(times, [10, 20, 40, 60]);
+        assert_eq!((first.start_ns(), first.end_ns()), (10, 70));
+        let other = Trace::new(vec![4], true, vec![], 80);
+        assert!(!first.append(other));
+        assert_eq!(first.records().len(), 4);
+        assert_eq!(first.end_ns(), 70);
     }
 }

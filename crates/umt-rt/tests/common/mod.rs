@@ -61,3 +61,32 @@ pub fn thread_syscall(tid: i32) -> Option<i64> {
         .parse()
         .ok()
 }
+
+/// `rt`'s trace with the records of every task run since its stats said `tasks_before`:
+/// `take_trace` waits at most 100 ms for the threads that hold records, and a thread may
+/// hold them longer (a leader at `SCHED_IDLE`, or a worker preempted on its way to park, on a
+/// loaded machine: once in the PREEMPT_RT guest), so this takes again, appending, until each
+/// task counted has its end in the trace. Call it once the computation has returned.
+pub fn whole_trace(rt: &Runtime, tasks_before: u64) -> umt_rt::Trace {
+    use std::time::{Duration, Instant};
+    let ends = |t: &umt_rt::Trace| {
+        t.records()
+            .iter()
+            .filter(|r| r.kind == umt_rt::TraceKind::TaskEnd)
+            .count() as u64
+    };
+    let mut trace = rt
+        .take_trace()
+        .expect("the runtime was built with trace(true)");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ends(&trace) < rt.stats().tasks_run - tasks_before {
+        assert!(
+            Instant::now() < deadline,
+            "after a minute the trace still lacks the ends of {} tasks",
+            rt.stats().tasks_run - tasks_before - ends(&trace)
+        );
+        std::thread::sleep(Duration::from_millis(1));
+        assert!(trace.append(rt.take_trace().expect("still tracing")));
+    }
+    trace
+}
