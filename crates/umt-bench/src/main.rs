@@ -11,7 +11,7 @@
 //!
 //! The command line only: what a comparison does is in the library (`umt_bench::compare`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
@@ -461,7 +461,8 @@ struct Common {
     /// Trace the umt-rt runtimes and write, per workload and runtime, an SVG timeline of
     /// every core (`WORKLOAD-RUNTIME.svg`: the state of each core over time) and a
     /// Chrome trace (`WORKLOAD-RUNTIME.json`, for https://ui.perfetto.dev) of its last repeat
-    /// into this directory (with --mpi, each rank its own: `WORKLOAD-RUNTIME-rankN.*`).
+    /// into this directory (with --mpi, each rank its own: `WORKLOAD-RUNTIME-rankN.*`; with
+    /// scale, each core count its own: `WORKLOAD-RUNTIME-Ncores.*`).
     #[arg(long, value_name = "DIR")]
     timeline: Option<PathBuf>,
     /// Draw the speedup over baseline and the % of the tight bound of every runtime, side by
@@ -943,6 +944,7 @@ fn run_scale(a: &ScaleArgs) -> Result<(), BenchError> {
     } else {
         scale::check_counts(a.cores_list.clone(), cpus.len()).map_err(BenchError::InvalidParam)?
     };
+    scale_refuses(&a.common)?;
     let all = ["heat", "fwi", "scan"];
     let wanted = |w: &str| a.workloads.is_empty() || a.workloads.iter().any(|x| x == w);
     std::fs::create_dir_all(&a.out).map_err(|e| BenchError::io("creating", &a.out, e))?;
@@ -1008,6 +1010,9 @@ fn run_scale(a: &ScaleArgs) -> Result<(), BenchError> {
         for r in &reports {
             say!("{k} cores: {}", r.table());
         }
+        if let Some(dir) = &a.common.timeline {
+            write_timelines(dir, &reports, &format!("-{k}cores"))?;
+        }
         points.push(ScalePoint { cores: k, reports });
         // After every count, so a sweep stopped part way (a machine lent for minutes, a
         // Ctrl-C) keeps the counts it finished.
@@ -1021,6 +1026,21 @@ fn run_scale(a: &ScaleArgs) -> Result<(), BenchError> {
         a.out.display()
     );
     Ok(())
+}
+
+/// `--json` and `--plot` are the single comparisons' outputs: the sweep writes its own
+/// (`scale.json`, `scale.svg`) into `--out`, and took both without writing anything.
+fn scale_refuses(common: &Common) -> Result<(), BenchError> {
+    let (flag, instead) = if common.json.is_some() {
+        ("--json", "scale.json")
+    } else if common.plot.is_some() {
+        ("--plot", "scale.svg")
+    } else {
+        return Ok(());
+    };
+    Err(BenchError::InvalidParam(format!(
+        "{flag} does not apply to scale: it writes {instead} into --out; leave {flag} out"
+    )))
 }
 
 /// Writes the sweep's `points` so far as `scale.json`, `scale.md` and `scale.svg` in `out`,
@@ -1096,23 +1116,30 @@ fn emit(reports: &[Report], common: &Common) -> Result<(), BenchError> {
         write_atomically(path, text.as_bytes())?;
     }
     if let Some(dir) = &common.timeline {
-        std::fs::create_dir_all(dir).map_err(|e| BenchError::io("creating", dir, e))?;
-        for report in reports {
-            for run in &report.runs {
-                let Some(trace) = &run.trace else { continue };
-                let stem = dir.join(format!("{}-{}", report.workload, run.runtime));
-                let title = format!(
-                    "{} on {}: {:.3} s, per core (last repeat)",
-                    report.workload, run.runtime, run.median_seconds
-                );
-                let (svg, chrome) = umt_bench::plot::timeline_files(trace, &title, &stem)?;
-                umt_bench::note!("wrote {} and {}", svg.display(), chrome.display());
-            }
-        }
+        write_timelines(dir, reports, "")?;
     }
     if let Some(path) = &common.plot {
         umt_bench::plot::comparison(reports, path)?;
         umt_bench::note!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Writes the timeline (SVG) and Chrome trace of every traced run of `reports` into `dir`, as
+/// `WORKLOAD-RUNTIME{suffix}.svg` and `.json`.
+fn write_timelines(dir: &Path, reports: &[Report], suffix: &str) -> Result<(), BenchError> {
+    std::fs::create_dir_all(dir).map_err(|e| BenchError::io("creating", dir, e))?;
+    for report in reports {
+        for run in &report.runs {
+            let Some(trace) = &run.trace else { continue };
+            let stem = dir.join(format!("{}-{}{suffix}", report.workload, run.runtime));
+            let title = format!(
+                "{} on {}{suffix}: {:.3} s, per core (last repeat)",
+                report.workload, run.runtime, run.median_seconds
+            );
+            let (svg, chrome) = umt_bench::plot::timeline_files(trace, &title, &stem)?;
+            umt_bench::note!("wrote {} and {}", svg.display(), chrome.display());
+        }
     }
     Ok(())
 }

@@ -329,6 +329,60 @@ fn scale_sweeps_the_cores_and_writes_its_three_files() {
     assert!(err.contains("give 1 to"), "{err}");
 }
 
+/// `scale --timeline` writes each traced runtime's timeline per core count (it took the
+/// option and wrote nothing); `--json` and `--plot`, the single comparisons' outputs, are
+/// refused instead of ignored.
+#[test]
+fn scale_writes_a_timeline_per_core_count_and_refuses_json_and_plot() {
+    let out = tempfile::tempdir().unwrap();
+    let o = out.path().to_str().unwrap();
+    let tl = out.path().join("tl");
+    let args = [
+        "scale",
+        "--out",
+        o,
+        "--cores-list",
+        "1",
+        "--workloads",
+        "heat",
+        "--runtimes",
+        "baseline,rayon",
+        "--repeat",
+        "1",
+        "--size",
+        "128",
+        "--block",
+        "64",
+        "--iof",
+        "1",
+        "--iters",
+        "2",
+        "--buffered",
+        "--dir",
+        o,
+        "--allow-memory-dir",
+        "--timeline",
+        tl.to_str().unwrap(),
+    ];
+    let (code, stdout, err) = umt_bench(&args);
+    assert_eq!(code, 0, "{stdout}{err}");
+    let mut names: Vec<String> = std::fs::read_dir(&tl)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    // rayon is not umt-rt, so it has no trace.
+    assert_eq!(
+        names,
+        ["heat-baseline-1cores.json", "heat-baseline-1cores.svg"]
+    );
+    for flag in ["--json", "--plot"] {
+        let (code, _, err) = umt_bench(&["scale", "--out", o, flag, "x"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(&format!("leave {flag} out")), "{err}");
+    }
+}
+
 /// An explicit --iters bounds the calibrated period: the same command runs whatever the
 /// calibration measures (it refused "iof 5 is more than iters 2" on some runs).
 #[test]
