@@ -303,9 +303,11 @@ pub fn set_current_thread_idle_policy() -> Result<()> {
     return Err(portable::unsupported("sched_setscheduler(SCHED_IDLE)"));
 }
 
-/// Moves the calling thread back to the normal policy (`SCHED_OTHER`, nice 0): the opposite
-/// of [`set_current_thread_idle_policy`]. Unprivileged (leaving `SCHED_IDLE` for a nice
-/// value at or above the thread's is allowed since Linux 2.6.39).
+/// Moves the calling thread back to the normal policy (`SCHED_OTHER`): the opposite of
+/// [`set_current_thread_idle_policy`]. Leaving `SCHED_IDLE` needs the right to the thread's
+/// nice value (the kernel's `can_nice`): `CAP_SYS_NICE`, or an `RLIMIT_NICE` of at least
+/// `20 - nice`. With the default limit of 0 an unprivileged thread gets `EPERM` (checked:
+/// `sched_setscheduler(SCHED_OTHER)` after `SCHED_IDLE`, as `nobody`, Linux 6.18).
 pub fn set_current_thread_normal_policy() -> Result<()> {
     #[cfg(target_os = "linux")]
     return set_current_thread_policy(libc::SCHED_OTHER, "sched_setscheduler(SCHED_OTHER)");

@@ -672,7 +672,20 @@ fn onload_main(reg: &Arc<Registry>, core: usize) {
         // Dedicated cores run onloaded work at the application's priority.
         if ctx.dedicated == idle_policy {
             idle_policy = if ctx.dedicated {
-                umt_sys::cpu::set_current_thread_normal_policy().is_err()
+                match umt_sys::cpu::set_current_thread_normal_policy() {
+                    Ok(()) => false,
+                    Err(e) => {
+                        reg.warnings.warn(crate::diag::Warning::Onload, || {
+                            format!(
+                                "onload on the dedicated CPU {cpu} stays at SCHED_IDLE, so \
+                                 the application's threads there still preempt it: {e} \
+                                 (leaving SCHED_IDLE needs CAP_SYS_NICE or an RLIMIT_NICE \
+                                 of 20, `ulimit -e 20`)"
+                            )
+                        });
+                        true
+                    }
+                }
             } else {
                 umt_sys::cpu::set_current_thread_idle_policy().is_ok()
             };
