@@ -239,6 +239,22 @@ fn scan_runs_both_front_ends_and_leaves_nothing_behind() {
     assert!(err.contains("--files 0"), "{err}");
 }
 
+/// The scale tests' runtimes and heat's sizes: one repeat of a 128-cell grid, two iterations.
+const SMALL_HEAT: &[&str] = &[
+    "--runtimes",
+    "baseline,rayon",
+    "--repeat",
+    "1",
+    "--size",
+    "128",
+    "--block",
+    "64",
+    "--iof",
+    "1",
+    "--iters",
+    "2",
+];
+
 /// `scale` runs every workload at each core count asked for, with the same parameters, and
 /// writes the JSON, the Markdown table and the plot.
 #[test]
@@ -248,42 +264,30 @@ fn scale_sweeps_the_cores_and_writes_its_three_files() {
     let counts = if cpus.len() >= 2 { "1,2" } else { "1" };
     let o = out.path().to_str().unwrap();
     let args = [
-        "scale",
-        "--out",
-        o,
-        "--cores-list",
-        counts,
-        "--runtimes",
-        "baseline,rayon",
-        "--repeat",
-        "1",
-        "--size",
-        "128",
-        "--block",
-        "64",
-        "--iof",
-        "1",
-        "--iters",
-        "2",
-        "--nz",
-        "16",
-        "--nx",
-        "32",
-        "--ny",
-        "8",
-        "--steps",
-        "2",
-        "--files",
-        "2",
-        "--file-mib",
-        "1",
-        "--rounds",
-        "1",
-        "--buffered",
-        "--dir",
-        o,
-        "--allow-memory-dir",
-    ];
+        &["scale", "--out", o, "--cores-list", counts][..],
+        SMALL_HEAT,
+        &[
+            "--nz",
+            "16",
+            "--nx",
+            "32",
+            "--ny",
+            "8",
+            "--steps",
+            "2",
+            "--files",
+            "2",
+            "--file-mib",
+            "1",
+            "--rounds",
+            "1",
+            "--buffered",
+            "--dir",
+            o,
+            "--allow-memory-dir",
+        ],
+    ]
+    .concat();
     let (code, stdout, err) = umt_bench(&args);
     assert_eq!(code, 0, "{stdout}{err}");
     let points: serde_json::Value =
@@ -338,32 +342,26 @@ fn scale_writes_a_timeline_per_core_count_and_refuses_json_and_plot() {
     let o = out.path().to_str().unwrap();
     let tl = out.path().join("tl");
     let args = [
-        "scale",
-        "--out",
-        o,
-        "--cores-list",
-        "1",
-        "--workloads",
-        "heat",
-        "--runtimes",
-        "baseline,rayon",
-        "--repeat",
-        "1",
-        "--size",
-        "128",
-        "--block",
-        "64",
-        "--iof",
-        "1",
-        "--iters",
-        "2",
-        "--buffered",
-        "--dir",
-        o,
-        "--allow-memory-dir",
-        "--timeline",
-        tl.to_str().unwrap(),
-    ];
+        &[
+            "scale",
+            "--out",
+            o,
+            "--cores-list",
+            "1",
+            "--workloads",
+            "heat",
+        ][..],
+        SMALL_HEAT,
+        &[
+            "--buffered",
+            "--dir",
+            o,
+            "--allow-memory-dir",
+            "--timeline",
+            tl.to_str().unwrap(),
+        ],
+    ]
+    .concat();
     let (code, stdout, err) = umt_bench(&args);
     assert_eq!(code, 0, "{stdout}{err}");
     let mut names: Vec<String> = std::fs::read_dir(&tl)

@@ -672,20 +672,18 @@ fn onload_main(reg: &Arc<Registry>, core: usize) {
         // Dedicated cores run onloaded work at the application's priority.
         if ctx.dedicated == idle_policy {
             idle_policy = if ctx.dedicated {
-                match umt_sys::cpu::set_current_thread_normal_policy() {
-                    Ok(()) => false,
-                    Err(e) => {
-                        reg.warnings.warn(crate::diag::Warning::Onload, || {
-                            format!(
-                                "onload on the dedicated CPU {cpu} stays at SCHED_IDLE, so \
-                                 the application's threads there still preempt it: {e} \
-                                 (leaving SCHED_IDLE needs CAP_SYS_NICE or an RLIMIT_NICE \
-                                 of 20, `ulimit -e 20`)"
-                            )
-                        });
-                        true
-                    }
+                let normal = umt_sys::cpu::set_current_thread_normal_policy();
+                if let Err(e) = &normal {
+                    reg.warnings.warn(crate::diag::Warning::Onload, || {
+                        format!(
+                            "onload on the dedicated CPU {cpu} stays at SCHED_IDLE, so the \
+                             application's threads there still preempt it: {e} (leaving \
+                             SCHED_IDLE needs CAP_SYS_NICE or an RLIMIT_NICE of 20, \
+                             `ulimit -e 20`)"
+                        )
+                    });
                 }
+                normal.is_err()
             } else {
                 umt_sys::cpu::set_current_thread_idle_policy().is_ok()
             };
