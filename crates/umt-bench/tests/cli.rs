@@ -78,28 +78,31 @@ fn each_leader_policy_runs_and_is_recorded() {
     }
 }
 
+/// FWI's smallest grid the tests run: 16 x 32 x 8 cells.
+const SMALL_FWI: &[&str] = &["--nz", "16", "--nx", "32", "--ny", "8"];
+
 #[test]
 fn small_comparison_writes_table_and_json() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("cli.json");
-    let (code, out, err) = umt_bench(&[
-        "fwi",
-        "--nz",
-        "16",
-        "--nx",
-        "32",
-        "--ny",
-        "8",
-        "--steps",
-        "4",
-        "--repeat",
-        "2",
-        "--runtimes",
-        "baseline",
-        "--buffered",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
+    let (code, out, err) = umt_bench(
+        &[
+            &["fwi"][..],
+            SMALL_FWI,
+            &[
+                "--steps",
+                "4",
+                "--repeat",
+                "2",
+                "--runtimes",
+                "baseline",
+                "--buffered",
+                "--json",
+                json.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
+    );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("baseline"), "{out}");
     assert!(out.contains("kcells/s"), "{out}");
@@ -266,13 +269,8 @@ fn scale_sweeps_the_cores_and_writes_its_three_files() {
     let args = [
         &["scale", "--out", o, "--cores-list", counts][..],
         SMALL_HEAT,
+        SMALL_FWI,
         &[
-            "--nz",
-            "16",
-            "--nx",
-            "32",
-            "--ny",
-            "8",
             "--steps",
             "2",
             "--files",

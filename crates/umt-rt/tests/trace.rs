@@ -95,17 +95,14 @@ fn every_task_is_recorded_once_with_nesting_balanced_per_thread() {
     assert_eq!(starts, rt.stats().tasks_run - ran);
     // The new tasks all began after the first trace's last record. Records from before it
     // may still come now (a worker that woke, found nothing and parked only after the first
-    // take had every task's end, as a slow guest showed): never a task's, and appending
-    // them keeps the joined trace in order.
+    // take had every task's end, our reading of a failure in the PREEMPT_RT guest): never a
+    // task's, and appending them keeps the joined trace in order.
     for r in next.records() {
         if r.time_ns < trace.end_ns() {
             assert!(
                 !matches!(r.kind, TraceKind::TaskStart | TraceKind::TaskEnd),
                 "a task's record of the first take came with the second: {r:?}"
             );
-        }
-        if r.kind == TraceKind::TaskStart {
-            assert!(r.time_ns >= trace.end_ns(), "{r:?}");
         }
     }
     let mut joined = trace.clone();
