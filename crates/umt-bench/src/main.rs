@@ -426,7 +426,7 @@ struct Common {
     /// active worker of the core is not ready (umt_rt::Builder::handoff).
     #[arg(long)]
     handoff: bool,
-    /// umt-rt runners with live counts (umt-bpf, umt-kernel on ABI 2): leaders do not lend
+    /// umt-rt runners with live counts (umt-bpf, umt-kernel idle-only): leaders do not lend
     /// runnable workers of an oversubscribed core to a starved one
     /// (umt_rt::Builder::lend_workers(false)), to measure what lending gives.
     #[arg(long)]

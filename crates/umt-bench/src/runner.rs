@@ -274,8 +274,9 @@ pub struct Activity {
     /// the last one).
     pub monitor_events: f64,
     /// Notifications the monitor's backend sent to the runtime
-    /// ([`umt_sys::MonitorStats::wakeups`]): every block and unblock without a counter
-    /// page; with one (Bpf, Kernel ABI 2), the drops to zero that found the leader asleep.
+    /// ([`umt_sys::MonitorStats::wakeups`]): every block and unblock with events (Perf,
+    /// Kernel in events mode); with live counts (Bpf, Kernel idle-only), the drops to zero that
+    /// found the leader asleep.
     pub signals: f64,
     /// Times a core's ready count dropped to zero ([`umt_sys::MonitorStats::drops`]; 0 where
     /// the backend does not count them).

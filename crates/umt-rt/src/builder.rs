@@ -22,7 +22,7 @@ pub const MAX_WORKERS_PER_CORE: usize = 63;
 pub const DEFAULT_WORKERS_IN_ALL: usize = 256;
 
 /// The default cap of workers per core on `cores` cores. With a backend that keeps live counts
-/// (`live_counts`: Bpf, and the patched kernel on ABI 2; [`umt_sys::Monitor::counts_are_live`])
+/// (`live_counts`: Bpf, and the patched kernel idle-only; [`umt_sys::Monitor::counts_are_live`])
 /// it is [`DEFAULT_WORKERS_IN_ALL`] shared among the cores, at least 16 and at most
 /// [`MAX_WORKERS_PER_CORE`] (63 up to 4 cores, 32 at 8, 16 from 16 on); otherwise 16.
 ///
@@ -284,7 +284,7 @@ impl Builder {
     /// workers all wait for the device idles while another core's returned workers share
     /// their core (measured: `umt-bench scan`, 8 % of the cores' time on 2 cores). Only with
     /// counts that follow a thread to its new CPU and that another core can read at any time
-    /// (the Bpf backend, the Kernel backend's ABI 2: `Monitor::counts_are_live`); elsewhere
+    /// (the Bpf backend, the Kernel backend idle-only: `Monitor::counts_are_live`); elsewhere
     /// it does nothing. [`Stats::workers_lent`](crate::Stats::workers_lent) counts the loans.
     pub fn lend_workers(mut self, on: bool) -> Self {
         self.lend_workers = on;

@@ -47,10 +47,10 @@ impl LeaderPolicy {
     /// The policy a runtime uses unless told otherwise, for the monitor backend it runs on:
     /// [`LeaderPolicy::Poll`] with Perf, whose signal per event is a self-interrupt (a VM exit
     /// in a virtual machine) paid at every context switch of a worker; [`LeaderPolicy::Idle`]
-    /// with Kernel, which raises no interrupt and, on ABI 2, signals a leader only when its
-    /// core runs out of ready workers while it sleeps (on ABI 1 every block and unblock, and
-    /// polling would cost a `read` per scheduling point); [`LeaderPolicy::Idle`] with Bpf,
-    /// which signals like Kernel on ABI 2. Polling leaders there cut the signals further (to
+    /// with Kernel, which raises no interrupt and, idle-only (its default), signals a leader
+    /// only when its core runs out of ready workers while it sleeps (in events mode every
+    /// block and unblock, and polling would cost a `read` per scheduling point);
+    /// [`LeaderPolicy::Idle`] with Bpf, which signals like Kernel idle-only. Polling leaders there cut the signals further (to
     /// almost none) at the price of cores that spin instead of halting when idle: measured in
     /// `src/README.md`, "Which policy".
     pub const fn default_for(backend: umt_sys::BackendKind) -> LeaderPolicy {
@@ -147,7 +147,7 @@ pub(crate) struct Capabilities {
     /// Leaders poll instead of waiting on the monitor, workers drain their own events at
     /// scheduling points, and the monitor signals no event (`LeaderPolicy::Poll`).
     pub(crate) polling: bool,
-    /// The monitor's counts follow each thread live (Bpf, Kernel ABI 2): any core's count can
+    /// The monitor's counts follow each thread live (Bpf, Kernel idle-only): any core's count can
     /// be read without a drain, and a moved thread's count moves with it.
     pub(crate) live_counts: bool,
     /// Leaders lend runnable workers of oversubscribed cores to their own: asked for

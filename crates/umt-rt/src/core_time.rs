@@ -2,8 +2,8 @@
 //! pays), as the leaders and workers see it after each drain.
 //!
 //! (It also estimated how long a core had no ready worker while work was queued. That
-//! estimate was charged until the leader's next drain, and with live counts (Bpf, Kernel ABI
-//! 2) a leader is woken only by drops to zero, so a core a spare kept busy counted as idle
+//! estimate was charged until the leader's next drain, and with live counts (Bpf, Kernel
+//! idle-only) a leader is woken only by drops to zero, so a core a spare kept busy counted as idle
 //! until then: 35-49 % "idle with work" on cores 98 % busy. Removed (issue 29); the trace's
 //! per-core states are exact, `Builder::trace`.)
 

@@ -63,7 +63,7 @@ impl Runtime {
 
     /// Whether the leaders lend workers of oversubscribed cores to starved ones
     /// ([`Builder::lend_workers`](crate::Builder::lend_workers), which needs live counts: the
-    /// Bpf backend, or the Kernel backend's ABI 2; and more than one core).
+    /// Bpf backend, or the Kernel backend in idle-only mode; and more than one core).
     pub fn lends_workers(&self) -> bool {
         self.reg.config.caps.lend
     }

@@ -659,7 +659,7 @@ fn the_trace_shows_the_blocked_core_and_the_spare_woken_in_it() {
 /// `stats()` is exact whatever the leaders did: a leader at `SCHED_IDLE` whose core another
 /// program keeps busy may not run for a long time, and its core's events wait in the monitor
 /// until someone drains them. `stats()` drains them itself (with the Bpf backend and the UMT
-/// kernel's counter page the counts are live anyway).
+/// kernel's idle-only mode the counts are live anyway).
 ///
 /// Each of the worker's blocks is certain: it reads a pipe that gets its byte only once the
 /// worker's `/proc/<tid>/syscall` names the read, which the kernel reports only for a thread

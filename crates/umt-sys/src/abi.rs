@@ -1,78 +1,131 @@
-//! The UMT user/kernel ABI: syscall numbers, flags and the event encoding.
+//! The UMT user/kernel ABI: syscall numbers, flags, ioctls and the event encoding.
 //!
 //! This module is the single source of truth on the user-space side. The kernel patch in
 //! `kernel-patch/` carries the same values in `include/uapi/linux/umt.h` and in the x86_64
-//! syscall table; the test `abi_matches_kernel_patch` fails if the two ever disagree.
+//! syscall table; the test `abi_matches_kernel_patch` fails if the two ever disagree. This is
+//! the ABI of v3 of the series; umt-sys no longer speaks v2's (one descriptor per possible CPU
+//! from `umt_enable`, the `abi_version` file in sysfs, system calls 463 and 464).
 //!
 //! # The calls
 //!
 //! ```text
-//! long umt_enable(int *fds, unsigned int nr_fds, unsigned int flags);
+//! int umt_enable(struct umt_args *args, size_t size);
 //! long umt_thread_ctrl(unsigned int op, unsigned int flags);
 //! ```
 //!
-//! 1. `umt_enable(fds, nr_fds, flags)` creates one read-only file per *possible* CPU (in ABI
-//!    version 1, an eventfd), stores them in the calling process and writes their descriptors
-//!    to `fds[0..nr_cpu_ids]` (`fds[i]` reports CPU `i`). It returns the number of descriptors written. `nr_fds` smaller than
-//!    the number of possible CPUs gives `EINVAL`; a second call while enabled gives `EBUSY`; a
-//!    bad pointer gives `EFAULT`; an unknown flag gives `EINVAL`.
-//! 2. `umt_enable(NULL, 0, UMT_DISABLE)` tears the process's UMT state down: every thread stops
-//!    being monitored and the kernel drops its references to the eventfds (user space still
-//!    closes its own descriptors). `EINVAL` if UMT was not enabled.
+//! 1. `umt_enable(&args, sizeof(args))` ([`UmtArgs`], [`UMT_ARGS_SIZE_VER0`] bytes) enables
+//!    UMT for the calling process and returns one descriptor, the *UMT file*. The struct is
+//!    extensible as `clone3`'s: a larger one is accepted when the part this kernel does not
+//!    know is zero, and refused with `E2BIG` otherwise. An unknown or inconsistent flag gives
+//!    `EINVAL`, a second call while enabled `EBUSY`, and a kernel without UMT v3 `ENOSYS`
+//!    (a kernel with the v2 patch too: its calls had other numbers).
+//! 2. The UMT file: `mmap` maps the counter page (below); `ioctl(fd, UMT_IOC_CPU_FD, cpu)`
+//!    ([`UMT_IOC_CPU_FD`], the CPU number passed by value) returns a new descriptor, the *CPU
+//!    file* of `cpu` (`EINVAL` for a CPU that is not possible), so a process opens only the
+//!    files of the CPUs it watches; `ioctl(fd, UMT_IOC_DISABLE, 0)` ([`UMT_IOC_DISABLE`])
+//!    tears the process's UMT state down: no thread is monitored any more, a read of a CPU
+//!    file whose word is empty returns 0 (end of file) and `poll` reports `EPOLLHUP`. Closing
+//!    the descriptors does *not* disable UMT; exec and the exit of the last thread do.
 //! 3. `umt_thread_ctrl(UMT_THREAD_MONITOR, 0)` makes the calling thread monitored and counts it
 //!    as one *unblock* on the CPU it runs on, so the user-space ready count of that CPU includes
 //!    it from then on. `UMT_THREAD_UNMONITOR` counts one *block* there and stops monitoring.
 //!    Both give `EINVAL` before `umt_enable`, for an unknown operation or non-zero flags, and
 //!    `EALREADY` when the thread already is (or is not) monitored.
 //! 4. New threads and processes start unmonitored; a thread stops being monitored (one block)
-//!    when it exits; `exec` tears the process's state down.
+//!    when it exits.
 //!
 //! # The event word
 //!
-//! A `read(2)` of a per-CPU file returns a `u64` and resets it: the low 32 bits count the
-//! block events of that CPU since the last read, the high 32 bits the unblock events. Each half
+//! A `read(2)` of a CPU file returns a `u64` and resets it: the low 32 bits count the block
+//! events of that CPU since the last read, the high 32 bits the unblock events. Each half
 //! saturates at `u32::MAX` instead of carrying into the other: a half that reads `u32::MAX`
 //! lost counts. See [`Events`]. The unblock is counted when the thread runs again, not when it
-//! is woken.
+//! is woken. Every CPU file of one CPU reads the same word. The files are read-only, and not
+//! eventfds.
 //!
-//! # ABI version 2: the counter page and idle-only signalling
+//! # The counter page and idle-only signalling
 //!
-//! With [`UMT_COUNTER_PAGE`], `mmap` of any of the files (offset 0, `PROT_READ`, `MAP_SHARED`,
-//! [`UMT_COUNTS_SIZE`] bytes per CPU rounded up to whole pages) maps an array of
-//! [`UmtCounts`], one per CPU, that the kernel keeps current. With [`UMT_IDLE_ONLY`] a CPU's
-//! word's low half counts the drops of its ready count to zero ([`UMT_SIGNAL_OVERSUB`] adds
-//! rises to two, in the high half), and the file is signalled only when such a change finds the
-//! word empty: at most once between two reads. Reading the file asks for the next signal, so a
-//! runtime that reads the counts from the page and the file only right before it sleeps is
-//! signalled only while it sleeps (the steps are in the monitor's `README.md`, "The Kernel
-//! backend on ABI version 2"). The files of version 2 are not eventfds: they cannot be
-//! written.
+//! `mmap` of the UMT file (offset 0, `PROT_READ`, `MAP_SHARED`, [`UMT_COUNTS_SIZE`] bytes per
+//! possible CPU rounded up to whole pages) maps an array of [`UmtCounts`], one per CPU, that
+//! the kernel keeps current, whatever the flags. With [`UMT_IDLE_ONLY`] a CPU's word's low
+//! half counts the drops of its ready count to zero ([`UMT_SIGNAL_OVERSUB`] adds rises to two,
+//! in the high half), and the file is signalled only when such a change finds the word empty:
+//! at most once between two reads. Reading the file asks for the next signal, so a runtime
+//! that reads the counts from the page and the file only right before it sleeps is signalled
+//! only while it sleeps (the steps are in the monitor's `README.md`, "The Kernel backend").
 //!
 //! # Detecting the extension
 //!
-//! Mainline Linux later assigned 463 and 464 to other system calls (`setxattrat` and
-//! `getxattrat`, Linux 6.13), so calling them blind on an unknown kernel is unsafe. A kernel with
-//! UMT publishes [`UMT_SYSFS_ABI_VERSION`]; user space issues the system calls only when that
-//! file exists and holds [`UMT_ABI_VERSION`].
+//! There is no version file: the ABI is what `umt_enable` accepts. The system call numbers
+//! are placeholders of the patch series until it is merged, and mainline Linux may give them
+//! to other calls (it gave 463 and 464, v2's numbers, to `setxattrat` and `getxattrat` in
+//! 6.13). So umt-sys first asks `umt_enable` something that UMT refuses without side effects
+//! (a struct with a non-zero tail, which UMT v3, like every extensible-struct call, answers
+//! with `E2BIG`), and enables UMT only after that answer.
 
-/// x86_64 system call number of `umt_enable` in the Linux 6.12 UMT patch.
-pub const SYS_UMT_ENABLE: libc::c_long = 463;
-/// x86_64 system call number of `umt_thread_ctrl` in the Linux 6.12 UMT patch.
-pub const SYS_UMT_THREAD_CTRL: libc::c_long = 464;
+/// x86_64 system call number of `umt_enable` in v3 of the UMT patch series: a placeholder
+/// until the series is merged (mainline may assign the call another number, and this one to
+/// another call).
+pub const SYS_UMT_ENABLE: libc::c_long = 471;
+/// x86_64 system call number of `umt_thread_ctrl` in v3 of the UMT patch series: a
+/// placeholder, as [`SYS_UMT_ENABLE`].
+pub const SYS_UMT_THREAD_CTRL: libc::c_long = 472;
 
-/// `umt_enable` flag: the eventfds are created close-on-exec.
-pub const UMT_FD_CLOEXEC: u32 = 0x1;
-/// `umt_enable` flag: the eventfds are created non-blocking.
-pub const UMT_FD_NONBLOCK: u32 = 0x2;
-/// `umt_enable` flag (ABI 2): the files can be mapped, giving the [`UmtCounts`] of every CPU.
-pub const UMT_COUNTER_PAGE: u32 = 0x4;
-/// `umt_enable` flag (ABI 2, with [`UMT_COUNTER_PAGE`]): signal a CPU's file only when its
-/// ready count drops to zero, and at most once between two reads of the file.
-pub const UMT_IDLE_ONLY: u32 = 0x8;
-/// `umt_enable` flag (ABI 2, with [`UMT_IDLE_ONLY`]): also when it rises to two.
-pub const UMT_SIGNAL_OVERSUB: u32 = 0x10;
-/// `umt_enable` flag: tear the process's UMT state down (with `fds == NULL`, `nr_fds == 0`).
-pub const UMT_DISABLE: u32 = 0x8000_0000;
+/// The arguments of `umt_enable` (`struct umt_args`), whose size the call takes beside it.
+#[repr(C, align(8))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UmtArgs {
+    /// `UMT_*` flags: [`UMT_FD_CLOEXEC`], [`UMT_FD_NONBLOCK`], [`UMT_IDLE_ONLY`],
+    /// [`UMT_SIGNAL_OVERSUB`].
+    pub flags: u64,
+}
+
+/// Size of the first published [`UmtArgs`]: the least `umt_enable` accepts.
+pub const UMT_ARGS_SIZE_VER0: usize = 8;
+
+const _: () = assert!(std::mem::size_of::<UmtArgs>() == UMT_ARGS_SIZE_VER0);
+
+/// `umt_enable` flag: the UMT file and the CPU files are created close-on-exec.
+pub const UMT_FD_CLOEXEC: u64 = 0x1;
+/// `umt_enable` flag: the CPU files are created non-blocking.
+pub const UMT_FD_NONBLOCK: u64 = 0x2;
+/// `umt_enable` flag: signal a CPU's file only when its ready count drops to zero, and at most
+/// once between two reads of the file (without it, every block and unblock is signalled).
+pub const UMT_IDLE_ONLY: u64 = 0x4;
+/// `umt_enable` flag (with [`UMT_IDLE_ONLY`] only): also when it rises to two.
+pub const UMT_SIGNAL_OVERSUB: u64 = 0x8;
+/// Every `umt_enable` flag of this ABI; the kernel refuses any other bit with `EINVAL`.
+pub const UMT_ENABLE_FLAGS: u64 =
+    UMT_FD_CLOEXEC | UMT_FD_NONBLOCK | UMT_IDLE_ONLY | UMT_SIGNAL_OVERSUB;
+
+impl UmtArgs {
+    /// The arguments for `flags`.
+    pub const fn new(flags: u64) -> UmtArgs {
+        UmtArgs { flags }
+    }
+
+    /// Whether the kernel accepts these flags: no unknown bit, and [`UMT_SIGNAL_OVERSUB`] only
+    /// with [`UMT_IDLE_ONLY`].
+    pub const fn is_valid(self) -> bool {
+        self.flags & !UMT_ENABLE_FLAGS == 0
+            && (self.flags & UMT_SIGNAL_OVERSUB == 0 || self.flags & UMT_IDLE_ONLY != 0)
+    }
+}
+
+/// Type (magic number) of the UMT file's ioctls.
+pub const UMT_IOC_MAGIC: u8 = 0xb5;
+/// ioctl of the UMT file: a new descriptor for the CPU file of the CPU passed as the argument,
+/// by value (`_IO(UMT_IOC_MAGIC, 1)`).
+pub const UMT_IOC_CPU_FD: u32 = ioc_none(UMT_IOC_MAGIC, 1);
+/// ioctl of the UMT file: tear the process's UMT state down; the argument is 0
+/// (`_IO(UMT_IOC_MAGIC, 2)`).
+pub const UMT_IOC_DISABLE: u32 = ioc_none(UMT_IOC_MAGIC, 2);
+
+/// `_IO(ty, nr)`: an ioctl number without argument data, in the encoding of x86_64 and
+/// aarch64 (no direction bits, size 0).
+pub const fn ioc_none(ty: u8, nr: u8) -> u32 {
+    ((ty as u32) << 8) | nr as u32
+}
 
 /// `umt_thread_ctrl` operation: start monitoring the calling thread.
 pub const UMT_THREAD_MONITOR: u32 = 1;
@@ -83,10 +136,6 @@ pub const UMT_THREAD_UNMONITOR: u32 = 2;
 pub const UMT_EVENT_UNBLOCK_SHIFT: u32 = 32;
 /// Mask of one count (block or unblock) inside the event word, after shifting.
 pub const UMT_EVENT_COUNT_MASK: u64 = 0xffff_ffff;
-
-/// Version of this ABI, as published by the kernel in [`UMT_SYSFS_ABI_VERSION`]. umt-sys also
-/// speaks version 1 (no counter page, eventfds).
-pub const UMT_ABI_VERSION: u32 = 2;
 
 /// One CPU's counters in the counter page (`struct umt_counts`): 64 bytes, updated by the
 /// kernel with atomic operations, read-only for user space.
@@ -103,9 +152,9 @@ pub struct UmtCounts {
     pub blocks: std::sync::atomic::AtomicU64,
     /// Unblocks counted on the CPU since `umt_enable`.
     pub unblocks: std::sync::atomic::AtomicU64,
-    /// Times the CPU's file was signalled (woke its waiters). With [`UMT_IDLE_ONLY`], at most
-    /// once between two reads of the file: a drop while an earlier one is unread adds to the
-    /// word without a new wake-up.
+    /// Times the CPU's word was signalled, whether a reader slept on its file or not. With
+    /// [`UMT_IDLE_ONLY`], at most once between two reads of the file: a drop while an earlier
+    /// one is unread adds to the word without a new signal.
     pub signals: std::sync::atomic::AtomicU64,
     /// Times the ready count dropped to zero.
     pub drops: std::sync::atomic::AtomicU64,
@@ -119,10 +168,8 @@ pub struct UmtCounts {
 pub const UMT_COUNTS_SIZE: usize = std::mem::size_of::<UmtCounts>();
 
 const _: () = assert!(UMT_COUNTS_SIZE == 64);
-/// The sysfs file through which a UMT kernel announces itself.
-pub const UMT_SYSFS_ABI_VERSION: &str = "/sys/kernel/umt/abi_version";
 
-/// Block and unblock counts of one CPU, as carried by one eventfd read.
+/// Block and unblock counts of one CPU, as carried by one read of its CPU file.
 ///
 /// ```
 /// use umt_sys::Events;
@@ -153,7 +200,7 @@ impl Events {
         unblocked: 1,
     };
 
-    /// Splits an eventfd word into its two counts.
+    /// Splits an event word into its two counts.
     pub const fn decode(word: u64) -> Events {
         Events {
             blocked: (word & UMT_EVENT_COUNT_MASK) as u32,
@@ -161,7 +208,7 @@ impl Events {
         }
     }
 
-    /// Packs the two counts into an eventfd word (the inverse of [`Events::decode`]).
+    /// Packs the two counts into an event word (the inverse of [`Events::decode`]).
     pub const fn encode(self) -> u64 {
         (self.blocked as u64) | ((self.unblocked as u64) << UMT_EVENT_UNBLOCK_SHIFT)
     }
@@ -189,6 +236,48 @@ impl Events {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn umt_args_is_the_kernel_struct() {
+        use std::mem::{align_of, offset_of, size_of};
+        assert_eq!(size_of::<UmtArgs>(), UMT_ARGS_SIZE_VER0);
+        // `__aligned_u64`: 8-byte aligned on every target, i386 included.
+        assert_eq!(align_of::<UmtArgs>(), 8);
+        assert_eq!(offset_of!(UmtArgs, flags), 0);
+        assert_eq!(UmtArgs::new(UMT_FD_CLOEXEC | UMT_IDLE_ONLY).flags, 0x5);
+        assert_eq!(UmtArgs::default().flags, 0);
+    }
+
+    #[test]
+    fn flags_are_distinct_bits_and_checked_as_the_kernel_does() {
+        let flags = [
+            UMT_FD_CLOEXEC,
+            UMT_FD_NONBLOCK,
+            UMT_IDLE_ONLY,
+            UMT_SIGNAL_OVERSUB,
+        ];
+        assert_eq!(flags, [1, 2, 4, 8]);
+        assert_eq!(flags.iter().fold(0, |a, f| a | f), UMT_ENABLE_FLAGS);
+        assert!(UmtArgs::new(0).is_valid());
+        assert!(UmtArgs::new(UMT_ENABLE_FLAGS).is_valid());
+        assert!(UmtArgs::new(UMT_FD_CLOEXEC | UMT_FD_NONBLOCK | UMT_IDLE_ONLY).is_valid());
+        // Oversubscription signals exist only in idle-only mode.
+        assert!(!UmtArgs::new(UMT_SIGNAL_OVERSUB).is_valid());
+        // Unknown bits, among them v2's UMT_DISABLE (bit 31) and UMT_COUNTER_PAGE (0x4 then,
+        // now UMT_IDLE_ONLY; its 0x10, v2's UMT_SIGNAL_OVERSUB, is unknown now).
+        assert!(!UmtArgs::new(1 << 31).is_valid());
+        assert!(!UmtArgs::new(0x10).is_valid());
+        assert!(!UmtArgs::new(1 << 63).is_valid());
+    }
+
+    #[test]
+    fn ioctl_numbers_are_io_of_the_magic() {
+        // _IO(type, nr) = _IOC(_IOC_NONE, type, nr, 0): direction 0, size 0 on x86_64 and
+        // aarch64.
+        assert_eq!(UMT_IOC_CPU_FD, 0xb501);
+        assert_eq!(UMT_IOC_DISABLE, 0xb502);
+        assert_eq!(ioc_none(0xff, 0xff), 0xffff);
+    }
 
     proptest! {
         #[test]

@@ -10,7 +10,8 @@ pub enum BackendKind {
     /// The best available: Kernel, else Bpf, else Perf, else Disabled.
     #[default]
     Auto,
-    /// The UMT kernel extension (`umt_enable`, `umt_thread_ctrl`, per-core eventfds).
+    /// The UMT kernel extension (`umt_enable`, `umt_thread_ctrl`, a counter page and per-core
+    /// files).
     Kernel,
     /// BPF programs on the scheduler's tracepoints keep per-CPU ready counts in shared memory
     /// and wake a waiter only when a CPU it watches runs out of ready threads; for stock

@@ -22,6 +22,17 @@ pub enum Error {
     )]
     KernelBusy,
 
+    /// `UMT_KERNEL_MODE` names no mode of the Kernel backend.
+    #[error(
+        "UMT_KERNEL_MODE is {value:?}, not a mode of the Kernel backend: set it to `idle-only` \
+         (the default: a signal only when a core runs out of ready threads) or `events` (every \
+         block and unblock signalled), or unset it"
+    )]
+    InvalidKernelMode {
+        /// The variable's value.
+        value: String,
+    },
+
     /// A CPU this process may not run on was named.
     #[error("CPU {cpu} is not in this process's affinity mask {allowed:?}: use one of those CPUs")]
     CpuNotInMask {
@@ -74,7 +85,8 @@ pub enum Error {
     /// The process ran out of file descriptors (`EMFILE`, or the system's, `ENFILE`).
     #[error(
         "{what} failed: out of file descriptors: raise the limit with `ulimit -n` (each \
-         monitored thread holds one, each CPU's wait set one)"
+         monitored thread holds one with the Perf backend, each CPU watched one with the \
+         Kernel backend, each CPU's wait set one)"
     )]
     OutOfFiles {
         /// The operation that failed.

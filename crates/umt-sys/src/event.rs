@@ -39,7 +39,7 @@ impl MonitorEvent {
 /// Why an event was produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Cause {
-    /// Counted by the UMT kernel extension and read from a per-CPU file (ABI 1; the kernel
+    /// Counted by the UMT kernel extension and read from a CPU file (events mode; the kernel
     /// does not say which thread).
     Kernel,
     /// The thread blocked in the kernel, or ran again after blocking.
@@ -54,7 +54,7 @@ pub enum Cause {
     /// The thread exited while registered; what it contributed was taken back.
     Exit,
     /// Counted in shared memory, by the Bpf backend's programs or in the UMT kernel's counter
-    /// page (ABI 2): what changed since the last drain (neither says which thread).
+    /// page (idle-only mode): what changed since the last drain (neither says which thread).
     Counted,
     /// Records were lost; the thread's state was re-read from `/proc` and the counts fixed.
     Resync,

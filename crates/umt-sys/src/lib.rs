@@ -5,12 +5,13 @@
 //! runs again. This crate is the only part of umt that talks to the kernel about it:
 //!
 //! - [`abi`]: the User-Monitored Threads (UMT) ABI shared with the kernel patch in
-//!   `kernel-patch/`: syscall numbers, flags, and the per-core event word ([`Events`]).
+//!   `kernel-patch/` (v3 of the series): syscall numbers, flags, ioctls, and the per-core event
+//!   word ([`Events`]).
 //! - [`Monitor`]: per-core block/unblock events and ready counts for the threads registered with
 //!   it, from one of four backends that look the same to the caller:
-//!   - **Kernel**: the UMT extension (one read-only file per core, counted by the scheduler;
-//!     on ABI version 2 the ready counts in a page the process maps, and a signal only when a
-//!     core runs out of ready threads);
+//!   - **Kernel**: the UMT extension (counted by the scheduler: the ready counts in a page the
+//!     process maps, and a read-only file per core watched, opened as needed, signalled only
+//!     when the core runs out of ready threads);
 //!   - **Bpf**: BPF programs on the scheduler's tracepoints keep the ready counts in memory
 //!     this process maps, and wake a waiter only when its core runs out of ready threads
 //!     ([`Monitor::counts_are_live`]); stock Linux >= 5.18 with BTF, CAP_BPF + CAP_PERFMON,

@@ -24,14 +24,22 @@ fn added_lines(series: &str, path: &str) -> Vec<String> {
 }
 
 /// Evaluates the simple constant expressions a uapi header uses: integers in any base with
-/// U/L suffixes, parentheses, and `<<`.
-fn eval(expr: &str) -> Option<u64> {
+/// U/L suffixes, parentheses, `<<`, names defined before (`known`), and `_IO(type, nr)`
+/// (x86_64's and aarch64's encoding: no direction bits, size 0).
+fn eval(expr: &str, known: &BTreeMap<String, u64>) -> Option<u64> {
     let e = expr.trim();
+    if let Some(args) = e.strip_prefix("_IO(").and_then(|e| e.strip_suffix(')')) {
+        let (ty, nr) = args.split_once(',')?;
+        return Some((eval(ty, known)? << 8) | eval(nr, known)?);
+    }
     if let Some(inner) = e.strip_prefix('(').and_then(|e| e.strip_suffix(')')) {
-        return eval(inner);
+        return eval(inner, known);
     }
     if let Some((a, b)) = e.split_once("<<") {
-        return eval(a)?.checked_shl(u32::try_from(eval(b)?).ok()?);
+        return eval(a, known)?.checked_shl(u32::try_from(eval(b, known)?).ok()?);
+    }
+    if let Some(&v) = known.get(e) {
+        return Some(v);
     }
     let digits = e.trim_end_matches(['u', 'U', 'l', 'L']);
     match digits
@@ -43,17 +51,24 @@ fn eval(expr: &str) -> Option<u64> {
     }
 }
 
-/// `#define NAME VALUE` lines, values evaluated.
+/// `#define NAME VALUE` lines, values evaluated (macros with parameters left out).
 fn defines(lines: &[String]) -> BTreeMap<String, u64> {
-    lines
-        .iter()
-        .filter_map(|l| {
-            let rest = l.trim().strip_prefix("#define")?;
-            let (name, value) = rest.trim().split_once(char::is_whitespace)?;
-            let value = value.split("/*").next()?;
-            Some((name.to_owned(), eval(value)?))
-        })
-        .collect()
+    let mut out = BTreeMap::new();
+    for l in lines {
+        let Some(rest) = l.trim().strip_prefix("#define") else {
+            continue;
+        };
+        let Some((name, value)) = rest.trim().split_once(char::is_whitespace) else {
+            continue;
+        };
+        let Some(value) = value.split("/*").next() else {
+            continue;
+        };
+        if let Some(v) = eval(value, &out) {
+            out.insert(name.to_owned(), v);
+        }
+    }
+    out
 }
 
 /// `NR abi name entry` lines of a syscall table, as name -> number.
@@ -69,12 +84,14 @@ fn syscalls(lines: &[String]) -> BTreeMap<String, i64> {
 
 fn rust_side() -> BTreeMap<&'static str, u64> {
     BTreeMap::from([
-        ("UMT_FD_CLOEXEC", u64::from(abi::UMT_FD_CLOEXEC)),
-        ("UMT_FD_NONBLOCK", u64::from(abi::UMT_FD_NONBLOCK)),
-        ("UMT_DISABLE", u64::from(abi::UMT_DISABLE)),
-        ("UMT_COUNTER_PAGE", u64::from(abi::UMT_COUNTER_PAGE)),
-        ("UMT_IDLE_ONLY", u64::from(abi::UMT_IDLE_ONLY)),
-        ("UMT_SIGNAL_OVERSUB", u64::from(abi::UMT_SIGNAL_OVERSUB)),
+        ("UMT_ARGS_SIZE_VER0", abi::UMT_ARGS_SIZE_VER0 as u64),
+        ("UMT_FD_CLOEXEC", abi::UMT_FD_CLOEXEC),
+        ("UMT_FD_NONBLOCK", abi::UMT_FD_NONBLOCK),
+        ("UMT_IDLE_ONLY", abi::UMT_IDLE_ONLY),
+        ("UMT_SIGNAL_OVERSUB", abi::UMT_SIGNAL_OVERSUB),
+        ("UMT_IOC_MAGIC", u64::from(abi::UMT_IOC_MAGIC)),
+        ("UMT_IOC_CPU_FD", u64::from(abi::UMT_IOC_CPU_FD)),
+        ("UMT_IOC_DISABLE", u64::from(abi::UMT_IOC_DISABLE)),
         ("UMT_THREAD_MONITOR", u64::from(abi::UMT_THREAD_MONITOR)),
         ("UMT_THREAD_UNMONITOR", u64::from(abi::UMT_THREAD_UNMONITOR)),
         (
@@ -82,17 +99,14 @@ fn rust_side() -> BTreeMap<&'static str, u64> {
             u64::from(abi::UMT_EVENT_UNBLOCK_SHIFT),
         ),
         ("UMT_EVENT_COUNT_MASK", abi::UMT_EVENT_COUNT_MASK),
-        ("UMT_ABI_VERSION", u64::from(abi::UMT_ABI_VERSION)),
     ])
 }
 
-/// The fields of the last `struct umt_counts` the series adds, with their byte offsets
-/// (`__s64`/`__u64` members and arrays of them, as the header uses).
-fn counts_layout(lines: &[String]) -> Vec<(String, usize)> {
-    let Some(start) = lines
-        .iter()
-        .rposition(|l| l.trim() == "struct umt_counts {")
-    else {
+/// The fields of the last `struct NAME` the series adds, with their byte offsets (`__s64`,
+/// `__u64` and `__aligned_u64` members and arrays of them, as the header uses).
+fn struct_layout(lines: &[String], name: &str) -> Vec<(String, usize)> {
+    let open = format!("struct {name} {{");
+    let Some(start) = lines.iter().rposition(|l| l.trim() == open) else {
         return Vec::new();
     };
     let mut offset = 0;
@@ -120,10 +134,14 @@ fn counts_layout(lines: &[String]) -> Vec<(String, usize)> {
     out
 }
 
+fn named(fields: &[(&str, usize)]) -> Vec<(String, usize)> {
+    fields.iter().map(|&(n, o)| (n.to_owned(), o)).collect()
+}
+
 /// `umt_sys::abi::UmtCounts`'s fields and offsets, in the header's names.
 fn rust_counts_layout() -> Vec<(String, usize)> {
     use std::mem::{offset_of, size_of};
-    [
+    named(&[
         ("ready", offset_of!(abi::UmtCounts, ready)),
         ("blocks", offset_of!(abi::UmtCounts, blocks)),
         ("unblocks", offset_of!(abi::UmtCounts, unblocks)),
@@ -132,21 +150,34 @@ fn rust_counts_layout() -> Vec<(String, usize)> {
         ("rises", offset_of!(abi::UmtCounts, rises)),
         ("__reserved", offset_of!(abi::UmtCounts, reserved)),
         ("(size)", size_of::<abi::UmtCounts>()),
-    ]
-    .into_iter()
-    .map(|(n, o)| (n.to_owned(), o))
-    .collect()
+    ])
+}
+
+/// `umt_sys::abi::UmtArgs`'s fields and offsets.
+fn rust_args_layout() -> Vec<(String, usize)> {
+    use std::mem::{offset_of, size_of};
+    named(&[
+        ("flags", offset_of!(abi::UmtArgs, flags)),
+        ("(size)", size_of::<abi::UmtArgs>()),
+    ])
 }
 
 /// Checks a patch series against `umt_sys::abi`; returns the mismatches.
 fn mismatches(series: &str) -> Vec<String> {
     let mut errors = Vec::new();
     let header_lines = added_lines(series, "include/uapi/linux/umt.h");
-    let layout = counts_layout(&header_lines);
+    let layout = struct_layout(&header_lines, "umt_counts");
     if layout != rust_counts_layout() {
         errors.push(format!(
             "struct umt_counts: header {layout:?}, umt-sys {:?}",
             rust_counts_layout()
+        ));
+    }
+    let layout = struct_layout(&header_lines, "umt_args");
+    if layout != rust_args_layout() {
+        errors.push(format!(
+            "struct umt_args: header {layout:?}, umt-sys {:?}",
+            rust_args_layout()
         ));
     }
     let header = defines(&header_lines);
@@ -171,14 +202,6 @@ fn mismatches(series: &str) -> Vec<String> {
                 table.get(name)
             ));
         }
-    }
-    let sysfs = added_lines(series, "kernel/sched/umt.c").join("\n");
-    let attr = abi::UMT_SYSFS_ABI_VERSION
-        .rsplit('/')
-        .next()
-        .unwrap_or_default();
-    if !sysfs.is_empty() && !sysfs.contains(attr) {
-        errors.push(format!("kernel/sched/umt.c does not publish {attr}"));
     }
     errors
 }
@@ -213,29 +236,38 @@ fn abi_matches_kernel_patch() {
     );
 }
 
+/// The parts of a v3 series the checker reads, as `git format-patch` writes them (from the
+/// v3 kernel's `include/uapi/linux/umt.h`).
 const SAMPLE: &str = "\
 diff --git a/arch/x86/entry/syscalls/syscall_64.tbl b/arch/x86/entry/syscalls/syscall_64.tbl
 --- a/arch/x86/entry/syscalls/syscall_64.tbl
 +++ b/arch/x86/entry/syscalls/syscall_64.tbl
 @@ -1,1 +1,3 @@
- 462\tcommon\tmseal\t\t\tsys_mseal
-+463\tcommon\tumt_enable\t\tsys_umt_enable
-+464\tcommon\tumt_thread_ctrl\t\tsys_umt_thread_ctrl
+ 462 \tcommon  mseal\t\t\tsys_mseal
++471\tcommon\tumt_enable\t\tsys_umt_enable
++472\tcommon\tumt_thread_ctrl\t\tsys_umt_thread_ctrl
 diff --git a/include/uapi/linux/umt.h b/include/uapi/linux/umt.h
 --- /dev/null
 +++ b/include/uapi/linux/umt.h
-@@ -0,0 +1,15 @@
-+#define UMT_FD_CLOEXEC\t\t0x1
-+#define UMT_FD_NONBLOCK\t\t0x2
-+#define UMT_COUNTER_PAGE\t0x00000004\t/* map struct umt_counts[] */
-+#define UMT_IDLE_ONLY\t\t0x00000008
-+#define UMT_SIGNAL_OVERSUB\t0x00000010
-+#define UMT_DISABLE\t\t(1U << 31)
-+#define UMT_THREAD_MONITOR\t1
-+#define UMT_THREAD_UNMONITOR\t2 /* stop */
+@@ -0,0 +1,40 @@
++#ifndef _UAPI_LINUX_UMT_H
++#define _UAPI_LINUX_UMT_H
++struct umt_args {
++\t__aligned_u64\tflags;
++};
++#define UMT_ARGS_SIZE_VER0\t8\t/* sizeof first published struct */
++#define UMT_FD_CLOEXEC\t\t0x00000001\t/* files are close-on-exec */
++#define UMT_FD_NONBLOCK\t\t0x00000002\t/* CPU files are non-blocking */
++#define UMT_IDLE_ONLY\t\t0x00000004\t/* signal drops to zero only */
++#define UMT_SIGNAL_OVERSUB\t0x00000008\t/* and rises to two */
++#define UMT_IOC_MAGIC\t\t0xb5
++#define UMT_IOC_CPU_FD\t\t_IO(UMT_IOC_MAGIC, 1)\t/* arg: the CPU */
++#define UMT_IOC_DISABLE\t\t_IO(UMT_IOC_MAGIC, 2)
++#define UMT_THREAD_MONITOR\t1\t/* start monitoring the calling thread */
++#define UMT_THREAD_UNMONITOR\t2\t/* stop monitoring the calling thread */
 +#define UMT_EVENT_UNBLOCK_SHIFT\t32
 +#define UMT_EVENT_COUNT_MASK\t0xffffffffULL
-+#define UMT_ABI_VERSION\t\t2
++#define UMT_EVENT_BLOCKED(word)\t((word) & UMT_EVENT_COUNT_MASK)
 +struct umt_counts {
 +\t__s64\tready;
 +\t__u64\tblocks;
@@ -245,17 +277,22 @@ diff --git a/include/uapi/linux/umt.h b/include/uapi/linux/umt.h
 +\t__u64\trises;
 +\t__u64\t__reserved[2];
 +};
++#define UMT_COUNTS_SIZE(nr)\t((nr) * sizeof(struct umt_counts))
++#endif /* _UAPI_LINUX_UMT_H */
 ";
 
 #[test]
 fn the_checker_accepts_a_matching_series_and_rejects_a_drifted_one() {
     assert_eq!(mismatches(SAMPLE), Vec::<String>::new());
-    let drifted = SAMPLE.replace("UMT_FD_NONBLOCK\t\t0x2", "UMT_FD_NONBLOCK\t\t0x4");
-    let drifted = drifted.replace("+464", "+465");
+    let drifted = SAMPLE.replace("UMT_FD_NONBLOCK\t\t0x00000002", "UMT_FD_NONBLOCK\t\t0x4");
+    let drifted = drifted.replace("+472", "+473");
     let errors = mismatches(&drifted);
     assert_eq!(errors.len(), 2, "{errors:?}");
     assert!(errors[0].starts_with("UMT_FD_NONBLOCK"));
     assert!(errors[1].starts_with("umt_thread_ctrl"));
+    // An ioctl renumbered, through its magic number.
+    let errors = mismatches(&SAMPLE.replace("0xb5", "0xb6"));
+    assert_eq!(errors.len(), 3, "{errors:?}");
     // A field the kernel moved, or one umt-sys does not know.
     let swapped = SAMPLE.replace("drops;\n+\t__u64\trises;", "rises;\n+\t__u64\tdrops;");
     let errors = mismatches(&swapped);
@@ -263,9 +300,13 @@ fn the_checker_accepts_a_matching_series_and_rejects_a_drifted_one() {
     assert!(errors[0].starts_with("struct umt_counts"), "{errors:?}");
     let grown = SAMPLE.replace("__reserved[2]", "__reserved[3]");
     assert_eq!(mismatches(&grown).len(), 1);
-    let missing = SAMPLE.replace("+#define UMT_ABI_VERSION\t\t2\n", "");
+    let args = SAMPLE.replace("flags;\n", "flags;\n+\t__aligned_u64\tmore;\n");
+    let errors = mismatches(&args);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].starts_with("struct umt_args"), "{errors:?}");
+    let missing = SAMPLE.replace("+#define UMT_IOC_DISABLE\t\t_IO(UMT_IOC_MAGIC, 2)\n", "");
     assert_eq!(
         mismatches(&missing),
-        vec!["UMT_ABI_VERSION: missing from include/uapi/linux/umt.h".to_owned()]
+        vec!["UMT_IOC_DISABLE: missing from include/uapi/linux/umt.h".to_owned()]
     );
 }

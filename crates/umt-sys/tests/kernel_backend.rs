@@ -23,6 +23,20 @@ fn kernel_monitor() -> Option<Monitor> {
     }
 }
 
+/// How many of this process's descriptors are UMT files (`[umt]`) and CPU files
+/// (`[umt-cpu]`).
+fn umt_descriptors() -> (usize, usize) {
+    let (mut umt, mut cpu) = (0, 0);
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        match std::fs::read_link(entry.path()) {
+            Ok(target) if target.as_os_str() == "anon_inode:[umt]" => umt += 1,
+            Ok(target) if target.as_os_str() == "anon_inode:[umt-cpu]" => cpu += 1,
+            _ => {}
+        }
+    }
+    (umt, cpu)
+}
+
 /// Drains until `done` holds; `false` after 20 s.
 fn wait_for(m: &Monitor, done: impl Fn(&Monitor) -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -51,6 +65,8 @@ fn kernel_backend_end_to_end() {
     };
     assert_eq!(monitor.backend(), BackendKind::Kernel);
     let target = last_cpu();
+    // One UMT file; CPU files are opened as they are needed, none yet.
+    assert_eq!(umt_descriptors(), (1, 0));
 
     // 1. A blocked reader is seen while it sleeps, and counted ready again afterwards.
     let (mut rx, mut tx) = std::io::pipe().unwrap();
@@ -62,7 +78,7 @@ fn kernel_backend_end_to_end() {
             rx.read_exact(&mut b).unwrap();
             monitor.unregister_current_thread().unwrap();
         });
-        // The reader's monitor-unblock and its block may come in one read of the eventfd,
+        // The reader's monitor-unblock and its block may come in one read of its CPU file,
         // so wait for the block itself, with the core's count back at 0.
         let seen = wait_for(&monitor, |m| m.stats().blocks >= 1 && m.ready(target) == 0);
         tx.write_all(b"x").unwrap();
@@ -89,6 +105,9 @@ fn kernel_backend_end_to_end() {
         stats.blocks >= 2 && stats.blocks == stats.unblocks,
         "{stats:?}"
     );
+    // Only the reader's CPU, where it was pinned when it registered, has a file: the
+    // whole-monitor waits and drains and the wait on that CPU share it.
+    assert_eq!(umt_descriptors(), (1, 1), "CPU files for CPU {target} only");
 
     // 2. Registration errors come from user space, before the kernel is asked.
     monitor.register_current_thread().unwrap();
@@ -121,7 +140,7 @@ fn kernel_backend_end_to_end() {
             assert_eq!(monitor.ready(target), 1);
             std::thread::sleep(Duration::from_millis(2));
             if monitor.counts_are_live() {
-                // ABI 2: the count is live, and the file is left to the core's waiter.
+                // Idle-only: the count is live, and the file is left to the core's waiter.
                 assert_eq!(monitor.drain_current_thread().unwrap(), 0);
             } else {
                 // A block drained by the thread itself, from its core's file.
@@ -132,13 +151,15 @@ fn kernel_backend_end_to_end() {
         });
     });
 
-    // 4. ABI 2: a waiter is signalled only while it sleeps (steps K2, K3).
+    // 4. Idle-only: a waiter is signalled only while it sleeps (steps K2, K3).
     if monitor.counts_are_live() {
         only_a_sleeping_waiter_is_signalled(&monitor, target);
     }
 
-    // 5. Dropping the monitor tears the kernel state down, so a new one can be made.
+    // 5. Dropping the monitor disables UMT (closing its files would not), so a new one can be
+    // made, and closes every file.
     drop(monitor);
+    assert_eq!(umt_descriptors(), (0, 0));
     let again = Monitor::new(BackendKind::Kernel).expect("UMT can be enabled again after drop");
     again.register_current_thread().unwrap();
     again.unregister_current_thread().unwrap();

@@ -19,7 +19,7 @@ fn an_unavailable_backend_is_explained() {
         eprintln!("skipped: the watch example was not built (`cargo test` builds it)");
         return;
     };
-    if std::path::Path::new("/sys/kernel/umt/abi_version").exists() {
+    if umt_sys::Monitor::probe(umt_sys::BackendKind::Kernel).is_ok() {
         eprintln!("skipped: this kernel has the UMT extension, so the Kernel backend runs");
         return;
     }

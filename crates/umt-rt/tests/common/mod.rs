@@ -38,8 +38,8 @@ pub fn skip_unmonitored(rt: &Runtime) -> bool {
     true
 }
 
-/// Asserts that blocks reached `rt`: as events its drains handed out (Kernel on ABI 1, Perf),
-/// or in the live counts (Bpf, Kernel on ABI 2: they signal only a drop to zero, and a
+/// Asserts that blocks reached `rt`: as events its drains handed out (Kernel in events mode,
+/// Perf), or in the live counts (Bpf, Kernel idle-only: they signal only a drop to zero, and a
 /// polling leader never sleeps to be woken).
 pub fn assert_blocks_seen(rt: &Runtime) {
     let st = rt.stats();

@@ -1,99 +1,273 @@
-//! The Kernel backend: the UMT extension (`umt_enable`, `umt_thread_ctrl`, per-core files).
+//! The Kernel backend: the UMT extension (`umt_enable`, `umt_thread_ctrl`, the UMT file with
+//! its counter page, and a CPU file per CPU watched).
 //!
-//! With ABI version 2 it enables the counter page and idle-only signalling: the ready counts
-//! are read from the page the kernel keeps current ([`KernelBackend::ready`]), and a core's
-//! file wakes its waiter only when the core runs out of ready threads while the waiter sleeps,
-//! as with the Bpf backend: the waiter reads the file (which asks the kernel for the next
-//! signal) only right before it sleeps (steps K1–K5 in `README.md`). With version 1 the files
-//! carry every event, which the drains apply.
+//! In idle-only mode (the default) the ready counts are read from the counter page the kernel
+//! keeps current ([`KernelBackend::ready`]), and a CPU's file wakes its waiter only when the
+//! CPU runs out of ready threads while the waiter sleeps, as with the Bpf backend: the waiter
+//! reads the file (which asks the kernel for the next signal) only right before it sleeps
+//! (steps K1–K5 in `README.md`). In events mode (`UMT_KERNEL_MODE=events`, for measurements)
+//! the files carry every event, which the drains apply.
+//!
+//! The CPU files are opened on demand, not one per possible CPU: that many descriptors could
+//! pass `RLIMIT_NOFILE` on a large machine. A CPU's file is opened the first time something
+//! needs it ([`KernelBackend::file`]): a wait on or drain of that CPU, the registration of a
+//! thread that may run there, or a whole-monitor wait or drain that finds, in the page, a
+//! monitored thread there. They live in a table indexed by CPU id, so finding one is an index.
 
-use std::fs;
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags, EpollTimeout};
 
 use crate::abi::{
-    Events, SYS_UMT_ENABLE, SYS_UMT_THREAD_CTRL, UMT_ABI_VERSION, UMT_COUNTER_PAGE, UMT_DISABLE,
-    UMT_FD_CLOEXEC, UMT_FD_NONBLOCK, UMT_IDLE_ONLY, UMT_SYSFS_ABI_VERSION, UMT_THREAD_MONITOR,
-    UMT_THREAD_UNMONITOR, UmtCounts,
+    Events, SYS_UMT_ENABLE, SYS_UMT_THREAD_CTRL, UMT_FD_CLOEXEC, UMT_FD_NONBLOCK, UMT_IDLE_ONLY,
+    UMT_IOC_CPU_FD, UMT_IOC_DISABLE, UMT_THREAD_MONITOR, UMT_THREAD_UNMONITOR, UmtArgs, UmtCounts,
 };
 use crate::backend::{BackendKind, Unavailable};
-use crate::cpu;
+use crate::cpu::{self, CpuId};
 use crate::error::{Error, Result};
 use crate::event::{Cause, MonitorEvent};
 use crate::monitor::ops::{Backend, Context, Held, Totals};
 use crate::monitor::shared::{ReadOnlyLoad, Shared};
 
-const FIX: &str = "boot the patched kernel from kernel-patch/ (`cargo xtask vm run -- CMD`), \
-                   or use the perf backend";
+const FIX: &str = "boot the kernel built by `cargo xtask kernel build`, for instance with \
+                   `cargo xtask vm run -- CMD`, or use the bpf or perf backend";
 
-/// Checks that the running kernel has the UMT extension with an ABI version umt-sys speaks (1
-/// or 2), and returns it.
-///
-/// The system calls are only issued when the kernel announces itself in sysfs: mainline Linux
-/// reuses 463 and 464 for other calls, so a blind call could do something else entirely.
-pub(crate) fn probe() -> std::result::Result<u32, Unavailable> {
-    check_abi_file(fs::read_to_string(UMT_SYSFS_ABI_VERSION))
+/// How the backend has the kernel signal the CPU files; chosen when it opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// `UMT_IDLE_ONLY` (the default): the ready counts are read live from the counter page,
+    /// and a CPU's file is signalled only when its count drops to zero (v2's "ABI 2").
+    IdleOnly,
+    /// Without `UMT_IDLE_ONLY`: every block and unblock is signalled on the CPU files and
+    /// applied by the drains (v2's "ABI 1"), to measure what idle-only signalling saves.
+    Events,
 }
 
-pub(crate) fn check_abi_file(
-    contents: std::io::Result<String>,
-) -> std::result::Result<u32, Unavailable> {
-    let unavailable = |reason: String| Unavailable::new(BackendKind::Kernel, reason);
-    match contents {
-        Ok(text) => match text.trim().parse::<u32>() {
-            Ok(v @ 1..=UMT_ABI_VERSION) => Ok(v),
-            Ok(v) => Err(unavailable(format!(
-                "the kernel speaks UMT ABI version {v}, umt-sys speaks versions 1 to \
-                 {UMT_ABI_VERSION}"
-            ))
-            .with_fix("use the umt-sys release that matches the kernel patch")),
-            Err(_) => Err(unavailable(format!(
-                "{UMT_SYSFS_ABI_VERSION} holds {:?}, not an ABI version",
-                text.trim()
-            ))),
-        },
-        Err(_) => Err(unavailable(format!(
-            "this kernel has no UMT extension ({UMT_SYSFS_ABI_VERSION} is missing)"
-        ))
+/// The environment variable that chooses the [`Mode`]: `idle-only` or `events`.
+const MODE_VAR: &str = "UMT_KERNEL_MODE";
+/// Its older name, still read when `UMT_KERNEL_MODE` is unset: `1` means events mode.
+const LEGACY_MODE_VAR: &str = "UMT_KERNEL_ABI";
+
+impl Mode {
+    /// The mode the environment asks for ([`Mode::parse`]).
+    fn from_env() -> Result<Mode> {
+        let var = |name| std::env::var(name).ok();
+        Mode::parse(var(MODE_VAR).as_deref(), var(LEGACY_MODE_VAR).as_deref())
+    }
+
+    /// The mode `UMT_KERNEL_MODE` names (`mode`), else the one `UMT_KERNEL_ABI` does
+    /// (`legacy`: `1` is events mode, as on v2 kernels), else idle-only.
+    fn parse(mode: Option<&str>, legacy: Option<&str>) -> Result<Mode> {
+        match mode.map(|m| m.trim().to_ascii_lowercase()).as_deref() {
+            Some("idle-only") => Ok(Mode::IdleOnly),
+            Some("events") => Ok(Mode::Events),
+            None | Some("") => Ok(match legacy.map(str::trim) {
+                Some("1") => Mode::Events,
+                _ => Mode::IdleOnly,
+            }),
+            Some(_) => Err(Error::InvalidKernelMode {
+                value: mode.unwrap_or_default().to_owned(),
+            }),
+        }
+    }
+
+    /// The `umt_enable` flags of this mode. The CPU files are non-blocking: a drain never
+    /// sleeps in `read`; waits sleep in epoll.
+    const fn flags(self) -> u64 {
+        let files = UMT_FD_CLOEXEC | UMT_FD_NONBLOCK;
+        match self {
+            Mode::IdleOnly => files | UMT_IDLE_ONLY,
+            Mode::Events => files,
+        }
+    }
+}
+
+/// The probe's argument: a [`UmtArgs`] with an unknown flag, and a non-zero field after it.
+/// UMT v3 refuses it with `E2BIG` (a field it does not know is not zero) before it looks at
+/// anything else, as every system call with an extensible struct does; a later version that
+/// knows the field refuses the flag (`EINVAL`). Either way nothing is enabled.
+#[repr(C)]
+struct ProbeArgs {
+    known: UmtArgs,
+    unknown: u64,
+}
+
+static PROBE: ProbeArgs = ProbeArgs {
+    known: UmtArgs::new(1 << 63),
+    unknown: u64::MAX,
+};
+
+/// Checks that the running kernel has the UMT v3 extension.
+///
+/// There is no version file to read: the ABI is what `umt_enable` accepts. The system call
+/// numbers are placeholders that mainline Linux may give to other calls, so before enabling
+/// anything the backend asks a question that UMT v3 answers in its own way and without side
+/// effects ([`ProbeArgs`]): `E2BIG`. (`EBUSY`, UMT enabled already, would say yes too.)
+pub(crate) fn probe() -> std::result::Result<(), Unavailable> {
+    // SAFETY: `PROBE` is a static, initialised struct of the size passed, which the kernel
+    // only reads; UMT v3 refuses it before it does anything else.
+    let ret = unsafe {
+        libc::syscall(
+            SYS_UMT_ENABLE,
+            std::ptr::from_ref(&PROBE),
+            std::mem::size_of::<ProbeArgs>(),
+        )
+    };
+    probe_answer(if ret < 0 { Err(Errno::last()) } else { Ok(ret) })
+}
+
+/// What the probe's answer says about the kernel ([`probe`]).
+fn probe_answer(
+    answer: std::result::Result<libc::c_long, Errno>,
+) -> std::result::Result<(), Unavailable> {
+    match answer {
+        Err(Errno::E2BIG | Errno::EBUSY) => Ok(()),
+        Err(e) => Err(missing(e)),
+        Ok(_) => Err(Unavailable::new(
+            BackendKind::Kernel,
+            format!(
+                "system call {SYS_UMT_ENABLE} accepted a call that UMT v3's umt_enable refuses \
+                 (a struct with an unknown non-zero field): it is not umt_enable on this \
+                 kernel (mainline Linux may have given the number to another call)"
+            ),
+        )
         .with_fix(FIX)),
     }
 }
 
+/// Why the UMT system calls answered `errno`: no UMT v3 here.
+fn missing(errno: Errno) -> Unavailable {
+    let unavailable = |reason: String| Unavailable::new(BackendKind::Kernel, reason);
+    match errno {
+        Errno::ENOSYS => unavailable(format!(
+            "this kernel has no UMT v3 extension: umt_enable (system call {SYS_UMT_ENABLE}) is \
+             not implemented; a kernel with the v2 UMT patch counts as none, umt-sys speaks \
+             only v3"
+        ))
+        .with_fix(FIX),
+        Errno::EPERM => unavailable(format!(
+            "umt_enable (system call {SYS_UMT_ENABLE}) was refused with EPERM: a seccomp \
+             filter (a container's) may block system calls it does not know"
+        ))
+        .with_fix(format!(
+            "allow system calls {SYS_UMT_ENABLE} and {SYS_UMT_THREAD_CTRL} in the seccomp \
+             profile, or use the bpf or perf backend"
+        )),
+        e => unavailable(format!(
+            "system call {SYS_UMT_ENABLE} answered {e} where UMT v3's umt_enable answers \
+             E2BIG: it is not umt_enable on this kernel (mainline Linux may have given the \
+             number to another call)"
+        ))
+        .with_fix(FIX),
+    }
+}
+
+fn not_available(errno: Errno) -> Error {
+    Error::Unavailable(missing(errno))
+}
+
+/// `umt_enable(args, sizeof(*args))`: the UMT file.
+fn umt_enable(args: &UmtArgs) -> std::result::Result<OwnedFd, Errno> {
+    // SAFETY: `args` is a live, initialised `struct umt_args` of the size passed, which the
+    // kernel only reads; probe() found UMT v3's umt_enable under this number.
+    let ret = unsafe {
+        libc::syscall(
+            SYS_UMT_ENABLE,
+            std::ptr::from_ref(args),
+            std::mem::size_of::<UmtArgs>(),
+        )
+    };
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    let fd = RawFd::try_from(ret).map_err(|_| Errno::EBADF)?;
+    // SAFETY: umt_enable returns a new descriptor, the UMT file, which nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 fn umt_thread_ctrl(op: u32) -> std::result::Result<(), Errno> {
-    // SAFETY: umt_thread_ctrl takes two integers and touches no user memory; probe() made sure
-    // the running kernel implements it under this number.
+    // SAFETY: umt_thread_ctrl takes two integers and touches no user memory; the backend
+    // exists only once probe() found UMT v3 under these numbers.
     let ret = unsafe { libc::syscall(SYS_UMT_THREAD_CTRL, op, 0u32) };
     if ret < 0 { Err(Errno::last()) } else { Ok(()) }
 }
 
-fn not_available(errno: Errno) -> Error {
-    Error::Unavailable(
-        Unavailable::new(
-            BackendKind::Kernel,
-            format!("the UMT system calls failed ({})", errno.desc()),
-        )
-        .with_fix(FIX),
-    )
+/// `ioctl(umt, UMT_IOC_CPU_FD, cpu)`: a new descriptor, the CPU file of `cpu`.
+fn open_cpu_file(umt: &OwnedFd, cpu: CpuId) -> std::result::Result<OwnedFd, Errno> {
+    let arg = libc::c_ulong::try_from(cpu).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: UMT_IOC_CPU_FD takes the CPU number by value and touches no user memory; `umt`
+    // is the UMT file, open for the duration of the call.
+    let ret = unsafe { libc::ioctl(umt.as_raw_fd(), UMT_IOC_CPU_FD as libc::Ioctl, arg) };
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: the ioctl returns a new descriptor, which nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret) })
+}
+
+/// The UMT file. Closing it does not disable UMT (the kernel keeps the process's state until
+/// it is disabled, the process execs or exits): [`UmtFile::disable`] does, and dropping it
+/// disables first, so that a backend that fails to open after `umt_enable` leaves UMT free.
+struct UmtFile {
+    fd: OwnedFd,
+    /// Not disabled yet.
+    enabled: bool,
+}
+
+impl UmtFile {
+    /// `ioctl(UMT_IOC_DISABLE)`, once: no thread is monitored any more, and the CPU files see
+    /// no new events (a read of an empty one returns 0, pollers get `EPOLLHUP`). A failure is
+    /// ignored: the kernel refuses only when the file is not the calling process's current
+    /// state (in a child after `fork`, whose copy of the monitor leaves its parent's UMT
+    /// alone), and nothing could be done about it in a drop anyway.
+    fn disable(&mut self) {
+        if std::mem::take(&mut self.enabled) {
+            // SAFETY: UMT_IOC_DISABLE takes a zero argument by value and touches no user
+            // memory; `self.fd` is the UMT file, open until `self` drops.
+            let _ = unsafe {
+                libc::ioctl(
+                    self.fd.as_raw_fd(),
+                    UMT_IOC_DISABLE as libc::Ioctl,
+                    0 as libc::c_ulong,
+                )
+            };
+        }
+    }
+}
+
+impl Drop for UmtFile {
+    fn drop(&mut self) {
+        self.disable();
+    }
 }
 
 pub(crate) struct KernelBackend {
-    /// `fds[cpu]` is the file of `cpu`.
-    fds: Vec<OwnedFd>,
+    /// The UMT file: its mapping is `page`, its ioctls open the CPU files and disable UMT.
+    umt: UmtFile,
+    mode: Mode,
+    /// The counter page (one [`UmtCounts`] per possible CPU), mapped read-only (so read only
+    /// through [`ReadOnlyLoad`]). Idle-only mode reads the counts from it; both modes find in
+    /// it the CPUs where monitored threads ran.
+    page: Shared<UmtCounts>,
+    /// `files[cpu]`: the CPU file of `cpu`, opened on first use ([`KernelBackend::file`]),
+    /// one slot per possible CPU.
+    files: Box<[OnceLock<OwnedFd>]>,
+    /// Held while a CPU file is opened, so that each CPU gets one file, put in `monitor_set`
+    /// once.
+    opening: Mutex<()>,
+    /// The monitor's wait set (a second descriptor of it). Every CPU file opened goes in, so
+    /// that `Monitor::wait`, `Monitor::as_fd` and the events-mode drain see it.
+    monitor_set: Epoll,
     /// Its owner announced that it is shutting down (`Monitor::shut_down`).
     shutting_down: AtomicBool,
-    /// ABI 2: the counter page (one [`UmtCounts`] per possible CPU), mapped read-only (so read
-    /// only through [`ReadOnlyLoad`]); the files then signal drops to zero only, once between
-    /// two reads.
-    page: Option<Shared<UmtCounts>>,
-    /// ABI 2, per possible CPU: its `drops` when a drain of that CPU last looked (K3).
+    /// Idle-only, per possible CPU: its `drops` when a drain of that CPU last looked (K3).
     seen_cpu: Box<[AtomicU64]>,
-    /// ABI 2, per possible CPU: its `blocks`, `unblocks` and `drops` when the whole-monitor
-    /// drain last looked (K5).
+    /// Idle-only, per possible CPU: its `blocks`, `unblocks` and `drops` when the
+    /// whole-monitor drain last looked (K5).
     seen_all: Mutex<Vec<[u64; 3]>>,
 }
 
@@ -149,34 +323,45 @@ impl Retiring {
 }
 
 impl KernelBackend {
-    /// Enables UMT for this process and puts every per-core file in `epoll`.
+    /// Enables UMT for this process and maps its counter page. CPU files are opened later, as
+    /// they are needed.
     pub(crate) fn open(possible_cpus: usize, epoll: &Epoll) -> Result<KernelBackend> {
-        let version = probe()?;
-        // For measurements: `UMT_KERNEL_ABI=1` uses a version-2 kernel as version 1 (every
-        // event signalled, no counter page).
-        let version = match std::env::var("UMT_KERNEL_ABI").as_deref() {
-            Ok("1") => 1,
-            _ => version,
-        };
-        match Self::enable(possible_cpus, epoll, version) {
+        probe()?;
+        let mode = Mode::from_env()?;
+        let opened = match Self::enable(possible_cpus, epoll, mode) {
             // UMT is still enabled by a monitor of this process that is shutting down (its
             // last user is a leader waiting for a turn on its core): wait for it to go.
             Err(Error::KernelBusy) if SHUTTING_DOWN.wait_until_none(SHUTDOWN_WAIT) => {
-                Self::enable(possible_cpus, epoll, version)
+                Self::enable(possible_cpus, epoll, mode)
             }
             other => other,
-        }
+        };
+        // Short of descriptors, the backend cannot run here (`Auto` moves on, as from the Perf
+        // backend), rather than fail the monitor.
+        opened.map_err(|e| match e {
+            Error::OutOfFiles { what } => Error::Unavailable(
+                Unavailable::new(
+                    BackendKind::Kernel,
+                    format!("out of file descriptors ({what} failed)"),
+                )
+                .with_fix("raise the limit with `ulimit -n`"),
+            ),
+            e => e,
+        })
     }
 
-    /// ABI 2: the ready count of `cpu`, from the counter page.
+    /// Idle-only: the ready count of `cpu`, from the counter page.
     pub(crate) fn ready(&self, cpu: usize) -> Option<i64> {
-        let page = self.page.as_ref()?;
-        Some(page.get(cpu).map_or(0, |c| c.ready.load_acquire()))
+        (self.mode == Mode::IdleOnly)
+            .then(|| self.page.get(cpu).map_or(0, |c| c.ready.load_acquire()))
     }
 
-    /// ABI 2: the counter page's totals.
+    /// Idle-only: the counter page's totals (events mode: the drains count, as they apply).
     pub(crate) fn totals(&self) -> Option<PageTotals> {
-        let page = self.page.as_ref()?;
+        if self.mode != Mode::IdleOnly {
+            return None;
+        }
+        let page = &self.page;
         let mut t = PageTotals::default();
         for c in (0..page.len()).filter_map(|cpu| page.get(cpu)) {
             t.blocks += c.blocks.load_relaxed();
@@ -190,37 +375,49 @@ impl KernelBackend {
     /// K2, before a wait on `cpu`'s file: `true` if `cpu` ran out of ready threads since its
     /// last drain, and the caller must not sleep. Otherwise the file has just been read, which
     /// asks the kernel to signal the next drop: a drop after the read finds the file's word
-    /// empty and signals it, so the wait that follows returns. ABI 1: always `false` (every
-    /// event signals the file; a wait returns while it holds any).
+    /// empty and signals it, so the wait that follows returns. Events mode: always `false`
+    /// (every event signals the file; a wait returns while it holds any).
     pub(crate) fn arm_cpu(&self, cpu: usize) -> Result<bool> {
-        let (Some(page), Some(fd)) = (self.page.as_ref(), self.fds.get(cpu)) else {
+        let Some(seen) = self.seen_cpu.get(cpu) else {
             return Ok(false);
         };
-        let seen = self.seen_cpu[cpu].load(Ordering::SeqCst);
-        if drops(page, cpu) != seen {
+        if self.mode != Mode::IdleOnly {
+            return Ok(false);
+        }
+        let seen = seen.load(Ordering::SeqCst);
+        if drops(&self.page, cpu) != seen {
             return Ok(true);
         }
+        let Some(fd) = self.file(cpu)? else {
+            return Ok(false);
+        };
         consume(fd)?;
         // A drop between the look above and the read was consumed by the read, without a
         // signal: the kernel adds to `drops` before the word, so it shows here.
-        Ok(drops(page, cpu) != seen)
+        Ok(drops(&self.page, cpu) != seen)
     }
 
-    /// [`KernelBackend::arm_cpu`] for every CPU, against the whole-monitor drain's view.
+    /// [`KernelBackend::arm_cpu`] for every CPU, against the whole-monitor drain's view: the
+    /// files open (those of every CPU a registered thread may run on, and of every CPU the
+    /// page shows one ran on) are read, and a drop on a CPU without one makes it return
+    /// `true` as well.
     pub(crate) fn arm_all(&self) -> Result<bool> {
-        let Some(page) = self.page.as_ref() else {
+        if self.mode != Mode::IdleOnly {
             return Ok(false);
-        };
+        }
+        self.open_active()?;
         let seen = lock(&self.seen_all);
         let mut dropped = false;
-        for (cpu, fd) in self.fds.iter().enumerate() {
-            let last = seen.get(cpu).map_or(0, |s| s[2]);
-            if drops(page, cpu) != last {
+        for (cpu, last) in seen.iter().enumerate() {
+            let last = last[2];
+            if drops(&self.page, cpu) != last {
                 dropped = true;
                 continue;
             }
-            consume(fd)?;
-            dropped |= drops(page, cpu) != last;
+            if let Some(fd) = self.file_if_open(cpu) {
+                consume(fd)?;
+                dropped |= drops(&self.page, cpu) != last;
+            }
         }
         Ok(dropped)
     }
@@ -232,63 +429,103 @@ impl KernelBackend {
         }
     }
 
-    fn enable(possible_cpus: usize, epoll: &Epoll, version: u32) -> Result<KernelBackend> {
-        let mut raw = vec![-1 as libc::c_int; possible_cpus];
-        let mut flags = UMT_FD_CLOEXEC | UMT_FD_NONBLOCK;
-        if version >= 2 {
-            flags |= UMT_COUNTER_PAGE | UMT_IDLE_ONLY;
-        }
-        // SAFETY: `raw` is a writable array of `possible_cpus` ints, which is what the call
-        // expects; probe() made sure the running kernel implements umt_enable under this number.
-        let ret = unsafe {
-            libc::syscall(
-                SYS_UMT_ENABLE,
-                raw.as_mut_ptr(),
-                possible_cpus as libc::c_uint,
-                flags,
-            )
-        };
-        if ret < 0 {
-            return Err(match Errno::last() {
-                Errno::EBUSY => Error::KernelBusy,
-                e @ (Errno::ENOSYS | Errno::EPERM) => not_available(e),
-                e => Error::os("umt_enable", e),
-            });
-        }
-        let written = usize::try_from(ret).unwrap_or(0).min(possible_cpus);
-        let fds: Vec<OwnedFd> = raw[..written]
-            .iter()
-            // SAFETY: the kernel just created these descriptors for us; nothing else owns them.
-            .map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) })
-            .collect();
-        let page = match fds.first() {
-            Some(fd) if flags & UMT_COUNTER_PAGE != 0 => Some(Shared::map(
-                fd.as_fd(),
-                fds.len(),
-                false,
-                "mmap(umt counter page)",
-            )?),
-            _ => None,
-        };
-        let cpus = fds.len();
-        let backend = KernelBackend {
-            fds,
-            shutting_down: AtomicBool::new(false),
-            page,
-            seen_cpu: (0..cpus).map(|_| AtomicU64::new(0)).collect(),
-            seen_all: Mutex::new(vec![[0; 3]; cpus]),
-        };
-        for (cpu, fd) in backend.fds.iter().enumerate() {
+    fn enable(possible_cpus: usize, epoll: &Epoll, mode: Mode) -> Result<KernelBackend> {
+        let monitor_set = Epoll(
             epoll
-                .add(fd.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, cpu as u64))
-                .map_err(|e| Error::os("epoll_ctl(ADD)", e))?;
-        }
-        Ok(backend)
+                .0
+                .try_clone()
+                .map_err(|e| Error::os("dup(epoll)", e))?,
+        );
+        let flags = mode.flags();
+        let fd = umt_enable(&UmtArgs::new(flags)).map_err(|e| match e {
+            Errno::EBUSY => Error::KernelBusy,
+            Errno::EINVAL => Error::Unavailable(
+                Unavailable::new(
+                    BackendKind::Kernel,
+                    format!(
+                        "the kernel refused umt_enable's flags {flags:#x} (EINVAL): its UMT is \
+                         not the v3 ABI umt-sys speaks"
+                    ),
+                )
+                .with_fix(FIX),
+            ),
+            e @ (Errno::ENOSYS | Errno::EPERM) => not_available(e),
+            e => Error::os("umt_enable", e),
+        })?;
+        // From here on UMT is enabled: if anything below fails, dropping `umt` disables it.
+        let umt = UmtFile { fd, enabled: true };
+        let page = Shared::map(
+            umt.fd.as_fd(),
+            possible_cpus,
+            false,
+            "mmap(UMT counter page)",
+        )?;
+        Ok(KernelBackend {
+            umt,
+            mode,
+            page,
+            files: (0..possible_cpus).map(|_| OnceLock::new()).collect(),
+            opening: Mutex::new(()),
+            monitor_set,
+            shutting_down: AtomicBool::new(false),
+            seen_cpu: (0..possible_cpus).map(|_| AtomicU64::new(0)).collect(),
+            seen_all: Mutex::new(vec![[0; 3]; possible_cpus]),
+        })
     }
 
-    /// Puts the eventfd of `cpu` in `set` as well (see `Monitor::wait_cpu`).
+    /// The CPU file of `cpu`, opened on first use and put in the monitor's wait set (tagged
+    /// with `cpu`); `None` for a CPU that is not possible. After the first call for `cpu`, an
+    /// index and a load.
+    fn file(&self, cpu: CpuId) -> Result<Option<&OwnedFd>> {
+        let Some(slot) = self.files.get(cpu) else {
+            return Ok(None);
+        };
+        if let Some(fd) = slot.get() {
+            return Ok(Some(fd));
+        }
+        let _opening = lock(&self.opening);
+        if let Some(fd) = slot.get() {
+            return Ok(Some(fd));
+        }
+        let fd = match open_cpu_file(&self.umt.fd, cpu) {
+            Ok(fd) => fd,
+            // A hole in the possible CPUs (`0-3,8-11`): no thread runs there.
+            Err(Errno::EINVAL) => return Ok(None),
+            Err(e) => return Err(Error::os("ioctl(UMT_IOC_CPU_FD)", e)),
+        };
+        self.monitor_set
+            .add(fd.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, cpu as u64))
+            .map_err(|e| Error::os("epoll_ctl(ADD)", e))?;
+        Ok(Some(slot.get_or_init(|| fd)))
+    }
+
+    /// The file of `cpu` if it is open already.
+    fn file_if_open(&self, cpu: CpuId) -> Option<&OwnedFd> {
+        self.files.get(cpu).and_then(OnceLock::get)
+    }
+
+    /// Opens the file of every CPU where the page shows that a monitored thread was counted
+    /// (every thread's stay on a CPU starts with an unblock there) and that has none yet: a
+    /// thread that left the CPUs it could run on when it registered. For the whole-monitor
+    /// wait and drain, which must see every CPU with events.
+    fn open_active(&self) -> Result<()> {
+        for (cpu, slot) in self.files.iter().enumerate() {
+            if slot.get().is_none()
+                && self
+                    .page
+                    .get(cpu)
+                    .is_some_and(|c| c.unblocks.load_relaxed() != 0)
+            {
+                self.file(cpu)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts the file of `cpu` in `set` as well (see `Monitor::wait_cpu`), opening it if need
+    /// be.
     pub(crate) fn watch_cpu(&self, cpu: usize, set: &Epoll) -> Result<()> {
-        match self.fds.get(cpu) {
+        match self.file(cpu)? {
             Some(fd) => set
                 .add(fd.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, cpu as u64))
                 .map_err(|e| Error::os("epoll_ctl(ADD)", e)),
@@ -296,33 +533,37 @@ impl KernelBackend {
         }
     }
 
-    /// ABI 1: reads the file of `cpu`, if it holds events, hands them out and returns how many
-    /// it handed out. ABI 2 (K3): the counts need no drain; notes `cpu`'s drops as seen and
-    /// returns how many are new, without a system call (the file is read only before a wait,
-    /// [`KernelBackend::arm_cpu`]).
+    /// Events mode: reads the file of `cpu` (opening it if need be), if it holds events, hands
+    /// them out and returns how many it handed out. Idle-only (K3): the counts need no drain;
+    /// notes `cpu`'s drops as seen and returns how many are new, without a system call (the
+    /// file is read only before a wait, [`KernelBackend::arm_cpu`]).
     pub(crate) fn drain_cpu(
         &self,
         cpu: usize,
         sink: &mut dyn FnMut(MonitorEvent),
     ) -> Result<usize> {
-        let Some(fd) = self.fds.get(cpu) else {
+        let Some(seen) = self.seen_cpu.get(cpu) else {
             return Ok(0);
         };
-        let Some(page) = self.page.as_ref() else {
-            return read_file(fd, cpu, sink);
-        };
-        let now = drops(page, cpu);
-        let old = self.seen_cpu[cpu].swap(now, Ordering::SeqCst);
+        if self.mode == Mode::Events {
+            return match self.file(cpu)? {
+                Some(fd) => read_file(fd, cpu, sink),
+                None => Ok(0),
+            };
+        }
+        let now = drops(&self.page, cpu);
+        let old = seen.swap(now, Ordering::SeqCst);
         Ok(usize::try_from(now.wrapping_sub(old)).unwrap_or(usize::MAX))
     }
 
-    /// Hands out what changed: ABI 1, the files that epoll reports readable; ABI 2 (K5), every
-    /// CPU's blocks and unblocks since the last call, from the page, as `Counted` events.
+    /// Hands out what changed: events mode, the files that epoll reports readable; idle-only
+    /// (K5), every CPU's blocks and unblocks since the last call, from the page, as `Counted`
+    /// events.
     pub(crate) fn drain(&self, epoll: &Epoll, sink: &mut dyn FnMut(MonitorEvent)) -> Result<()> {
-        if let Some(page) = self.page.as_ref() {
+        if self.mode == Mode::IdleOnly {
             let mut seen = lock(&self.seen_all);
             for (cpu, last) in seen.iter_mut().enumerate() {
-                let Some(c) = page.get(cpu) else {
+                let Some(c) = self.page.get(cpu) else {
                     continue;
                 };
                 let now = [
@@ -337,6 +578,8 @@ impl KernelBackend {
             }
             return Ok(());
         }
+        // A file put in the set now with events pending is reported by the wait below.
+        self.open_active()?;
         let mut ready = [EpollEvent::empty(); 64];
         loop {
             let n = match epoll.wait(&mut ready, EpollTimeout::ZERO) {
@@ -345,8 +588,9 @@ impl KernelBackend {
                 Err(e) => return Err(Error::os("epoll_wait", e)),
             };
             for ev in &ready[..n] {
-                let cpu = ev.data() as usize;
-                if let Some(fd) = self.fds.get(cpu) {
+                // The monitor's interrupt has a tag that no CPU has.
+                let cpu = usize::try_from(ev.data()).unwrap_or(usize::MAX);
+                if let Some(fd) = self.file_if_open(cpu) {
                     read_file(fd, cpu, sink)?;
                 }
             }
@@ -357,9 +601,9 @@ impl KernelBackend {
     }
 }
 
-/// ABI 1: reads the file of `cpu` once (non-blocking) and hands out what it held; returns how
-/// many events it handed out (0 or 1). A half that reads `u32::MAX` saturated: counts were
-/// lost, which the monitor reports as an overflow.
+/// Events mode: reads the file of `cpu` once (non-blocking) and hands out what it held;
+/// returns how many events it handed out (0 or 1). A half that reads `u32::MAX` saturated:
+/// counts were lost, which the monitor reports as an overflow.
 fn read_file(fd: &OwnedFd, cpu: usize, sink: &mut dyn FnMut(MonitorEvent)) -> Result<usize> {
     let mut word = [0u8; 8];
     match nix::unistd::read(fd, &mut word) {
@@ -377,24 +621,24 @@ fn read_file(fd: &OwnedFd, cpu: usize, sink: &mut dyn FnMut(MonitorEvent)) -> Re
             });
             Ok(1)
         }
-        // Empty, or another drainer read it first.
+        // Empty, or another drainer read it first; 0 bytes: UMT was disabled.
         Ok(_) | Err(Errno::EAGAIN) | Err(Errno::EINTR) => Ok(0),
-        Err(e) => Err(Error::os("read(umt file)", e)),
+        Err(e) => Err(Error::os("read(UMT CPU file)", e)),
     }
 }
 
-/// ABI 2: `cpu`'s drops to zero so far (0 for a CPU out of range).
+/// Idle-only: `cpu`'s drops to zero so far (0 for a CPU out of range).
 fn drops(page: &Shared<UmtCounts>, cpu: usize) -> u64 {
     page.get(cpu).map_or(0, |c| c.drops.load_seq_cst())
 }
 
-/// ABI 2: reads and discards the word of a file (the drops it counts are in the page), which
-/// asks the kernel for the next signal. Empty (`EAGAIN`) is the usual answer.
+/// Idle-only: reads and discards the word of a file (the drops it counts are in the page),
+/// which asks the kernel for the next signal. Empty (`EAGAIN`) is the usual answer.
 fn consume(fd: &OwnedFd) -> Result<()> {
     let mut word = [0u8; 8];
     match nix::unistd::read(fd, &mut word) {
         Ok(_) | Err(Errno::EAGAIN) | Err(Errno::EINTR) => Ok(()),
-        Err(e) => Err(Error::os("read(umt file)", e)),
+        Err(e) => Err(Error::os("read(UMT CPU file)", e)),
     }
 }
 
@@ -409,9 +653,9 @@ pub(crate) fn saturated(events: Events) -> bool {
 
 impl KernelBackend {
     /// Applies an event read from a file: a saturated half means counts were lost, which
-    /// nothing can restore from the events (with the counter page the counts are unaffected):
-    /// visible in the statistics. With the page the events only describe counts that are live
-    /// already (`Counted`: the differences of the page's counters).
+    /// nothing can restore from the events (in idle-only mode the counts, from the page, are
+    /// unaffected): visible in the statistics. In idle-only mode the events only describe
+    /// counts that are live already (`Counted`: the differences of the page's counters).
     fn apply(&self, cx: &Context, ev: MonitorEvent) {
         if saturated(ev.events) {
             cx.count_overflow();
@@ -424,11 +668,16 @@ impl KernelBackend {
 
 impl Backend for KernelBackend {
     fn counts_are_live(&self) -> bool {
-        self.page.is_some()
+        self.mode == Mode::IdleOnly
     }
 
-    /// The kernel emits the thread's unblock itself.
+    /// The kernel emits the thread's unblock itself. First the files of the CPUs the thread
+    /// may run on (one for a pinned thread) are opened, so that the monitor's wait set holds
+    /// them before the kernel counts anything there.
     fn register(&self, _cx: &Context, _tid: i32) -> Result<()> {
+        for cpu in cpu::thread_cpus()? {
+            self.file(cpu)?;
+        }
         umt_thread_ctrl(UMT_THREAD_MONITOR).map_err(|e| match e {
             Errno::ENOSYS => not_available(e),
             e => Error::os("umt_thread_ctrl(UMT_THREAD_MONITOR)", e),
@@ -447,8 +696,8 @@ impl Backend for KernelBackend {
         })
     }
 
-    /// ABI 1: the file of the caller's CPU. ABI 2 (K4): nothing; the counts are live, and the
-    /// file is left to the waiter of the CPU.
+    /// Events mode: the file of the caller's CPU. Idle-only (K4): nothing; the counts are
+    /// live, and the file is left to the waiter of the CPU.
     fn drain_current_thread(&self, cx: &Context) -> Result<usize> {
         if self.counts_are_live() {
             return Ok(0);
@@ -461,7 +710,8 @@ impl Backend for KernelBackend {
         Ok(n)
     }
 
-    /// ABI 1: the events read; ABI 2 (K3): the drops since the last look, from the page.
+    /// Events mode: the events read; idle-only (K3): the drops since the last look, from the
+    /// page.
     fn drain_cpu(&self, cx: &Context, cpu: usize, _held: Held) -> Result<usize> {
         self.drain_cpu(cpu, &mut |ev| self.apply(cx, ev))
     }
@@ -480,7 +730,7 @@ impl Backend for KernelBackend {
 
     fn disarm_cpu(&self, _cpu: usize) {}
 
-    /// ABI 2: from the page; ABI 1: as of the last drain.
+    /// Idle-only: from the page; events mode: as of the last drain.
     fn ready(&self, cx: &Context, cpu: usize) -> i64 {
         self.ready(cpu).unwrap_or_else(|| cx.counts.get(cpu))
     }
@@ -495,7 +745,7 @@ impl Backend for KernelBackend {
         }
     }
 
-    /// ABI 2: the page's; ABI 1: none (the drains count).
+    /// Idle-only: the page's; events mode: none (the drains count).
     fn totals(&self) -> Option<Totals> {
         self.totals().map(|t| Totals {
             blocks: t.blocks,
@@ -513,17 +763,10 @@ impl Backend for KernelBackend {
 
 impl Drop for KernelBackend {
     fn drop(&mut self) {
-        // SAFETY: with UMT_DISABLE the call takes no user memory (NULL, 0); the kernel
-        // implements it, since open() succeeded.
-        unsafe {
-            libc::syscall(
-                SYS_UMT_ENABLE,
-                std::ptr::null_mut::<libc::c_int>(),
-                0 as libc::c_uint,
-                UMT_DISABLE,
-            );
-        }
-        // The descriptors close when `fds` drops.
+        // Closing the descriptors would leave UMT enabled: disable it first, and only then let
+        // a monitor waiting to open ([`Retiring`]) go on. The CPU files, the UMT file and the
+        // page go when the fields drop, after this.
+        self.umt.disable();
         if self.shutting_down.load(Ordering::Acquire) {
             SHUTTING_DOWN.add(-1);
         }
@@ -533,23 +776,85 @@ impl Drop for KernelBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi::{UMT_ARGS_SIZE_VER0, UMT_SIGNAL_OVERSUB};
 
     #[test]
-    fn missing_sysfs_file_means_no_umt() {
-        let u = check_abi_file(Err(std::io::ErrorKind::NotFound.into())).unwrap_err();
-        assert_eq!(u.backend, BackendKind::Kernel);
-        assert!(u.reason.contains("no UMT extension"), "{u}");
-        assert!(u.fix.unwrap().contains("cargo xtask vm run"));
+    fn a_kernel_without_umt_v3_is_named_with_its_fix() {
+        for errno in [Errno::ENOSYS, Errno::EPERM, Errno::EINVAL, Errno::EFAULT] {
+            let u = probe_answer(Err(errno)).unwrap_err();
+            assert_eq!(u.backend, BackendKind::Kernel);
+            assert!(u.reason.contains("471"), "{u}");
+        }
+        let u = probe_answer(Err(Errno::ENOSYS)).unwrap_err();
+        assert!(u.reason.contains("no UMT v3 extension"), "{u}");
+        assert!(u.reason.contains("v2"), "{u}");
+        let fix = u.fix.unwrap();
+        assert!(fix.contains("cargo xtask kernel build"), "{fix}");
+        assert!(fix.contains("cargo xtask vm run"), "{fix}");
+        let u = probe_answer(Err(Errno::EPERM)).unwrap_err();
+        assert!(u.reason.contains("seccomp"), "{u}");
+        assert!(u.fix.unwrap().contains("472"));
+        // Another call under the number.
+        let u = probe_answer(Err(Errno::EINVAL)).unwrap_err();
+        assert!(u.reason.contains("not umt_enable"), "{u}");
+        let u = probe_answer(Ok(3)).unwrap_err();
+        assert!(u.reason.contains("not umt_enable"), "{u}");
     }
 
     #[test]
-    fn abi_version_is_checked() {
-        assert_eq!(check_abi_file(Ok("1\n".into())).unwrap(), 1);
-        assert_eq!(check_abi_file(Ok("2\n".into())).unwrap(), 2);
-        let u = check_abi_file(Ok("3\n".into())).unwrap_err();
-        assert!(u.reason.contains("version 3"), "{u}");
-        assert!(check_abi_file(Ok("0".into())).is_err());
-        assert!(check_abi_file(Ok("junk".into())).is_err());
+    fn umt_v3_answers_the_probe_with_e2big() {
+        assert!(probe_answer(Err(Errno::E2BIG)).is_ok());
+        assert!(probe_answer(Err(Errno::EBUSY)).is_ok());
+    }
+
+    #[test]
+    fn the_probe_cannot_enable_anything() {
+        // Longer than what v3 knows, with a non-zero field past it: E2BIG.
+        assert_eq!(std::mem::size_of::<ProbeArgs>(), 2 * UMT_ARGS_SIZE_VER0);
+        assert_eq!(std::mem::offset_of!(ProbeArgs, unknown), UMT_ARGS_SIZE_VER0);
+        assert_ne!(PROBE.unknown, 0);
+        // A kernel that knows that field still refuses the flags.
+        assert!(!PROBE.known.is_valid());
+    }
+
+    #[test]
+    fn modes_map_to_the_flags_of_v2s_abi_versions() {
+        // "ABI 2": counts from the page, a signal per drop to zero; no oversubscription
+        // signals, which the backend would only read and discard.
+        let idle = Mode::IdleOnly.flags();
+        assert_eq!(idle, UMT_FD_CLOEXEC | UMT_FD_NONBLOCK | UMT_IDLE_ONLY);
+        assert_eq!(idle & UMT_SIGNAL_OVERSUB, 0);
+        // "ABI 1": every event.
+        assert_eq!(Mode::Events.flags(), UMT_FD_CLOEXEC | UMT_FD_NONBLOCK);
+        for mode in [Mode::IdleOnly, Mode::Events] {
+            assert!(UmtArgs::new(mode.flags()).is_valid(), "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn the_mode_comes_from_the_environment() {
+        assert_eq!(Mode::parse(None, None).unwrap(), Mode::IdleOnly);
+        assert_eq!(Mode::parse(Some("events"), None).unwrap(), Mode::Events);
+        assert_eq!(
+            Mode::parse(Some(" Idle-Only\n"), None).unwrap(),
+            Mode::IdleOnly
+        );
+        // The old switch, as `cargo xtask vm test` and `vm bench` set it.
+        assert_eq!(Mode::parse(None, Some("1")).unwrap(), Mode::Events);
+        assert_eq!(Mode::parse(Some(""), Some("1")).unwrap(), Mode::Events);
+        assert_eq!(Mode::parse(None, Some("2")).unwrap(), Mode::IdleOnly);
+        // The new name wins.
+        assert_eq!(
+            Mode::parse(Some("idle-only"), Some("1")).unwrap(),
+            Mode::IdleOnly
+        );
+        let e = Mode::parse(Some("abi1"), None).unwrap_err();
+        assert!(matches!(e, Error::InvalidKernelMode { ref value } if value == "abi1"));
+        let text = e.to_string();
+        assert!(
+            text.contains("events") && text.contains("idle-only"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -62,13 +62,13 @@ pub struct MonitorStats {
     pub registered: u64,
     /// Notifications the backend sent to user space: the Bpf backend's wake-ups (one each
     /// time a CPU whose waiter had armed it ran out of ready threads), the Kernel backend's
-    /// signals with the counter page (ABI 2: a drop to zero that found the CPU's file empty,
-    /// which it is once its waiter read it before sleeping). Without the page (ABI 1) and with
-    /// the Perf backend every event is signalled: `blocks + unblocks`. Each one may wake a
+    /// signals in idle-only mode (a drop to zero that found the CPU's file empty, which it is
+    /// once its waiter read it before sleeping). In its events mode and with the Perf backend
+    /// every event is signalled: `blocks + unblocks`. Each one may wake a
     /// leader; reads batch the ones that arrive while it runs.
     pub wakeups: u64,
     /// Times a core's ready count dropped to zero, where the backend counts them (Bpf, and
-    /// Kernel with ABI 2; 0 elsewhere): what a runtime that is told of every idle core would
+    /// Kernel in idle-only mode; 0 elsewhere): what a runtime that is told of every idle core would
     /// be told, against [`MonitorStats::wakeups`], what it was.
     pub drops: u64,
 }
@@ -232,8 +232,8 @@ impl Monitor {
         self.selection.chosen != BackendKind::Disabled
     }
 
-    /// `true` when the ready counts live in memory the kernel updates (Bpf, and Kernel on a
-    /// kernel with ABI version 2): [`Monitor::ready`]
+    /// `true` when the ready counts live in memory the kernel updates (Bpf, and Kernel in its
+    /// default, idle-only mode): [`Monitor::ready`]
     /// is then current without a drain, drains only consume wake-ups, and a wait returns only
     /// when a CPU runs out of ready threads (not at every event). The other backends deliver
     /// events, which a drain applies to the counts.
@@ -335,28 +335,28 @@ impl Monitor {
     }
 
     /// Drains only what concerns the calling thread, into the ready counts: its own ring
-    /// (Perf), or the file of the CPU it runs on (Kernel, ABI 1). Returns the number of events
+    /// (Perf), or the file of the CPU it runs on (Kernel, events mode). Returns the number of events
     /// applied; they are counted in the statistics but handed to no one.
     ///
     /// For a monitored thread at its scheduling points when the waiters are not signalled
     /// (see [`MonitorBuilder::signal_each_event`]): a thread that has just come back from a
     /// block finds its own unblock here, so its core's count shows whether another thread
     /// took its place meanwhile. With the Perf backend it costs two loads when
-    /// the ring is empty; with the Kernel backend on ABI 1, one `read`. A ring another
+    /// the ring is empty; with the Kernel backend in events mode, one `read`. A ring another
     /// drainer is reading is skipped: that drainer applies it. Where the counts are live (Bpf,
-    /// Kernel on ABI 2) and with Disabled it does nothing and returns 0. With the Perf
+    /// Kernel in idle-only mode) and with Disabled it does nothing and returns 0. With the Perf
     /// backend, a thread not registered with this monitor gets [`Error::NotRegistered`].
     pub fn drain_current_thread(&self) -> Result<usize> {
         self.backend.drain_current_thread(&self.cx)
     }
 
     /// Drains what concerns `cpu` into the ready counts, without blocking: with the Kernel
-    /// backend on ABI 1 the file of `cpu`, with Perf the rings of the threads that registered
+    /// backend in events mode the file of `cpu`, with Perf the rings of the threads that registered
     /// while running on `cpu` (pinned threads: those of that core). Returns the number of
     /// events applied; they are counted in the statistics but handed to no one
     /// ([`Monitor::drain_with`] hands out every event, for watchers). Where the counts are
     /// live it only notes what [`Monitor::wait_cpu`] compares against: with the Bpf backend
-    /// it reads `cpu`'s wake-ups and returns how many; with the Kernel backend on ABI 2 it
+    /// it reads `cpu`'s wake-ups and returns how many; with the Kernel backend (idle-only) it
     /// returns how many times `cpu` ran out of ready threads since its last drain, without a
     /// system call.
     ///
@@ -392,7 +392,7 @@ impl Monitor {
     /// epoll counts whole milliseconds: the timeout is rounded up, so a sub-millisecond one
     /// waits a millisecond instead of returning at once.
     ///
-    /// With the Bpf backend, and the Kernel backend on ABI 2 ([`Monitor::counts_are_live`]),
+    /// With the Bpf backend, and the Kernel backend in idle-only mode ([`Monitor::counts_are_live`]),
     /// it returns early only when a CPU ran out of ready threads since the last
     /// [`Monitor::drain_with`].
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
@@ -408,9 +408,9 @@ impl Monitor {
     /// blocked. Another waiter's drain may consume the readiness first (perf rings report it
     /// once); that drain has then applied the events.
     ///
-    /// With the Bpf backend, and the Kernel backend on ABI 2, it returns early only when
-    /// `cpu` ran out of ready threads since its last [`Monitor::drain_cpu`] (then at once,
-    /// with no system call on ABI 2), or does so while this waits: the one moment its waiter
+    /// With the Bpf backend, and the Kernel backend in idle-only mode, it returns early only
+    /// when `cpu` ran out of ready threads since its last [`Monitor::drain_cpu`] (then at
+    /// once, with no system call with the Kernel backend), or does so while this waits: the one moment its waiter
     /// must act. Every other change is in [`Monitor::ready`] already. Only a waiter that
     /// sleeps here is signalled: one that is awake, or preempted, finds the drops in the
     /// counters when it next looks (steps B3 and K2 of `src/monitor/README.md`).
@@ -497,6 +497,10 @@ fn wait_on(epoll: &Epoll, timeout: Option<Duration>) -> Result<bool> {
 
 impl AsFd for Monitor {
     /// The descriptor to put in the leader's epoll: readable when events may be pending.
+    ///
+    /// With the Kernel backend it holds the files of the CPUs the monitor has opened so far:
+    /// those the registered threads may run on (their affinity masks when they registered)
+    /// and those waited on or drained (see `src/monitor/README.md`, "The Kernel backend").
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.cx.epoll.0.as_fd()
     }

@@ -33,7 +33,7 @@ struct Row {
 const BACKENDS: [Row; 4] = [
     Row {
         kind: BackendKind::Kernel,
-        probe: || kernel::probe().map(|_version| ()),
+        probe: kernel::probe,
         open: |o, epoll| {
             Ok(Box::new(kernel::KernelBackend::open(
                 o.possible_cpus,

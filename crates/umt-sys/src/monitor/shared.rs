@@ -1,5 +1,5 @@
 //! A shared mapping of kernel memory as a slice of `T`: the Bpf backend's mmapable arrays and
-//! the Kernel backend's counter page (ABI 2).
+//! the Kernel backend's counter page.
 
 use std::num::NonZeroUsize;
 use std::os::fd::BorrowedFd;
