@@ -120,6 +120,32 @@ pub(crate) fn probe() -> std::result::Result<(), Unavailable> {
     probe_answer(if ret < 0 { Err(Errno::last()) } else { Ok(ret) })
 }
 
+/// Why `Auto` does not probe: the calling thread runs under a seccomp filter (`status` is the
+/// text of `/proc/thread-self/status`), whose action for a system call it does not know may be to kill the
+/// process (systemd's `SystemCallFilter=`, a sandbox) rather than to fail it with `EPERM` (a
+/// container's default profile). The probe calls a placeholder number, so `Auto` skips it
+/// there; asking for the Kernel backend by name probes anyway.
+pub(crate) fn seccomp_filter(status: &str) -> Option<Unavailable> {
+    let mode = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Seccomp:"))?
+        .trim();
+    (mode == "2").then(|| {
+        Unavailable::new(
+            BackendKind::Kernel,
+            format!(
+                "not probed: this process runs under a seccomp filter, which may kill it for \
+                 calling system call {SYS_UMT_ENABLE}, a number mainline Linux has not given \
+                 to umt_enable"
+            ),
+        )
+        .with_fix(format!(
+            "if the filter allows system calls {SYS_UMT_ENABLE} and {SYS_UMT_THREAD_CTRL}, \
+             ask for the kernel backend by name (UMT_BACKEND=kernel with umt-rt)"
+        ))
+    })
+}
+
 /// What the probe's answer says about the kernel ([`probe`]).
 fn probe_answer(
     answer: std::result::Result<libc::c_long, Errno>,
@@ -799,6 +825,21 @@ mod tests {
         assert!(u.reason.contains("not umt_enable"), "{u}");
         let u = probe_answer(Ok(3)).unwrap_err();
         assert!(u.reason.contains("not umt_enable"), "{u}");
+    }
+
+    #[test]
+    fn auto_skips_the_probe_only_under_a_seccomp_filter() {
+        let status = |mode: &str| {
+            format!("Name:\tx\nNoNewPrivs:\t1\nSeccomp:\t{mode}\nSpeculation_Store_Bypass:\tx\n")
+        };
+        let u = seccomp_filter(&status("2")).expect("a filter");
+        assert_eq!(u.backend, BackendKind::Kernel);
+        assert!(u.reason.contains("seccomp"), "{u}");
+        assert!(u.to_string().contains("UMT_BACKEND=kernel"), "{u}");
+        // Strict mode cannot run threads anyway; no seccomp, or a kernel without the field.
+        assert!(seccomp_filter(&status("0")).is_none());
+        assert!(seccomp_filter(&status("1")).is_none());
+        assert!(seccomp_filter("Name:\tx\n").is_none());
     }
 
     #[test]

@@ -119,6 +119,17 @@ pub(super) fn open(
     let auto = requested == BackendKind::Auto;
     let mut rejected = Vec::new();
     for row in BACKENDS.iter().filter(|row| auto || row.kind == requested) {
+        #[cfg(target_os = "linux")]
+        if auto
+            && row.kind == BackendKind::Kernel
+            && let Some(u) = std::fs::read_to_string("/proc/thread-self/status")
+                .or_else(|_| std::fs::read_to_string("/proc/self/status"))
+                .ok()
+                .and_then(|status| kernel::seccomp_filter(&status))
+        {
+            rejected.push(u);
+            continue;
+        }
         match (row.open)(options, epoll) {
             Ok(backend) => {
                 let selection = Selection {
