@@ -119,11 +119,12 @@ fn patched_kernel(vm: &VmArgs) -> Result<(Kernel, Vec<GuestFile>)> {
     Ok((k, files))
 }
 
-/// Suites that also run with the kernel used as ABI version 1 (`UMT_KERNEL_ABI=1`: every
-/// event on the files, no counter page), the compatibility path of umt-sys. Not umt-rt's
-/// timing scenarios: on ABI 1 a `stats()` can miss the events another drainer has read and not
-/// yet applied (seen once in 30 runs of `umt-rt-blocking` in the PREEMPT_RT guest).
-const ABI1_TESTS: [&str; 1] = ["umt-sys-kernel_backend"];
+/// Suites that also run with the Kernel backend in events mode (`UMT_KERNEL_MODE=events`:
+/// every block and unblock signalled on the CPU files, not only the drops that find a file
+/// empty), the mode umt-sys keeps for measurements. Not umt-rt's timing scenarios: in events
+/// mode a `stats()` can miss the events another drainer has read and not yet applied (seen
+/// once in 30 runs of `umt-rt-blocking` in the PREEMPT_RT guest).
+const EVENTS_MODE_TESTS: [&str; 1] = ["umt-sys-kernel_backend"];
 
 /// The guest script of `vm test`: a TAP stream of suites, each suite's own output nested
 /// under `# `.
@@ -166,11 +167,11 @@ fn test_script(files: &[GuestFile], debug: bool, rt: bool) -> String {
                 // runtime must not overlap.
                 format!("suite {limit} {} --test-threads=1", f.dest),
             ));
-            if ABI1_TESTS.contains(&name) {
+            if EVENTS_MODE_TESTS.contains(&name) {
                 suites.push((
-                    format!("{name} (Kernel backend forced, ABI 1)"),
+                    format!("{name} (Kernel backend forced, events mode)"),
                     format!(
-                        "export UMT_KERNEL_ABI=1; suite {limit} {} --test-threads=1",
+                        "export UMT_KERNEL_MODE=events; suite {limit} {} --test-threads=1",
                         f.dest
                     ),
                 ));
@@ -306,20 +307,20 @@ pub(crate) fn run_figures(output: &str, runtime: &str) -> Vec<RunFigures> {
 /// The configurations of part 2 of `vm bench`: name, environment, extra heat options.
 const SIGNAL_CONFIGS: [(&str, &str, &str); 3] = [
     (
-        "ABI 1: every event signalled, idle leaders",
-        "UMT_KERNEL_ABI=1 ",
+        "events mode: every event signalled, idle leaders",
+        "UMT_KERNEL_MODE=events ",
         "",
     ),
-    ("ABI 2 idle-only, idle leaders (the default)", "", ""),
-    ("ABI 2 idle-only, polling leaders", "", " --leader poll"),
+    ("idle-only mode, idle leaders (the default)", "", ""),
+    ("idle-only mode, polling leaders", "", " --leader poll"),
 ];
 
 /// `cargo xtask vm bench`, in three parts:
 /// 1. what UMT costs processes that do not use it: a pipe ping-pong and a hackbench-like
 ///    stress on the stock kernel, the patched one, and the patched one while another process
 ///    holds UMT enabled (the hooks on), boots alternating, `repeat` boots of each;
-/// 2. the signals heat delivers to the runtime per core and second, ABI 1 (every event)
-///    against ABI 2 (idle-only; with idle and with polling leaders), `repeat` rounds
+/// 2. the signals heat delivers to the runtime per core and second, events mode (every
+///    event) against idle-only mode (with idle and with polling leaders), `repeat` rounds
 ///    alternating in one boot, medians;
 /// 3. the backends compared on heat in the patched guest, beside the peers a user would pick
 ///    instead (io-uring, rayon, rayon with 4 threads per core).
@@ -418,7 +419,7 @@ pub(crate) fn bench(vm_args: &VmArgs, repeat: u32) -> Result<i32> {
         } else {
             format!("under 1: >{base:.0}x")
         };
-        println!("  {name:<46} {sig:8.0} signals ({fewer})  {secs:.3} s  [{n} runs]");
+        println!("  {name:<48} {sig:8.0} signals ({fewer})  {secs:.3} s  [{n} runs]");
     }
     let compare =
         format!("{heat} --runtimes baseline,umt-kernel,umt-perf,io-uring,rayon,rayon-4x\n");
@@ -520,9 +521,9 @@ mod tests {
             executable: true,
         };
         let s = test_script(&[kernel], false, false);
-        assert!(
-            s.contains("export UMT_KERNEL_ABI=1; suite 300 /work/tests/umt-sys-kernel_backend")
-        );
+        assert!(s.contains(
+            "export UMT_KERNEL_MODE=events; suite 300 /work/tests/umt-sys-kernel_backend"
+        ));
         let perf = GuestFile {
             src: "/x".into(),
             dest: "/work/tests/umt-sys-perf_backend".into(),
