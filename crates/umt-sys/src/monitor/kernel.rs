@@ -120,12 +120,20 @@ pub(crate) fn probe() -> std::result::Result<(), Unavailable> {
     probe_answer(if ret < 0 { Err(Errno::last()) } else { Ok(ret) })
 }
 
+/// Why `Auto` does not probe here: [`seccomp_filter`] of the calling thread's status.
+pub(crate) fn auto_skip() -> Option<Unavailable> {
+    let status = std::fs::read_to_string("/proc/thread-self/status")
+        .or_else(|_| std::fs::read_to_string("/proc/self/status"))
+        .ok()?;
+    seccomp_filter(&status)
+}
+
 /// Why `Auto` does not probe: the calling thread runs under a seccomp filter (`status` is the
-/// text of `/proc/thread-self/status`), whose action for a system call it does not know may be to kill the
-/// process (systemd's `SystemCallFilter=`, a sandbox) rather than to fail it with `EPERM` (a
-/// container's default profile). The probe calls a placeholder number, so `Auto` skips it
-/// there; asking for the Kernel backend by name probes anyway.
-pub(crate) fn seccomp_filter(status: &str) -> Option<Unavailable> {
+/// text of `/proc/thread-self/status`), whose action for a system call it does not know may
+/// be to kill the process (systemd's `SystemCallFilter=`, a sandbox) rather than to fail it
+/// with `EPERM` (a container's default profile). The probe calls a placeholder number, so
+/// `Auto` skips it there; asking for the Kernel backend by name probes anyway.
+fn seccomp_filter(status: &str) -> Option<Unavailable> {
     let mode = status
         .lines()
         .find_map(|line| line.strip_prefix("Seccomp:"))?
@@ -134,9 +142,9 @@ pub(crate) fn seccomp_filter(status: &str) -> Option<Unavailable> {
         Unavailable::new(
             BackendKind::Kernel,
             format!(
-                "not probed: this process runs under a seccomp filter, which may kill it for \
-                 calling system call {SYS_UMT_ENABLE}, a number mainline Linux has not given \
-                 to umt_enable"
+                "not probed: this thread runs under a seccomp filter, which may kill the process \
+                 for calling system call {SYS_UMT_ENABLE}, a number mainline Linux has not \
+                 given to umt_enable"
             ),
         )
         .with_fix(format!(

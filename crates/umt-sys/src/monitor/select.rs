@@ -25,6 +25,8 @@ struct Row {
     probe: fn() -> std::result::Result<(), Unavailable>,
     /// Opens it, putting what signals events in the monitor's wait set.
     open: fn(&Options, &Epoll) -> Result<Box<dyn Backend>>,
+    /// Why `Auto` must not even try it here (asked for by name, it is tried anyway).
+    auto_skip: fn() -> Option<Unavailable>,
 }
 
 /// Every backend, best first: `Auto` tries them in this order and stops at the first that
@@ -34,6 +36,7 @@ const BACKENDS: [Row; 4] = [
     Row {
         kind: BackendKind::Kernel,
         probe: kernel::probe,
+        auto_skip: kernel::auto_skip,
         open: |o, epoll| {
             Ok(Box::new(kernel::KernelBackend::open(
                 o.possible_cpus,
@@ -44,6 +47,7 @@ const BACKENDS: [Row; 4] = [
     Row {
         kind: BackendKind::Bpf,
         probe: bpf::probe,
+        auto_skip: || None,
         open: |o, epoll| {
             Ok(Box::new(bpf::BpfBackend::open(
                 o.possible_cpus,
@@ -54,6 +58,7 @@ const BACKENDS: [Row; 4] = [
     Row {
         kind: BackendKind::Perf,
         probe: perf::probe,
+        auto_skip: || None,
         open: |o, _epoll| {
             Ok(Box::new(perf::PerfBackend::open(
                 o.possible_cpus,
@@ -71,16 +76,19 @@ const BACKENDS: [Row; 4] = [
     Row {
         kind: BackendKind::Kernel,
         probe: || Err(not_linux(BackendKind::Kernel)),
+        auto_skip: || None,
         open: |_, _| Err(not_linux(BackendKind::Kernel).into()),
     },
     Row {
         kind: BackendKind::Bpf,
         probe: || Err(not_linux(BackendKind::Bpf)),
+        auto_skip: || None,
         open: |_, _| Err(not_linux(BackendKind::Bpf).into()),
     },
     Row {
         kind: BackendKind::Perf,
         probe: || Err(not_linux(BackendKind::Perf)),
+        auto_skip: || None,
         open: |_, _| Err(not_linux(BackendKind::Perf).into()),
     },
     DISABLED,
@@ -97,6 +105,7 @@ fn not_linux(kind: BackendKind) -> Unavailable {
 const DISABLED: Row = Row {
     kind: BackendKind::Disabled,
     probe: || Ok(()),
+    auto_skip: || None,
     open: |_, _| Ok(Box::new(Disabled)),
 };
 
@@ -119,14 +128,7 @@ pub(super) fn open(
     let auto = requested == BackendKind::Auto;
     let mut rejected = Vec::new();
     for row in BACKENDS.iter().filter(|row| auto || row.kind == requested) {
-        #[cfg(target_os = "linux")]
-        if auto
-            && row.kind == BackendKind::Kernel
-            && let Some(u) = std::fs::read_to_string("/proc/thread-self/status")
-                .or_else(|_| std::fs::read_to_string("/proc/self/status"))
-                .ok()
-                .and_then(|status| kernel::seccomp_filter(&status))
-        {
+        if auto && let Some(u) = (row.auto_skip)() {
             rejected.push(u);
             continue;
         }
