@@ -187,13 +187,14 @@ fn kernel_backend_end_to_end() {
 /// waiter finds them in the counters, and a drop while it sleeps wakes it.
 fn only_a_sleeping_waiter_is_signalled(monitor: &Monitor, target: CpuId) {
     // A 1 ms sleep does not switch out when its timer fires before the thread reaches
-    // schedule() (CI's emulated guest): each nap sleeps until the thread has switched out.
+    // schedule() (CI's emulated guest): each nap sleeps until the page counted a block. Not
+    // until a voluntary switch: on PREEMPT_RT the wait for a sleeping spinlock (reading
+    // /proc, under a loaded host) is one, and UMT does not report it.
     let nap = || {
-        let tid = cpu::current_tid();
-        let before = cpu::thread_sched(tid).unwrap().voluntary_switches;
+        let before = monitor.stats().blocks;
         let deadline = Instant::now() + Duration::from_secs(20);
-        while cpu::thread_sched(tid).unwrap().voluntary_switches == before {
-            assert!(Instant::now() < deadline, "a 1 ms sleep never switched out");
+        while monitor.stats().blocks == before {
+            assert!(Instant::now() < deadline, "a 1 ms sleep never blocked");
             std::thread::sleep(Duration::from_millis(1));
         }
     };
@@ -231,14 +232,28 @@ fn only_a_sleeping_waiter_is_signalled(monitor: &Monitor, target: CpuId) {
             .wait_cpu(target, Some(Duration::from_millis(1)))
             .unwrap()
     );
-    // A drop while it sleeps wakes it: exactly one signal.
+    // A drop while it sleeps wakes it: exactly one signal. The drop must come after the
+    // wait's read of the file (K2): one that races the read is signalled, then consumed by
+    // the read, which leaves the file armed for the next drop (two signals, as the README's
+    // first race says). So the thread blocks only once the waiter sleeps interruptibly
+    // after it said it would wait, which it does only in the wait's sleep (a lock's wait on
+    // PREEMPT_RT reads `D`, the page faults of the read too).
+    let waiter = cpu::current_tid();
+    let waiting = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
             cpu::pin_current_thread(target).unwrap();
+            // Not registered yet: these naps are nobody's drops.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !(waiting.load(std::sync::atomic::Ordering::SeqCst) && sleeping(waiter)) {
+                assert!(Instant::now() < deadline, "the waiter never slept");
+                std::thread::sleep(Duration::from_millis(1));
+            }
             monitor.register_current_thread().unwrap();
             std::thread::sleep(Duration::from_millis(50));
             monitor.unregister_current_thread().unwrap();
         });
+        waiting.store(true, std::sync::atomic::Ordering::SeqCst);
         assert!(
             monitor
                 .wait_cpu(target, Some(Duration::from_secs(10)))
@@ -249,4 +264,18 @@ fn only_a_sleeping_waiter_is_signalled(monitor: &Monitor, target: CpuId) {
     let asleep = monitor.stats();
     assert_eq!(asleep.wakeups - awake.wakeups, 1, "{awake:?} -> {asleep:?}");
     assert!(monitor.drain_cpu(target).unwrap() >= 1);
+}
+
+/// Whether thread `tid` of this process sleeps interruptibly (state `S` in its `stat`).
+fn sleeping(tid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let (_, after_name) = stat.rsplit_once(") ")?;
+            after_name
+                .split_whitespace()
+                .next()
+                .map(|state| state == "S")
+        })
+        .unwrap_or(false)
 }
