@@ -39,6 +39,22 @@ fn perf_monitor_with(builder: umt_sys::MonitorBuilder) -> Option<Monitor> {
 }
 
 /// The events of one thread, as (cpu, events, cause), in order.
+/// Sleeps `nap` at a time until the calling thread has switched out: on a slow (emulated,
+/// loaded) machine a short sleep's timer can fire before the thread reaches `schedule()`, and
+/// the sleep then switches nothing (seen in the patched guest under a loaded host).
+fn sleep_until_switched_out(nap: Duration) {
+    let tid = cpu::current_tid();
+    let before = cpu::thread_sched(tid).unwrap().voluntary_switches;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        std::thread::sleep(nap);
+        if cpu::thread_sched(tid).unwrap().voluntary_switches != before {
+            return;
+        }
+        assert!(Instant::now() < deadline, "a sleep never switched out");
+    }
+}
+
 fn events_of(all: &[MonitorEvent], tid: i32) -> Vec<(CpuId, Events, Cause)> {
     all.iter()
         .filter(|e| e.tid == Some(tid))
@@ -174,19 +190,8 @@ fn nanosleep_is_a_block_and_an_unblock_on_its_core() {
         s.spawn(|| {
             cpu::pin_current_thread(target).unwrap();
             let registered = Registered::new(&monitor);
-            // Sleep until the thread has switched out: a timer can fire before the thread
-            // reaches schedule() on a slow (emulated) machine.
-            let tid = cpu::current_tid();
-            let before = cpu::thread_sched(tid).unwrap().voluntary_switches;
-            let deadline = std::time::Instant::now() + Duration::from_secs(20);
-            while cpu::thread_sched(tid).unwrap().voluntary_switches == before {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "a sleep never switched out"
-                );
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            (tid, registered.unregister())
+            sleep_until_switched_out(Duration::from_millis(5));
+            (cpu::current_tid(), registered.unregister())
         })
         .join()
         .unwrap()
@@ -438,7 +443,7 @@ fn affinity_change_moves_the_thread_to_its_new_core() {
         monitor.drain().unwrap();
         assert_eq!((monitor.ready(a), monitor.ready(b)), (0, 1));
         // A block now is accounted on the new core.
-        std::thread::sleep(Duration::from_millis(2));
+        sleep_until_switched_out(Duration::from_millis(2));
         let evs = monitor.drain().unwrap();
         let tid = cpu::current_tid();
         assert!(
@@ -638,7 +643,7 @@ fn a_muted_thread_reports_no_switch_and_stays_ready() {
             monitor.unmute_current_thread().unwrap();
             monitor.unmute_current_thread().unwrap(); // and so does unmuting twice
             // Reported again once unmuted.
-            std::thread::sleep(Duration::from_millis(2));
+            sleep_until_switched_out(Duration::from_millis(2));
             let after = monitor.drain().unwrap();
             monitor.unregister_current_thread().unwrap();
             (cpu::current_tid(), before, during, after)
