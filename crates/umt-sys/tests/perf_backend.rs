@@ -38,7 +38,6 @@ fn perf_monitor_with(builder: umt_sys::MonitorBuilder) -> Option<Monitor> {
     }
 }
 
-/// The events of one thread, as (cpu, events, cause), in order.
 /// Sleeps `nap` at a time until the calling thread has switched out: on a slow (emulated,
 /// loaded) machine a short sleep's timer can fire before the thread reaches `schedule()`, and
 /// the sleep then switches nothing (seen in the patched guest under a loaded host).
@@ -55,6 +54,7 @@ fn sleep_until_switched_out(nap: Duration) {
     }
 }
 
+/// The events of one thread, as (cpu, events, cause), in order.
 fn events_of(all: &[MonitorEvent], tid: i32) -> Vec<(CpuId, Events, Cause)> {
     all.iter()
         .filter(|e| e.tid == Some(tid))
