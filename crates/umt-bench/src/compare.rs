@@ -311,6 +311,7 @@ fn compare(
     params["lend_workers"] = opts.umt.lend_workers.into();
     params["leader_runs_tasks"] = opts.umt.leader_runs_tasks.into();
     params["max_workers_per_core"] = opts.umt.max_workers_per_core.into();
+    params["max_spares"] = opts.umt.max_spares.into();
     params["staged_checkpoints"] = opts.umt.staged_checkpoints.into();
     Ok(Report {
         workload: workload.into(),

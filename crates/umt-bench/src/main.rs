@@ -440,6 +440,10 @@ struct Common {
     /// the patched kernel 256 shared among the cores, 16 to 63 each)
     #[arg(long)]
     max_workers_per_core: Option<usize>,
+    /// umt-rt runners with a monitor: the most spare workers active at once over all cores
+    /// (umt_rt::Runtime::set_max_spares; default: unlimited)
+    #[arg(long)]
+    max_spares: Option<usize>,
     /// umt-rt runners with a monitor: heat writes each checkpoint block from a staged copy,
     /// as io-uring does, instead of in place from the grid.
     #[arg(long)]
@@ -616,6 +620,7 @@ impl Common {
                 lend_workers: !self.no_lending,
                 leader_runs_tasks: self.leader_runs_tasks,
                 max_workers_per_core: self.max_workers_per_core,
+                max_spares: self.max_spares,
                 staged_checkpoints: self.staged_checkpoints,
                 trace: self.timeline.is_some(),
                 busy_mpi_recv: self.busy_mpi_recv,

@@ -111,6 +111,8 @@ pub struct UmtOptions {
     pub leader_runs_tasks: bool,
     /// [`umt_rt::Builder::max_workers_per_core`], instead of the library's default.
     pub max_workers_per_core: Option<usize>,
+    /// [`umt_rt::Runtime::set_max_spares`]: the most spares active at once over all cores.
+    pub max_spares: Option<usize>,
     /// Heat's checkpoints written from staged copies ([`crate::heat::run_staged`]) instead of
     /// in place, on the umt-rt runners with a monitor.
     pub staged_checkpoints: bool,
@@ -132,6 +134,7 @@ impl Default for UmtOptions {
             lend_workers: true,
             leader_runs_tasks: false,
             max_workers_per_core: None,
+            max_spares: None,
             staged_checkpoints: false,
             trace: false,
             busy_mpi_recv: false,
@@ -155,8 +158,13 @@ impl UmtOptions {
         if let Some(n) = self.max_workers_per_core {
             b = b.max_workers_per_core(n);
         }
-        b.build()
-            .map_err(|e| BenchError::Runtime(format!("{name}: {e}")))
+        let rt = b
+            .build()
+            .map_err(|e| BenchError::Runtime(format!("{name}: {e}")))?;
+        if let Some(n) = self.max_spares {
+            rt.set_max_spares(n);
+        }
+        Ok(rt)
     }
 }
 

@@ -89,7 +89,8 @@ pub(crate) enum Fill {
     Woke(usize),
     /// Reserved a new worker, this index among the core's workers; the caller starts it.
     Reserved(usize),
-    /// Every worker of the core is active (blocked) and the cap allows no more.
+    /// Every worker of the core is active (blocked) and the cap, the spare limit or the
+    /// budget of spares allows no more.
     Full,
 }
 
@@ -118,6 +119,13 @@ pub(crate) struct Pools {
     /// `Runtime::set_spare_limit` lowered it): a leader wakes or starts no worker for a core
     /// with this many active already, blocked ones included.
     limit: AtomicUsize,
+    /// Spares active now, over all cores: the active workers of each core beyond its first.
+    /// Changed under the changed core's lock.
+    spares: CachePadded<AtomicUsize>,
+    /// Most spares the leaders make, over all cores (`Runtime::set_max_spares`; unlimited by
+    /// default): a leader wakes or starts no worker for a core that has an active worker
+    /// while this many spares are active. Soft: leaders that look at once may each add one.
+    max_spares: AtomicUsize,
 }
 
 impl Pools {
@@ -144,7 +152,28 @@ impl Pools {
                 .collect(),
             cap,
             limit: AtomicUsize::new(cap),
+            spares: CachePadded::new(AtomicUsize::new(0)),
+            max_spares: AtomicUsize::new(usize::MAX),
         }
+    }
+
+    /// Sets the most spares active at once over all cores; returns what it set.
+    #[cfg_attr(loom, allow(dead_code))] // its caller (the runtime) is not in the loom build
+    pub(crate) fn set_max_spares(&self, n: usize) -> usize {
+        self.max_spares.store(n, Ordering::Relaxed);
+        n
+    }
+
+    /// The most spares active at once over all cores.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn max_spares(&self) -> usize {
+        self.max_spares.load(Ordering::Relaxed)
+    }
+
+    /// Spares active now over all cores (active workers beyond each core's first).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn spares(&self) -> usize {
+        self.spares.load(Ordering::Relaxed)
     }
 
     /// Sets the most active workers per core the leaders make, within 1 and the cap; returns
@@ -199,6 +228,9 @@ impl Pools {
     }
 
     fn deactivate(&self, p: &mut PoolInner, core: usize, worker: usize, surrendered: bool) {
+        if p.active > 1 {
+            self.spares.fetch_sub(1, Ordering::Relaxed);
+        }
         p.active -= 1;
         self.active[core].store(p.active, Ordering::Relaxed);
         p.parked.push((worker, surrendered));
@@ -214,6 +246,8 @@ impl Pools {
     fn activate(&self, p: &mut PoolInner, core: usize, worker: usize) {
         if p.active == 0 {
             self.idle_cores.fetch_sub(1, Ordering::SeqCst);
+        } else {
+            self.spares.fetch_add(1, Ordering::Relaxed);
         }
         p.active += 1;
         self.active[core].store(p.active, Ordering::Relaxed);
@@ -244,7 +278,10 @@ impl Pools {
         if p.activations != seen {
             return Fill::Changed;
         }
-        if p.active >= self.limit.load(Ordering::Relaxed) {
+        if p.active >= self.limit.load(Ordering::Relaxed)
+            || (p.active > 0
+                && self.spares.load(Ordering::Relaxed) >= self.max_spares.load(Ordering::Relaxed))
+        {
             return Fill::Full;
         }
         if let Some(w) = Self::take_parked(&mut p) {
@@ -366,6 +403,9 @@ impl Pools {
     pub(crate) fn unreserve(&self, core: usize) {
         let mut p = lock(&self.cores[core]);
         p.created -= 1;
+        if p.active > 1 {
+            self.spares.fetch_sub(1, Ordering::Relaxed);
+        }
         p.active -= 1;
         self.active[core].store(p.active, Ordering::Relaxed);
         p.waking = p.waking.saturating_sub(1);
@@ -527,6 +567,145 @@ mod tests {
         assert_eq!(pools.counts(0), (2, 2));
         pools.set_limit(4);
         assert_eq!(pools.fill_now(0), Fill::Reserved(2));
+    }
+
+    /// The budget of spares is one count for all cores: a core whose worker blocked gets no
+    /// spare while another core holds the budget, and gets one once that spare parks. A core
+    /// with no active worker is not taking a spare: its first worker comes back regardless.
+    #[test]
+    fn the_budget_of_spares_is_shared_by_the_cores() {
+        let pools = Pools::new(2, 4); // core 1's workers are slots 4..8
+        assert_eq!(pools.max_spares(), usize::MAX, "unlimited by default");
+        assert_eq!(pools.set_max_spares(1), 1);
+        assert_eq!(pools.fill_now(0), Fill::Reserved(1));
+        pools.woken(0);
+        assert_eq!(pools.spares(), 1);
+        assert_eq!(pools.fill_now(1), Fill::Full, "core 0 holds the budget");
+        assert_eq!(pools.fill_now(0), Fill::Full);
+        // Core 0's spare runs out of work and parks: the budget is free for core 1.
+        assert_eq!(pools.enter(0, 1), None);
+        assert_eq!(pools.spares(), 0);
+        assert_eq!(pools.fill_now(1), Fill::Reserved(1));
+        pools.woken(1);
+        // Core 0's last worker parks too; its leader may bring one back although core 1
+        // holds the budget: that is the core's first worker, not a spare.
+        assert_eq!(pools.enter(0, 0), None);
+        assert!(matches!(pools.fill_now(0), Fill::Woke(_)));
+        assert_eq!(pools.spares(), 1);
+        assert_eq!(pools.set_max_spares(0), 0);
+        assert_eq!(pools.fill_now(1), Fill::Full);
+    }
+
+    /// One step of [`spares_count_what_is_active_beyond_each_cores_first`]: an operation on
+    /// core `core`'s worker number `pick` (modulo those it applies to).
+    #[derive(Debug, Clone)]
+    enum Op {
+        Fill { core: usize, unreserve: bool },
+        Enter { core: usize, pick: usize },
+        Surrender { core: usize, pick: usize },
+        Leave { core: usize, pick: usize },
+        TakeFromIdleCore,
+        Budget(usize),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => (0..3usize, any::<bool>()).prop_map(|(core, unreserve)| Op::Fill { core, unreserve }),
+            2 => (0..3usize, 0..8usize).prop_map(|(core, pick)| Op::Enter { core, pick }),
+            1 => (0..3usize, 0..8usize).prop_map(|(core, pick)| Op::Surrender { core, pick }),
+            1 => (0..3usize, 0..8usize).prop_map(|(core, pick)| Op::Leave { core, pick }),
+            1 => Just(Op::TakeFromIdleCore),
+            1 => (0..5usize).prop_map(Op::Budget),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever the wakes, parks and surrenders, the count of spares is the sum over the
+        /// cores of their active workers beyond the first, and a leader's fill never adds a
+        /// spare past the budget (one caller at a time, as here, makes it exact).
+        #[test]
+        fn spares_count_what_is_active_beyond_each_cores_first(
+            ops in proptest::collection::vec(op(), 1..200)
+        ) {
+            const CORES: usize = 3;
+            const CAP: usize = 4;
+            let pools = Pools::new(CORES, CAP);
+            // The model: each core's active and parked workers.
+            let mut active: Vec<Vec<usize>> = (0..CORES).map(|c| vec![c * CAP]).collect();
+            let mut parked: Vec<Vec<usize>> = vec![Vec::new(); CORES];
+            let take = |v: &mut Vec<usize>, w: usize| {
+                let i = v.iter().position(|&x| x == w).expect("the model knows the worker");
+                v.swap_remove(i);
+            };
+            for op in ops {
+                let spares_before = pools.spares();
+                match op {
+                    Op::Fill { core, unreserve } => {
+                        let had = active[core].len();
+                        let got = pools.fill_now(core);
+                        if had > 0 && spares_before >= pools.max_spares() {
+                            proptest::prop_assert_eq!(got, Fill::Full);
+                        }
+                        match got {
+                            Fill::Woke(w) => {
+                                take(&mut parked[core], w);
+                                active[core].push(w);
+                                pools.woken(core);
+                            }
+                            Fill::Reserved(_) if unreserve => pools.unreserve(core),
+                            Fill::Reserved(k) => {
+                                active[core].push(core * CAP + k);
+                                pools.woken(core);
+                            }
+                            Fill::Changed | Fill::Full => {}
+                        }
+                    }
+                    Op::Enter { core, pick } if !active[core].is_empty() => {
+                        let w = active[core][pick % active[core].len()];
+                        take(&mut active[core], w);
+                        parked[core].push(w);
+                        if let Some(s) = pools.enter(core, w) {
+                            take(&mut parked[core], s);
+                            active[core].push(s);
+                            pools.woken(core);
+                        }
+                    }
+                    Op::Surrender { core, pick } if !active[core].is_empty() => {
+                        let w = active[core][pick % active[core].len()];
+                        let done = pools.try_surrender(core, w);
+                        proptest::prop_assert_eq!(done, active[core].len() > 1);
+                        if done {
+                            take(&mut active[core], w);
+                            parked[core].push(w);
+                        }
+                    }
+                    Op::Leave { core, pick } if !parked[core].is_empty() => {
+                        let w = parked[core][pick % parked[core].len()];
+                        proptest::prop_assert!(pools.leave(core, w));
+                        take(&mut parked[core], w);
+                        active[core].push(w);
+                    }
+                    Op::TakeFromIdleCore => {
+                        if let Some(w) = pools.take_from_idle_core() {
+                            let core = w / CAP;
+                            take(&mut parked[core], w);
+                            active[core].push(w);
+                            pools.woken(core);
+                        }
+                    }
+                    Op::Budget(n) => {
+                        pools.set_max_spares(n);
+                    }
+                    Op::Enter { .. } | Op::Surrender { .. } | Op::Leave { .. } => {}
+                }
+                let want: usize = active.iter().map(|a| a.len().saturating_sub(1)).sum();
+                proptest::prop_assert_eq!(pools.spares(), want);
+                for (core, a) in active.iter().enumerate() {
+                    proptest::prop_assert_eq!(pools.counts(core).0, a.len());
+                }
+            }
+        }
     }
 
     #[test]

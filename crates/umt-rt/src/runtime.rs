@@ -141,6 +141,27 @@ impl Runtime {
         self.reg.pools.limit()
     }
 
+    /// Sets the most spare workers active at once over all cores (a spare: a core's active
+    /// worker beyond its first, blocked ones included), and returns it. Unlimited by default,
+    /// `0` makes no spare at all. Leaders that look at the same moment may each add one past
+    /// it. Where many blocked workers only deepen a saturated disk's queue, a budget for the
+    /// whole process bounds them where a cap per core cannot ([`Runtime::set_spare_limit`]
+    /// allows one spare per core at the least).
+    pub fn set_max_spares(&self, spares: usize) -> usize {
+        self.reg.pools.set_max_spares(spares)
+    }
+
+    /// The most spare workers active at once over all cores ([`Runtime::set_max_spares`];
+    /// `usize::MAX` when unlimited).
+    pub fn max_spares(&self) -> usize {
+        self.reg.pools.max_spares()
+    }
+
+    /// Spare workers active now over all cores.
+    pub fn spares(&self) -> usize {
+        self.reg.pools.spares()
+    }
+
     /// The most workers a core can have, spares included: the runtime's cap, as built
     /// ([`crate::Builder::max_workers_per_core`], or its default
     /// [`crate::default_workers_per_core`] for the cores and the backend). The thread handlers

@@ -541,12 +541,40 @@ fn handoff_yields_at_scheduling_points_while_a_worker_is_blocked() {
 /// cap, the same runtime brings a spare in for the next block.
 #[test]
 fn a_spare_limit_of_one_leaves_the_blocked_core_idle() {
+    blocked_core_stays_idle_until_spares_are_allowed(
+        |rt| assert_eq!(rt.set_spare_limit(1), 1),
+        |rt| {
+            assert_eq!(rt.set_spare_limit(usize::MAX), rt.spare_limit());
+            assert!(rt.spare_limit() > 1);
+        },
+    );
+}
+
+/// The same with a budget of no spare for the whole process (`set_max_spares(0)`), then an
+/// unlimited one.
+#[test]
+fn a_budget_of_no_spares_leaves_the_blocked_core_idle() {
+    blocked_core_stays_idle_until_spares_are_allowed(
+        |rt| assert_eq!(rt.set_max_spares(0), 0),
+        |rt| {
+            assert_eq!(rt.set_max_spares(usize::MAX), usize::MAX);
+            assert_eq!(rt.max_spares(), usize::MAX);
+        },
+    );
+}
+
+/// On a one-core runtime: `forbid` leaves no room for a spare, the scenario's reader blocks
+/// and the leader wakes nobody; `allow` makes room, and the next scenario gets a spare.
+fn blocked_core_stays_idle_until_spares_are_allowed(
+    forbid: impl Fn(&Runtime),
+    allow: impl Fn(&Runtime),
+) {
     let _serial = serial();
     let rt = one_core_runtime(monitored_backend(), LeaderPolicy::Idle);
     if skip_unmonitored(&rt) {
         return;
     }
-    assert_eq!(rt.set_spare_limit(1), 1);
+    forbid(&rt);
     run_scenario(
         &rt,
         |_| {
@@ -567,8 +595,8 @@ fn a_spare_limit_of_one_leaves_the_blocked_core_idle() {
     let st = rt.stats();
     assert_eq!(st.workers_created, 0, "{st:#?}");
     assert_eq!(st.workers.len(), 1, "{st:#?}");
-    assert_eq!(rt.set_spare_limit(usize::MAX), rt.spare_limit());
-    assert!(rt.spare_limit() > 1);
+    assert_eq!(rt.spares(), 0);
+    allow(&rt);
     run_scenario(
         &rt,
         |sc| {
