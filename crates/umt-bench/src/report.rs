@@ -15,10 +15,14 @@ pub struct Report {
     pub params: serde_json::Value,
     /// Unit of the figure of merit.
     pub fom_unit: String,
-    /// Median wall time of the computation alone.
+    /// Wall time of the computation alone: the fastest of its runs.
     pub compute_seconds: f64,
-    /// Median wall time of the I/O alone.
+    /// Wall time of the I/O alone: the fastest of its runs.
     pub io_seconds: f64,
+    /// Every run of the computation alone (one per round, alternating with the runners).
+    pub compute_runs_seconds: Vec<f64>,
+    /// Every run of the I/O alone (one per round, alternating with the runners).
+    pub io_runs_seconds: Vec<f64>,
     /// The overlap bound: the larger of the two (perfect overlap can do no better).
     pub bound_seconds: f64,
     /// The tight bound: the overlap bound plus what no runner can overlap (see
@@ -215,7 +219,8 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{}: bound {:.3} s, tight bound {:.3} s (compute only {:.3} s, I/O only {:.3} s)",
+            "{}: bound {:.3} s, tight bound {:.3} s (fastest runs: compute only {:.3} s, I/O \
+             only {:.3} s)",
             self.workload,
             self.bound_seconds,
             self.tight_bound_seconds,
@@ -368,6 +373,8 @@ mod tests {
             params: serde_json::json!({"n": 8}),
             fom_unit: "cells/s".into(),
             compute_seconds: 1.0,
+            compute_runs_seconds: vec![1.0],
+            io_runs_seconds: vec![1.0],
             io_seconds: 0.5,
             bound_seconds: 1.0,
             tight_bound_seconds: 1.1,

@@ -162,6 +162,8 @@ mod tests {
             params: serde_json::json!({}),
             fom_unit: "x".into(),
             compute_seconds: 1.0,
+            compute_runs_seconds: vec![1.0],
+            io_runs_seconds: vec![1.0],
             io_seconds: 1.0,
             bound_seconds: 1.0,
             tight_bound_seconds: 1.0,
