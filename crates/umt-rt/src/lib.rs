@@ -260,7 +260,8 @@ not_loom! {
         pub use crate::iter::{
             FromParallelIterator, IndexedParallelIterator, IntoParallelIterator,
             IntoParallelRefIterator, IntoParallelRefMutIterator, ParIter, ParallelBridge,
-            ParallelExtend, ParallelIterator, ParallelSlice, ParallelSliceMut, ParallelString,
+            ParallelDrainRange, ParallelExtend, ParallelIterator, ParallelSlice, ParallelSliceMut,
+            ParallelString,
         };
     }
 
@@ -285,6 +286,25 @@ not_loom! {
         F: FnOnce(&Scope<'scope>) -> R,
     {
         scope::run_scope(global::current_or_global().as_ref(), f)
+    }
+
+    /// [`scope`] under rayon's other name: the body always runs on the calling thread, as
+    /// [`scope`]'s does (rayon's `in_place_scope`, for code that calls it).
+    ///
+    /// ```
+    /// let mut parts = [0u32; 3];
+    /// umt_rt::in_place_scope(|s| {
+    ///     for (i, p) in parts.iter_mut().enumerate() {
+    ///         s.spawn(move |_| *p = i as u32 * 10);
+    ///     }
+    /// });
+    /// assert_eq!(parts, [0, 10, 20]);
+    /// ```
+    pub fn in_place_scope<'scope, F, R>(f: F) -> R
+    where
+        F: FnOnce(&Scope<'scope>) -> R,
+    {
+        scope(f)
     }
 
     /// Starts a task that owns its data on the calling worker's runtime, or outside a worker on

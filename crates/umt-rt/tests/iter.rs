@@ -333,8 +333,9 @@ fn large_sorts_match_the_standard_ones() {
     }
 }
 
-/// `any`, `find_any`, `position_any` and `try_for_each` stop once decided: on one core, with
-/// no other participant, the loop visits exactly the items up to the one that decides.
+/// `any`, `find_any`, `position_any`, `try_for_each`, `find_map_any`, `try_for_each_init`
+/// and `try_reduce_with` stop once decided: on one core, with no other participant, the loop
+/// visits exactly the items up to the one that decides.
 #[test]
 fn short_circuiting_consumers_stop_once_decided() {
     let rt = Runtime::builder()
@@ -382,6 +383,37 @@ fn short_circuiting_consumers_stop_once_decided() {
                 visited.swap(0, Ordering::Relaxed),
                 1001,
                 "{s}: try_for_each"
+            );
+            let found = (0..n)
+                .into_par_iter()
+                .schedule(s)
+                .find_map_any(|i| count(&i).then_some(i * 2));
+            assert_eq!(found, Some(2000));
+            assert_eq!(
+                visited.swap(0, Ordering::Relaxed),
+                1001,
+                "{s}: find_map_any"
+            );
+            let r = (0..n)
+                .into_par_iter()
+                .schedule(s)
+                .try_for_each_init(|| (), |(), i| if count(&i) { Err(i) } else { Ok(()) });
+            assert_eq!(r, Err(1000));
+            assert_eq!(
+                visited.swap(0, Ordering::Relaxed),
+                1001,
+                "{s}: try_for_each_init"
+            );
+            let r = (0..n)
+                .into_par_iter()
+                .schedule(s)
+                .map(|i| if count(&i) { None } else { Some(i) })
+                .try_reduce_with(|a, b| Some(a.max(b)));
+            assert_eq!(r, Some(None));
+            assert_eq!(
+                visited.swap(0, Ordering::Relaxed),
+                1001,
+                "{s}: try_reduce_with"
             );
         });
     }
@@ -1116,6 +1148,149 @@ proptest! {
                 .collect::<Vec<_>>();
             prop_assert!(blocks.len() <= (n / min).max(1), "{:?}", blocks);
             prop_assert_eq!(blocks.iter().sum::<usize>(), n);
+            Ok(())
+        })?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// The rayon calls added for code written against rayon (`flatten`, `flatten_iter`,
+    /// `product`, `find_map_any`, `try_for_each_init`/`_with`, `try_reduce_with`,
+    /// `try_fold`/`_with`,
+    /// `collect_into_vec`, `unzip_into_vecs`, `positions`, `zip_eq`, the comparisons,
+    /// `par_sort_by_cached_key`, `par_drain`) agree with the standard library's sequential
+    /// counterparts, under every schedule, on empty, one-element and odd lengths.
+    #[test]
+    fn rayons_other_calls_agree_with_sequential(
+        v in proptest::collection::vec(proptest::option::weighted(0.97, 0u16..3000), 0..300),
+        w in proptest::collection::vec(0u16..4, 0..40),
+        cut in (0usize..300, 0usize..300),
+        schedule in schedules(),
+    ) {
+        rt().install(|| {
+            let vals: Vec<u16> = v.iter().map(|x| x.unwrap_or(7)).collect();
+            let rows: Vec<Vec<u16>> = vals.chunks(7).map(<[u16]>::to_vec).collect();
+            let got: Vec<u16> = rows.clone().into_par_iter().schedule(schedule).flatten().collect();
+            prop_assert_eq!(&got, &vals);
+            let got: Vec<u16> = rows.par_iter().schedule(schedule).flatten_iter().copied().collect();
+            prop_assert_eq!(&got, &vals);
+
+            use std::num::Wrapping;
+            let par: Wrapping<u32> =
+                vals.par_iter().schedule(schedule).map(|&x| Wrapping(u32::from(x) | 1)).product();
+            let seq: Wrapping<u32> = vals.iter().map(|&x| Wrapping(u32::from(x) | 1)).product();
+            prop_assert_eq!(par, seq);
+
+            let big = |x: &u16| (*x > 2500).then_some(u32::from(*x) * 2);
+            match vals.par_iter().schedule(schedule).find_map_any(big) {
+                Some(found) => prop_assert!(vals.iter().filter_map(big).any(|y| y == found)),
+                None => prop_assert!(vals.iter().all(|x| big(x).is_none())),
+            }
+
+            let visits: Vec<AtomicU8> = (0..v.len()).map(|_| AtomicU8::new(0)).collect();
+            let parts = AtomicUsize::new(0);
+            let res = (0..v.len()).into_par_iter().schedule(schedule).try_for_each_init(
+                || parts.fetch_add(1, Ordering::Relaxed),
+                |_, i| {
+                    visits[i].fetch_add(1, Ordering::Relaxed);
+                    v[i].map(|_| ()).ok_or(i)
+                },
+            );
+            match res {
+                Ok(()) => prop_assert!(v.iter().all(Option::is_some)),
+                Err(i) => prop_assert!(v[i].is_none()),
+            }
+            prop_assert!(visits.iter().all(|n| n.load(Ordering::Relaxed) <= 1));
+            if v.iter().all(Option::is_some) {
+                prop_assert!(visits.iter().all(|n| n.load(Ordering::Relaxed) == 1));
+            }
+            let (tx, rx) = std::sync::mpsc::channel();
+            let sent = vals.par_iter().schedule(schedule).try_for_each_with(tx, |tx, &x| tx.send(x));
+            prop_assert!(sent.is_ok());
+            let mut got: Vec<u16> = rx.iter().collect();
+            got.sort_unstable();
+            let mut want = vals.clone();
+            want.sort_unstable();
+            prop_assert_eq!(got, want);
+
+            let par = v.par_iter().schedule(schedule).copied().try_reduce_with(u16::checked_add);
+            let seq = (!v.is_empty()).then(|| {
+                v.iter().try_fold(0u16, |a, x| x.and_then(|x| a.checked_add(x)))
+            });
+            prop_assert_eq!(par, seq);
+
+            let seq = v.iter().try_fold(0u16, |a, x| x.and_then(|x| a.checked_add(x)));
+            let par = v
+                .par_iter()
+                .schedule(schedule)
+                .try_fold(|| 0u16, |a, x| x.and_then(|x| a.checked_add(x)))
+                .try_reduce(|| 0, u16::checked_add);
+            prop_assert_eq!(par, seq);
+            let par = v
+                .par_iter()
+                .schedule(schedule)
+                .try_fold_with(0u16, |a, x| x.and_then(|x| a.checked_add(x)))
+                .try_reduce(|| 0, u16::checked_add);
+            prop_assert_eq!(par, seq);
+
+            let mut into = vec![1u16; 5];
+            vals.par_iter().schedule(schedule).copied().collect_into_vec(&mut into);
+            prop_assert_eq!(&into, &vals);
+            let (mut left, mut right) = (vec![9u16], Vec::new());
+            vals.par_iter()
+                .schedule(schedule)
+                .map(|&x| (x, u32::from(x) + 1))
+                .unzip_into_vecs(&mut left, &mut right);
+            prop_assert_eq!(&left, &vals);
+            prop_assert_eq!(right, vals.iter().map(|&x| u32::from(x) + 1).collect::<Vec<_>>());
+
+            let got: Vec<usize> = v.par_iter().schedule(schedule).positions(Option::is_none).collect();
+            let want: Vec<usize> =
+                v.iter().enumerate().filter(|(_, x)| x.is_none()).map(|(i, _)| i).collect();
+            prop_assert_eq!(got, want);
+
+            let got: Vec<(u16, usize)> =
+                vals.par_iter().schedule(schedule).copied().zip_eq(0..vals.len()).collect();
+            prop_assert_eq!(got, vals.iter().copied().zip(0..vals.len()).collect::<Vec<_>>());
+            let unequal = catch_unwind(AssertUnwindSafe(|| {
+                vals.par_iter().zip_eq(0..vals.len() + 1).count()
+            }));
+            prop_assert!(unequal.is_err(), "zip_eq of unequal lengths panics");
+
+            // The comparisons, against a slice that shares a prefix with `w`.
+            let mut other = w.clone();
+            other.truncate(cut.0 % (w.len() + 1));
+            if cut.1 % 3 == 0 {
+                other.push((cut.1 % 4) as u16);
+            }
+            let par = || w.par_iter().schedule(schedule);
+            prop_assert_eq!(par().cmp(&other), w.iter().cmp(other.iter()));
+            prop_assert_eq!(par().partial_cmp(&other), w.iter().partial_cmp(other.iter()));
+            prop_assert_eq!(par().eq(&other), w.iter().eq(other.iter()));
+            prop_assert_eq!(par().ne(&other), w.iter().ne(other.iter()));
+            prop_assert_eq!(par().lt(&other), w.iter().lt(other.iter()));
+            prop_assert_eq!(par().le(&other), w.iter().le(other.iter()));
+            prop_assert_eq!(par().gt(&other), w.iter().gt(other.iter()));
+            prop_assert_eq!(par().ge(&other), w.iter().ge(other.iter()));
+
+            // Keys with many ties: the cached-key sort is stable, as std's.
+            let keyed: Vec<(u16, usize)> = vals.iter().map(|&x| (x % 13, 0)).enumerate().map(|(i, (k, _))| (k, i)).collect();
+            let mut got = keyed.clone();
+            got.par_sort_by_cached_key(|&(k, _)| k.to_string());
+            let mut want = keyed;
+            want.sort_by_cached_key(|&(k, _)| k.to_string());
+            prop_assert_eq!(got, want);
+
+            let (a, b) = (cut.0 % (vals.len() + 1), cut.1 % (vals.len() + 1));
+            let range = a.min(b)..a.max(b);
+            let mut got = vals.clone();
+            let drained: Vec<u16> = got.par_drain(range.clone()).collect();
+            let mut want = vals.clone();
+            let want_drained: Vec<u16> = want.drain(range).collect();
+            prop_assert_eq!(drained, want_drained);
+            prop_assert_eq!(got, want);
             Ok(())
         })?;
     }

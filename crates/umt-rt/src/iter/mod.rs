@@ -33,7 +33,7 @@ mod drive;
 mod producer;
 
 use std::cmp::Ordering as CmpOrdering;
-use std::iter::Sum;
+use std::iter::{Product, Sum};
 use std::ops::Range;
 use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -132,7 +132,7 @@ impl<P: Producer> ParIter<P> {
     /// Runs the loop until `search` finds something in a range. From then on, ranges still
     /// handed out are skipped, and searches under way stop at their next `go_on()`: what the
     /// short-circuiting consumers share.
-    fn find_map_any<R: Send>(
+    fn search_any<R: Send>(
         &self,
         site: &'static Location<'static>,
         search: impl Fn(Range<usize>, &dyn Fn() -> bool) -> Option<R> + Sync,
@@ -463,6 +463,50 @@ pub trait ParallelIterator: Sized {
         self.flat_map_iter(move |item| f(item).into_par_iter().collect::<Vec<_>>())
     }
 
+    /// The items of each item, itself a parallel iterator, in order (rayon's `flatten`: each
+    /// inner iterator runs as a nested loop, as in [`flat_map`](ParallelIterator::flat_map)).
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let rows = vec![vec![1, 2], vec![], vec![3]];
+    /// let flat: Vec<i32> = rows.into_par_iter().flatten().collect();
+    /// assert_eq!(flat, [1, 2, 3]);
+    /// ```
+    #[allow(clippy::type_complexity)]
+    fn flatten(
+        self,
+    ) -> ParIter<
+        FlatMapIter<
+            Self::Producer,
+            impl Fn(Self::Item) -> Vec<<Self::Item as IntoParallelIterator>::Item> + Sync,
+        >,
+    >
+    where
+        Self::Item: IntoParallelIterator,
+        <Self::Item as IntoParallelIterator>::Item: Send,
+    {
+        self.flat_map(|inner| inner)
+    }
+
+    /// The items of each item, itself iterable, in order, each iterated where its item is
+    /// (rayon's `flatten_iter`).
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let words = vec![vec!["a", "b"], vec!["c"]];
+    /// let flat: Vec<&str> = words.par_iter().flatten_iter().copied().collect();
+    /// assert_eq!(flat, ["a", "b", "c"]);
+    /// ```
+    #[allow(clippy::type_complexity)]
+    fn flatten_iter(self) -> ParIter<FlatMapIter<Self::Producer, fn(Self::Item) -> Self::Item>>
+    where
+        Self::Item: IntoIterator,
+    {
+        self.flat_map_iter(std::convert::identity as fn(Self::Item) -> Self::Item)
+    }
+
     /// Calls `f` on each item as it passes.
     fn inspect<F>(self, f: F) -> ParIter<Inspect<Self::Producer, F>>
     where
@@ -626,6 +670,74 @@ pub trait ParallelIterator: Sized {
         }
     }
 
+    /// [`try_reduce`](ParallelIterator::try_reduce) without an identity: `None` when there
+    /// are no items, else the combined `Ok` (`Some`) values, or the first failure seen (any
+    /// of them if several parts fail at once: the loop stops handing out items once one has).
+    /// `op` must be associative.
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let max: Option<Result<u32, String>> = ["4", "9", "2"]
+    ///     .par_iter()
+    ///     .map(|s| s.parse::<u32>().map_err(|e| e.to_string()))
+    ///     .try_reduce_with(|a, b| Ok(a.max(b)));
+    /// assert_eq!(max, Some(Ok(9)));
+    /// let none: Option<Option<u8>> = Vec::<Option<u8>>::new().into_par_iter().try_reduce_with(u8::checked_add);
+    /// assert_eq!(none, None);
+    /// ```
+    #[track_caller]
+    fn try_reduce_with<T, OP>(self, op: OP) -> Option<Self::Item>
+    where
+        Self::Item: Fallible<Ok = T>,
+        <Self::Item as Fallible>::Failure: Send,
+        T: Send,
+        OP: Fn(T, T) -> Self::Item + Sync,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        let stop = AtomicBool::new(false);
+        let go_on = || !stop.load(Ordering::Relaxed);
+        let failed = |e| {
+            stop.store(true, Ordering::Relaxed);
+            Err(e)
+        };
+        type Acc<I> = Result<Option<<I as Fallible>::Ok>, <I as Fallible>::Failure>;
+        let op = &op;
+        let join = |a: Option<T>, b: T| match a {
+            None => Ok(Some(b)),
+            Some(a) => op(a, b).branch().map(Some),
+        };
+        let join = &join;
+        let combined: Acc<Self::Item> = it.run(
+            Location::caller(),
+            Fold {
+                identity: || Ok(None),
+                fold: |acc: Acc<Self::Item>, r| {
+                    let mut acc = acc?;
+                    for item in producer.items(r).take_while(|_| go_on()) {
+                        acc = match item.branch().and_then(|v| join(acc, v)) {
+                            Ok(acc) => acc,
+                            Err(e) => return failed(e),
+                        };
+                    }
+                    Ok(acc)
+                },
+                combine: |a: Acc<Self::Item>, b: Acc<Self::Item>| match (a, b) {
+                    (Ok(a), Ok(Some(b))) => join(a, b).or_else(failed),
+                    (Ok(a), Ok(None)) => Ok(a),
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                },
+                ordered: true,
+            },
+        );
+        match combined {
+            Ok(None) => None,
+            Ok(Some(v)) => Some(Fallible::from_ok(v)),
+            Err(e) => Some(Fallible::from_failure(e)),
+        }
+    }
+
     /// Calls `f` on each item until one returns an error, and returns that error (any of
     /// them if several do: the loop stops handing out items once one has failed).
     #[track_caller]
@@ -636,13 +748,64 @@ pub trait ParallelIterator: Sized {
     {
         let it = self.into_parts();
         let producer = &it.producer;
-        let failed = it.find_map_any(Location::caller(), |r, go_on| {
+        let failed = it.search_any(Location::caller(), |r, go_on| {
             producer
                 .items(r)
                 .take_while(|_| go_on())
                 .find_map(|item| f(item).err())
         });
         failed.map_or(Ok(()), Err)
+    }
+
+    /// [`try_for_each`](ParallelIterator::try_for_each) with a state that `init` makes for
+    /// each part of the loop a thread takes, passed to `f` by reference (rayon's
+    /// `try_for_each_init`).
+    #[track_caller]
+    fn try_for_each_init<INIT, T, F, E>(self, init: INIT, f: F) -> Result<(), E>
+    where
+        INIT: Fn() -> T + Sync,
+        F: Fn(&mut T, Self::Item) -> Result<(), E> + Sync,
+        E: Send,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        let failed = it.search_any(Location::caller(), |r, go_on| {
+            let mut state = init();
+            producer
+                .items(r)
+                .take_while(|_| go_on())
+                .find_map(|item| f(&mut state, item).err())
+        });
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// [`try_for_each_init`](ParallelIterator::try_for_each_init) with a clone of `init` as
+    /// each part's state (rayon's `try_for_each_with`).
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// let sent = (0..100u32).into_par_iter().try_for_each_with(tx, |tx, i| tx.send(i));
+    /// assert!(sent.is_ok());
+    /// assert_eq!(rx.iter().map(u64::from).sum::<u64>(), 4950);
+    /// ```
+    #[track_caller]
+    fn try_for_each_with<T, F, E>(self, init: T, f: F) -> Result<(), E>
+    where
+        T: Send + Clone,
+        F: Fn(&mut T, Self::Item) -> Result<(), E> + Sync,
+        E: Send,
+    {
+        let init = std::sync::Mutex::new(init);
+        self.try_for_each_init(
+            || {
+                init.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone()
+            },
+            f,
+        )
     }
 
     /// Some item for which `f` is true, if there is one: not necessarily the first (the loop
@@ -655,11 +818,33 @@ pub trait ParallelIterator: Sized {
     {
         let it = self.into_parts();
         let producer = &it.producer;
-        it.find_map_any(Location::caller(), |r, go_on| {
+        it.search_any(Location::caller(), |r, go_on| {
             producer
                 .items(r)
                 .take_while(|_| go_on())
                 .find(|item| f(item))
+        })
+    }
+
+    /// Some `Some` that `f` returns, if it returns one: not necessarily the first (the loop
+    /// stops handing out items once one is found).
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let words = ["x", "12", "y"];
+    /// assert_eq!(words.par_iter().find_map_any(|w| w.parse::<u32>().ok()), Some(12));
+    /// ```
+    #[track_caller]
+    fn find_map_any<F, R>(self, f: F) -> Option<R>
+    where
+        F: Fn(Self::Item) -> Option<R> + Sync,
+        R: Send,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        it.search_any(Location::caller(), |r, go_on| {
+            producer.items(r).take_while(|_| go_on()).find_map(&f)
         })
     }
 
@@ -737,7 +922,7 @@ pub trait ParallelIterator: Sized {
     {
         let it = self.into_parts();
         let producer = &it.producer;
-        it.find_map_any(Location::caller(), |r, go_on| {
+        it.search_any(Location::caller(), |r, go_on| {
             producer
                 .items(r)
                 .take_while(|_| go_on())
@@ -770,6 +955,31 @@ pub trait ParallelIterator: Sized {
                 identity: || std::iter::empty::<S>().sum(),
                 fold: |acc: S, r| [acc, producer.items(r).sum()].into_iter().sum(),
                 combine: |a: S, b: S| [a, b].into_iter().sum(),
+                ordered: false,
+            },
+        )
+    }
+
+    /// The product of the items, multiplied in an unspecified order (as rayon's).
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// assert_eq!((1..=10u64).into_par_iter().product::<u64>(), 3_628_800);
+    /// ```
+    #[track_caller]
+    fn product<P>(self) -> P
+    where
+        P: Product<Self::Item> + Product<P> + Send,
+    {
+        let it = self.into_parts();
+        let producer = &it.producer;
+        it.run(
+            Location::caller(),
+            Fold {
+                identity: || std::iter::empty::<P>().product(),
+                fold: |acc: P, r| [acc, producer.items(r).product()].into_iter().product(),
+                combine: |a: P, b: P| [a, b].into_iter().product(),
                 ordered: false,
             },
         )
@@ -859,6 +1069,68 @@ pub trait ParallelIterator: Sized {
     {
         let init = std::sync::Mutex::new(init);
         self.fold(
+            move || {
+                init.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone()
+            },
+            fold_op,
+        )
+    }
+
+    /// [`fold`](ParallelIterator::fold) with a fold that may fail: each block folds its
+    /// `Ok` (`Some`) values with `fold_op` from `identity()` until an item makes it fail, and
+    /// the block's item is then that failure (rayon's `try_fold`; the blocks after it still
+    /// run, each stopping at its own first failure). Combine the blocks with
+    /// [`try_reduce`](ParallelIterator::try_reduce) to stop at the first failure.
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let total: Option<u8> = (1..=20u8)
+    ///     .into_par_iter()
+    ///     .try_fold(|| 0u8, |a, x| a.checked_add(x))
+    ///     .try_reduce(|| 0, |a, b| a.checked_add(b));
+    /// assert_eq!(total, Some(210));
+    /// ```
+    #[allow(clippy::type_complexity)]
+    fn try_fold<T, R, ID, F>(
+        self,
+        identity: ID,
+        fold_op: F,
+    ) -> ParIter<
+        FoldBlocks<Self::Producer, impl Fn() -> R + Sync, impl Fn(R, Self::Item) -> R + Sync>,
+    >
+    where
+        R: Fallible<Ok = T> + Send,
+        ID: Fn() -> T + Sync,
+        F: Fn(T, Self::Item) -> R + Sync,
+    {
+        self.fold(
+            move || R::from_ok(identity()),
+            move |acc: R, item| match acc.branch() {
+                Ok(acc) => fold_op(acc, item),
+                Err(e) => R::from_failure(e),
+            },
+        )
+    }
+
+    /// [`try_fold`](ParallelIterator::try_fold) from a clone of `init` in each block.
+    #[allow(clippy::type_complexity)]
+    fn try_fold_with<T, R, F>(
+        self,
+        init: T,
+        fold_op: F,
+    ) -> ParIter<
+        FoldBlocks<Self::Producer, impl Fn() -> R + Sync, impl Fn(R, Self::Item) -> R + Sync>,
+    >
+    where
+        T: Send + Clone,
+        R: Fallible<Ok = T> + Send,
+        F: Fn(T, Self::Item) -> R + Sync,
+    {
+        let init = std::sync::Mutex::new(init);
+        self.try_fold(
             move || {
                 init.lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -1184,12 +1456,201 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
     {
         let it = self.into_parts();
         let producer = &it.producer;
-        it.find_map_any(Location::caller(), |r: Range<usize>, go_on| {
+        it.search_any(Location::caller(), |r: Range<usize>, go_on| {
             r.clone()
                 .zip(producer.items(r))
                 .take_while(|_| go_on())
                 .find_map(|(i, item)| f(item).then_some(i))
         })
+    }
+
+    /// Clears `target`, then fills it with the items in index order, reusing its allocation
+    /// (rayon's `collect_into_vec`).
+    #[track_caller]
+    fn collect_into_vec(self, target: &mut Vec<Self::Item>)
+    where
+        Self::Item: Send,
+    {
+        target.clear();
+        target.extend(self.into_parts().collect_vec(Location::caller()));
+    }
+
+    /// Clears both vectors, then fills them with the pairs' halves in index order (rayon's
+    /// `unzip_into_vecs`).
+    #[track_caller]
+    fn unzip_into_vecs<A, B>(self, left: &mut Vec<A>, right: &mut Vec<B>)
+    where
+        Self: IndexedParallelIterator<Item = (A, B)>,
+        A: Send,
+        B: Send,
+    {
+        left.clear();
+        right.clear();
+        let pairs = self.into_parts().collect_vec(Location::caller());
+        left.reserve(pairs.len());
+        right.reserve(pairs.len());
+        for (a, b) in pairs {
+            left.push(a);
+            right.push(b);
+        }
+    }
+
+    /// The indices of the items for which `f` is true, in order (rayon's `positions`).
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let at: Vec<usize> = [3, 8, 5, 6].par_iter().positions(|x| x % 2 == 0).collect();
+    /// assert_eq!(at, [1, 3]);
+    /// ```
+    #[allow(clippy::type_complexity)]
+    fn positions<F>(
+        self,
+        f: F,
+    ) -> ParIter<
+        FilterMap<Enumerate<Self::Producer>, impl Fn((usize, Self::Item)) -> Option<usize> + Sync>,
+    >
+    where
+        F: Fn(Self::Item) -> bool + Sync,
+    {
+        self.enumerate().filter_map(move |(i, item)| f(item).then_some(i))
+    }
+
+    /// [`zip`](IndexedParallelIterator::zip) for iterators of the same length (rayon's
+    /// `zip_eq`).
+    ///
+    /// # Panics
+    ///
+    /// If the lengths differ, as rayon's: the call asserts that they are equal.
+    #[allow(clippy::type_complexity)]
+    #[track_caller]
+    fn zip_eq<O>(
+        self,
+        other: O,
+    ) -> ParIter<Zip<Self::Producer, <O::Iter as ParallelIterator>::Producer>>
+    where
+        O: IntoParallelIterator,
+        O::Iter: IndexedParallelIterator,
+    {
+        let other = other.into_par_iter();
+        let (a, b) = (self.len(), other.len());
+        assert!(a == b, "zip_eq: the iterators' lengths differ ({a} and {b})");
+        self.zip(other)
+    }
+
+    /// Compares the items with `other`'s, index by index, as `Iterator::cmp` does (the first
+    /// unequal pair decides, else the lengths).
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    /// use std::cmp::Ordering;
+    ///
+    /// assert_eq!([1, 2, 3].par_iter().cmp(&[1, 2, 4]), Ordering::Less);
+    /// assert!([1, 2].par_iter().lt(&[1, 2, 0]));
+    /// assert!((0..5).into_par_iter().eq(vec![0, 1, 2, 3, 4]));
+    /// ```
+    #[track_caller]
+    fn cmp<I>(self, other: I) -> CmpOrdering
+    where
+        I: IntoParallelIterator<Item = Self::Item>,
+        I::Iter: IndexedParallelIterator,
+        Self::Item: Ord,
+    {
+        let other = other.into_par_iter();
+        let lengths = self.len().cmp(&other.len());
+        self.zip(other)
+            .map(|(a, b)| Ord::cmp(&a, &b))
+            .find_first(|o| o.is_ne())
+            .unwrap_or(lengths)
+    }
+
+    /// Compares the items with `other`'s, index by index, as `Iterator::partial_cmp` does.
+    #[track_caller]
+    fn partial_cmp<I>(self, other: I) -> Option<CmpOrdering>
+    where
+        I: IntoParallelIterator,
+        I::Iter: IndexedParallelIterator,
+        Self::Item: PartialOrd<I::Item>,
+    {
+        let other = other.into_par_iter();
+        let lengths = self.len().cmp(&other.len());
+        self.zip(other)
+            .map(|(a, b)| PartialOrd::partial_cmp(&a, &b))
+            .find_first(|o| *o != Some(CmpOrdering::Equal))
+            .unwrap_or(Some(lengths))
+    }
+
+    /// Whether the items equal `other`'s, index by index, and the lengths are equal.
+    #[track_caller]
+    fn eq<I>(self, other: I) -> bool
+    where
+        I: IntoParallelIterator,
+        I::Iter: IndexedParallelIterator,
+        Self::Item: PartialEq<I::Item>,
+    {
+        let other = other.into_par_iter();
+        self.len() == other.len() && self.zip(other).all(|(a, b)| a == b)
+    }
+
+    /// `!self.eq(other)`.
+    #[track_caller]
+    fn ne<I>(self, other: I) -> bool
+    where
+        I: IntoParallelIterator,
+        I::Iter: IndexedParallelIterator,
+        Self::Item: PartialEq<I::Item>,
+    {
+        !self.eq(other)
+    }
+
+    /// Whether the items are lexicographically less than `other`'s.
+    #[track_caller]
+    fn lt<I>(self, other: I) -> bool
+    where
+        I: IntoParallelIterator,
+        I::Iter: IndexedParallelIterator,
+        Self::Item: PartialOrd<I::Item>,
+    {
+        self.partial_cmp(other) == Some(CmpOrdering::Less)
+    }
+
+    /// Whether the items are lexicographically less than or equal to `other`'s.
+    #[track_caller]
+    fn le<I>(self, other: I) -> bool
+    where
+        I: IntoParallelIterator,
+        I::Iter: IndexedParallelIterator,
+        Self::Item: PartialOrd<I::Item>,
+    {
+        matches!(
+            self.partial_cmp(other),
+            Some(CmpOrdering::Less | CmpOrdering::Equal)
+        )
+    }
+
+    /// Whether the items are lexicographically greater than `other`'s.
+    #[track_caller]
+    fn gt<I>(self, other: I) -> bool
+    where
+        I: IntoParallelIterator,
+        I::Iter: IndexedParallelIterator,
+        Self::Item: PartialOrd<I::Item>,
+    {
+        self.partial_cmp(other) == Some(CmpOrdering::Greater)
+    }
+
+    /// Whether the items are lexicographically greater than or equal to `other`'s.
+    #[track_caller]
+    fn ge<I>(self, other: I) -> bool
+    where
+        I: IntoParallelIterator,
+        I::Iter: IndexedParallelIterator,
+        Self::Item: PartialOrd<I::Item>,
+    {
+        matches!(
+            self.partial_cmp(other),
+            Some(CmpOrdering::Greater | CmpOrdering::Equal)
+        )
     }
 }
 
@@ -1662,6 +2123,40 @@ where
     }
 }
 
+/// Moving a range of a collection's elements out into a parallel iterator (rayon's
+/// `par_drain`).
+pub trait ParallelDrainRange {
+    /// The elements.
+    type Item: Send;
+
+    /// Removes the elements of `range` (any `a..b`, `a..`, `..b`, `..`) and hands them out in
+    /// order, as `Vec::drain` does; the elements after the range move down. The removed
+    /// elements are moved into a buffer on the calling thread first (one move each), then
+    /// handed out.
+    ///
+    /// # Panics
+    ///
+    /// If the range is out of bounds or decreasing, as `Vec::drain`.
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let mut v: Vec<u32> = (0..10).collect();
+    /// let moved: u32 = v.par_drain(2..5).sum();
+    /// assert_eq!((moved, v), (9, vec![0, 1, 5, 6, 7, 8, 9]));
+    /// ```
+    fn par_drain<R: std::ops::RangeBounds<usize>>(self, range: R) -> ParIter<VecProducer<Self::Item>>;
+}
+
+impl<T: Send> ParallelDrainRange for &mut Vec<T> {
+    type Item = T;
+
+    #[track_caller]
+    fn par_drain<R: std::ops::RangeBounds<usize>>(self, range: R) -> ParIter<VecProducer<T>> {
+        self.drain(range).collect::<Vec<T>>().into_par_iter()
+    }
+}
+
 /// Parallel iterators over parts of a shared slice (and so of a `Vec`, an array...).
 pub trait ParallelSlice<T: Sync> {
     /// Non-overlapping sub-slices of `size` elements (the last may be shorter); `size` 0 is
@@ -1712,6 +2207,22 @@ pub trait ParallelSliceMut<T: Send> {
     where
         F: Fn(&T) -> K + Sync;
 
+    /// [`ParallelSliceMut::par_sort`] by a key computed once per element, in parallel, for
+    /// keys that cost more than a comparison (rayon's `par_sort_by_cached_key`). Holds the
+    /// keys and an index per element meanwhile.
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let mut v = vec![-5i32, 4, 1, -3, 2];
+    /// v.par_sort_by_cached_key(|x| x.to_string());
+    /// assert_eq!(v, [-3, -5, 1, 2, 4]);
+    /// ```
+    fn par_sort_by_cached_key<K, F>(&mut self, key: F)
+    where
+        K: Ord + Send,
+        F: Fn(&T) -> K + Sync;
+
     /// Sorts, equal elements in any order (a parallel merge sort with unstable leaves).
     fn par_sort_unstable(&mut self)
     where
@@ -1752,6 +2263,37 @@ impl<T: Send> ParallelSliceMut<T> for [T] {
         F: Fn(&T) -> K + Sync,
     {
         crate::sort::merge_sort(self, &|a: &T, b: &T| key(a).cmp(&key(b)), true);
+    }
+
+    fn par_sort_by_cached_key<K, F>(&mut self, key: F)
+    where
+        K: Ord + Send,
+        F: Fn(&T) -> K + Sync,
+    {
+        let len = self.len();
+        if len < 2 {
+            return;
+        }
+        // (key, index) pairs are distinct, so an unstable sort of them keeps equal keys in
+        // their elements' order.
+        let mut keyed: Vec<(K, usize)> = self
+            .par_iter_mut()
+            .enumerate()
+            .map(|(i, x)| (key(&*x), i))
+            .collect();
+        keyed.par_sort_unstable();
+        // Position `i` takes the element first at `keyed[i].1`: a swap per position, where an
+        // index below `i` was swapped away already and is followed to where it went (the
+        // standard library's `sort_by_cached_key` does the same).
+        let mut from: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
+        for i in 0..len {
+            let mut at = from[i];
+            while at < i {
+                at = from[at];
+            }
+            from[i] = at;
+            self.swap(i, at);
+        }
     }
 
     fn par_sort_unstable(&mut self)
