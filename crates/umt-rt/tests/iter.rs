@@ -1295,3 +1295,76 @@ proptest! {
         })?;
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// The chunkings from the end and the exact mutable ones give std's sub-slices, in std's
+    /// order, each element written once; `chunks` on an indexed iterator gives std's
+    /// `chunks` of the items (`size` 0 taken as 1 everywhere).
+    #[test]
+    fn reverse_and_exact_chunkings_agree_with_std(
+        v in proptest::collection::vec(any::<u16>(), 0..300),
+        size in 0usize..9,
+        schedule in schedules(),
+    ) {
+        rt().install(|| {
+            let k = size.max(1);
+            let got: Vec<&[u16]> = v.par_rchunks(size).schedule(schedule).collect();
+            prop_assert_eq!(got, v.rchunks(k).collect::<Vec<_>>());
+            let got: Vec<&[u16]> = v.par_rchunks_exact(size).schedule(schedule).collect();
+            prop_assert_eq!(got, v.rchunks_exact(k).collect::<Vec<_>>());
+            let got: Vec<Vec<u16>> = v.par_iter().schedule(schedule).copied().chunks(size).collect();
+            prop_assert_eq!(got, v.chunks(k).map(<[u16]>::to_vec).collect::<Vec<_>>());
+
+            // Each mutable chunking tags every element with its chunk's index (plus one, so
+            // untouched elements stay 0), in parallel and then sequentially: the same tags.
+            type Cut = fn(&mut [u32], usize) -> Vec<Vec<u32>>;
+            let mut_cuts: [(&str, Cut, Cut); 3] = [
+                (
+                    "par_chunks_exact_mut",
+                    |s, k| s.chunks_exact_mut(k).map(|c| c.to_vec()).collect(),
+                    |s, k| s.par_chunks_exact_mut(k).map(|c| c.to_vec()).collect(),
+                ),
+                (
+                    "par_rchunks_mut",
+                    |s, k| s.rchunks_mut(k).map(|c| c.to_vec()).collect(),
+                    |s, k| s.par_rchunks_mut(k).map(|c| c.to_vec()).collect(),
+                ),
+                (
+                    "par_rchunks_exact_mut",
+                    |s, k| s.rchunks_exact_mut(k).map(|c| c.to_vec()).collect(),
+                    |s, k| s.par_rchunks_exact_mut(k).map(|c| c.to_vec()).collect(),
+                ),
+            ];
+            for (name, seq_cut, par_cut) in mut_cuts {
+                let mut a: Vec<u32> = v.iter().map(|&x| u32::from(x)).collect();
+                let mut b = a.clone();
+                prop_assert_eq!(par_cut(&mut a, k), seq_cut(&mut b, k), "{}", name);
+            }
+            let mut tagged = vec![0u32; v.len()];
+            tagged
+                .par_rchunks_mut(size)
+                .schedule(schedule)
+                .enumerate()
+                .for_each(|(i, c)| c.iter_mut().for_each(|x| *x += i as u32 + 1));
+            let mut want = vec![0u32; v.len()];
+            for (i, c) in want.rchunks_mut(k).enumerate() {
+                c.iter_mut().for_each(|x| *x += i as u32 + 1);
+            }
+            prop_assert_eq!(&tagged, &want);
+            let mut tagged = vec![0u32; v.len()];
+            tagged
+                .par_chunks_exact_mut(size)
+                .schedule(schedule)
+                .enumerate()
+                .for_each(|(i, c)| c.iter_mut().for_each(|x| *x += i as u32 + 1));
+            let mut want = vec![0u32; v.len()];
+            for (i, c) in want.chunks_exact_mut(k).enumerate() {
+                c.iter_mut().for_each(|x| *x += i as u32 + 1);
+            }
+            prop_assert_eq!(tagged, want);
+            Ok(())
+        })?;
+    }
+}

@@ -39,9 +39,9 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 pub use producer::{
-    Bridge, BridgePart, ByChunks, ByExactChunks, ByWindows, Chain, Chunks, ChunksExact, ChunksMut, Cloned, Copied,
-    Enumerate, Filter, FilterMap, FlatMapIter, Indexed, FoldBlocks, FoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, Rev, RangeInteger,
-    RangeInclusiveProducer, RangeProducer, Slice, SliceMut, Split, StepBy, SubSlices, VecPart, VecProducer, Window, Windows,
+    Bridge, BridgePart, ByChunks, ByExactChunks, ByRChunks, ByRExactChunks, ByWindows, Chain, Chunks, ChunksExact, ChunksExactMut, ChunksMut, Cloned, Copied,
+    Enumerate, Filter, FilterMap, FlatMapIter, Gathered, Indexed, ItemChunks, FoldBlocks, FoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, RChunks, RChunksExact, RChunksExactMut, RChunksMut, Rev, RangeInteger,
+    RangeInclusiveProducer, RangeProducer, Slice, SliceMut, Split, SplitMut, StepBy, SubSlices, SubSlicesMut, VecPart, VecProducer, Window, Windows,
     Zip,
 };
 
@@ -1394,6 +1394,19 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
         self.into_parts().adapt(Rev::new)
     }
 
+    /// The items gathered `size` at a time into vectors, in order, the last maybe shorter
+    /// (rayon's `chunks`; `size` 0 is taken as 1).
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let rows: Vec<Vec<u32>> = (0..7u32).into_par_iter().chunks(3).collect();
+    /// assert_eq!(rows, [vec![0, 1, 2], vec![3, 4, 5], vec![6]]);
+    /// ```
+    fn chunks(self, size: usize) -> ParIter<ItemChunks<Self::Producer>> {
+        self.into_parts().adapt(|p| ItemChunks::new(p, size))
+    }
+
     /// Pairs each item with its index (not after `filter`).
     fn enumerate(self) -> ParIter<Enumerate<Self::Producer>> {
         self.into_parts().adapt(Enumerate::new)
@@ -2170,6 +2183,14 @@ pub trait ParallelSlice<T: Sync> {
     /// Every run of `size` consecutive elements (`len - size + 1` of them; none when the slice
     /// is shorter). `size` 0 is taken as 1.
     fn par_windows(&self, size: usize) -> ParIter<Windows<'_, T>>;
+
+    /// Non-overlapping sub-slices of `size` elements from the end, as `slice::rchunks` (the
+    /// last, the slice's start, may be shorter); `size` 0 is taken as 1.
+    fn par_rchunks(&self, size: usize) -> ParIter<RChunks<'_, T>>;
+
+    /// Non-overlapping sub-slices of exactly `size` elements from the end, as
+    /// `slice::rchunks_exact`; the first `len % size` are left out. `size` 0 is taken as 1.
+    fn par_rchunks_exact(&self, size: usize) -> ParIter<RChunksExact<'_, T>>;
 }
 
 impl<T: Sync> ParallelSlice<T> for [T] {
@@ -2184,6 +2205,14 @@ impl<T: Sync> ParallelSlice<T> for [T] {
     fn par_windows(&self, size: usize) -> ParIter<Windows<'_, T>> {
         ParIter::new(Windows::new(self, size))
     }
+
+    fn par_rchunks(&self, size: usize) -> ParIter<RChunks<'_, T>> {
+        ParIter::new(RChunks::new(self, size))
+    }
+
+    fn par_rchunks_exact(&self, size: usize) -> ParIter<RChunksExact<'_, T>> {
+        ParIter::new(RChunksExact::new(self, size))
+    }
 }
 
 /// Parallel iterators over parts of a mutable slice, and parallel sorts.
@@ -2191,6 +2220,18 @@ pub trait ParallelSliceMut<T: Send> {
     /// Non-overlapping mutable sub-slices of `size` elements (the last may be shorter);
     /// `size` 0 is taken as 1.
     fn par_chunks_mut(&mut self, size: usize) -> ParIter<ChunksMut<'_, T>>;
+
+    /// Non-overlapping mutable sub-slices of exactly `size` elements; the last `len % size`
+    /// are left out. `size` 0 is taken as 1.
+    fn par_chunks_exact_mut(&mut self, size: usize) -> ParIter<ChunksExactMut<'_, T>>;
+
+    /// Non-overlapping mutable sub-slices of `size` elements from the end, as
+    /// `slice::rchunks_mut`; `size` 0 is taken as 1.
+    fn par_rchunks_mut(&mut self, size: usize) -> ParIter<RChunksMut<'_, T>>;
+
+    /// Non-overlapping mutable sub-slices of exactly `size` elements from the end, as
+    /// `slice::rchunks_exact_mut`; the first `len % size` are left out. `size` 0 is taken as 1.
+    fn par_rchunks_exact_mut(&mut self, size: usize) -> ParIter<RChunksExactMut<'_, T>>;
 
     /// Sorts, keeping equal elements in order (a parallel merge sort).
     fn par_sort(&mut self)
@@ -2242,6 +2283,18 @@ pub trait ParallelSliceMut<T: Send> {
 impl<T: Send> ParallelSliceMut<T> for [T] {
     fn par_chunks_mut(&mut self, size: usize) -> ParIter<ChunksMut<'_, T>> {
         ParIter::new(ChunksMut::new(self, size))
+    }
+
+    fn par_chunks_exact_mut(&mut self, size: usize) -> ParIter<ChunksExactMut<'_, T>> {
+        ParIter::new(ChunksExactMut::new(self, size))
+    }
+
+    fn par_rchunks_mut(&mut self, size: usize) -> ParIter<RChunksMut<'_, T>> {
+        ParIter::new(RChunksMut::new(self, size))
+    }
+
+    fn par_rchunks_exact_mut(&mut self, size: usize) -> ParIter<RChunksExactMut<'_, T>> {
+        ParIter::new(RChunksExactMut::new(self, size))
     }
 
     fn par_sort(&mut self)

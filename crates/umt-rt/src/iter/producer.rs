@@ -421,14 +421,49 @@ impl sealed::Sealed for ByChunks {}
 impl sealed::Sealed for ByExactChunks {}
 impl sealed::Sealed for ByWindows {}
 
+/// `par_rchunks`: `size` elements each from the end, the last (the slice's start) maybe
+/// fewer.
+#[derive(Debug, Clone, Copy)]
+pub struct ByRChunks;
+
+/// `par_rchunks_exact`: exactly `size` elements each from the end; the first `len % size`
+/// elements are left out.
+#[derive(Debug, Clone, Copy)]
+pub struct ByRExactChunks;
+
+impl sealed::Sealed for ByRChunks {}
+impl sealed::Sealed for ByRExactChunks {}
+
+/// The cuts of [`Split`] into runs of `size` elements, which a mutable slice can be cut into
+/// too ([`SubSlicesMut`]): the element range that chunks `r` cover, and those chunks of it.
+pub trait SplitMut: Split {
+    /// The mutable sub-slices of part of the slice.
+    type IterMut<'data, T: 'data>: Iterator<Item = &'data mut [T]>;
+    /// The elements that chunks `r` cover, in a slice of `len`: disjoint for disjoint `r`.
+    #[doc(hidden)]
+    fn elems(len: usize, size: usize, r: Range<usize>) -> Range<usize>;
+    /// `part`, the elements of some chunks ([`SplitMut::elems`]), cut into them.
+    #[doc(hidden)]
+    fn cut_mut<T>(part: &mut [T], size: usize) -> Self::IterMut<'_, T>;
+}
+
 impl Split for ByChunks {
     type Iter<'data, T: 'data> = std::slice::Chunks<'data, T>;
     fn count(len: usize, size: usize) -> usize {
         len.div_ceil(size)
     }
     fn cut<T>(slice: &[T], size: usize, r: Range<usize>) -> Self::Iter<'_, T> {
-        let n = slice.len();
-        slice[(r.start * size).min(n)..(r.end * size).min(n)].chunks(size)
+        slice[Self::elems(slice.len(), size, r)].chunks(size)
+    }
+}
+
+impl SplitMut for ByChunks {
+    type IterMut<'data, T: 'data> = std::slice::ChunksMut<'data, T>;
+    fn elems(len: usize, size: usize, r: Range<usize>) -> Range<usize> {
+        r.start.saturating_mul(size).min(len)..r.end.saturating_mul(size).min(len)
+    }
+    fn cut_mut<T>(part: &mut [T], size: usize) -> Self::IterMut<'_, T> {
+        part.chunks_mut(size)
     }
 }
 
@@ -438,7 +473,59 @@ impl Split for ByExactChunks {
         len / size
     }
     fn cut<T>(slice: &[T], size: usize, r: Range<usize>) -> Self::Iter<'_, T> {
-        slice[r.start * size..r.end * size].chunks_exact(size)
+        slice[Self::elems(slice.len(), size, r)].chunks_exact(size)
+    }
+}
+
+impl SplitMut for ByExactChunks {
+    type IterMut<'data, T: 'data> = std::slice::ChunksExactMut<'data, T>;
+    fn elems(_: usize, size: usize, r: Range<usize>) -> Range<usize> {
+        r.start * size..r.end * size
+    }
+    fn cut_mut<T>(part: &mut [T], size: usize) -> Self::IterMut<'_, T> {
+        part.chunks_exact_mut(size)
+    }
+}
+
+impl Split for ByRChunks {
+    type Iter<'data, T: 'data> = std::slice::RChunks<'data, T>;
+    fn count(len: usize, size: usize) -> usize {
+        len.div_ceil(size)
+    }
+    fn cut<T>(slice: &[T], size: usize, r: Range<usize>) -> Self::Iter<'_, T> {
+        slice[Self::elems(slice.len(), size, r)].rchunks(size)
+    }
+}
+
+impl SplitMut for ByRChunks {
+    type IterMut<'data, T: 'data> = std::slice::RChunksMut<'data, T>;
+    /// Chunk `i` ends `i * size` elements before the slice's end: the part's end is a chunk's
+    /// end, so `rchunks` of it gives chunks `r` in order, the slice's first (short) chunk last.
+    fn elems(len: usize, size: usize, r: Range<usize>) -> Range<usize> {
+        len.saturating_sub(r.end.saturating_mul(size))..len.saturating_sub(r.start.saturating_mul(size))
+    }
+    fn cut_mut<T>(part: &mut [T], size: usize) -> Self::IterMut<'_, T> {
+        part.rchunks_mut(size)
+    }
+}
+
+impl Split for ByRExactChunks {
+    type Iter<'data, T: 'data> = std::slice::RChunksExact<'data, T>;
+    fn count(len: usize, size: usize) -> usize {
+        len / size
+    }
+    fn cut<T>(slice: &[T], size: usize, r: Range<usize>) -> Self::Iter<'_, T> {
+        slice[Self::elems(slice.len(), size, r)].rchunks_exact(size)
+    }
+}
+
+impl SplitMut for ByRExactChunks {
+    type IterMut<'data, T: 'data> = std::slice::RChunksExactMut<'data, T>;
+    fn elems(len: usize, size: usize, r: Range<usize>) -> Range<usize> {
+        len - r.end * size..len - r.start * size
+    }
+    fn cut_mut<T>(part: &mut [T], size: usize) -> Self::IterMut<'_, T> {
+        part.rchunks_exact_mut(size)
     }
 }
 
@@ -463,6 +550,10 @@ pub type Chunks<'data, T> = SubSlices<'data, T, ByChunks>;
 pub type ChunksExact<'data, T> = SubSlices<'data, T, ByExactChunks>;
 /// `par_windows`'s producer.
 pub type Windows<'data, T> = SubSlices<'data, T, ByWindows>;
+/// `par_rchunks`'s producer.
+pub type RChunks<'data, T> = SubSlices<'data, T, ByRChunks>;
+/// `par_rchunks_exact`'s producer.
+pub type RChunksExact<'data, T> = SubSlices<'data, T, ByRExactChunks>;
 
 impl<T, S> sealed::Sealed for SubSlices<'_, T, S> {}
 impl<T: Sync, S: Split> Indexed for SubSlices<'_, T, S> {}
@@ -540,41 +631,118 @@ impl<'data, T: Send> Producer for SliceMut<'data, T> {
     }
 }
 
-/// A mutable slice in sub-slices of a fixed size (`par_chunks_mut`).
+/// A mutable slice in sub-slices of `size` elements, cut as `S` says: [`ChunksMut`]
+/// (`par_chunks_mut`), [`ChunksExactMut`], [`RChunksMut`], [`RChunksExactMut`].
 #[derive(Debug)]
-pub struct ChunksMut<'data, T> {
+pub struct SubSlicesMut<'data, T, S> {
     slice: SliceMut<'data, T>,
+    size: usize,
+    _split: PhantomData<S>,
+}
+
+impl<'data, T: Send, S> SubSlicesMut<'data, T, S> {
+    /// `size` 0 is taken as 1.
+    pub(crate) fn new(slice: &'data mut [T], size: usize) -> Self {
+        SubSlicesMut {
+            slice: SliceMut::new(slice),
+            size: size.max(1),
+            _split: PhantomData,
+        }
+    }
+}
+
+/// `par_chunks_mut`'s producer.
+pub type ChunksMut<'data, T> = SubSlicesMut<'data, T, ByChunks>;
+/// `par_chunks_exact_mut`'s producer.
+pub type ChunksExactMut<'data, T> = SubSlicesMut<'data, T, ByExactChunks>;
+/// `par_rchunks_mut`'s producer.
+pub type RChunksMut<'data, T> = SubSlicesMut<'data, T, ByRChunks>;
+/// `par_rchunks_exact_mut`'s producer.
+pub type RChunksExactMut<'data, T> = SubSlicesMut<'data, T, ByRExactChunks>;
+
+impl<T, S> sealed::Sealed for SubSlicesMut<'_, T, S> {}
+impl<T: Send, S: SplitMut> Indexed for SubSlicesMut<'_, T, S> {}
+
+impl<'data, T: Send, S: SplitMut> Producer for SubSlicesMut<'data, T, S> {
+    type Item = &'data mut [T];
+    type Iter<'p>
+        = S::IterMut<'data, T>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        S::count(self.slice.len, self.size)
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
+        let elems = S::elems(self.slice.len, self.size, r);
+        // SAFETY: chunk ranges asked once map to element ranges asked once (disjoint `r`s
+        // give disjoint `elems`, contract of `SplitMut::elems` and of `Producer::iter`),
+        // within the unique borrow the producer holds.
+        S::cut_mut(
+            unsafe { sub_slice_mut(self.slice.ptr, self.slice.len, elems) },
+            self.size,
+        )
+    }
+}
+
+/// `chunks`' producer on an indexed iterator: the base's items gathered `size` at a time into
+/// vectors (the last maybe shorter).
+#[derive(Debug, Clone)]
+pub struct ItemChunks<P> {
+    base: P,
     size: usize,
 }
 
-impl<'data, T: Send> ChunksMut<'data, T> {
-    pub(crate) fn new(slice: &'data mut [T], size: usize) -> Self {
-        ChunksMut {
-            slice: SliceMut::new(slice),
+impl<P> ItemChunks<P> {
+    /// `size` 0 is taken as 1.
+    pub(crate) fn new(base: P, size: usize) -> Self {
+        ItemChunks {
+            base,
             size: size.max(1),
         }
     }
 }
 
-impl<T> sealed::Sealed for ChunksMut<'_, T> {}
-impl<T: Send> Indexed for ChunksMut<'_, T> {}
+impl<P> sealed::Sealed for ItemChunks<P> {}
+impl<P: Indexed> Indexed for ItemChunks<P> {}
 
-impl<'data, T: Send> Producer for ChunksMut<'data, T> {
-    type Item = &'data mut [T];
+impl<P: Indexed> Producer for ItemChunks<P> {
+    type Item = Vec<P::Item>;
     type Iter<'p>
-        = std::slice::ChunksMut<'data, T>
+        = Gathered<P::Iter<'p>>
     where
         Self: 'p;
 
     fn len(&self) -> usize {
-        self.slice.len.div_ceil(self.size)
+        self.base.len().div_ceil(self.size)
     }
 
-    unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
-        let elems = r.start.saturating_mul(self.size)..r.end.saturating_mul(self.size);
-        // SAFETY: chunk ranges asked once map to element ranges asked once (contract of
-        // `Producer::iter`), within the unique borrow the producer holds.
-        unsafe { sub_slice_mut(self.slice.ptr, self.slice.len, elems) }.chunks_mut(self.size)
+    unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
+        let n = self.base.len();
+        let elems = r.start.saturating_mul(self.size).min(n)..r.end.saturating_mul(self.size).min(n);
+        Gathered {
+            // SAFETY: forwarded with the caller's guarantee (disjoint chunk ranges cover
+            // disjoint item ranges).
+            items: unsafe { self.base.iter(elems, token) },
+            size: self.size,
+        }
+    }
+}
+
+/// A sequential iterator's items, `size` at a time ([`ItemChunks`]).
+#[derive(Debug)]
+pub struct Gathered<I> {
+    items: I,
+    size: usize,
+}
+
+impl<I: Iterator> Iterator for Gathered<I> {
+    type Item = Vec<I::Item>;
+
+    fn next(&mut self) -> Option<Vec<I::Item>> {
+        let chunk: Vec<I::Item> = self.items.by_ref().take(self.size).collect();
+        (!chunk.is_empty()).then_some(chunk)
     }
 }
 
