@@ -288,6 +288,28 @@ not_loom! {
         scope::run_scope(global::current_or_global().as_ref(), f)
     }
 
+    /// [`scope`] for rayon's `scope_fifo`: spawn with [`Scope::spawn_fifo`] for tasks that
+    /// start in the order they were spawned.
+    pub fn scope_fifo<'scope, F, R>(f: F) -> R
+    where
+        F: FnOnce(&Scope<'scope>) -> R,
+    {
+        scope(f)
+    }
+
+    /// [`spawn_detached`] through the runtime's shared queue, first in, first out (rayon's
+    /// `spawn_fifo`: [`Runtime::spawn_fifo`]), on the calling worker's runtime or outside a
+    /// worker on the global runtime.
+    pub fn spawn_fifo<F>(f: F)
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        match global::current_or_global() {
+            Some(reg) => runtime::spawn_detached_in(&reg, f, true),
+            None => spawn_detached(f),
+        }
+    }
+
     /// [`scope`] under rayon's other name: the body always runs on the calling thread, as
     /// [`scope`]'s does (rayon's `in_place_scope`, for code that calls it).
     ///

@@ -126,6 +126,17 @@ impl Runtime {
         spawn_detached_on(&self.reg, f);
     }
 
+    /// [`spawn_detached`](Runtime::spawn_detached) through the runtime's shared queue, which
+    /// is first in, first out: tasks spawned so start in the order they were spawned (rayon's
+    /// `spawn_fifo`; they may still finish in any order, on several cores). A worker's own
+    /// tasks ([`spawn`](Runtime::spawn) from a task) come before the shared queue's.
+    pub fn spawn_fifo<F>(&self, f: F)
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        spawn_detached_in(&self.reg, f, true);
+    }
+
     /// Sets the most workers per core the leaders keep active, blocked ones included, between
     /// 1 (no spare: a blocked worker's core idles) and [`Builder::max_workers_per_core`], and
     /// returns what it set. A core that has more active workers keeps them until they park.
@@ -308,6 +319,16 @@ pub(crate) fn spawn_detached_on<F>(reg: &Arc<Registry>, f: F)
 where
     F: FnOnce() + Send + 'static,
 {
+    spawn_detached_in(reg, f, false);
+}
+
+/// [`spawn_detached_on`], queued on the runtime's shared queue when `fifo` (so that tasks
+/// queued so start in the order they were queued, rayon's `spawn_fifo`), else on the calling
+/// worker's deque when it is one of `reg`'s.
+pub(crate) fn spawn_detached_in<F>(reg: &Arc<Registry>, f: F, fifo: bool)
+where
+    F: FnOnce() + Send + 'static,
+{
     let job = {
         let reg = reg.clone();
         Job::new(move || {
@@ -320,7 +341,7 @@ where
         })
     };
     with_current(|ctx| match ctx {
-        Some(ctx) if Arc::ptr_eq(ctx.registry(), reg) => ctx.push(job),
+        Some(ctx) if !fifo && Arc::ptr_eq(ctx.registry(), reg) => ctx.push(job),
         _ => reg.inject(job),
     });
 }

@@ -79,13 +79,14 @@ impl ScopeState {
         }
     }
 
-    /// Queues a ready job: on the current worker's deque when it belongs to this runtime.
-    fn submit(&self, job: Job) {
+    /// Queues a ready job: on the current worker's deque when it belongs to this runtime,
+    /// unless `fifo` (then on the runtime's shared queue, first in, first out).
+    fn submit(&self, job: Job, fifo: bool) {
         let Some(registry) = &self.registry else {
             return job.run();
         };
         with_current(|ctx| match ctx {
-            Some(ctx) if Arc::ptr_eq(ctx.registry(), registry) => ctx.push(job),
+            Some(ctx) if !fifo && Arc::ptr_eq(ctx.registry(), registry) => ctx.push(job),
             _ => registry.inject(job),
         })
     }
@@ -227,7 +228,38 @@ impl<'scope> Scope<'scope> {
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
         let job = self.make_job(f, None);
-        self.state().submit(job);
+        self.state().submit(job, false);
+    }
+
+    /// [`spawn`](Scope::spawn) through the runtime's shared queue, first in, first out: the
+    /// tasks spawned so start in the order they were spawned (rayon's `ScopeFifo::spawn_fifo`;
+    /// they may finish in any order, on several cores).
+    ///
+    /// ```
+    /// use std::sync::Mutex;
+    ///
+    /// let rt = umt_rt::Runtime::builder()
+    ///     .num_threads(1)
+    ///     .monitor(umt_rt::BackendKind::Disabled)
+    ///     .build()
+    ///     .unwrap();
+    /// let order = Mutex::new(Vec::new());
+    /// rt.install(|| {
+    ///     umt_rt::scope_fifo(|s| {
+    ///         for i in 0..5 {
+    ///             let order = &order;
+    ///             s.spawn_fifo(move |_| order.lock().unwrap().push(i));
+    ///         }
+    ///     })
+    /// });
+    /// assert_eq!(order.into_inner().unwrap(), [0, 1, 2, 3, 4]);
+    /// ```
+    pub fn spawn_fifo<F>(&self, f: F)
+    where
+        F: FnOnce(&Scope<'scope>) + Send + 'scope,
+    {
+        let job = self.make_job(f, None);
+        self.state().submit(job, true);
     }
 
     /// Spawns a task that runs only after every earlier task of this scope that conflicts with
@@ -265,7 +297,7 @@ impl<'scope> Scope<'scope> {
             .unwrap_or_else(|e| e.into_inner())
             .register(&node, &accesses);
         if let Some(job) = node.release() {
-            self.state().submit(job);
+            self.state().submit(job, false);
         }
     }
 
@@ -344,7 +376,7 @@ impl<'scope> Scope<'scope> {
                 // Successors are released even after a failure (cancelled if so): the scope
                 // re-raises the panic once all have finished.
                 for job in node.finish(failed) {
-                    state.submit(job);
+                    state.submit(job, false);
                 }
             }
             // Last: once the count reaches zero the scope may return and free what `f` borrowed.

@@ -137,6 +137,65 @@ fn install_runs_on_a_worker_of_the_runtime() {
     }
 }
 
+/// `spawn_fifo` and a scope's `spawn_fifo` start their tasks in the order they were spawned:
+/// on a one-core runtime, where one worker runs every task, the tasks spawned from a task (a
+/// worker, whose plain `spawn` would run the newest first) and from outside run in order, and
+/// the plain spawns from the same task come back newest first, beside them.
+#[test]
+fn fifo_spawns_start_in_the_order_they_were_spawned_on_one_core() {
+    let rt = Runtime::builder()
+        .num_threads(1)
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    let order = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let log = |tag: &'static str, i: usize| {
+        let (order, tx) = (order.clone(), tx.clone());
+        move || {
+            order.lock().unwrap().push((tag, i));
+            tx.send(()).unwrap();
+        }
+    };
+    const N: usize = 40;
+    rt.install(|| {
+        for i in 0..N {
+            rt.spawn_fifo(log("fifo", i));
+        }
+        for i in 0..N {
+            rt.spawn_detached(log("lifo", i));
+        }
+    });
+    for i in 0..N {
+        rt.spawn_fifo(log("outside", i));
+    }
+    for _ in 0..3 * N {
+        rx.recv().unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    let of = |tag| -> Vec<usize> {
+        order
+            .iter()
+            .filter(|(t, _)| *t == tag)
+            .map(|&(_, i)| i)
+            .collect()
+    };
+    assert_eq!(of("fifo"), (0..N).collect::<Vec<_>>(), "{order:?}");
+    assert_eq!(of("outside"), (0..N).collect::<Vec<_>>(), "{order:?}");
+    assert_eq!(of("lifo"), (0..N).rev().collect::<Vec<_>>(), "{order:?}");
+
+    let started = Mutex::new(Vec::new());
+    rt.install(|| {
+        umt_rt::scope_fifo(|s| {
+            for i in 0..N {
+                let started = &started;
+                s.spawn_fifo(move |_| started.lock().unwrap().push(i));
+            }
+        })
+    });
+    assert_eq!(started.into_inner().unwrap(), (0..N).collect::<Vec<_>>());
+}
+
 /// The taskyield, strictly: on a one-core runtime, a task queued behind the caller runs
 /// inside `yield_now` (it could run nowhere else), and with nothing queued nothing runs.
 #[test]
