@@ -415,6 +415,15 @@ fn short_circuiting_consumers_stop_once_decided() {
                 1001,
                 "{s}: try_reduce_with"
             );
+            // One participant takes the chunks in index order: exactly the items before the
+            // None pass.
+            let before: Vec<usize> = (0..n)
+                .into_par_iter()
+                .schedule(s)
+                .map(|i| (i != 1000).then_some(i))
+                .while_some()
+                .collect();
+            assert_eq!(before, (0..1000).collect::<Vec<_>>(), "{s}: while_some");
         });
     }
 }
@@ -1158,7 +1167,8 @@ proptest! {
 
     /// The rayon calls added for code written against rayon (`flatten`, `flatten_iter`,
     /// `product`, `find_map_any`, `try_for_each_init`/`_with`, `try_reduce_with`,
-    /// `try_fold`/`_with`,
+    /// `try_fold`/`_with`, `take_any`, `skip_any`, `while_some`, `panic_fuse`,
+    /// `fold_chunks`/`_with`,
     /// `collect_into_vec`, `unzip_into_vecs`, `positions`, `zip_eq`, the comparisons,
     /// `par_sort_by_cached_key`, `par_drain`) agree with the standard library's sequential
     /// counterparts, under every schedule, on empty, one-element and odd lengths.
@@ -1283,8 +1293,69 @@ proptest! {
             want.sort_by_cached_key(|&(k, _)| k.to_string());
             prop_assert_eq!(got, want);
 
+            // take_any / skip_any: how many, each a distinct item of the source.
+            let n = cut.0 % 50;
+            let evens = || (0..v.len()).into_par_iter().schedule(schedule).filter(|i| i % 2 == 0);
+            let total = v.len().div_ceil(2);
+            for (got, want) in [
+                (evens().take_any(n).collect::<Vec<usize>>(), n.min(total)),
+                (evens().skip_any(n).collect::<Vec<usize>>(), total.saturating_sub(n)),
+            ] {
+                prop_assert_eq!(got.len(), want);
+                let mut sorted = got.clone();
+                sorted.sort_unstable();
+                sorted.dedup();
+                prop_assert_eq!(sorted.len(), got.len());
+                prop_assert!(got.iter().all(|i| i % 2 == 0 && *i < v.len()));
+            }
+            // while_some: without a None, everything; with one, never the None's place and no
+            // item twice.
+            let got: Vec<u16> = vals.par_iter().schedule(schedule).map(|&x| Some(x)).while_some().collect();
+            prop_assert_eq!(&got, &vals);
+            let got: Vec<usize> = v
+                .par_iter()
+                .enumerate()
+                .schedule(schedule)
+                .map(|(i, x)| x.map(|_| i))
+                .while_some()
+                .collect();
+            prop_assert!(got.iter().all(|&i| v[i].is_some()));
+            prop_assert!(got.windows(2).all(|w| w[0] < w[1]), "in index order, each once");
+            let got: Vec<u16> = vals.par_iter().schedule(schedule).copied().panic_fuse().collect();
+            prop_assert_eq!(&got, &vals);
+            let k = cut.1 % 9;
+            let got: Vec<u64> = vals
+                .par_iter()
+                .schedule(schedule)
+                .fold_chunks(k, || 0u64, |a, &x| a * 2 + u64::from(x % 4))
+                .collect();
+            let want: Vec<u64> = vals
+                .chunks(k.max(1))
+                .map(|c| c.iter().fold(0u64, |a, &x| a * 2 + u64::from(x % 4)))
+                .collect();
+            prop_assert_eq!(got, want);
+            let got: Vec<u64> = vals
+                .par_iter()
+                .schedule(schedule)
+                .fold_chunks_with(k, 1u64, |a, &x| a + u64::from(x))
+                .collect();
+            let want: Vec<u64> =
+                vals.chunks(k.max(1)).map(|c| c.iter().fold(1u64, |a, &x| a + u64::from(x))).collect();
+            prop_assert_eq!(got, want);
+
             let (a, b) = (cut.0 % (vals.len() + 1), cut.1 % (vals.len() + 1));
             let range = a.min(b)..a.max(b);
+            let mut deque: std::collections::VecDeque<u16> = vals.iter().copied().collect();
+            let drained: Vec<u16> = deque.par_drain(range.clone()).collect();
+            let mut want_deque: std::collections::VecDeque<u16> = vals.iter().copied().collect();
+            prop_assert_eq!(drained, want_deque.drain(range.clone()).collect::<Vec<_>>());
+            prop_assert_eq!(deque, want_deque);
+            let text: String = vals.iter().map(|&x| char::from(b'a' + (x % 26) as u8)).collect();
+            let mut got_text = text.clone();
+            let drained: String = got_text.par_drain(range.clone()).collect();
+            let mut want_text = text;
+            prop_assert_eq!(drained, want_text.drain(range.clone()).collect::<String>());
+            prop_assert_eq!(got_text, want_text);
             let mut got = vals.clone();
             let drained: Vec<u16> = got.par_drain(range.clone()).collect();
             let mut want = vals.clone();

@@ -417,6 +417,77 @@ pub trait ParallelIterator: Sized {
         self.into_parts().adapt(|p| Filter::new(p, f))
     }
 
+    /// Any `n` of the items (all if there are fewer), from anywhere in the loop, in no
+    /// particular order of the source (rayon's `take_any`): the first `n` that the
+    /// participants reach. The items past them are still made and dropped.
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let some: Vec<u32> =
+    ///     (0..100u32).into_par_iter().filter(|x| x % 3 == 0).take_any(5).collect();
+    /// assert_eq!(some.len(), 5);
+    /// assert!(some.iter().all(|x| x % 3 == 0));
+    /// ```
+    #[allow(clippy::type_complexity)]
+    fn take_any(
+        self,
+        n: usize,
+    ) -> ParIter<Filter<Self::Producer, impl Fn(&Self::Item) -> bool + Sync>> {
+        let seen = AtomicUsize::new(0);
+        self.filter(move |_| seen.fetch_add(1, Ordering::Relaxed) < n)
+    }
+
+    /// All the items but any `n` of them (none if there are fewer), as
+    /// [`take_any`](ParallelIterator::take_any) leaves them (rayon's `skip_any`).
+    #[allow(clippy::type_complexity)]
+    fn skip_any(
+        self,
+        n: usize,
+    ) -> ParIter<Filter<Self::Producer, impl Fn(&Self::Item) -> bool + Sync>> {
+        let seen = AtomicUsize::new(0);
+        self.filter(move |_| seen.fetch_add(1, Ordering::Relaxed) >= n)
+    }
+
+    /// The values of the `Some` items until a `None` is seen (rayon's `while_some`): once a
+    /// participant meets a `None`, no item after that moment is passed on; items that other
+    /// participants took before it, on either side of the `None` in index order, may be.
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let all: Vec<u32> = (0..10u32).into_par_iter().map(Some).while_some().collect();
+    /// assert_eq!(all.len(), 10);
+    /// let cut: Vec<u32> =
+    ///     (0..10u32).into_par_iter().map(|x| (x != 4).then_some(x)).while_some().collect();
+    /// assert!(cut.len() < 10 && !cut.contains(&4));
+    /// ```
+    #[allow(clippy::type_complexity)]
+    fn while_some<T>(
+        self,
+    ) -> ParIter<FilterMap<Self::Producer, impl Fn(Option<T>) -> Option<T> + Sync>>
+    where
+        Self: ParallelIterator<Item = Option<T>>,
+    {
+        let ended = AtomicBool::new(false);
+        self.filter_map(move |item: Option<T>| {
+            if ended.load(Ordering::Relaxed) {
+                return None;
+            }
+            if item.is_none() {
+                ended.store(true, Ordering::Relaxed);
+            }
+            item
+        })
+    }
+
+    /// The iterator as it is: a panic in a closure already stops the loop from handing out
+    /// more items, and reaches the caller once the running parts end (rayon's `panic_fuse`,
+    /// for code that calls it).
+    fn panic_fuse(self) -> ParIter<Self::Producer> {
+        self.into_parts()
+    }
+
     /// Applies `f` to each item and keeps the values of the `Some`s.
     fn filter_map<F, R>(self, f: F) -> ParIter<FilterMap<Self::Producer, F>>
     where
@@ -683,7 +754,8 @@ pub trait ParallelIterator: Sized {
     ///     .map(|s| s.parse::<u32>().map_err(|e| e.to_string()))
     ///     .try_reduce_with(|a, b| Ok(a.max(b)));
     /// assert_eq!(max, Some(Ok(9)));
-    /// let none: Option<Option<u8>> = Vec::<Option<u8>>::new().into_par_iter().try_reduce_with(u8::checked_add);
+    /// let none: Option<Option<u8>> =
+    ///     Vec::<Option<u8>>::new().into_par_iter().try_reduce_with(u8::checked_add);
     /// assert_eq!(none, None);
     /// ```
     #[track_caller]
@@ -1405,6 +1477,57 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
     /// ```
     fn chunks(self, size: usize) -> ParIter<ItemChunks<Self::Producer>> {
         self.into_parts().adapt(|p| ItemChunks::new(p, size))
+    }
+
+    /// Each run of `size` items (the last maybe shorter) folded into one value from
+    /// `identity()` with `fold_op`, in order (rayon's `fold_chunks`; here each run is
+    /// gathered into a vector first, as [`chunks`](IndexedParallelIterator::chunks) does).
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let sums: Vec<u32> =
+    ///     (1..=7u32).into_par_iter().fold_chunks(3, || 0, |a, x| a + x).collect();
+    /// assert_eq!(sums, [6, 15, 7]);
+    /// ```
+    #[allow(clippy::type_complexity)]
+    fn fold_chunks<T, ID, F>(
+        self,
+        size: usize,
+        identity: ID,
+        fold_op: F,
+    ) -> ParIter<Map<ItemChunks<Self::Producer>, impl Fn(Vec<Self::Item>) -> T + Sync>>
+    where
+        ID: Fn() -> T + Sync,
+        F: Fn(T, Self::Item) -> T + Sync,
+    {
+        self.chunks(size)
+            .map(move |run| run.into_iter().fold(identity(), &fold_op))
+    }
+
+    /// [`fold_chunks`](IndexedParallelIterator::fold_chunks) from a clone of `init` in each
+    /// run (rayon's `fold_chunks_with`).
+    #[allow(clippy::type_complexity)]
+    fn fold_chunks_with<T, F>(
+        self,
+        size: usize,
+        init: T,
+        fold_op: F,
+    ) -> ParIter<Map<ItemChunks<Self::Producer>, impl Fn(Vec<Self::Item>) -> T + Sync>>
+    where
+        T: Send + Clone,
+        F: Fn(T, Self::Item) -> T + Sync,
+    {
+        let init = std::sync::Mutex::new(init);
+        self.fold_chunks(
+            size,
+            move || {
+                init.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone()
+            },
+            fold_op,
+        )
     }
 
     /// Pairs each item with its index (not after `filter`).
@@ -2158,7 +2281,10 @@ pub trait ParallelDrainRange {
     /// let moved: u32 = v.par_drain(2..5).sum();
     /// assert_eq!((moved, v), (9, vec![0, 1, 5, 6, 7, 8, 9]));
     /// ```
-    fn par_drain<R: std::ops::RangeBounds<usize>>(self, range: R) -> ParIter<VecProducer<Self::Item>>;
+    fn par_drain<R: std::ops::RangeBounds<usize>>(
+        self,
+        range: R,
+    ) -> ParIter<VecProducer<Self::Item>>;
 }
 
 impl<T: Send> ParallelDrainRange for &mut Vec<T> {
@@ -2167,6 +2293,25 @@ impl<T: Send> ParallelDrainRange for &mut Vec<T> {
     #[track_caller]
     fn par_drain<R: std::ops::RangeBounds<usize>>(self, range: R) -> ParIter<VecProducer<T>> {
         self.drain(range).collect::<Vec<T>>().into_par_iter()
+    }
+}
+
+impl<T: Send> ParallelDrainRange for &mut std::collections::VecDeque<T> {
+    type Item = T;
+
+    #[track_caller]
+    fn par_drain<R: std::ops::RangeBounds<usize>>(self, range: R) -> ParIter<VecProducer<T>> {
+        self.drain(range).collect::<Vec<T>>().into_par_iter()
+    }
+}
+
+/// The range is in bytes and must fall on `char` boundaries, as `String::drain`'s.
+impl ParallelDrainRange for &mut String {
+    type Item = char;
+
+    #[track_caller]
+    fn par_drain<R: std::ops::RangeBounds<usize>>(self, range: R) -> ParIter<VecProducer<char>> {
+        self.drain(range).collect::<Vec<char>>().into_par_iter()
     }
 }
 

@@ -502,7 +502,8 @@ impl SplitMut for ByRChunks {
     /// Chunk `i` ends `i * size` elements before the slice's end: the part's end is a chunk's
     /// end, so `rchunks` of it gives chunks `r` in order, the slice's first (short) chunk last.
     fn elems(len: usize, size: usize, r: Range<usize>) -> Range<usize> {
-        len.saturating_sub(r.end.saturating_mul(size))..len.saturating_sub(r.start.saturating_mul(size))
+        let from_end = |chunks: usize| len.saturating_sub(chunks.saturating_mul(size));
+        from_end(r.end)..from_end(r.start)
     }
     fn cut_mut<T>(part: &mut [T], size: usize) -> Self::IterMut<'_, T> {
         part.rchunks_mut(size)
@@ -720,7 +721,8 @@ impl<P: Indexed> Producer for ItemChunks<P> {
 
     unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
         let n = self.base.len();
-        let elems = r.start.saturating_mul(self.size).min(n)..r.end.saturating_mul(self.size).min(n);
+        let at = |chunk: usize| chunk.saturating_mul(self.size).min(n);
+        let elems = at(r.start)..at(r.end);
         Gathered {
             // SAFETY: forwarded with the caller's guarantee (disjoint chunk ranges cover
             // disjoint item ranges).
