@@ -1439,3 +1439,81 @@ proptest! {
         })?;
     }
 }
+
+/// What `interleave` gives, sequentially: `a`'s and `b`'s items in turn, then the longer's rest.
+fn interleaved<T: Clone>(a: &[T], b: &[T], shortest: bool) -> Vec<T> {
+    let mut out = Vec::new();
+    let (mut ia, mut ib) = (a.iter(), b.iter());
+    loop {
+        match ia.next() {
+            Some(x) => out.push(x.clone()),
+            None if shortest => return out,
+            None => break,
+        }
+        match ib.next() {
+            Some(y) => out.push(y.clone()),
+            None if shortest => return out,
+            None => break,
+        }
+    }
+    out.extend(ia.cloned());
+    out.extend(ib.cloned());
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// `interleave` and `interleave_shortest` give the sequential interleaving, through
+    /// `enumerate` and `rev` too (each index of both sources is asked once); the slice splits
+    /// give std's `split`, `chunk_by` and their `_mut` forms.
+    #[test]
+    fn interleave_and_slice_splits_agree_with_sequential(
+        a in proptest::collection::vec(0u8..6, 0..200),
+        b in proptest::collection::vec(0u8..6, 0..200),
+        schedule in schedules(),
+    ) {
+        rt().install(|| {
+            for shortest in [false, true] {
+                let par = || {
+                    let (x, y) = (a.par_iter().copied(), b.par_iter().copied());
+                    if shortest {
+                        x.interleave_shortest(y).schedule(schedule).collect::<Vec<u8>>()
+                    } else {
+                        x.interleave(y).schedule(schedule).collect::<Vec<u8>>()
+                    }
+                };
+                prop_assert_eq!(par(), interleaved(&a, &b, shortest), "shortest {}", shortest);
+            }
+            let got: Vec<(usize, u8)> =
+                a.par_iter().copied().interleave(b.par_iter().copied()).rev().enumerate().schedule(schedule).collect();
+            let want: Vec<(usize, u8)> = interleaved(&a, &b, false).into_iter().rev().enumerate().collect();
+            prop_assert_eq!(got, want);
+
+            let is_zero = |x: &u8| *x == 0;
+            let got: Vec<&[u8]> = a.par_split(is_zero).schedule(schedule).collect();
+            prop_assert_eq!(got, a.split(is_zero).collect::<Vec<_>>());
+            let same = |x: &u8, y: &u8| x / 2 == y / 2;
+            let got: Vec<&[u8]> = a.par_chunk_by(same).schedule(schedule).collect();
+            prop_assert_eq!(got, a.chunk_by(same).collect::<Vec<_>>());
+            // The mutable pieces: each tagged with its length, once, as std's pieces are.
+            let mut got = a.clone();
+            got.par_split_mut(is_zero).schedule(schedule).for_each(|p| {
+                let n = (p.len() % 20) as u8;
+                p.iter_mut().for_each(|x| *x += 10 + n);
+            });
+            let mut want = a.clone();
+            want.split_mut(is_zero).for_each(|p| {
+                let n = (p.len() % 20) as u8;
+                p.iter_mut().for_each(|x| *x += 10 + n);
+            });
+            prop_assert_eq!(&got, &want);
+            let mut got = a.clone();
+            got.par_chunk_by_mut(same).schedule(schedule).for_each(|p| p.reverse());
+            let mut want = a.clone();
+            want.chunk_by_mut(same).for_each(<[u8]>::reverse);
+            prop_assert_eq!(got, want);
+            Ok(())
+        })?;
+    }
+}

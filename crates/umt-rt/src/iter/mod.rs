@@ -39,8 +39,8 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 pub use producer::{
-    Bridge, BridgePart, ByChunks, ByExactChunks, ByRChunks, ByRExactChunks, ByWindows, Chain, Chunks, ChunksExact, ChunksExactMut, ChunksMut, Cloned, Copied,
-    Enumerate, Filter, FilterMap, FlatMapIter, Gathered, Indexed, ItemChunks, FoldBlocks, FoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, RChunks, RChunksExact, RChunksExactMut, RChunksMut, Rev, RangeInteger,
+    Alternate, Bridge, BridgePart, ByChunks, ByExactChunks, ByRChunks, ByRExactChunks, ByWindows, Chain, Chunks, ChunksExact, ChunksExactMut, ChunksMut, Cloned, Copied,
+    Enumerate, Filter, FilterMap, FlatMapIter, Gathered, Indexed, Interleave, ItemChunks, FoldBlocks, FoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, RChunks, RChunksExact, RChunksExactMut, RChunksMut, Rev, RangeInteger,
     RangeInclusiveProducer, RangeProducer, Slice, SliceMut, Split, SplitMut, StepBy, SubSlices, SubSlicesMut, VecPart, VecProducer, Window, Windows,
     Zip,
 };
@@ -1550,6 +1550,56 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
             .pair(other.into_par_iter().into_parts(), Zip::new)
     }
 
+    /// This iterator's and `other`'s items in turn, this one's first, then the rest of the
+    /// longer (rayon's `interleave`).
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let v: Vec<u32> = vec![1, 2, 3, 4].into_par_iter().interleave(vec![5, 6]).collect();
+    /// assert_eq!(v, [1, 5, 2, 6, 3, 4]);
+    /// ```
+    #[allow(clippy::type_complexity)]
+    fn interleave<O>(
+        self,
+        other: O,
+    ) -> ParIter<Interleave<Self::Producer, <O::Iter as ParallelIterator>::Producer>>
+    where
+        O: IntoParallelIterator<Item = Self::Item>,
+        O::Iter: IndexedParallelIterator,
+    {
+        self.into_parts()
+            .pair(other.into_par_iter().into_parts(), Interleave::new)
+    }
+
+    /// [`interleave`](IndexedParallelIterator::interleave) until one of the two has no item
+    /// left for its turn (rayon's `interleave_shortest`).
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let v: Vec<u32> =
+    ///     vec![1, 2, 3, 4].into_par_iter().interleave_shortest(vec![5, 6]).collect();
+    /// assert_eq!(v, [1, 5, 2, 6, 3]);
+    /// ```
+    #[allow(clippy::type_complexity)]
+    fn interleave_shortest<O>(
+        self,
+        other: O,
+    ) -> ParIter<
+        Interleave<Window<Self::Producer>, Window<<O::Iter as ParallelIterator>::Producer>>,
+    >
+    where
+        O: IntoParallelIterator<Item = Self::Item>,
+        O::Iter: IndexedParallelIterator,
+    {
+        let other = other.into_par_iter();
+        let (a, b) = (self.len(), other.len());
+        // `a`'s turn comes first: it gives one more item than `b` when it is the longer.
+        let (take_a, take_b) = if a <= b { (a, a) } else { (b + 1, b) };
+        self.take(take_a).interleave(other.take(take_b))
+    }
+
     /// The index of the first item for which `f` is true.
     #[track_caller]
     fn position_first<F>(self, f: F) -> Option<usize>
@@ -2329,6 +2379,20 @@ pub trait ParallelSlice<T: Sync> {
     /// is shorter). `size` 0 is taken as 1.
     fn par_windows(&self, size: usize) -> ParIter<Windows<'_, T>>;
 
+    /// The sub-slices between the elements for which `separator` is true, as `slice::split`
+    /// (rayon's `par_split`): the slice is cut on the calling thread, the pieces handed out
+    /// in parallel.
+    fn par_split<P>(&self, separator: P) -> ParIter<VecProducer<&[T]>>
+    where
+        P: FnMut(&T) -> bool;
+
+    /// The runs of elements in which `same(a, b)` holds for each neighbouring pair, as
+    /// `slice::chunk_by` (rayon's `par_chunk_by`): cut on the calling thread, handed out in
+    /// parallel.
+    fn par_chunk_by<F>(&self, same: F) -> ParIter<VecProducer<&[T]>>
+    where
+        F: FnMut(&T, &T) -> bool;
+
     /// Non-overlapping sub-slices of `size` elements from the end, as `slice::rchunks` (the
     /// last, the slice's start, may be shorter); `size` 0 is taken as 1.
     fn par_rchunks(&self, size: usize) -> ParIter<RChunks<'_, T>>;
@@ -2351,6 +2415,20 @@ impl<T: Sync> ParallelSlice<T> for [T] {
         ParIter::new(Windows::new(self, size))
     }
 
+    fn par_split<P>(&self, separator: P) -> ParIter<VecProducer<&[T]>>
+    where
+        P: FnMut(&T) -> bool,
+    {
+        ParIter::new(VecProducer::new(self.split(separator).collect()))
+    }
+
+    fn par_chunk_by<F>(&self, same: F) -> ParIter<VecProducer<&[T]>>
+    where
+        F: FnMut(&T, &T) -> bool,
+    {
+        ParIter::new(VecProducer::new(self.chunk_by(same).collect()))
+    }
+
     fn par_rchunks(&self, size: usize) -> ParIter<RChunks<'_, T>> {
         ParIter::new(RChunks::new(self, size))
     }
@@ -2365,6 +2443,20 @@ pub trait ParallelSliceMut<T: Send> {
     /// Non-overlapping mutable sub-slices of `size` elements (the last may be shorter);
     /// `size` 0 is taken as 1.
     fn par_chunks_mut(&mut self, size: usize) -> ParIter<ChunksMut<'_, T>>;
+
+    /// The mutable sub-slices between the elements for which `separator` is true, as
+    /// `slice::split_mut` (rayon's `par_split_mut`): cut on the calling thread, handed out in
+    /// parallel.
+    fn par_split_mut<P>(&mut self, separator: P) -> ParIter<VecProducer<&mut [T]>>
+    where
+        P: FnMut(&T) -> bool;
+
+    /// The mutable runs of elements in which `same(a, b)` holds for each neighbouring pair,
+    /// as `slice::chunk_by_mut` (rayon's `par_chunk_by_mut`): cut on the calling thread,
+    /// handed out in parallel.
+    fn par_chunk_by_mut<F>(&mut self, same: F) -> ParIter<VecProducer<&mut [T]>>
+    where
+        F: FnMut(&T, &T) -> bool;
 
     /// Non-overlapping mutable sub-slices of exactly `size` elements; the last `len % size`
     /// are left out. `size` 0 is taken as 1.
@@ -2428,6 +2520,20 @@ pub trait ParallelSliceMut<T: Send> {
 impl<T: Send> ParallelSliceMut<T> for [T] {
     fn par_chunks_mut(&mut self, size: usize) -> ParIter<ChunksMut<'_, T>> {
         ParIter::new(ChunksMut::new(self, size))
+    }
+
+    fn par_split_mut<P>(&mut self, separator: P) -> ParIter<VecProducer<&mut [T]>>
+    where
+        P: FnMut(&T) -> bool,
+    {
+        ParIter::new(VecProducer::new(self.split_mut(separator).collect()))
+    }
+
+    fn par_chunk_by_mut<F>(&mut self, same: F) -> ParIter<VecProducer<&mut [T]>>
+    where
+        F: FnMut(&T, &T) -> bool,
+    {
+        ParIter::new(VecProducer::new(self.chunk_by_mut(same).collect()))
     }
 
     fn par_chunks_exact_mut(&mut self, size: usize) -> ParIter<ChunksExactMut<'_, T>> {

@@ -1216,6 +1216,89 @@ impl<A: Indexed, B: Indexed> Producer for Zip<A, B> {
     }
 }
 
+/// `interleave`'s producer: `a`'s and `b`'s items in turn, `a`'s first, then the rest of the
+/// longer one. Index `2k` is `a`'s `k` and `2k + 1` is `b`'s `k` while both have items
+/// (below twice the shorter's length `m`); index `2m + j` is the longer's `m + j`.
+#[derive(Debug, Clone)]
+pub struct Interleave<A, B> {
+    a: A,
+    b: B,
+}
+
+impl<A, B> Interleave<A, B> {
+    pub(crate) fn new(a: A, b: B) -> Self {
+        Interleave { a, b }
+    }
+}
+
+impl<A, B> sealed::Sealed for Interleave<A, B> {}
+impl<A: Indexed, B: Indexed<Item = A::Item>> Indexed for Interleave<A, B> {}
+
+impl<A: Indexed, B: Indexed<Item = A::Item>> Producer for Interleave<A, B> {
+    type Item = A::Item;
+    type Iter<'p>
+        = std::iter::Chain<
+        Alternate<A::Iter<'p>, B::Iter<'p>>,
+        either::Either<A::Iter<'p>, B::Iter<'p>>,
+    >
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.a.len() + self.b.len()
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
+        let (la, lb) = (self.a.len(), self.b.len());
+        let m = la.min(lb);
+        // The alternating indices of `r` (below `2m`): the even ones are `a`'s, the odd `b`'s.
+        let end = r.end.min(2 * m);
+        let start = r.start.min(end);
+        let in_a = start.div_ceil(2)..end.div_ceil(2);
+        let in_b = start / 2..end / 2;
+        // The rest of `r` (from `2m`): the longer's from `m`.
+        let rest = r.start.max(2 * m) - m..r.end.max(2 * m) - m;
+        // SAFETY: forwarded with the caller's guarantee: each index of the interleaving is
+        // one index of `a` or of `b` (the alternating part takes `a`'s and `b`'s below `m`,
+        // the rest the longer's from `m`), so disjoint `r`s ask disjoint indices of each.
+        unsafe {
+            let alternate = Alternate {
+                a: self.a.iter(in_a, token),
+                b: self.b.iter(in_b, sealed::Token),
+                a_next: start.is_multiple_of(2),
+            };
+            let rest = if la > lb {
+                either::Either::Left(self.a.iter(rest, sealed::Token))
+            } else {
+                either::Either::Right(self.b.iter(rest, sealed::Token))
+            };
+            alternate.chain(rest)
+        }
+    }
+}
+
+/// Two sequential iterators' items in turn ([`Interleave`]).
+#[derive(Debug)]
+pub struct Alternate<A, B> {
+    a: A,
+    b: B,
+    a_next: bool,
+}
+
+impl<A: Iterator, B: Iterator<Item = A::Item>> Iterator for Alternate<A, B> {
+    type Item = A::Item;
+
+    fn next(&mut self) -> Option<A::Item> {
+        let item = if self.a_next {
+            self.a.next()
+        } else {
+            self.b.next()
+        };
+        self.a_next = !self.a_next;
+        item
+    }
+}
+
 /// `chain`'s producer: `a`'s indices, then `b`'s.
 #[derive(Debug, Clone)]
 pub struct Chain<A, B> {
