@@ -260,7 +260,7 @@ not_loom! {
         pub use crate::iter::{
             FromParallelIterator, IndexedParallelIterator, IntoParallelIterator,
             IntoParallelRefIterator, IntoParallelRefMutIterator, ParIter, ParallelBridge,
-            ParallelDrainRange, ParallelExtend, ParallelIterator, ParallelSlice, ParallelSliceMut,
+            ParallelDrainFull, ParallelDrainRange, ParallelExtend, ParallelIterator, ParallelSlice, ParallelSliceMut,
             ParallelString,
         };
     }

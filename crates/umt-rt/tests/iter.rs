@@ -1350,6 +1350,27 @@ proptest! {
             let mut want_deque: std::collections::VecDeque<u16> = vals.iter().copied().collect();
             prop_assert_eq!(drained, want_deque.drain(range.clone()).collect::<Vec<_>>());
             prop_assert_eq!(deque, want_deque);
+            // The full drains: every element once, the collection left empty.
+            let mut map: std::collections::HashMap<usize, u16> = vals.iter().copied().enumerate().collect();
+            let mut pairs: Vec<(usize, u16)> = map.par_drain().collect();
+            pairs.sort_unstable();
+            prop_assert_eq!(pairs, vals.iter().copied().enumerate().collect::<Vec<_>>());
+            prop_assert!(map.is_empty());
+            let mut set: std::collections::HashSet<u16> = vals.iter().copied().collect();
+            let mut got: Vec<u16> = set.par_drain().collect();
+            got.sort_unstable();
+            let mut want = vals.clone();
+            want.sort_unstable();
+            want.dedup();
+            prop_assert_eq!(got, want);
+            prop_assert!(set.is_empty());
+            let mut heap: std::collections::BinaryHeap<u16> = vals.iter().copied().collect();
+            let mut got: Vec<u16> = heap.par_drain().collect();
+            got.sort_unstable();
+            let mut want = vals.clone();
+            want.sort_unstable();
+            prop_assert_eq!(got, want);
+            prop_assert!(heap.is_empty());
             let text: String = vals.iter().map(|&x| char::from(b'a' + (x % 26) as u8)).collect();
             let mut got_text = text.clone();
             let drained: String = got_text.par_drain(range.clone()).collect();

@@ -2355,6 +2355,50 @@ impl<T: Send> ParallelDrainRange for &mut std::collections::VecDeque<T> {
     }
 }
 
+/// Moving all of a collection's elements out into a parallel iterator, leaving it empty with
+/// its allocation (rayon's `par_drain` of the maps, sets and heaps).
+pub trait ParallelDrainFull {
+    /// The elements.
+    type Item: Send;
+
+    /// Removes every element and hands them out, in the collection's `drain` order. The
+    /// elements are moved into a buffer on the calling thread first (one move each).
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use umt_rt::prelude::*;
+    ///
+    /// let mut ages: HashMap<&str, u32> = [("ann", 31), ("bob", 27)].into_iter().collect();
+    /// let total: u32 = ages.par_drain().map(|(_, age)| age).sum();
+    /// assert_eq!((total, ages.len()), (58, 0));
+    /// ```
+    fn par_drain(self) -> ParIter<VecProducer<Self::Item>>;
+}
+
+impl<K: Send, V: Send, S> ParallelDrainFull for &mut std::collections::HashMap<K, V, S> {
+    type Item = (K, V);
+
+    fn par_drain(self) -> ParIter<VecProducer<(K, V)>> {
+        self.drain().collect::<Vec<_>>().into_par_iter()
+    }
+}
+
+impl<T: Send, S> ParallelDrainFull for &mut std::collections::HashSet<T, S> {
+    type Item = T;
+
+    fn par_drain(self) -> ParIter<VecProducer<T>> {
+        self.drain().collect::<Vec<_>>().into_par_iter()
+    }
+}
+
+impl<T: Send> ParallelDrainFull for &mut std::collections::BinaryHeap<T> {
+    type Item = T;
+
+    fn par_drain(self) -> ParIter<VecProducer<T>> {
+        self.drain().collect::<Vec<_>>().into_par_iter()
+    }
+}
+
 /// The range is in bytes and must fall on `char` boundaries, as `String::drain`'s.
 impl ParallelDrainRange for &mut String {
     type Item = char;
