@@ -214,7 +214,7 @@ not_loom! {
     pub use onload::{Onload, OnloadContext, OnloadHandle, OnloadOptions};
     pub use runtime::Runtime;
     pub use schedule::{ParseScheduleError, Schedule};
-    pub use scope::{NotTheBody, Scope};
+    pub use scope::{NotTheBody, Scope, ScopeFifo};
     pub use spawn::{JoinError, JoinHandle};
     pub use stats::{CoreStats, Stats, WorkerStats};
     pub use trace::{CoreAccount, CoreState, Span, Trace, TraceKind, TraceRecord, TraceThread};
@@ -288,8 +288,8 @@ not_loom! {
         scope::run_scope(global::current_or_global().as_ref(), f)
     }
 
-    /// [`scope`] for rayon's `scope_fifo`: spawn with [`Scope::spawn_fifo`] for tasks that
-    /// start in the order they were spawned.
+    /// [`scope`] for rayon's `scope_fifo`: spawn with [`Scope::spawn_fifo`] for tasks queued
+    /// first in, first out.
     pub fn scope_fifo<'scope, F, R>(f: F) -> R
     where
         F: FnOnce(&Scope<'scope>) -> R,
@@ -323,6 +323,15 @@ not_loom! {
     /// assert_eq!(parts, [0, 10, 20]);
     /// ```
     pub fn in_place_scope<'scope, F, R>(f: F) -> R
+    where
+        F: FnOnce(&Scope<'scope>) -> R,
+    {
+        scope(f)
+    }
+
+    /// [`in_place_scope`] for rayon's `in_place_scope_fifo`: spawn with
+    /// [`Scope::spawn_fifo`] for tasks queued first in, first out.
+    pub fn in_place_scope_fifo<'scope, F, R>(f: F) -> R
     where
         F: FnOnce(&Scope<'scope>) -> R,
     {

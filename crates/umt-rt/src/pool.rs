@@ -124,7 +124,8 @@ pub(crate) struct Pools {
     spares: CachePadded<AtomicUsize>,
     /// Most spares the leaders make, over all cores (`Runtime::set_max_spares`; unlimited by
     /// default): a leader wakes or starts no worker for a core that has an active worker
-    /// while this many spares are active. Soft: leaders that look at once may each add one.
+    /// while this many spares are active. Soft: leaders that look at once may each add one,
+    /// and workers that become active by themselves ([`Pools::leave`]) are not held back.
     max_spares: AtomicUsize,
 }
 

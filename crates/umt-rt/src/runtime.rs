@@ -126,10 +126,12 @@ impl Runtime {
         spawn_detached_on(&self.reg, f);
     }
 
-    /// [`spawn_detached`](Runtime::spawn_detached) through the runtime's shared queue, which
-    /// is first in, first out: tasks spawned so start in the order they were spawned (rayon's
-    /// `spawn_fifo`; they may still finish in any order, on several cores). A worker's own
-    /// tasks ([`spawn`](Runtime::spawn) from a task) come before the shared queue's.
+    /// [`spawn_detached`](Runtime::spawn_detached) through the runtime's shared queue, first
+    /// in, first out (rayon's `spawn_fifo`): the workers take its tasks in the order they were
+    /// queued, in batches, so on one worker they start in that order, and on several each
+    /// worker's batch does (their starts interleave). A worker's own tasks
+    /// ([`spawn`](Runtime::spawn) from a task) come before the shared queue's; rayon keeps a
+    /// FIFO queue per worker instead.
     pub fn spawn_fifo<F>(&self, f: F)
     where
         F: FnOnce() + Send + 'static,
@@ -152,12 +154,16 @@ impl Runtime {
         self.reg.pools.limit()
     }
 
-    /// Sets the most spare workers active at once over all cores (a spare: a core's active
-    /// worker beyond its first, blocked ones included), and returns it. Unlimited by default,
-    /// `0` makes no spare at all. Leaders that look at the same moment may each add one past
-    /// it. Where many blocked workers only deepen a saturated disk's queue, a budget for the
-    /// whole process bounds them where a cap per core cannot ([`Runtime::set_spare_limit`]
-    /// allows one spare per core at the least).
+    /// Sets the most spare workers the leaders make active at once over all cores (a spare: a
+    /// core's active worker beyond its first, blocked ones included), and returns it.
+    /// Unlimited by default; at `0` the leaders wake or start no spare. It bounds the leaders
+    /// only: a worker that becomes active by itself (its latch was set, it found work as it
+    /// was parking) is not held back, so the count may pass the budget until such workers
+    /// park again, and leaders that look at the same moment may each add one past it. Where
+    /// many blocked workers only deepen a saturated disk's queue, a budget for the whole
+    /// process bounds them where a cap per core cannot ([`Runtime::set_spare_limit`] allows
+    /// one spare per core at the least). It bounds active spares, not the threads started:
+    /// a spare that parks stays, for the next time one is needed.
     pub fn set_max_spares(&self, spares: usize) -> usize {
         self.reg.pools.set_max_spares(spares)
     }

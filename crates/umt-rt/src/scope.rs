@@ -13,6 +13,10 @@ use crate::registry::Registry;
 use crate::scope_count::{Completed, ScopeCount};
 use crate::worker::with_current;
 
+/// rayon's name for the scope of `scope_fifo`: here the same [`Scope`], whose
+/// [`spawn_fifo`](Scope::spawn_fifo) queues first in, first out.
+pub type ScopeFifo<'scope> = Scope<'scope>;
+
 /// A scope in which tasks may borrow anything that outlives it. Created by
 /// [`Runtime::scope`](crate::Runtime::scope) or [`scope`](crate::scope); it returns once every
 /// task spawned in it has finished (the taskwait).
@@ -231,9 +235,10 @@ impl<'scope> Scope<'scope> {
         self.state().submit(job, false);
     }
 
-    /// [`spawn`](Scope::spawn) through the runtime's shared queue, first in, first out: the
-    /// tasks spawned so start in the order they were spawned (rayon's `ScopeFifo::spawn_fifo`;
-    /// they may finish in any order, on several cores).
+    /// [`spawn`](Scope::spawn) through the runtime's shared queue, first in, first out
+    /// (rayon's `ScopeFifo::spawn_fifo`): on one worker the tasks start in the order they were
+    /// spawned; on several, each worker takes a batch of them in that order, so their starts
+    /// interleave ([`Runtime::spawn_fifo`](crate::Runtime::spawn_fifo)).
     ///
     /// ```
     /// use std::sync::Mutex;
@@ -413,5 +418,44 @@ impl crate::Runtime {
         R: Send,
     {
         self.install(|| run_scope(Some(self.registry()), f))
+    }
+
+    /// [`scope`](crate::Runtime::scope) for rayon's `ThreadPool::scope_fifo`: spawn with
+    /// [`Scope::spawn_fifo`] for tasks queued first in, first out.
+    pub fn scope_fifo<'scope, F, R>(&self, f: F) -> R
+    where
+        F: FnOnce(&Scope<'scope>) -> R + Send,
+        R: Send,
+    {
+        self.scope(f)
+    }
+
+    /// A scope whose body runs on the calling thread and whose tasks run on this runtime
+    /// (rayon's `ThreadPool::in_place_scope`).
+    ///
+    /// ```
+    /// let rt = umt_rt::Runtime::builder().monitor(umt_rt::BackendKind::Disabled).build().unwrap();
+    /// let caller = std::thread::current().id();
+    /// let mut ran_here = false;
+    /// rt.in_place_scope(|s| {
+    ///     ran_here = std::thread::current().id() == caller;
+    ///     s.spawn(|_| assert!(umt_rt::current_thread_index().is_some()));
+    /// });
+    /// assert!(ran_here);
+    /// ```
+    pub fn in_place_scope<'scope, F, R>(&self, f: F) -> R
+    where
+        F: FnOnce(&Scope<'scope>) -> R,
+    {
+        run_scope(Some(self.registry()), f)
+    }
+
+    /// [`in_place_scope`](crate::Runtime::in_place_scope) for rayon's
+    /// `ThreadPool::in_place_scope_fifo`.
+    pub fn in_place_scope_fifo<'scope, F, R>(&self, f: F) -> R
+    where
+        F: FnOnce(&Scope<'scope>) -> R,
+    {
+        self.in_place_scope(f)
     }
 }

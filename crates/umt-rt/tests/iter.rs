@@ -333,9 +333,9 @@ fn large_sorts_match_the_standard_ones() {
     }
 }
 
-/// `any`, `find_any`, `position_any`, `try_for_each`, `find_map_any`, `try_for_each_init`
-/// and `try_reduce_with` stop once decided: on one core, with no other participant, the loop
-/// visits exactly the items up to the one that decides.
+/// `any`, `find_any`, `position_any`, `try_for_each`, `find_map_any`, `try_for_each_init`,
+/// `try_reduce_with`, `while_some` and `take_any` stop once decided: on one core, with no other
+/// participant, the loop visits exactly the items up to the one that decides.
 #[test]
 fn short_circuiting_consumers_stop_once_decided() {
     let rt = Runtime::builder()
@@ -420,10 +420,29 @@ fn short_circuiting_consumers_stop_once_decided() {
             let before: Vec<usize> = (0..n)
                 .into_par_iter()
                 .schedule(s)
-                .map(|i| (i != 1000).then_some(i))
+                .map(|i| (!count(&i)).then_some(i))
                 .while_some()
                 .collect();
             assert_eq!(before, (0..1000).collect::<Vec<_>>(), "{s}: while_some");
+            assert_eq!(
+                visited.swap(0, Ordering::Relaxed),
+                1001,
+                "{s}: while_some makes no item after the None"
+            );
+            let some: Vec<usize> = (0..n)
+                .into_par_iter()
+                .schedule(s)
+                .inspect(|i| {
+                    count(i);
+                })
+                .take_any(10)
+                .collect();
+            assert_eq!(some, (0..10).collect::<Vec<_>>(), "{s}: take_any");
+            assert_eq!(
+                visited.swap(0, Ordering::Relaxed),
+                10,
+                "{s}: take_any makes no item past the tenth"
+            );
         });
     }
 }
@@ -1293,6 +1312,19 @@ proptest! {
             want.sort_by_cached_key(|&(k, _)| k.to_string());
             prop_assert_eq!(got, want);
 
+            // take_any and while_some stop making items: over 2^40 items, they end at once
+            // (a few extra items at most, one per participant that was pulling one).
+            let made = AtomicUsize::new(0);
+            // (Under the default schedule: a fine one hands 2^40 items out in too many chunks
+            // for the skipped ones to cost nothing.)
+            let huge = || (0..1u64 << 40).into_par_iter().inspect(|_| {
+                made.fetch_add(1, Ordering::Relaxed);
+            });
+            prop_assert_eq!(huge().take_any(10).count(), 10);
+            prop_assert!(made.swap(0, Ordering::Relaxed) <= 10 + 64);
+            let passed = huge().map(|x| (x < 5).then_some(x)).while_some().count();
+            prop_assert!(passed <= 5 + 64);
+            prop_assert!(made.load(Ordering::Relaxed) <= 6 + 64 * 2);
             // take_any / skip_any: how many, each a distinct item of the source.
             let n = cut.0 % 50;
             let evens = || (0..v.len()).into_par_iter().schedule(schedule).filter(|i| i % 2 == 0);
@@ -1456,6 +1488,53 @@ proptest! {
                 c.iter_mut().for_each(|x| *x += i as u32 + 1);
             }
             prop_assert_eq!(tagged, want);
+            Ok(())
+        })?;
+    }
+}
+
+/// A non-commutative sum and product: the items concatenated, so the order they were combined
+/// in shows.
+#[derive(Debug, PartialEq)]
+struct Cat(Vec<u16>);
+
+impl std::iter::Sum<u16> for Cat {
+    fn sum<I: Iterator<Item = u16>>(items: I) -> Cat {
+        Cat(items.collect())
+    }
+}
+
+impl std::iter::Sum for Cat {
+    fn sum<I: Iterator<Item = Cat>>(parts: I) -> Cat {
+        Cat(parts.flat_map(|c| c.0).collect())
+    }
+}
+
+impl std::iter::Product<u16> for Cat {
+    fn product<I: Iterator<Item = u16>>(items: I) -> Cat {
+        Cat(items.collect())
+    }
+}
+
+impl std::iter::Product for Cat {
+    fn product<I: Iterator<Item = Cat>>(parts: I) -> Cat {
+        Cat(parts.flat_map(|c| c.0).collect())
+    }
+}
+
+proptest! {
+    /// `sum` and `product` combine the items in index order (only the grouping is open), as
+    /// rayon's: a concatenation gives the sequence itself, under every schedule.
+    #[test]
+    fn sum_and_product_keep_the_items_order(
+        v in proptest::collection::vec(any::<u16>(), 0..2000),
+        schedule in schedules(),
+    ) {
+        rt().install(|| {
+            let summed: Cat = v.par_iter().schedule(schedule).copied().sum();
+            prop_assert_eq!(&summed.0, &v);
+            let multiplied: Cat = v.par_iter().schedule(schedule).copied().product();
+            prop_assert_eq!(&multiplied.0, &v);
             Ok(())
         })?;
     }

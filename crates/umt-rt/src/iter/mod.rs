@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 pub use producer::{
     Alternate, Bridge, BridgePart, ByChunks, ByExactChunks, ByRChunks, ByRExactChunks, ByWindows, Chain, Chunks, ChunksExact, ChunksExactMut, ChunksMut, Cloned, Copied,
     Enumerate, Filter, FilterMap, FlatMapIter, Gathered, Indexed, Interleave, ItemChunks, FoldBlocks, FoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, RChunks, RChunksExact, RChunksExactMut, RChunksMut, Rev, RangeInteger,
-    RangeInclusiveProducer, RangeProducer, Slice, SliceMut, Split, SplitMut, StepBy, SubSlices, SubSlicesMut, VecPart, VecProducer, Window, Windows,
+    RangeInclusiveProducer, RangeProducer, Slice, SliceMut, Split, SplitMut, StepBy, TakeAny, TakeAnyIter, WhileSome, WhileSomeIter, SubSlices, SubSlicesMut, VecPart, VecProducer, Window, Windows,
     Zip,
 };
 
@@ -419,7 +419,8 @@ pub trait ParallelIterator: Sized {
 
     /// Any `n` of the items (all if there are fewer), from anywhere in the loop, in no
     /// particular order of the source (rayon's `take_any`): the first `n` that the
-    /// participants reach. The items past them are still made and dropped.
+    /// participants reach. Once `n` have passed, no more items are made (the chunks the
+    /// schedule still hands out cost a look each).
     ///
     /// ```
     /// use umt_rt::prelude::*;
@@ -429,13 +430,8 @@ pub trait ParallelIterator: Sized {
     /// assert_eq!(some.len(), 5);
     /// assert!(some.iter().all(|x| x % 3 == 0));
     /// ```
-    #[allow(clippy::type_complexity)]
-    fn take_any(
-        self,
-        n: usize,
-    ) -> ParIter<Filter<Self::Producer, impl Fn(&Self::Item) -> bool + Sync>> {
-        let seen = AtomicUsize::new(0);
-        self.filter(move |_| seen.fetch_add(1, Ordering::Relaxed) < n)
+    fn take_any(self, n: usize) -> ParIter<TakeAny<Self::Producer>> {
+        self.into_parts().adapt(|p| TakeAny::new(p, n))
     }
 
     /// All the items but any `n` of them (none if there are fewer), as
@@ -450,8 +446,8 @@ pub trait ParallelIterator: Sized {
     }
 
     /// The values of the `Some` items until a `None` is seen (rayon's `while_some`): once a
-    /// participant meets a `None`, no item after that moment is passed on; items that other
-    /// participants took before it, on either side of the `None` in index order, may be.
+    /// participant meets a `None`, no item is made from then on; items that other
+    /// participants took before it, on either side of the `None` in index order, may pass.
     ///
     /// ```
     /// use umt_rt::prelude::*;
@@ -462,23 +458,11 @@ pub trait ParallelIterator: Sized {
     ///     (0..10u32).into_par_iter().map(|x| (x != 4).then_some(x)).while_some().collect();
     /// assert!(cut.len() < 10 && !cut.contains(&4));
     /// ```
-    #[allow(clippy::type_complexity)]
-    fn while_some<T>(
-        self,
-    ) -> ParIter<FilterMap<Self::Producer, impl Fn(Option<T>) -> Option<T> + Sync>>
+    fn while_some<T>(self) -> ParIter<WhileSome<Self::Producer>>
     where
         Self: ParallelIterator<Item = Option<T>>,
     {
-        let ended = AtomicBool::new(false);
-        self.filter_map(move |item: Option<T>| {
-            if ended.load(Ordering::Relaxed) {
-                return None;
-            }
-            if item.is_none() {
-                ended.store(true, Ordering::Relaxed);
-            }
-            item
-        })
+        self.into_parts().adapt(WhileSome::new)
     }
 
     /// The iterator as it is: a panic in a closure already stops the loop from handing out
@@ -1013,7 +997,9 @@ pub trait ParallelIterator: Sized {
         !self.any(|item| !f(item))
     }
 
-    /// The sum of the items, added in an unspecified order (as rayon's).
+    /// The sum of the items: each added after the one before it, in groups whose bounds are
+    /// unspecified (as rayon's), so a non-commutative `Sum` gets the sequential order and an
+    /// inexact one (floats) may round differently.
     #[track_caller]
     fn sum<S>(self) -> S
     where
@@ -1027,12 +1013,14 @@ pub trait ParallelIterator: Sized {
                 identity: || std::iter::empty::<S>().sum(),
                 fold: |acc: S, r| [acc, producer.items(r).sum()].into_iter().sum(),
                 combine: |a: S, b: S| [a, b].into_iter().sum(),
-                ordered: false,
+                ordered: true,
             },
         )
     }
 
-    /// The product of the items, multiplied in an unspecified order (as rayon's).
+    /// The product of the items: each multiplied after the one before it, in groups whose
+    /// bounds are unspecified (as rayon's), so a non-commutative `Product` (matrices) gets the
+    /// sequential order.
     ///
     /// ```
     /// use umt_rt::prelude::*;
@@ -1052,7 +1040,7 @@ pub trait ParallelIterator: Sized {
                 identity: || std::iter::empty::<P>().product(),
                 fold: |acc: P, r| [acc, producer.items(r).product()].into_iter().product(),
                 combine: |a: P, b: P| [a, b].into_iter().product(),
-                ordered: false,
+                ordered: true,
             },
         )
     }
@@ -2311,7 +2299,9 @@ where
 
 /// Moving a range of a collection's elements out into a parallel iterator (rayon's
 /// `par_drain`).
-pub trait ParallelDrainRange {
+pub trait ParallelDrainRange<Idx = usize> {
+    /// The parallel iterator over the removed elements.
+    type Iter: ParallelIterator<Item = Self::Item>;
     /// The elements.
     type Item: Send;
 
@@ -2331,13 +2321,11 @@ pub trait ParallelDrainRange {
     /// let moved: u32 = v.par_drain(2..5).sum();
     /// assert_eq!((moved, v), (9, vec![0, 1, 5, 6, 7, 8, 9]));
     /// ```
-    fn par_drain<R: std::ops::RangeBounds<usize>>(
-        self,
-        range: R,
-    ) -> ParIter<VecProducer<Self::Item>>;
+    fn par_drain<R: std::ops::RangeBounds<Idx>>(self, range: R) -> Self::Iter;
 }
 
 impl<T: Send> ParallelDrainRange for &mut Vec<T> {
+    type Iter = ParIter<VecProducer<T>>;
     type Item = T;
 
     #[track_caller]
@@ -2347,6 +2335,7 @@ impl<T: Send> ParallelDrainRange for &mut Vec<T> {
 }
 
 impl<T: Send> ParallelDrainRange for &mut std::collections::VecDeque<T> {
+    type Iter = ParIter<VecProducer<T>>;
     type Item = T;
 
     #[track_caller]
@@ -2358,6 +2347,8 @@ impl<T: Send> ParallelDrainRange for &mut std::collections::VecDeque<T> {
 /// Moving all of a collection's elements out into a parallel iterator, leaving it empty with
 /// its allocation (rayon's `par_drain` of the maps, sets and heaps).
 pub trait ParallelDrainFull {
+    /// The parallel iterator over the removed elements.
+    type Iter: ParallelIterator<Item = Self::Item>;
     /// The elements.
     type Item: Send;
 
@@ -2372,10 +2363,11 @@ pub trait ParallelDrainFull {
     /// let total: u32 = ages.par_drain().map(|(_, age)| age).sum();
     /// assert_eq!((total, ages.len()), (58, 0));
     /// ```
-    fn par_drain(self) -> ParIter<VecProducer<Self::Item>>;
+    fn par_drain(self) -> Self::Iter;
 }
 
 impl<K: Send, V: Send, S> ParallelDrainFull for &mut std::collections::HashMap<K, V, S> {
+    type Iter = ParIter<VecProducer<(K, V)>>;
     type Item = (K, V);
 
     fn par_drain(self) -> ParIter<VecProducer<(K, V)>> {
@@ -2384,6 +2376,7 @@ impl<K: Send, V: Send, S> ParallelDrainFull for &mut std::collections::HashMap<K
 }
 
 impl<T: Send, S> ParallelDrainFull for &mut std::collections::HashSet<T, S> {
+    type Iter = ParIter<VecProducer<T>>;
     type Item = T;
 
     fn par_drain(self) -> ParIter<VecProducer<T>> {
@@ -2392,6 +2385,7 @@ impl<T: Send, S> ParallelDrainFull for &mut std::collections::HashSet<T, S> {
 }
 
 impl<T: Send> ParallelDrainFull for &mut std::collections::BinaryHeap<T> {
+    type Iter = ParIter<VecProducer<T>>;
     type Item = T;
 
     fn par_drain(self) -> ParIter<VecProducer<T>> {
@@ -2401,6 +2395,7 @@ impl<T: Send> ParallelDrainFull for &mut std::collections::BinaryHeap<T> {
 
 /// The range is in bytes and must fall on `char` boundaries, as `String::drain`'s.
 impl ParallelDrainRange for &mut String {
+    type Iter = ParIter<VecProducer<char>>;
     type Item = char;
 
     #[track_caller]

@@ -6,6 +6,7 @@
 
 use std::marker::PhantomData;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::schedule::ChunkLimits;
 
@@ -745,6 +746,129 @@ impl<I: Iterator> Iterator for Gathered<I> {
     fn next(&mut self) -> Option<Vec<I::Item>> {
         let chunk: Vec<I::Item> = self.items.by_ref().take(self.size).collect();
         (!chunk.is_empty()).then_some(chunk)
+    }
+}
+
+/// `take_any`'s producer: the base's items, from any part, until `n` have passed; from then on
+/// each part stops before making another (the loop's remaining chunks cost a look each).
+#[derive(Debug)]
+pub struct TakeAny<P> {
+    base: P,
+    n: usize,
+    taken: AtomicUsize,
+}
+
+impl<P> TakeAny<P> {
+    pub(crate) fn new(base: P, n: usize) -> Self {
+        TakeAny {
+            base,
+            n,
+            taken: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl<P> sealed::Sealed for TakeAny<P> {}
+
+impl<P: Producer> Producer for TakeAny<P> {
+    type Item = P::Item;
+    type Iter<'p>
+        = TakeAnyIter<'p, P::Iter<'p>>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.base.len()
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
+        TakeAnyIter {
+            // SAFETY: forwarded with the caller's guarantee (the same indices).
+            items: unsafe { self.base.iter(r, token) },
+            taken: &self.taken,
+            n: self.n,
+        }
+    }
+}
+
+/// A part's items while the loop's count of taken items is below `n` ([`TakeAny`]).
+#[derive(Debug)]
+pub struct TakeAnyIter<'a, I> {
+    items: I,
+    taken: &'a AtomicUsize,
+    n: usize,
+}
+
+impl<I: Iterator> Iterator for TakeAnyIter<'_, I> {
+    type Item = I::Item;
+
+    fn next(&mut self) -> Option<I::Item> {
+        if self.taken.load(Ordering::Relaxed) >= self.n {
+            return None;
+        }
+        let item = self.items.next()?;
+        (self.taken.fetch_add(1, Ordering::Relaxed) < self.n).then_some(item)
+    }
+}
+
+/// `while_some`'s producer: the values of the base's `Some` items until some part meets a
+/// `None`; from then on each part stops before making another item.
+#[derive(Debug)]
+pub struct WhileSome<P> {
+    base: P,
+    ended: AtomicBool,
+}
+
+impl<P> WhileSome<P> {
+    pub(crate) fn new(base: P) -> Self {
+        WhileSome {
+            base,
+            ended: AtomicBool::new(false),
+        }
+    }
+}
+
+impl<P> sealed::Sealed for WhileSome<P> {}
+
+impl<T, P: Producer<Item = Option<T>>> Producer for WhileSome<P> {
+    type Item = T;
+    type Iter<'p>
+        = WhileSomeIter<'p, P::Iter<'p>>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.base.len()
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
+        WhileSomeIter {
+            // SAFETY: forwarded with the caller's guarantee (the same indices).
+            items: unsafe { self.base.iter(r, token) },
+            ended: &self.ended,
+        }
+    }
+}
+
+/// A part's `Some` values until the loop has met a `None` ([`WhileSome`]).
+#[derive(Debug)]
+pub struct WhileSomeIter<'a, I> {
+    items: I,
+    ended: &'a AtomicBool,
+}
+
+impl<T, I: Iterator<Item = Option<T>>> Iterator for WhileSomeIter<'_, I> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        if self.ended.load(Ordering::Relaxed) {
+            return None;
+        }
+        let item = self.items.next()?;
+        if item.is_none() {
+            self.ended.store(true, Ordering::Relaxed);
+        }
+        item
     }
 }
 
