@@ -326,6 +326,17 @@ impl<P: Producer> ParIter<P> {
     }
 }
 
+/// The `init` of the `_with` calls (rayon's: `for_each_with`, `fold_with`, ...): a clone of
+/// `init` for each part of the loop, made from the one shared copy (`T` need only be `Send`).
+fn clones_of<T: Send + Clone>(init: T) -> impl Fn() -> T + Sync {
+    let init = std::sync::Mutex::new(init);
+    move || {
+        init.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
 /// A parallel iterator: what rayon's `ParallelIterator` is, for generic code written against
 /// it (`fn f<I: ParallelIterator<Item = u64>>(it: I)`). Its one implementation is [`ParIter`],
 /// a [`Producer`] of items by index and the [`Schedule`] its loop runs under; it runs when a
@@ -398,13 +409,8 @@ pub trait ParallelIterator: Sized {
         T: Send + Clone,
         F: Fn(&mut T, Self::Item) -> R + Sync,
     {
-        let init = std::sync::Mutex::new(init);
         self.map_init(
-            move || {
-                init.lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .clone()
-            },
+            clones_of(init),
             f,
         )
     }
@@ -649,13 +655,8 @@ pub trait ParallelIterator: Sized {
         T: Send + Clone,
         F: Fn(&mut T, Self::Item) + Sync,
     {
-        let init = std::sync::Mutex::new(init);
         self.for_each_init(
-            || {
-                init.lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .clone()
-            },
+            clones_of(init),
             f,
         )
     }
@@ -853,13 +854,8 @@ pub trait ParallelIterator: Sized {
         F: Fn(&mut T, Self::Item) -> Result<(), E> + Sync,
         E: Send,
     {
-        let init = std::sync::Mutex::new(init);
         self.try_for_each_init(
-            || {
-                init.lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .clone()
-            },
+            clones_of(init),
             f,
         )
     }
@@ -1127,13 +1123,8 @@ pub trait ParallelIterator: Sized {
         T: Send + Clone,
         F: Fn(T, Self::Item) -> T + Sync,
     {
-        let init = std::sync::Mutex::new(init);
         self.fold(
-            move || {
-                init.lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .clone()
-            },
+            clones_of(init),
             fold_op,
         )
     }
@@ -1189,13 +1180,8 @@ pub trait ParallelIterator: Sized {
         R: Fallible<Ok = T> + Send,
         F: Fn(T, Self::Item) -> R + Sync,
     {
-        let init = std::sync::Mutex::new(init);
         self.try_fold(
-            move || {
-                init.lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .clone()
-            },
+            clones_of(init),
             fold_op,
         )
     }
@@ -1506,14 +1492,9 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
         T: Send + Clone,
         F: Fn(T, Self::Item) -> T + Sync,
     {
-        let init = std::sync::Mutex::new(init);
         self.fold_chunks(
             size,
-            move || {
-                init.lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .clone()
-            },
+            clones_of(init),
             fold_op,
         )
     }
@@ -1785,7 +1766,7 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
         I::Iter: IndexedParallelIterator,
         Self::Item: PartialOrd<I::Item>,
     {
-        self.partial_cmp(other) == Some(CmpOrdering::Less)
+        self.partial_cmp(other).is_some_and(CmpOrdering::is_lt)
     }
 
     /// Whether the items are lexicographically less than or equal to `other`'s.
@@ -1796,10 +1777,7 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
         I::Iter: IndexedParallelIterator,
         Self::Item: PartialOrd<I::Item>,
     {
-        matches!(
-            self.partial_cmp(other),
-            Some(CmpOrdering::Less | CmpOrdering::Equal)
-        )
+        self.partial_cmp(other).is_some_and(CmpOrdering::is_le)
     }
 
     /// Whether the items are lexicographically greater than `other`'s.
@@ -1810,7 +1788,7 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
         I::Iter: IndexedParallelIterator,
         Self::Item: PartialOrd<I::Item>,
     {
-        self.partial_cmp(other) == Some(CmpOrdering::Greater)
+        self.partial_cmp(other).is_some_and(CmpOrdering::is_gt)
     }
 
     /// Whether the items are lexicographically greater than or equal to `other`'s.
@@ -1821,10 +1799,7 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
         I::Iter: IndexedParallelIterator,
         Self::Item: PartialOrd<I::Item>,
     {
-        matches!(
-            self.partial_cmp(other),
-            Some(CmpOrdering::Greater | CmpOrdering::Equal)
-        )
+        self.partial_cmp(other).is_some_and(CmpOrdering::is_ge)
     }
 }
 
