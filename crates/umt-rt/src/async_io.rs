@@ -1,7 +1,8 @@
 //! I/O readiness for futures: [`Async<T>`] wraps a descriptor (a socket, a pipe, a terminal)
 //! in non-blocking mode and lets a future wait until it is readable or writable, in any
 //! executor. One reactor thread per process, started by the first [`Async::new`], waits in
-//! `epoll` for every registered descriptor and wakes the futures that wait on them.
+//! `epoll` for every registered descriptor and wakes the futures that wait on them; an idle
+//! worker of a umt runtime waits in the same set meanwhile and takes the events first.
 //!
 //! Steps:
 //!
@@ -16,6 +17,23 @@
 //!    advances its tick and takes its waker under the source's lock, then wakes it outside.
 //! 4. **R4 — drop.** Dropping the `Async` removes the descriptor from the epoll set and the
 //!    table, then closes it.
+//!
+//! 5. **R5 — the turn.** An idle worker of a runtime built with `Builder::drive_io` (the
+//!    default) takes the turn before it parks (`crate::drive`, D1) and waits in this same
+//!    epoll set instead of on its futex. epoll wakes one waiter per event, the one that
+//!    started waiting last, so the worker, which comes back to the set after each wake-up,
+//!    gets the events before the reactor thread, which stays in the set for those that come
+//!    while no worker waits.
+//! 6. **R6 — a worker's events.** The worker takes them as R3 does (ready flags, wakers),
+//!    gives the turn back, leaves its pool, and only then wakes the wakers (D6): its own
+//!    runtime's futures go to its own deque, and it polls the first itself.
+//! 7. **R7 — the kick.** A notification for the worker that holds the turn (new work, a
+//!    latch, shutdown) writes the reactor's eventfd, which is in the set level-triggered.
+//!    Whoever wakes on it reads it, except the reactor thread while a worker holds the turn:
+//!    it leaves the kick unread, so epoll passes it on to that worker, and waits for the
+//!    turn to be given back before it waits in the set again.
+//! 8. **R8 — a failed wait.** A worker whose `epoll_wait` fails says so once and no worker
+//!    takes the turn again; the reactor thread serves alone, as with `drive_io(false)`.
 //!
 //! Races: an edge that arrives between a `WouldBlock` and the clearing of the flag advances the
 //! tick, so the flag stays set and the operation is tried again (no lost edge). A waker stored
@@ -54,13 +72,17 @@ use std::collections::HashMap;
 use std::future::poll_fn;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+
+use crate::drive::Waited;
 
 /// One direction (read or write) of a source.
 #[derive(Default)]
@@ -117,11 +139,31 @@ impl Source {
     }
 }
 
-/// The process's reactor: its epoll set and the sources by key.
+/// The key of the reactor's eventfd in its epoll set (sources count up from 0).
+const KICK: u64 = u64::MAX;
+
+/// The process's reactor: its epoll set and the sources by key, and the turn that idle
+/// workers take to wait in the set themselves (R5–R8, `crate::drive`).
 struct Reactor {
     epoll: Epoll,
     sources: Mutex<HashMap<u64, Arc<Source>>>,
     next_key: AtomicU64,
+    /// R7: in the set, level-triggered; written to wake the worker that holds the turn.
+    kick: EventFd,
+    /// R5: a worker holds the turn.
+    turn: AtomicBool,
+    /// The reactor thread waits here for the turn to be given back (R7).
+    turn_lock: Mutex<()>,
+    turn_given: Condvar,
+    /// A driving worker's `epoll_wait` failed: workers park as before.
+    failed: AtomicBool,
+}
+
+thread_local! {
+    /// A driving worker's event buffer.
+    static EVENTS: RefCell<Vec<EpollEvent>> = RefCell::new(vec![EpollEvent::empty(); 64]);
+    /// The wakers a driving worker took and has not woken yet (R6 to D6).
+    static TAKEN: RefCell<Vec<Waker>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Reactor {
@@ -129,9 +171,41 @@ impl Reactor {
         self.sources.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// R3 (and R6 for a driving worker): a batch of events: each source's ready flags set and
+    /// its wakers taken into `wake`. A kick is read, unless it came to the reactor thread
+    /// while a worker holds the turn: then it is left for that worker and this returns `true`.
+    fn take(&self, events: &[EpollEvent], driver: bool, wake: &mut Vec<Waker>) -> bool {
+        let mut left = false;
+        let sources = self.sources();
+        for ev in events {
+            if ev.data() == KICK {
+                if driver || !self.turn.load(Ordering::SeqCst) {
+                    // Non-blocking: `EAGAIN` when another waiter read it first.
+                    let _ = self.kick.read();
+                } else {
+                    left = true;
+                }
+                continue;
+            }
+            let Some(source) = sources.get(&ev.data()) else {
+                continue;
+            };
+            let flags = ev.events();
+            let gone = EpollFlags::EPOLLHUP | EpollFlags::EPOLLERR;
+            if flags.intersects(EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | gone) {
+                wake.extend(source.fire(READ));
+            }
+            if flags.intersects(EpollFlags::EPOLLOUT | gone) {
+                wake.extend(source.fire(WRITE));
+            }
+        }
+        left
+    }
+
     /// R3: the reactor thread.
     fn run(&self) {
         let mut events = vec![EpollEvent::empty(); 256];
+        let mut wake = Vec::new();
         loop {
             let n = match self.epoll.wait(&mut events, EpollTimeout::NONE) {
                 Ok(n) => n,
@@ -143,26 +217,77 @@ impl Reactor {
                     return;
                 }
             };
-            let mut wake = Vec::new();
-            {
-                let sources = self.sources();
-                for ev in &events[..n] {
-                    let Some(source) = sources.get(&ev.data()) else {
-                        continue;
-                    };
-                    let flags = ev.events();
-                    let gone = EpollFlags::EPOLLHUP | EpollFlags::EPOLLERR;
-                    if flags.intersects(EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | gone) {
-                        wake.extend(source.fire(READ));
-                    }
-                    if flags.intersects(EpollFlags::EPOLLOUT | gone) {
-                        wake.extend(source.fire(WRITE));
-                    }
+            let left = self.take(&events[..n], false, &mut wake);
+            // Any executor's waker: its panic must not stop the reactor.
+            wake.drain(..).for_each(crate::spawn::wake_foreign);
+            if left {
+                // R7: out of the set until the turn is given back, or the kick it did not
+                // read would wake it again at once.
+                let mut held = self.turn_lock.lock().unwrap_or_else(|p| p.into_inner());
+                while self.turn.load(Ordering::SeqCst) {
+                    held = self
+                        .turn_given
+                        .wait(held)
+                        .unwrap_or_else(|p| p.into_inner());
                 }
             }
-            // Any executor's waker: its panic must not stop the reactor.
-            wake.into_iter().for_each(crate::spawn::wake_foreign);
         }
+    }
+}
+
+/// R5–R8: idle workers wait in the reactor's set, one at a time (`crate::drive`).
+impl crate::drive::Driver for Reactor {
+    /// R5; never after R8.
+    fn try_take(&self) -> bool {
+        !self.failed.load(Ordering::Relaxed)
+            && self
+                .turn
+                .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// R6: one `epoll_wait` in the reactor's set; the events' wakers are kept in this thread.
+    fn wait(&self) -> Waited {
+        EVENTS.with_borrow_mut(|events| {
+            match self.epoll.wait(events, EpollTimeout::NONE) {
+                Ok(n) => TAKEN.with_borrow_mut(|taken| {
+                    let before = taken.len();
+                    self.take(&events[..n], true, taken);
+                    if taken.len() > before {
+                        Waited::Events
+                    } else {
+                        Waited::Nothing
+                    }
+                }),
+                Err(nix::errno::Errno::EINTR) => Waited::Nothing,
+                Err(e) => {
+                    self.failed.store(true, Ordering::Relaxed);
+                    crate::diag::emit(&format!(
+                        "umt-rt: idle workers stop waiting for I/O events themselves: \
+                         epoll_wait failed ({e}); the reactor thread alone waits for them"
+                    ));
+                    Waited::Failed
+                }
+            }
+        })
+    }
+
+    /// R7: the reactor thread may be waiting for the turn.
+    fn release(&self) {
+        self.turn.store(false, Ordering::SeqCst);
+        let _held = self.turn_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.turn_given.notify_one();
+    }
+
+    fn dispatch(&self) {
+        let taken = TAKEN.with_borrow_mut(std::mem::take);
+        taken.into_iter().for_each(crate::spawn::wake_foreign);
+    }
+
+    /// R7.
+    fn kick(&self) {
+        // Non-blocking: fails only when the counter is full, which wakes the waiter anyway.
+        let _ = self.kick.write(1);
     }
 }
 
@@ -173,15 +298,26 @@ fn reactor() -> io::Result<&'static Reactor> {
         .get_or_init(|| {
             let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
                 .map_err(|e| format!("epoll_create1 failed ({e})"))?;
+            let kick = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+                .map_err(|e| format!("eventfd failed ({e})"))?;
+            epoll
+                .add(&kick, EpollEvent::new(EpollFlags::EPOLLIN, KICK))
+                .map_err(|e| format!("cannot watch its eventfd ({e})"))?;
             let reactor: &'static Reactor = Box::leak(Box::new(Reactor {
                 epoll,
                 sources: Mutex::new(HashMap::new()),
                 next_key: AtomicU64::new(0),
+                kick,
+                turn: AtomicBool::new(false),
+                turn_lock: Mutex::new(()),
+                turn_given: Condvar::new(),
+                failed: AtomicBool::new(false),
             }));
             std::thread::Builder::new()
                 .name("umt-reactor".into())
                 .spawn(move || reactor.run())
                 .map_err(|e| format!("cannot start its thread ({e})"))?;
+            crate::drive::install(reactor);
             Ok(reactor)
         })
         .as_ref()

@@ -132,6 +132,7 @@ pub struct Builder {
     exit_handler: Option<ThreadFn>,
     panic_handler: Option<PanicFn>,
     handoff: bool,
+    drive_io: bool,
     lend_workers: bool,
     leader_runs_tasks: bool,
     require_monitor: bool,
@@ -149,6 +150,7 @@ impl std::fmt::Debug for Builder {
             .field("scan_period", &self.scan_period)
             .field("leader_policy", &self.leader_policy)
             .field("handoff", &self.handoff)
+            .field("drive_io", &self.drive_io)
             .field("lend_workers", &self.lend_workers)
             .field("leader_runs_tasks", &self.leader_runs_tasks)
             .field("require_monitor", &self.require_monitor)
@@ -174,6 +176,7 @@ impl Default for Builder {
             exit_handler: None,
             panic_handler: None,
             handoff: false,
+            drive_io: true,
             lend_workers: true,
             leader_runs_tasks: false,
             require_monitor: false,
@@ -273,6 +276,17 @@ impl Builder {
     /// counts them.
     pub fn handoff(mut self, on: bool) -> Self {
         self.handoff = on;
+        self
+    }
+
+    /// Idle workers wait for I/O events (default on): once a future uses
+    /// [`async_io::Async`](crate::async_io::Async), an idle worker, one at a time, waits in
+    /// the reactor's epoll set instead of parking, so a socket's event wakes the worker that
+    /// runs its future, with no hop through the reactor thread (which still covers the events
+    /// that come while every worker is busy or blocked). Off: workers park, and every event
+    /// goes through the reactor thread. Steps and races: `crates/umt-rt/src/drive.rs`.
+    pub fn drive_io(mut self, on: bool) -> Self {
+        self.drive_io = on;
         self
     }
 
@@ -465,6 +479,7 @@ impl Builder {
             exit_handler: self.exit_handler,
             panic_handler: self.panic_handler,
             handoff: self.handoff,
+            drive_io: self.drive_io,
             caps,
             leader_runs_tasks: self.leader_runs_tasks,
             trace: self.trace,

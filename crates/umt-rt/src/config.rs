@@ -127,6 +127,8 @@ pub(crate) struct Config {
     /// A worker that runs out of work while another worker of its core is ready parks at
     /// once instead of spinning (`Builder::handoff`).
     pub(crate) handoff: bool,
+    /// Idle workers wait in the process's I/O driver, one at a time (`Builder::drive_io`).
+    pub(crate) drive_io: bool,
     /// What the leader policy and the monitor's backend imply, computed once.
     pub(crate) caps: Capabilities,
     /// A leader that finds its core starved runs tasks itself instead of waking a worker
@@ -180,6 +182,7 @@ impl std::fmt::Debug for Config {
             .field("scan_period", &self.scan_period)
             .field("leader_policy", &self.leader_policy)
             .field("handoff", &self.handoff)
+            .field("drive_io", &self.drive_io)
             .field("caps", &self.caps)
             .field("leader_runs_tasks", &self.leader_runs_tasks)
             .field("trace", &self.trace)

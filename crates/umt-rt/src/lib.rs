@@ -143,13 +143,14 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// Items left out of the loom build (`RUSTFLAGS="--cfg loom"`), which checks the handshakes of
-/// the seven files declared outside it and needs no thread, monitor or runtime: one gate.
+/// the eight files declared outside it and needs no thread, monitor or runtime: one gate.
 macro_rules! not_loom {
     ($($item:item)*) => { $( #[cfg(not(loom))] $item )* };
 }
 
 // The handshakes loom checks, and the shim they are written against.
 mod blocker;
+mod drive;
 mod lend;
 mod offer;
 mod pool;

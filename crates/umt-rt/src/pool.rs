@@ -11,19 +11,46 @@
 
 use crossbeam_utils::CachePadded;
 
+use crate::drive::{Driver, Waited};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, Thread, fence, lock, park};
 
 /// Wakes one parked thread exactly once per notification, whatever the interleaving.
-#[derive(Debug)]
 pub(crate) struct Notifier {
     notified: AtomicBool,
+    /// The owner waits in the I/O driver, not on its futex (D2 of `drive.rs`): a notification
+    /// also kicks the driver.
+    driving: AtomicBool,
+    /// The driver the owner waits in, set before `driving` is first raised.
+    driver: std::sync::OnceLock<&'static dyn Driver>,
     thread: Thread,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier")
+            .field("notified", &self.notified)
+            .field("driving", &self.driving)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How [`Notifier::wait_or_drive`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Woke {
+    /// Notified (the notification is consumed).
+    Notified,
+    /// Drove and took I/O events: the caller dispatches them once active (D6 of `drive.rs`).
+    Events,
+    /// `stop()` held: the caller looks for what it announced.
+    Stopped,
 }
 
 impl Notifier {
     pub(crate) fn new(thread: Thread) -> Self {
         Notifier {
             notified: AtomicBool::new(false),
+            driving: AtomicBool::new(false),
+            driver: std::sync::OnceLock::new(),
             thread,
         }
     }
@@ -32,6 +59,15 @@ impl Notifier {
     pub(crate) fn notify(&self) {
         if !self.notified.swap(true, Ordering::AcqRel) {
             self.thread.unpark();
+            // D4 of `drive.rs`: the fence pairs with D2's in `wait_or_drive` (a Dekker pair:
+            // either the owner sees `notified` or this sees `driving`).
+            fence(Ordering::SeqCst);
+            if self.driving.load(Ordering::Relaxed)
+                && crate::sync::current_thread_id() != self.thread.id()
+                && let Some(driver) = self.driver.get()
+            {
+                driver.kick();
+            }
         }
     }
 
@@ -40,6 +76,49 @@ impl Notifier {
         while !self.notified.swap(false, Ordering::AcqRel) {
             park();
         }
+    }
+
+    /// [`Notifier::wait`] for an idle worker: waits in `driver` instead when it gets the turn
+    /// (D1–D5 of `drive.rs`), and returns early when `stop()` holds after a wait in it.
+    pub(crate) fn wait_or_drive(
+        &self,
+        driver: Option<&'static dyn Driver>,
+        stop: &dyn Fn() -> bool,
+    ) -> Woke {
+        if let Some(driver) = driver
+            && driver.try_take()
+        {
+            let _ = self.driver.set(driver);
+            // D2: the fence pairs with D4's in `notify`.
+            self.driving.store(true, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            let mut woke = Woke::Stopped;
+            while !self.notified.load(Ordering::Acquire) && !stop() {
+                match driver.wait() {
+                    Waited::Events => {
+                        woke = Woke::Events;
+                        break;
+                    }
+                    Waited::Nothing => {}
+                    Waited::Failed => break,
+                }
+            }
+            // D5.
+            self.driving.store(false, Ordering::Relaxed);
+            driver.release();
+            if self.notified.swap(false, Ordering::AcqRel) {
+                return if woke == Woke::Events {
+                    Woke::Events
+                } else {
+                    Woke::Notified
+                };
+            }
+            if woke == Woke::Events || stop() {
+                return woke;
+            }
+        }
+        self.wait();
+        Woke::Notified
     }
 
     /// [`Notifier::wait`], returning at `deadline` at the latest. A notification that comes
@@ -432,8 +511,9 @@ impl Pools {
         worker: usize,
         me: &Notifier,
         notify: impl FnOnce(usize),
-        recheck: impl FnOnce() -> bool,
-    ) -> bool {
+        recheck: impl Fn() -> bool,
+        driver: Option<&'static dyn Driver>,
+    ) -> Option<Woke> {
         // S1: stop being active, become findable by wakers. If the core would idle while a
         // worker that surrendered mid-task waits, hand the core to it.
         if let Some(w) = self.enter(core, worker) {
@@ -443,19 +523,26 @@ impl Pools {
         fence(Ordering::SeqCst);
         // S3: re-check everything that could have happened before we were findable.
         if recheck() && self.leave(core, worker) {
-            return false;
+            return None;
         }
-        // S4: park. Either nobody woke us yet, or a waker took us out of the pool and its
-        // notification is on its way: consume it either way.
-        self.park(core, worker, me);
-        true
+        // S4: park (or wait in the I/O driver, D1–D5 of `drive.rs`). Either nobody woke us
+        // yet, or a waker took us out of the pool and its notification is on its way: consume
+        // it either way.
+        let woke = me.wait_or_drive(driver, &recheck);
+        self.back(core, worker);
+        Some(woke)
     }
 
-    /// Waits for a notification while in the pool, then is active again: leaves the pool if
-    /// woken by a latch or at shutdown; if a waker took it out instead, ends that wake in
-    /// flight ([`Pools::woken`]), now that the worker runs and the monitor has seen it unblock.
+    /// Waits for a notification while in the pool, then is active again ([`Pools::back`]).
     pub(crate) fn park(&self, core: usize, worker: usize, me: &Notifier) {
         me.wait();
+        self.back(core, worker);
+    }
+
+    /// After a wait in the pool: leaves the pool if woken by a latch, at shutdown or by I/O
+    /// events; if a waker took it out instead, ends that wake in flight ([`Pools::woken`]),
+    /// now that the worker runs and the monitor has seen it unblock.
+    fn back(&self, core: usize, worker: usize) {
         if !self.leave(core, worker) {
             self.woken(core);
         }
@@ -822,7 +909,14 @@ mod loom_tests {
                     let me = publish(&mb);
                     while jobs.load(Ordering::SeqCst) == 0 {
                         let no_handoff = |_| panic!("nobody surrendered");
-                        pools.sleep(0, 0, &me, no_handoff, || jobs.load(Ordering::SeqCst) > 0);
+                        pools.sleep(
+                            0,
+                            0,
+                            &me,
+                            no_handoff,
+                            || jobs.load(Ordering::SeqCst) > 0,
+                            None,
+                        );
                     }
                     jobs.fetch_sub(1, Ordering::SeqCst);
                 })
@@ -834,6 +928,108 @@ mod loom_tests {
             assert_eq!(pools.idle_cores(), 0);
             assert!(!pools.leader_view(0).1, "no wake left in flight");
         });
+    }
+
+    /// An I/O driver for the models: a wait returns on a kick (sticky, as an eventfd) or on
+    /// a posted event; one turn.
+    struct ModelDriver {
+        /// The turn is held, kicks not yet read, events not yet taken.
+        state: Mutex<(bool, bool, usize)>,
+        changed: loom::sync::Condvar,
+    }
+
+    impl ModelDriver {
+        fn leaked() -> &'static ModelDriver {
+            Box::leak(Box::new(ModelDriver {
+                state: Mutex::new((false, false, 0)),
+                changed: loom::sync::Condvar::new(),
+            }))
+        }
+
+        fn post_event(&self) {
+            lock(&self.state).2 += 1;
+            self.changed.notify_all();
+        }
+    }
+
+    impl Driver for ModelDriver {
+        fn try_take(&self) -> bool {
+            let mut s = lock(&self.state);
+            !std::mem::replace(&mut s.0, true)
+        }
+
+        fn wait(&self) -> Waited {
+            let mut s = lock(&self.state);
+            while !s.1 && s.2 == 0 {
+                s = self.changed.wait(s).unwrap();
+            }
+            if std::mem::take(&mut s.1) {
+                Waited::Nothing
+            } else {
+                s.2 -= 1;
+                Waited::Events
+            }
+        }
+
+        fn release(&self) {
+            lock(&self.state).0 = false;
+        }
+
+        fn dispatch(&self) {}
+
+        fn kick(&self) {
+            lock(&self.state).1 = true;
+            self.changed.notify_all();
+        }
+    }
+
+    /// A worker goes to sleep with the I/O driver while a spawner pushes a job and notifies
+    /// it (and, with `event`, an I/O event arrives too). Whatever the interleaving, the
+    /// worker runs the job, ends active with no wake left in flight, and gives the turn back.
+    fn driving_worker_model(event: bool) {
+        loom::model(move || {
+            let pools = Arc::new(Pools::new(1, 2));
+            let model = ModelDriver::leaked();
+            let driver: &'static dyn Driver = model;
+            let jobs = Arc::new(AtomicUsize::new(0));
+            let mb = mailbox();
+            let worker = {
+                let (pools, jobs, mb) = (pools.clone(), jobs.clone(), mb.clone());
+                loom::thread::spawn(move || {
+                    let me = publish(&mb);
+                    while jobs.load(Ordering::SeqCst) == 0 {
+                        let no_handoff = |_| panic!("nobody surrendered");
+                        let recheck = || jobs.load(Ordering::SeqCst) > 0;
+                        pools.sleep(0, 0, &me, no_handoff, recheck, Some(driver));
+                    }
+                    jobs.fetch_sub(1, Ordering::SeqCst);
+                })
+            };
+            if event {
+                model.post_event();
+            }
+            jobs.fetch_add(1, Ordering::SeqCst);
+            pools.wake_for_work(|_| receive(&mb).notify());
+            worker.join().unwrap();
+            assert_eq!(pools.counts(0), (1, 1));
+            assert!(!pools.leader_view(0).1, "no wake left in flight");
+            assert!(driver.try_take(), "the turn was given back");
+        });
+    }
+
+    /// D1–D5 of `drive.rs`: the notification reaches a worker that waits in the driver (a
+    /// kick) wherever it is in its turn. A lost kick leaves it waiting forever, which loom
+    /// reports.
+    #[test]
+    fn a_notification_reaches_a_driving_worker() {
+        driving_worker_model(false);
+    }
+
+    /// D6 and the race of events with a notification: the worker may wake for the event,
+    /// leave the pool, and sleep again, or take both at once.
+    #[test]
+    fn events_and_a_notification_race_for_a_driving_worker() {
+        driving_worker_model(true);
     }
 
     /// Two workers of one core both see oversubscription and try to surrender at once:
@@ -923,7 +1119,7 @@ mod loom_tests {
                     let me = publish(&mb);
                     while !latch.load(Ordering::SeqCst) {
                         let no_handoff = |_| panic!("nobody surrendered");
-                        pools.sleep(0, 0, &me, no_handoff, || latch.load(Ordering::SeqCst));
+                        pools.sleep(0, 0, &me, no_handoff, || latch.load(Ordering::SeqCst), None);
                     }
                 })
             };

@@ -429,6 +429,7 @@ mod extension_tests {
             exit_handler: None,
             panic_handler: None,
             handoff: false,
+            drive_io: false,
             caps: crate::config::Capabilities::of(LeaderPolicy::Idle, false, false, cores),
             leader_runs_tasks: false,
             trace: false,

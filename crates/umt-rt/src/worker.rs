@@ -9,7 +9,7 @@ use umt_sys::CpuId;
 
 use crate::diag::Warning;
 use crate::job::Job;
-use crate::pool::Notifier;
+use crate::pool::{Notifier, Woke};
 use crate::registry::{Registry, Slot};
 use crate::sync::lock;
 use crate::trace::{LocalTrace, TraceKind, TraceThread};
@@ -75,6 +75,8 @@ pub(crate) struct WorkerCtx {
     trace: LocalTrace,
     /// I/O waits (`crate::io`) this worker is inside, nested on its stack.
     io_depth: Cell<u32>,
+    /// The next push is this worker's own next task: it wakes no idle core (D6 of `drive.rs`).
+    keep_next: Cell<bool>,
 }
 
 /// Starts the thread of slot `index`; its handle joins the registry's, for shutdown.
@@ -150,6 +152,7 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         reg: reg.clone(),
         trace: LocalTrace::default(),
         io_depth: Cell::new(0),
+        keep_next: Cell::new(false),
     };
     {
         CURRENT.with(|c| c.set(&ctx));
@@ -202,6 +205,7 @@ impl WorkerCtx {
             reg: reg.clone(),
             trace: LocalTrace::default(),
             io_depth: Cell::new(0),
+            keep_next: Cell::new(false),
         })
     }
 
@@ -387,7 +391,11 @@ impl WorkerCtx {
     #[inline]
     pub(crate) fn push(&self, job: Job) {
         self.deque.push(job);
-        self.reg.pools.wake_idle_core(|w| self.reg.notify(w));
+        if self.keep_next.get() {
+            self.keep_next.set(false);
+        } else {
+            self.reg.pools.wake_idle_core(|w| self.reg.notify(w));
+        }
         self.sched_point();
     }
 
@@ -578,18 +586,33 @@ impl WorkerCtx {
             self.record(TraceKind::Park);
             self.flush_trace();
         }
-        let parked = reg.pools.sleep(
+        // D1 of `drive.rs`: an idle worker may wait in the process's I/O driver.
+        let driver = if reg.config.drive_io {
+            crate::drive::installed()
+        } else {
+            None
+        };
+        let woke = reg.pools.sleep(
             self.core,
             self.index,
             self.notifier(),
             |w| reg.notify(w),
             recheck,
+            driver,
         );
         self.record(TraceKind::Unpark);
-        if parked {
+        if let Some(woke) = woke {
             // Lent while it parked (M4): woken for its own core.
             self.go_home();
             reg.poke_leader(self.core);
+            if let (Woke::Events, Some(driver)) = (woke, driver) {
+                // D6: active again; the tasks it wakes go to this worker's deque, the first
+                // without waking an idle core for it (this worker runs it next: an idle core
+                // woken for it would only race it to the job), the others as any push.
+                self.keep_next.set(true);
+                driver.dispatch();
+                self.keep_next.set(false);
+            }
         }
     }
 

@@ -1,0 +1,89 @@
+//! Idle workers wait for I/O events themselves: the turn to drive the process's I/O driver.
+//!
+//! The driver is a feature above the core (`async_io.rs`'s epoll reactor), which installs
+//! itself here when it starts; the core only sees this trait. Without it, a request that
+//! arrives on a socket costs two wake-ups before its handler runs: the reactor thread's, then
+//! the worker's it queues the task for. With it, an idle worker that parks waits in the
+//! reactor's epoll set instead of on its own futex, so the event wakes the worker that runs
+//! the handler (tokio's workers do the same). One worker at a time holds the *turn*; the
+//! others park as before; the reactor thread stays in the set throughout and covers the
+//! events that come while no idle worker waits (every worker busy, or blocked in the kernel).
+//!
+//! Steps (a worker's side in `pool.rs`, `Notifier::wait_or_drive`; the driver's in
+//! `async_io.rs`, R5–R8):
+//!
+//! 1. **D1 — take the turn.** A worker about to park (S4 of `README.md`) asks
+//!    [`Driver::try_take`]. If another worker holds the turn, it parks on its futex as before.
+//! 2. **D2 — announce.** It sets its notifier's `driving` flag, then reads `notified`; both
+//!    sequentially consistent.
+//! 3. **D3 — wait.** Unless notified (or its `stop` holds), it waits in the driver
+//!    ([`Driver::wait`]) for events or a kick. Events are taken (their sources marked ready,
+//!    their wakers collected in the worker's thread), not woken yet.
+//! 4. **D4 — a notification while driving.** `Notifier::notify` sets `notified`, then reads
+//!    `driving`, and if it is set (and it is not the owner itself) calls [`Driver::kick`],
+//!    which makes the driver's current or next wait return (an eventfd in the set: sticky).
+//! 5. **D5 — give the turn back.** On events, a notification or `stop`, the worker clears
+//!    `driving` and calls [`Driver::release`]; then it leaves the pool as a woken worker does.
+//! 6. **D6 — dispatch.** Once active again, the worker wakes the collected wakers
+//!    ([`Driver::dispatch`]): a task of its own runtime goes to its own deque (A2), and it runs
+//!    it next, with no other thread in between. The first wakes no idle core (a core woken
+//!    for it would only race this worker to it, and spin when it lost); further ones do, as
+//!    any push.
+//!
+//! Races:
+//! - **A notification between D1 and D3** (the lost wake-up): D2 and D4 are a Dekker pair,
+//!   so either the worker sees `notified` and does not wait, or the notifier sees `driving`
+//!   and kicks; the kick stays in the eventfd until read, so a wait that starts after it
+//!   returns at once. Loom: `loom_tests::a_notification_reaches_a_driving_worker`.
+//! - **The reactor thread gets the kick** (epoll wakes one waiter, the newest): it does not
+//!   read it while a worker holds the turn, the set being level-triggered for the eventfd, so
+//!   epoll passes it on to the driving worker; the reactor thread then waits for the turn to
+//!   be given back (R7) instead of returning to the set, where the unread kick would wake it
+//!   again and again.
+//! - **A kick that comes after the turn was given back** (the notifier read `driving` just
+//!   before D5) stays in the eventfd: the next waiter (the reactor thread, or the next worker
+//!   to drive) reads it and goes on. A stale kick costs one spurious wake-up, never a lost one.
+//! - **Events seen by a worker whose wake was already in flight** (a waker took it out of the
+//!   pool meanwhile): it leaves the pool as a notified worker does (`Pools::park`) and
+//!   dispatches them; nothing is lost, the sources' ready flags were set under their locks.
+
+use std::sync::OnceLock;
+
+/// What a driver's wait found ([`Driver::wait`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waited {
+    /// Events, taken; the caller's [`Driver::dispatch`] wakes their futures.
+    Events,
+    /// Nothing to dispatch: a kick, a signal, or events that woke nobody.
+    Nothing,
+    /// The driver failed (said once, on the process's diagnostics): stop driving.
+    Failed,
+}
+
+/// An I/O driver that idle workers may wait in, one at a time (see the module's docs).
+pub(crate) trait Driver: Sync {
+    /// D1: takes the turn; `false` while another thread holds it.
+    fn try_take(&self) -> bool;
+    /// D3: waits (turn held) until events come or [`Driver::kick`] is called, and takes the
+    /// events into the calling thread's list.
+    fn wait(&self) -> Waited;
+    /// D5: gives the turn back.
+    fn release(&self);
+    /// D6: wakes what the calling thread's last waits took (any thread, no turn needed).
+    fn dispatch(&self);
+    /// D4: makes the current or the next [`Driver::wait`] return.
+    fn kick(&self);
+}
+
+/// The process's driver, once a feature started one.
+static DRIVER: OnceLock<&'static dyn Driver> = OnceLock::new();
+
+/// Makes `driver` the one idle workers wait in (the first call wins; a process has one).
+pub(crate) fn install(driver: &'static dyn Driver) {
+    let _ = DRIVER.set(driver);
+}
+
+/// The process's driver, if one was started.
+pub(crate) fn installed() -> Option<&'static dyn Driver> {
+    DRIVER.get().copied()
+}

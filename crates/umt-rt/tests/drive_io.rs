@@ -1,0 +1,151 @@
+//! Idle workers wait for socket events themselves (`Builder::drive_io`; steps D1–D6 in
+//! `src/drive.rs`, R5–R8 in `src/async_io.rs`). One test in this binary: the reactor and the
+//! turn are the process's, so no other runtime may drive meanwhile.
+
+use std::future::Future;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+use umt_rt::async_io::Async;
+
+fn thread_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("unnamed")
+        .to_string()
+}
+
+/// Wakes `inner` after noting the thread it was woken on.
+struct Noting {
+    inner: Waker,
+    woken_on: Arc<Mutex<Option<String>>>,
+}
+
+impl Wake for Noting {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        *self.woken_on.lock().unwrap() = Some(thread_name());
+        self.inner.wake_by_ref();
+    }
+}
+
+/// Polls `inner` with a waker that notes who wakes it.
+struct NoteWaker<F> {
+    inner: Pin<Box<F>>,
+    woken_on: Arc<Mutex<Option<String>>>,
+}
+
+impl<F: Future> Future for NoteWaker<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let waker = Waker::from(Arc::new(Noting {
+            inner: cx.waker().clone(),
+            woken_on: self.woken_on.clone(),
+        }));
+        self.inner.as_mut().poll(&mut Context::from_waker(&waker))
+    }
+}
+
+/// One request: a future on `rt` waits until `server` is readable, then reads the byte.
+/// Returns the thread that woke it and the thread that polled it after the wake.
+fn one_request(
+    rt: &umt_rt::Runtime,
+    server: &Arc<Async<UnixStream>>,
+    client: &mut UnixStream,
+    before_write: impl Fn(),
+) -> (String, String) {
+    let woken_on = Arc::new(Mutex::new(None));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let task = {
+        let (server, woken_on) = (server.clone(), woken_on.clone());
+        rt.spawn_async(async move {
+            let readable = NoteWaker {
+                inner: Box::pin(async { server.readable().await }),
+                woken_on,
+            };
+            tx.send(()).unwrap();
+            readable.await.unwrap();
+            let polled_on = thread_name();
+            let mut byte = [0u8; 1];
+            let mut stream: &UnixStream = server.get_ref();
+            stream.read_exact(&mut byte).unwrap();
+            polled_on
+        })
+    };
+    // The future waits (or is about to): the byte's event wakes it.
+    rx.recv().unwrap();
+    before_write();
+    client.write_all(&[7]).unwrap();
+    let polled_on = task.join();
+    let woken_on = woken_on.lock().unwrap().take();
+    // Data already there when the future first looked: nobody woke it.
+    (woken_on.unwrap_or_default(), polled_on)
+}
+
+/// Returns once a thread of a umt worker waits in `epoll_wait` (its `/proc` wait channel),
+/// which an idle worker of a `drive_io` runtime does once it runs out of work. Panics if none
+/// does within a minute (a guard against a hang, not a time being measured).
+fn a_worker_waits_in_epoll() {
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_secs(60) {
+        for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            let wchan = std::fs::read_to_string(task.path().join("wchan")).unwrap_or_default();
+            if comm.starts_with("umt-worker") && wchan.contains("epoll") {
+                return;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    panic!("no idle worker waited in epoll within a minute with drive_io on");
+}
+
+#[test]
+fn an_idle_worker_takes_the_event_and_runs_the_future_it_wakes() {
+    let (client, server) = UnixStream::pair().unwrap();
+    let mut client = client;
+    // Starts the process's reactor before any worker parks.
+    let server = Arc::new(Async::new(server).unwrap());
+
+    // Off: every event goes through the reactor thread.
+    let rt = umt_rt::Runtime::builder()
+        .num_threads(1)
+        .drive_io(false)
+        .build()
+        .unwrap();
+    for _ in 0..50 {
+        let (woken_on, _) = one_request(&rt, &server, &mut client, || {});
+        assert!(
+            woken_on.is_empty() || woken_on == "umt-reactor",
+            "woken on {woken_on} with drive_io off"
+        );
+    }
+    drop(rt);
+
+    // On: once the worker is idle it waits in the reactor's set, after the reactor thread,
+    // so the event wakes it (epoll wakes the newest waiter), and it polls the future itself
+    // (D6), with no other thread in between.
+    let rt = umt_rt::Runtime::builder()
+        .num_threads(1)
+        .drive_io(true)
+        .build()
+        .unwrap();
+    for round in 0..5 {
+        let (woken_on, polled_on) = one_request(&rt, &server, &mut client, a_worker_waits_in_epoll);
+        assert!(
+            woken_on.starts_with("umt-worker"),
+            "round {round}: woken on {woken_on} while an idle worker waited in the set"
+        );
+        assert_eq!(
+            woken_on, polled_on,
+            "the worker that took the event runs it"
+        );
+    }
+}
