@@ -118,6 +118,10 @@ struct ServeArgs {
     /// next request when the last is answered.
     #[arg(long)]
     rate: Option<f64>,
+    /// umt's idle workers park instead of waiting for socket events themselves
+    /// (`Builder::drive_io(false)`): every event goes through the reactor thread.
+    #[arg(long)]
+    no_drive_io: bool,
 }
 
 #[derive(Args, Clone)]
@@ -212,6 +216,7 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
         work: a.work,
         cores,
         rate: a.rate,
+        drive_io: !a.no_drive_io,
     };
     let mut scenarios = vec![(
         format!("1 in {} blocks {} us", a.block_every, a.block_us),

@@ -525,6 +525,7 @@ mod tests {
                 work: 1,
                 cores: 2,
                 rate,
+                drive_io: true,
             },
             runs: Server::ALL
                 .iter()

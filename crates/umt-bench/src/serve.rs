@@ -76,6 +76,9 @@ pub struct ServeParams {
     /// coordinated omission). `None`: closed loop, each client sends its next request when
     /// the answer to the last arrives.
     pub rate: Option<f64>,
+    /// umt's idle workers wait for socket events themselves (`Builder::drive_io`); off: every
+    /// event goes through the reactor thread.
+    pub drive_io: bool,
 }
 
 /// The servers compared.
@@ -190,6 +193,7 @@ fn start_umt(
         } else {
             BackendKind::Disabled
         })
+        .drive_io(p.drive_io)
         .build()
         .map_err(|e| BenchError::Runtime(format!("umt-rt: {e}")))?;
     let listener = Async::<std::net::TcpListener>::bind("127.0.0.1:0").map_err(net("bind"))?;
@@ -487,6 +491,7 @@ mod tests {
             work: 100,
             cores: 2,
             rate: None,
+            drive_io: true,
         };
         let dir = tempfile::tempdir().unwrap();
         let files = Arc::new(
@@ -532,6 +537,7 @@ mod tests {
             work: 1,
             cores: 1,
             rate: None,
+            drive_io: true,
         };
         let blocking: Vec<u64> = (0..10)
             .flat_map(|r| (0..4).map(move |c| (r, c)))
@@ -551,6 +557,7 @@ mod tests {
             work: 100,
             cores: 2,
             rate: Some(20_000.0),
+            drive_io: true,
         };
         for s in [Server::UmtMonitor, Server::Tokio] {
             let r = run(s, p, None).unwrap();
