@@ -1617,3 +1617,34 @@ proptest! {
         })?;
     }
 }
+
+#[test]
+fn chain_and_interleave_refuse_more_than_usize_max_items() {
+    let whole = || (0..usize::MAX).into_par_iter();
+    // Exactly usize::MAX fits.
+    assert_eq!(
+        (1..usize::MAX).into_par_iter().chain(0..1usize).len(),
+        usize::MAX
+    );
+    assert_eq!(
+        (1..usize::MAX).into_par_iter().interleave(0..1usize).len(),
+        usize::MAX
+    );
+    for (name, make) in [
+        (
+            "chain",
+            Box::new(|| drop(whole().chain(0..1usize))) as Box<dyn Fn()>,
+        ),
+        (
+            "interleave",
+            Box::new(|| drop(whole().interleave(0..1usize))),
+        ),
+    ] {
+        let err = catch_unwind(AssertUnwindSafe(make)).expect_err(name);
+        let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(
+            msg.starts_with(&format!("{name}: the two iterators have")),
+            "{name}: {msg}"
+        );
+    }
+}

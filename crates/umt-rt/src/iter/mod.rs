@@ -608,6 +608,10 @@ pub trait ParallelIterator: Sized {
 
     /// This iterator's items, then `other`'s. The schedule is this iterator's (or `other`'s
     /// when only it has one).
+    ///
+    /// # Panics
+    ///
+    /// If the two have more than `usize::MAX` items together (as rayon's `chain`).
     #[allow(clippy::type_complexity)]
     fn chain<O>(
         self,
@@ -1528,6 +1532,10 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
     /// let v: Vec<u32> = vec![1, 2, 3, 4].into_par_iter().interleave(vec![5, 6]).collect();
     /// assert_eq!(v, [1, 5, 2, 6, 3, 4]);
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// If the two have more than `usize::MAX` items together (as rayon's `interleave`).
     #[allow(clippy::type_complexity)]
     fn interleave<O>(
         self,

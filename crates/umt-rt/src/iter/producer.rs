@@ -1349,9 +1349,26 @@ pub struct Interleave<A, B> {
     b: B,
 }
 
-impl<A, B> Interleave<A, B> {
+impl<A: Producer, B: Producer> Interleave<A, B> {
+    /// Panics if the two lengths' sum overflows `usize` (as rayon's).
+    #[track_caller]
     pub(crate) fn new(a: A, b: B) -> Self {
+        total_len("interleave", &a, &b);
         Interleave { a, b }
+    }
+}
+
+/// `a`'s and `b`'s lengths added; panics, naming `call`, if that overflows `usize`: no
+/// index could reach the items past it.
+#[track_caller]
+fn total_len(call: &str, a: &impl Producer, b: &impl Producer) -> usize {
+    match a.len().checked_add(b.len()) {
+        Some(n) => n,
+        None => panic!(
+            "{call}: the two iterators have {} and {} items, more than usize::MAX together",
+            a.len(),
+            b.len()
+        ),
     }
 }
 
@@ -1430,8 +1447,11 @@ pub struct Chain<A, B> {
     b: B,
 }
 
-impl<A, B> Chain<A, B> {
+impl<A: Producer, B: Producer> Chain<A, B> {
+    /// Panics if the two lengths' sum overflows `usize` (as rayon's).
+    #[track_caller]
     pub(crate) fn new(a: A, b: B) -> Self {
+        total_len("chain", &a, &b);
         Chain { a, b }
     }
 }
