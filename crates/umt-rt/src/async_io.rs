@@ -20,18 +20,23 @@
 //!
 //! 5. **R5 — the turn.** An idle worker of a runtime built with `Builder::drive_io` (the
 //!    default) takes the turn before it parks (`crate::drive`, D1) and waits in this same
-//!    epoll set instead of on its futex. epoll wakes one waiter per event, the one that
+//!    epoll set instead of on its futex, if it is the last of its core to go idle (so that
+//!    events wake a thread whose CPU is free). epoll wakes one waiter per event, the one that
 //!    started waiting last, so the worker, which comes back to the set after each wake-up,
-//!    gets the events before the reactor thread, which stays in the set for those that come
-//!    while no worker waits.
+//!    mostly gets the events before the reactor thread, which stays in the set for those that
+//!    come while no worker waits (and takes them while it is the newer waiter, after its own
+//!    wake-ups).
 //! 6. **R6 — a worker's events.** The worker takes them as R3 does (ready flags, wakers),
 //!    gives the turn back, leaves its pool, and only then wakes the wakers (D6): its own
 //!    runtime's futures go to its own deque, and it polls the first itself.
 //! 7. **R7 — the kick.** A notification for the worker that holds the turn (new work, a
-//!    latch, shutdown) writes the reactor's eventfd, which is in the set level-triggered.
-//!    Whoever wakes on it reads it, except the reactor thread while a worker holds the turn:
-//!    it leaves the kick unread, so epoll passes it on to that worker, and waits for the
-//!    turn to be given back before it waits in the set again.
+//!    latch, shutdown) writes the reactor's eventfd, which is in the set edge-triggered, so
+//!    one waiter wakes per write. Whoever wakes on it reads it first; the reactor thread, if
+//!    it read a kick while a worker holds the turn, writes it again (a new edge, for that
+//!    worker) and waits for the turn to be given back before it waits in the set again.
+//!    Race: a kick written between the reactor thread's look at the turn and its read would
+//!    be lost to the worker, so it reads first and looks after. A child of `fork` shares the
+//!    set: its workers never take the turn (the reactor is the parent's).
 //! 8. **R8 — a failed wait.** A worker whose `epoll_wait` fails says so once and no worker
 //!    takes the turn again; the reactor thread serves alone, as with `drive_io(false)`.
 //!
@@ -157,6 +162,9 @@ struct Reactor {
     turn_given: Condvar,
     /// A driving worker's `epoll_wait` failed: workers park as before.
     failed: AtomicBool,
+    /// The process that made the set: a child of `fork` shares it and its eventfd, and its
+    /// workers must not take the parent's events.
+    pid: u32,
 }
 
 thread_local! {
@@ -179,10 +187,14 @@ impl Reactor {
         let sources = self.sources();
         for ev in events {
             if ev.data() == KICK {
-                if driver || !self.turn.load(Ordering::SeqCst) {
-                    // Non-blocking: `EAGAIN` when another waiter read it first.
-                    let _ = self.kick.read();
-                } else {
+                // Non-blocking: `EAGAIN` when another waiter read it first. Read before the
+                // turn is looked at: a kick written after the look would otherwise be read
+                // here, unseen by the worker it was for.
+                let read = self.kick.read().is_ok();
+                if !driver && read && self.turn.load(Ordering::SeqCst) {
+                    // R7: maybe the driving worker's: written again (a new edge, which wakes
+                    // it), and this thread stays out of the set until the turn is back.
+                    let _ = self.kick.write(1);
                     left = true;
                 }
                 continue;
@@ -240,6 +252,7 @@ impl crate::drive::Driver for Reactor {
     /// R5; never after R8.
     fn try_take(&self) -> bool {
         !self.failed.load(Ordering::Relaxed)
+            && self.pid == std::process::id()
             && self
                 .turn
                 .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
@@ -301,7 +314,10 @@ fn reactor() -> io::Result<&'static Reactor> {
             let kick = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
                 .map_err(|e| format!("eventfd failed ({e})"))?;
             epoll
-                .add(&kick, EpollEvent::new(EpollFlags::EPOLLIN, KICK))
+                .add(
+                    &kick,
+                    EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLET, KICK),
+                )
                 .map_err(|e| format!("cannot watch its eventfd ({e})"))?;
             let reactor: &'static Reactor = Box::leak(Box::new(Reactor {
                 epoll,
@@ -312,6 +328,7 @@ fn reactor() -> io::Result<&'static Reactor> {
                 turn_lock: Mutex::new(()),
                 turn_given: Condvar::new(),
                 failed: AtomicBool::new(false),
+                pid: std::process::id(),
             }));
             std::thread::Builder::new()
                 .name("umt-reactor".into())

@@ -12,7 +12,8 @@
 //! Steps (a worker's side in `pool.rs`, `Notifier::wait_or_drive`; the driver's in
 //! `async_io.rs`, R5–R8):
 //!
-//! 1. **D1 — take the turn.** A worker about to park (S4 of `README.md`) asks
+//! 1. **D1 — take the turn.** A worker about to park (S4 of `README.md`), the last active one
+//!    of its core (so that events wake a thread whose CPU is free), asks
 //!    [`Driver::try_take`]. If another worker holds the turn, it parks on its futex as before.
 //! 2. **D2 — announce.** It sets its notifier's `driving` flag, then reads `notified`; both
 //!    sequentially consistent.
@@ -21,31 +22,39 @@
 //!    their wakers collected in the worker's thread), not woken yet.
 //! 4. **D4 — a notification while driving.** `Notifier::notify` sets `notified`, then reads
 //!    `driving`, and if it is set (and it is not the owner itself) calls [`Driver::kick`],
-//!    which makes the driver's current or next wait return (an eventfd in the set: sticky).
+//!    which makes the driver's current or next wait return (an eventfd in the set,
+//!    edge-triggered: one waiter wakes per kick, and a kick no waiter took stays ready for
+//!    the next wait).
 //! 5. **D5 — give the turn back.** On events, a notification or `stop`, the worker clears
 //!    `driving` and calls [`Driver::release`]; then it leaves the pool as a woken worker does.
 //! 6. **D6 — dispatch.** Once active again, the worker wakes the collected wakers
 //!    ([`Driver::dispatch`]): a task of its own runtime goes to its own deque (A2), and it runs
 //!    it next, with no other thread in between. The first wakes no idle core (a core woken
-//!    for it would only race this worker to it, and spin when it lost); further ones do, as
-//!    any push.
+//!    for it would only race this worker to it, and spin when it lost), unless the worker
+//!    slept waiting for a latch of its own, to which it goes back; further ones do, as any
+//!    push. No push makes a scheduling point meanwhile, so the worker cannot surrender with
+//!    wakers still in its hands.
 //!
 //! Races:
 //! - **A notification between D1 and D3** (the lost wake-up): D2 and D4 are a Dekker pair,
 //!   so either the worker sees `notified` and does not wait, or the notifier sees `driving`
 //!   and kicks; the kick stays in the eventfd until read, so a wait that starts after it
 //!   returns at once. Loom: `loom_tests::a_notification_reaches_a_driving_worker`.
-//! - **The reactor thread gets the kick** (epoll wakes one waiter, the newest): it does not
-//!   read it while a worker holds the turn, the set being level-triggered for the eventfd, so
-//!   epoll passes it on to the driving worker; the reactor thread then waits for the turn to
-//!   be given back (R7) instead of returning to the set, where the unread kick would wake it
-//!   again and again.
+//! - **The reactor thread gets the kick** (epoll wakes one waiter, the newest, and the
+//!   reactor thread is the newest after each of its own wake-ups): it reads it, and if a
+//!   worker holds the turn it writes it again, a new edge for that worker, then waits for the
+//!   turn to be given back (R7). It reads before it looks at the turn: looking first, a kick
+//!   written between the look and the read would be read by it and lost to the worker (found
+//!   in review; a stall within a few hundred spawns with the window widened).
+//! - **A `fork` child** shares the set and the eventfd: the driver refuses the turn in any
+//!   process but the one that made it.
 //! - **A kick that comes after the turn was given back** (the notifier read `driving` just
 //!   before D5) stays in the eventfd: the next waiter (the reactor thread, or the next worker
 //!   to drive) reads it and goes on. A stale kick costs one spurious wake-up, never a lost one.
 //! - **Events seen by a worker whose wake was already in flight** (a waker took it out of the
-//!   pool meanwhile): it leaves the pool as a notified worker does (`Pools::park`) and
-//!   dispatches them; nothing is lost, the sources' ready flags were set under their locks.
+//!   pool meanwhile): it ends that wake (`Pools::woken`) and dispatches them; the waker's
+//!   notification stays for its next wait, which returns at once (a notification is a hint).
+//!   Nothing is lost: the sources' ready flags were set under their locks.
 
 use std::sync::OnceLock;
 

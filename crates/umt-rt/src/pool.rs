@@ -62,7 +62,7 @@ impl Notifier {
             // D4 of `drive.rs`: the fence pairs with D2's in `wait_or_drive` (a Dekker pair:
             // either the owner sees `notified` or this sees `driving`).
             fence(Ordering::SeqCst);
-            if self.driving.load(Ordering::Relaxed)
+            if self.driving.load(Ordering::Acquire)
                 && crate::sync::current_thread_id() != self.thread.id()
                 && let Some(driver) = self.driver.get()
             {
@@ -90,7 +90,7 @@ impl Notifier {
         {
             let _ = self.driver.set(driver);
             // D2: the fence pairs with D4's in `notify`.
-            self.driving.store(true, Ordering::Relaxed);
+            self.driving.store(true, Ordering::Release);
             fence(Ordering::SeqCst);
             let mut woke = Woke::Stopped;
             while !self.notified.load(Ordering::Acquire) && !stop() {
@@ -413,7 +413,9 @@ impl Pools {
     }
 
     /// A worker a waker took out of the pool runs now: the monitor counts it from here on.
-    /// Called once per take, after the worker consumed the waker's notification.
+    /// Called once per take, once the worker runs: after it consumed the waker's
+    /// notification, or after a wait in the I/O driver returned first (the notification then
+    /// stays for its next wait, which returns at once).
     pub(crate) fn woken(&self, core: usize) {
         let mut p = lock(&self.cores[core]);
         p.waking = p.waking.saturating_sub(1);
@@ -525,9 +527,11 @@ impl Pools {
         if recheck() && self.leave(core, worker) {
             return None;
         }
-        // S4: park (or wait in the I/O driver, D1–D5 of `drive.rs`). Either nobody woke us
+        // S4: park (or wait in the I/O driver, D1–D5 of `drive.rs`, if the core has no other
+        // active worker: events then wake a thread whose CPU is free). Either nobody woke us
         // yet, or a waker took us out of the pool and its notification is on its way: consume
-        // it either way.
+        // it either way (a wait in the driver may return first, leaving it for the next wait).
+        let driver = driver.filter(|_| self.counts(core).0 == 0);
         let woke = me.wait_or_drive(driver, &recheck);
         self.back(core, worker);
         Some(woke)

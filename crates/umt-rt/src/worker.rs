@@ -77,6 +77,9 @@ pub(crate) struct WorkerCtx {
     io_depth: Cell<u32>,
     /// The next push is this worker's own next task: it wakes no idle core (D6 of `drive.rs`).
     keep_next: Cell<bool>,
+    /// Waking the futures of I/O events (D6): pushes make no scheduling point, so the worker
+    /// does not surrender with wakers still in its hands.
+    dispatching: Cell<bool>,
 }
 
 /// Starts the thread of slot `index`; its handle joins the registry's, for shutdown.
@@ -153,6 +156,7 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         trace: LocalTrace::default(),
         io_depth: Cell::new(0),
         keep_next: Cell::new(false),
+        dispatching: Cell::new(false),
     };
     {
         CURRENT.with(|c| c.set(&ctx));
@@ -206,6 +210,7 @@ impl WorkerCtx {
             trace: LocalTrace::default(),
             io_depth: Cell::new(0),
             keep_next: Cell::new(false),
+            dispatching: Cell::new(false),
         })
     }
 
@@ -396,7 +401,9 @@ impl WorkerCtx {
         } else {
             self.reg.pools.wake_idle_core(|w| self.reg.notify(w));
         }
-        self.sched_point();
+        if !self.dispatching.get() {
+            self.sched_point();
+        }
     }
 
     /// Pops the newest job of the own deque.
@@ -609,8 +616,11 @@ impl WorkerCtx {
                 // D6: active again; the tasks it wakes go to this worker's deque, the first
                 // without waking an idle core for it (this worker runs it next: an idle core
                 // woken for it would only race it to the job), the others as any push.
-                self.keep_next.set(true);
+                // A worker waiting for its own latch (`done`) goes back to it instead.
+                self.keep_next.set(done.is_none());
+                self.dispatching.set(true);
                 driver.dispatch();
+                self.dispatching.set(false);
                 self.keep_next.set(false);
             }
         }
