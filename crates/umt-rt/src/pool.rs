@@ -903,35 +903,7 @@ mod loom_tests {
     /// whatever the interleaving, the job is run (a lost wake-up deadlocks, which loom reports).
     #[test]
     fn no_lost_wakeup_between_sleep_and_spawn() {
-        loom::model(|| {
-            let pools = Arc::new(Pools::new(1, 2));
-            let jobs = Arc::new(AtomicUsize::new(0));
-            let mb = mailbox();
-            let worker = {
-                let (pools, jobs, mb) = (pools.clone(), jobs.clone(), mb.clone());
-                loom::thread::spawn(move || {
-                    let me = publish(&mb);
-                    while jobs.load(Ordering::SeqCst) == 0 {
-                        let no_handoff = |_| panic!("nobody surrendered");
-                        pools.sleep(
-                            0,
-                            0,
-                            &me,
-                            no_handoff,
-                            || jobs.load(Ordering::SeqCst) > 0,
-                            None,
-                        );
-                    }
-                    jobs.fetch_sub(1, Ordering::SeqCst);
-                })
-            };
-            jobs.fetch_add(1, Ordering::SeqCst);
-            pools.wake_for_work(|_| receive(&mb).notify());
-            worker.join().unwrap();
-            assert_eq!(pools.counts(0), (1, 1));
-            assert_eq!(pools.idle_cores(), 0);
-            assert!(!pools.leader_view(0).1, "no wake left in flight");
-        });
+        sleep_while_a_spawner_notifies(None);
     }
 
     /// An I/O driver for the models: a wait returns on a kick (sticky, as an eventfd) or on
@@ -987,14 +959,15 @@ mod loom_tests {
         }
     }
 
-    /// A worker goes to sleep with the I/O driver while a spawner pushes a job and notifies
-    /// it (and, with `event`, an I/O event arrives too). Whatever the interleaving, the
-    /// worker runs the job, ends active with no wake left in flight, and gives the turn back.
-    fn driving_worker_model(event: bool) {
+    /// A worker goes to sleep (with the I/O driver, if `driven`) while a spawner pushes a job
+    /// and notifies it (and, with `Some(true)`, an I/O event arrives too). Whatever the
+    /// interleaving, the worker runs the job, ends active with no wake left in flight, and
+    /// gives the turn back.
+    fn sleep_while_a_spawner_notifies(driven: Option<bool>) {
         loom::model(move || {
             let pools = Arc::new(Pools::new(1, 2));
-            let model = ModelDriver::leaked();
-            let driver: &'static dyn Driver = model;
+            let model = driven.map(|_| ModelDriver::leaked());
+            let driver = model.map(|m| m as &'static dyn Driver);
             let jobs = Arc::new(AtomicUsize::new(0));
             let mb = mailbox();
             let worker = {
@@ -1004,20 +977,23 @@ mod loom_tests {
                     while jobs.load(Ordering::SeqCst) == 0 {
                         let no_handoff = |_| panic!("nobody surrendered");
                         let recheck = || jobs.load(Ordering::SeqCst) > 0;
-                        pools.sleep(0, 0, &me, no_handoff, recheck, Some(driver));
+                        pools.sleep(0, 0, &me, no_handoff, recheck, driver);
                     }
                     jobs.fetch_sub(1, Ordering::SeqCst);
                 })
             };
-            if event {
+            if let (Some(true), Some(model)) = (driven, model) {
                 model.post_event();
             }
             jobs.fetch_add(1, Ordering::SeqCst);
             pools.wake_for_work(|_| receive(&mb).notify());
             worker.join().unwrap();
             assert_eq!(pools.counts(0), (1, 1));
+            assert_eq!(pools.idle_cores(), 0);
             assert!(!pools.leader_view(0).1, "no wake left in flight");
-            assert!(driver.try_take(), "the turn was given back");
+            if let Some(driver) = driver {
+                assert!(driver.try_take(), "the turn was given back");
+            }
         });
     }
 
@@ -1026,14 +1002,14 @@ mod loom_tests {
     /// reports.
     #[test]
     fn a_notification_reaches_a_driving_worker() {
-        driving_worker_model(false);
+        sleep_while_a_spawner_notifies(Some(false));
     }
 
     /// D6 and the race of events with a notification: the worker may wake for the event,
     /// leave the pool, and sleep again, or take both at once.
     #[test]
     fn events_and_a_notification_race_for_a_driving_worker() {
-        driving_worker_model(true);
+        sleep_while_a_spawner_notifies(Some(true));
     }
 
     /// Two workers of one core both see oversubscription and try to surrender at once:

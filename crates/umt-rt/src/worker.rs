@@ -75,11 +75,21 @@ pub(crate) struct WorkerCtx {
     trace: LocalTrace,
     /// I/O waits (`crate::io`) this worker is inside, nested on its stack.
     io_depth: Cell<u32>,
-    /// The next push is this worker's own next task: it wakes no idle core (D6 of `drive.rs`).
-    keep_next: Cell<bool>,
-    /// Waking the futures of I/O events (D6): pushes make no scheduling point, so the worker
-    /// does not surrender with wakers still in its hands.
-    dispatching: Cell<bool>,
+    /// Whether this worker is waking the futures of I/O events (D6 of `drive.rs`).
+    dispatch: Cell<Dispatch>,
+}
+
+/// What a push does while a worker wakes the futures of I/O events (D6 of `drive.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dispatch {
+    /// Not waking any: a push wakes an idle core and makes a scheduling point.
+    Off,
+    /// Waking them, and the next push is this worker's own next task: it wakes no idle core.
+    /// No push makes a scheduling point, so the worker cannot surrender with wakers still in
+    /// its hands.
+    KeepNext,
+    /// Waking them, the first pushed: pushes wake idle cores, make no scheduling point.
+    On,
 }
 
 /// Starts the thread of slot `index`; its handle joins the registry's, for shutdown.
@@ -155,8 +165,7 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         reg: reg.clone(),
         trace: LocalTrace::default(),
         io_depth: Cell::new(0),
-        keep_next: Cell::new(false),
-        dispatching: Cell::new(false),
+        dispatch: Cell::new(Dispatch::Off),
     };
     {
         CURRENT.with(|c| c.set(&ctx));
@@ -209,8 +218,7 @@ impl WorkerCtx {
             reg: reg.clone(),
             trace: LocalTrace::default(),
             io_depth: Cell::new(0),
-            keep_next: Cell::new(false),
-            dispatching: Cell::new(false),
+            dispatch: Cell::new(Dispatch::Off),
         })
     }
 
@@ -396,13 +404,13 @@ impl WorkerCtx {
     #[inline]
     pub(crate) fn push(&self, job: Job) {
         self.deque.push(job);
-        if self.keep_next.get() {
-            self.keep_next.set(false);
-        } else {
-            self.reg.pools.wake_idle_core(|w| self.reg.notify(w));
-        }
-        if !self.dispatching.get() {
-            self.sched_point();
+        match self.dispatch.get() {
+            Dispatch::Off => {
+                self.reg.pools.wake_idle_core(|w| self.reg.notify(w));
+                self.sched_point();
+            }
+            Dispatch::KeepNext => self.dispatch.set(Dispatch::On),
+            Dispatch::On => self.reg.pools.wake_idle_core(|w| self.reg.notify(w)),
         }
     }
 
@@ -617,11 +625,13 @@ impl WorkerCtx {
                 // without waking an idle core for it (this worker runs it next: an idle core
                 // woken for it would only race it to the job), the others as any push.
                 // A worker waiting for its own latch (`done`) goes back to it instead.
-                self.keep_next.set(done.is_none());
-                self.dispatching.set(true);
+                self.dispatch.set(if done.is_none() {
+                    Dispatch::KeepNext
+                } else {
+                    Dispatch::On
+                });
                 driver.dispatch();
-                self.dispatching.set(false);
-                self.keep_next.set(false);
+                self.dispatch.set(Dispatch::Off);
             }
         }
     }
