@@ -465,6 +465,72 @@ pub fn thread_sched(tid: i32) -> Result<ThreadSched> {
     })
 }
 
+/// The storage I/O one thread of this process caused, from `/proc/self/task/<tid>/io`
+/// (the kernel's task I/O accounting): bytes it made the kernel fetch from storage and bytes
+/// it sent (or dirtied, for buffered writes) towards storage. Reads served by the page cache
+/// count nothing; this is the "I/O blocks" of seed 002's CPIO.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadIo {
+    /// Bytes read from storage on its behalf (`read_bytes`).
+    pub read_bytes: u64,
+    /// Bytes written, or dirtied in the page cache to be written, by it (`write_bytes`).
+    pub written_bytes: u64,
+}
+
+impl ThreadIo {
+    /// Both directions together.
+    pub fn total(&self) -> u64 {
+        self.read_bytes.saturating_add(self.written_bytes)
+    }
+}
+
+impl std::ops::Add for ThreadIo {
+    type Output = ThreadIo;
+    fn add(self, o: ThreadIo) -> ThreadIo {
+        ThreadIo {
+            read_bytes: self.read_bytes.saturating_add(o.read_bytes),
+            written_bytes: self.written_bytes.saturating_add(o.written_bytes),
+        }
+    }
+}
+
+impl std::iter::Sum for ThreadIo {
+    fn sum<I: Iterator<Item = ThreadIo>>(iter: I) -> ThreadIo {
+        iter.fold(ThreadIo::default(), |a, b| a + b)
+    }
+}
+
+/// [`ThreadIo`] of the thread `tid` of this process. An error if the thread has exited, or
+/// if the kernel keeps no I/O accounting (`CONFIG_TASK_IO_ACCOUNTING` off: no `io` file).
+pub fn thread_io(tid: i32) -> Result<ThreadIo> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/io")).map_err(|e| {
+        Error::os(
+            "reading /proc/self/task/<tid>/io (a kernel without CONFIG_TASK_IO_ACCOUNTING has \
+             none)",
+            e,
+        )
+    })?;
+    parse_task_io(&text).ok_or_else(|| {
+        Error::os(
+            "parsing /proc/self/task/<tid>/io",
+            std::io::Error::from(std::io::ErrorKind::InvalidData),
+        )
+    })
+}
+
+/// `read_bytes` and `write_bytes` of an `io` file.
+fn parse_task_io(text: &str) -> Option<ThreadIo> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    Some(ThreadIo {
+        read_bytes: field("read_bytes")?,
+        written_bytes: field("write_bytes")?,
+    })
+}
+
 /// The first two fields of a `schedstat` file: nanoseconds on a CPU, nanoseconds waiting on
 /// a run queue.
 fn parse_schedstat(text: &str) -> Option<(std::time::Duration, std::time::Duration)> {
@@ -489,6 +555,25 @@ fn parse_stat_cpu_ticks(text: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn task_io_reads_the_storage_fields_only() {
+        let text = "rchar: 100\nwchar: 200\nsyscr: 3\nsyscw: 4\nread_bytes: 4096\n\
+                    write_bytes: 8192\ncancelled_write_bytes: 0\n";
+        assert_eq!(
+            super::parse_task_io(text),
+            Some(super::ThreadIo {
+                read_bytes: 4096,
+                written_bytes: 8192
+            })
+        );
+        assert_eq!(super::parse_task_io("rchar: 1\n"), None);
+        let tid = super::current_tid();
+        if let Ok(io) = super::thread_io(tid) {
+            assert_eq!(io.total(), io.read_bytes + io.written_bytes);
+        }
+        assert!(super::thread_io(-1).is_err());
+    }
 
     #[test]
     fn cpu_max_reads_a_quota_as_cpus_and_max_as_none() {

@@ -1,0 +1,73 @@
+//! `cpu::thread_io` counts what a thread made the kernel write to and read from storage.
+
+#![cfg(target_os = "linux")]
+
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+
+use umt_sys::cpu;
+
+/// A buffered write of 1 MiB counts as written once dirtied; after the file is synced and
+/// dropped from the page cache, reading it back counts as read. Another thread's figures do
+/// not move.
+#[test]
+fn a_threads_writes_and_cold_reads_are_counted_to_it() {
+    let me = cpu::current_tid();
+    let Ok(before) = cpu::thread_io(me) else {
+        eprintln!("skipped: this kernel keeps no task I/O accounting (no /proc/self/task/*/io)");
+        return;
+    };
+    // A private directory next to the build's outputs: a disk, where a memory file system
+    // (the usual /tmp) would write nothing to storage.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let on_memory = nix::sys::statfs::statfs(dir.path())
+        .map(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+        .unwrap_or(true);
+    if on_memory {
+        eprintln!("skipped: the target directory is on a memory file system");
+        return;
+    }
+    let (other_tx, other_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let other = std::thread::spawn(move || {
+        other_tx.send(cpu::current_tid()).unwrap();
+        let _ = done_rx.recv();
+    });
+    let other_tid = other_rx.recv().unwrap();
+    let other_before = cpu::thread_io(other_tid).unwrap();
+
+    const MIB: u64 = 1 << 20;
+    let path = dir.path().join("data");
+    let mut f = std::fs::File::create_new(&path).unwrap();
+    f.write_all(&vec![7u8; MIB as usize]).unwrap();
+    f.sync_all().unwrap();
+    let written = cpu::thread_io(me).unwrap();
+    assert!(
+        written.written_bytes >= before.written_bytes + MIB,
+        "{before:?} -> {written:?}"
+    );
+    nix::fcntl::posix_fadvise(
+        f.as_fd(),
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+    )
+    .unwrap();
+    drop(f);
+    let mut back = Vec::new();
+    std::fs::File::open(&path)
+        .unwrap()
+        .read_to_end(&mut back)
+        .unwrap();
+    assert_eq!(back.len() as u64, MIB);
+    let read = cpu::thread_io(me).unwrap();
+    // Pages another reader of the file brought in meanwhile could be served from the cache:
+    // nobody else reads this private file, so all of it came from storage.
+    assert!(
+        read.read_bytes >= written.read_bytes + MIB,
+        "{written:?} -> {read:?}"
+    );
+    assert_eq!(cpu::thread_io(other_tid).unwrap(), other_before);
+    done_tx.send(()).unwrap();
+    other.join().unwrap();
+}
