@@ -101,6 +101,12 @@ pub(crate) trait Hooks: std::any::Any + Send + Sync {
     /// finds nothing left to do, unless a task that ran during shutdown gave it something (or
     /// made the feature: then its first call is the one with `workers_joined`).
     fn shut_down(&self, _workers_joined: bool) {}
+
+    /// The kernel id of the thread of the feature's own that runs its work on `core` (the
+    /// onload thread), once started: `Runtime::stats` reads its CPU time and I/O (E4).
+    fn core_thread(&self, _core: usize) -> Option<i32> {
+        None
+    }
 }
 
 /// A feature's state, kept in the registry's slot of its [`Feature`].
@@ -169,7 +175,7 @@ pub(crate) struct Registry {
     /// that becomes active unparks its core's leader (see [`Registry::poke_leader`]).
     pub(crate) leaders: OnceLock<Vec<std::thread::Thread>>,
     /// What the features above the core keep in this runtime, one slot per [`Feature`], each
-    /// made by its feature on first use (steps E1–E3 in `README.md`).
+    /// made by its feature on first use (steps E1–E4 in `README.md`).
     extensions: [OnceLock<Box<dyn Hooks>>; FEATURES],
     /// When the runtime was built (`Stats::elapsed`).
     pub(crate) started: std::time::Instant,
@@ -263,6 +269,14 @@ impl Registry {
                 hooks.sched_point(self, core);
             }
         }
+    }
+
+    /// The threads of the features made so far that run their work on `core` (E4).
+    pub(crate) fn feature_threads(&self, core: usize) -> Vec<i32> {
+        self.extensions
+            .iter()
+            .filter_map(|slot| slot.get()?.core_thread(core))
+            .collect()
     }
 
     /// Every feature's shutdown hook (E3), in [`Feature`] order.

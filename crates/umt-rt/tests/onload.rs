@@ -371,3 +371,99 @@ fn shutdown_hands_queued_work_back() {
     assert!(h.wait().is_err());
     assert!(!ran.load(Ordering::SeqCst));
 }
+
+/// Writes 1 MiB to a new file in `dir` and syncs it: storage I/O charged to the caller.
+fn write_mib(dir: &std::path::Path, name: &str) {
+    use std::io::Write;
+    let mut f = std::fs::File::create_new(dir.join(name)).unwrap();
+    f.write_all(&vec![1u8; 1 << 20]).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// The per-core counts DYON's default metric sums (seed 002's compute and I/O progress): a
+/// task's storage I/O lands on its worker's core, an onloaded closure's CPU time and I/O on
+/// its onload thread's core, and nothing on the other core.
+#[test]
+fn per_core_counts_charge_each_core_its_own_threads() {
+    let rt = two_cores();
+    let me = umt_sys::cpu::current_tid();
+    if umt_sys::cpu::thread_io(me).is_err() {
+        eprintln!("skipped: this kernel keeps no task I/O accounting");
+        return;
+    }
+    // A directory on a disk, next to the build's outputs: /tmp may be in memory, where
+    // writes reach no storage.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let on_memory = nix::sys::statfs::statfs(dir.path())
+        .map(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+        .unwrap_or(true);
+    if on_memory {
+        eprintln!("skipped: the target directory is on a memory file system");
+        return;
+    }
+    const MIB: u64 = 1 << 20;
+    let before = rt.stats();
+    let path = dir.path();
+    rt.broadcast(|ctx| {
+        if ctx.index() == 0 {
+            write_mib(path, "task");
+        }
+    });
+    let after = rt.stats();
+    let written = |s: &umt_rt::CoreStats| s.io.map_or(0, |io| io.written_bytes);
+    assert!(
+        written(&after.cores[0]) >= written(&before.cores[0]) + MIB,
+        "{:?} -> {:?}",
+        before.cores[0].io,
+        after.cores[0].io
+    );
+    assert_eq!(written(&after.cores[1]), written(&before.cores[1]));
+    assert_eq!(after.cores[1].onload_io, None, "no onload yet");
+
+    // An onloaded closure on the second core only: CPU time and I/O of its onload thread.
+    let cpu1 = rt.cpus()[1];
+    let spent = Arc::new(AtomicU64::new(0));
+    let (path, s) = (dir.path().to_path_buf(), spent.clone());
+    let job = move |_: umt_rt::OnloadContext| {
+        let start = umt_sys::cpu::current_thread_cpu_time().unwrap();
+        let mut x = 1u64;
+        while umt_sys::cpu::current_thread_cpu_time().unwrap() - start < Duration::from_millis(5) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        write_mib(&path, "onloaded");
+        let total = umt_sys::cpu::current_thread_cpu_time().unwrap();
+        s.store(total.as_nanos() as u64, Ordering::SeqCst);
+    };
+    let opts = OnloadOptions::new()
+        .cpus([cpu1])
+        .deadline(Duration::from_secs(60));
+    match rt.onload_with(&opts, job) {
+        Onload::Started(h) | Onload::Queued(h) => {
+            assert!(h.wait().is_ok(), "an idle runtime runs onloaded work")
+        }
+        Onload::Rejected(_) => panic!("a deadline queues, never rejects"),
+    }
+    // The kernel folds a running thread's CPU time in at its next tick or switch: the onload
+    // thread may still run (on to its next wait) right after the closure, so wait for it.
+    let spent = Duration::from_nanos(spent.load(Ordering::SeqCst));
+    let guard = Instant::now();
+    let last = loop {
+        let last = rt.stats();
+        if last.cores[1].onload_cpu_time >= spent {
+            break last;
+        }
+        assert!(guard.elapsed() < Duration::from_secs(60), "{last:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let c1 = &last.cores[1];
+    assert!(
+        c1.onload_io.map_or(0, |io| io.written_bytes) >= MIB,
+        "{:?}",
+        c1.onload_io
+    );
+    assert!(c1.total_cpu_time() >= c1.onload_cpu_time + c1.cpu_time);
+    assert!(c1.total_io_bytes() >= MIB);
+    // (The other core's onload thread started too, and ran a little of its own loop.)
+    assert_eq!(last.cores[0].onload_io.map_or(0, |io| io.written_bytes), 0);
+    assert_eq!(written(&last.cores[0]), written(&after.cores[0]));
+}

@@ -8,8 +8,9 @@
 //!     [`Runtime::set_onload_partition`](crate::Runtime::set_onload_partition) applies.
 //! D3. The metric is CPIO (cycles per I/O, lower is better: the CPU time spent per block of
 //!     I/O; without I/O in a period, the inverse of the CPU time, as the paper extends it),
-//!     of this process or of the whole system, or an application's own figure (higher is
-//!     better).
+//!     of the runtime's own threads (the default: summed from its per-core counts, each core's
+//!     workers and onload thread), of this process or of the whole system, or an
+//!     application's own figure (higher is better).
 //! D4. The same controller can adapt the spare-worker limit instead
 //!     ([`DyonBuilder::start_spare_limit`]): the arms are the limits 1 (no spare), 2, 4, 8,
 //!     ... and the cap ([`spare_limit_arms`]): a handful even with a cap of 63, so the bandit's
@@ -25,6 +26,12 @@ use super::{Bandit, Strategy};
 /// What guides [`Dyon`] (step D3).
 #[derive(Clone)]
 pub enum Metric {
+    /// CPIO of the runtime, from its own per-core counts ([`crate::CoreStats`]): the CPU
+    /// time of every core's workers and onload thread, per 4 KiB block of storage I/O those
+    /// threads caused (the compute and I/O progress of seed 002's formula, summed over the
+    /// cores). Threads of the process outside the runtime (a producer, a logger) do not
+    /// count; on a kernel without I/O accounting, the CPU-only form applies.
+    RuntimeCpio,
     /// CPIO of this process: its CPU time (`CLOCK_PROCESS_CPUTIME_ID`) per 4 KiB block it read or
     /// wrote from storage (`/proc/self/io`; on a kernel without I/O accounting, none is seen
     /// and the CPU-only form applies).
@@ -40,6 +47,7 @@ pub enum Metric {
 impl std::fmt::Debug for Metric {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
+            Metric::RuntimeCpio => "RuntimeCpio",
             Metric::ProcessCpio => "ProcessCpio",
             Metric::SystemCpio => "SystemCpio",
             Metric::App(_) => "App",
@@ -92,6 +100,19 @@ fn cpio_counters(system: bool) -> Option<(f64, f64)> {
     }
 }
 
+/// Cumulative CPU seconds and 4 KiB I/O blocks of the runtime's threads, from its per-core
+/// counts.
+fn runtime_counters(reg: &crate::registry::Registry) -> Option<(f64, f64)> {
+    let stats = crate::stats::snapshot(reg);
+    let cpu: f64 = stats
+        .cores
+        .iter()
+        .map(|c| c.total_cpu_time().as_secs_f64())
+        .sum();
+    let bytes: f64 = stats.cores.iter().map(|c| c.total_io_bytes() as f64).sum();
+    Some((cpu, bytes / 4096.0))
+}
+
 /// CPIO over a period from two counter readings, as a reward (higher is better).
 fn cpio_reward(before: (f64, f64), after: (f64, f64)) -> f64 {
     let cpu = (after.0 - before.0).max(0.0);
@@ -119,7 +140,7 @@ impl Default for DyonBuilder {
         DyonBuilder {
             steps: 5,
             period: Duration::from_secs(1),
-            metric: Metric::ProcessCpio,
+            metric: Metric::RuntimeCpio,
             strategy: Strategy::default(),
             seed: 0x5eed,
         }
@@ -140,7 +161,7 @@ impl DyonBuilder {
         self
     }
 
-    /// The metric (default [`Metric::ProcessCpio`]).
+    /// The metric (default [`Metric::RuntimeCpio`]).
     pub fn metric(mut self, metric: Metric) -> Self {
         self.metric = metric;
         self
@@ -170,7 +191,7 @@ impl DyonBuilder {
                 pool.set_dedicated(arm.map_or(0, partition));
             }
         };
-        self.spawn(steps, apply)
+        self.spawn(rt.registry().clone(), steps, apply)
     }
 
     /// Starts adapting `rt`'s spare-worker limit ([`crate::Runtime::set_spare_limit`]) the
@@ -179,6 +200,7 @@ impl DyonBuilder {
     /// apply), the metric judges each. Stopping it restores the limit to the cap.
     pub fn start_spare_limit(self, rt: &crate::Runtime) -> Dyon {
         let reg = rt.registry().clone();
+        let metric_reg = reg.clone();
         let cap = reg.config.cap;
         let limits = spare_limit_arms(cap);
         let arms = limits.len();
@@ -186,12 +208,17 @@ impl DyonBuilder {
             reg.pools
                 .set_limit(arm.and_then(|a| limits.get(a).copied()).unwrap_or(cap));
         };
-        self.spawn(arms, apply)
+        self.spawn(metric_reg, arms, apply)
     }
 
-    /// The controller thread over `arms` arms, applying each choice with `apply` (`None`:
-    /// the setting to restore when it stops).
-    fn spawn(self, arms: usize, apply: impl Fn(Option<usize>) + Send + 'static) -> Dyon {
+    /// The controller thread over `arms` arms of `reg`'s runtime, applying each choice with
+    /// `apply` (`None`: the setting to restore when it stops).
+    fn spawn(
+        self,
+        reg: Arc<crate::registry::Registry>,
+        arms: usize,
+        apply: impl Fn(Option<usize>) + Send + 'static,
+    ) -> Dyon {
         let stop = Arc::new(AtomicBool::new(false));
         let state = Arc::new(std::sync::Mutex::new(Bandit::new(
             arms,
@@ -202,7 +229,7 @@ impl DyonBuilder {
             let (stop, state) = (stop.clone(), state.clone());
             std::thread::Builder::new()
                 .name("umt-dyon".into())
-                .spawn(move || run(&self, &stop, &state, &apply))
+                .spawn(move || run(&self, &reg, &stop, &state, &apply))
                 .ok()
         };
         Dyon {
@@ -216,11 +243,13 @@ impl DyonBuilder {
 /// The controller thread (step D2).
 fn run(
     cfg: &DyonBuilder,
+    reg: &crate::registry::Registry,
     stop: &AtomicBool,
     bandit: &std::sync::Mutex<Bandit>,
     apply: &dyn Fn(Option<usize>),
 ) {
     let read = || match &cfg.metric {
+        Metric::RuntimeCpio => runtime_counters(reg),
         Metric::ProcessCpio => cpio_counters(false),
         Metric::SystemCpio => cpio_counters(true),
         Metric::App(f) => Some((f(), 0.0)),
@@ -261,7 +290,7 @@ pub struct Dyon {
 }
 
 impl Dyon {
-    /// A builder with the defaults (5 steps, 1 s, process CPIO, epsilon-greedy 0.1).
+    /// A builder with the defaults (5 steps, 1 s, the runtime's CPIO, epsilon-greedy 0.1).
     pub fn builder() -> DyonBuilder {
         DyonBuilder::default()
     }
@@ -309,6 +338,43 @@ mod tests {
         // Without I/O, more CPU time is better.
         assert!(cpio_reward((0.0, 0.0), (2.0, 0.0)) > cpio_reward((0.0, 0.0), (1.0, 0.0)));
         assert!(cpio_counters(false).is_some());
+    }
+
+    /// The runtime's CPIO counters grow by the CPU time its workers spend.
+    #[test]
+    fn runtime_counters_follow_the_workers_cpu_time() {
+        let rt = crate::Runtime::builder()
+            .num_threads(1)
+            .monitor(umt_sys::BackendKind::Disabled)
+            .build()
+            .unwrap();
+        let before = runtime_counters(rt.registry()).unwrap();
+        let spent = rt.install(|| {
+            let start = umt_sys::cpu::current_thread_cpu_time().unwrap();
+            let mut x = 1u64;
+            loop {
+                let t = umt_sys::cpu::current_thread_cpu_time().unwrap() - start;
+                if t >= std::time::Duration::from_millis(5) {
+                    return t;
+                }
+                x = std::hint::black_box(x.wrapping_mul(3).wrapping_add(1));
+            }
+        });
+        // The kernel folds a running thread's time in at its next tick or switch: the worker
+        // may still run (looking for work) right after the task, so wait for the figure.
+        let guard = std::time::Instant::now();
+        loop {
+            let after = runtime_counters(rt.registry()).unwrap();
+            assert!(after.1 >= before.1);
+            if after.0 - before.0 >= spent.as_secs_f64() * 0.999 {
+                break;
+            }
+            assert!(
+                guard.elapsed() < std::time::Duration::from_secs(60),
+                "{before:?} {after:?} {spent:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     #[test]

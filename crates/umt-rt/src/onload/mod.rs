@@ -30,7 +30,7 @@ mod dyon;
 use std::any::Any;
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
@@ -325,6 +325,9 @@ struct CoreSlot {
     busy: AtomicBool,
     job: Mutex<Option<(Arc<dyn Request>, OnloadContext)>>,
     thread: OnceLock<Thread>,
+    /// The thread's kernel id, once it has started (0 before): for its CPU time and I/O in
+    /// [`crate::Stats`].
+    tid: AtomicI32,
     runs: AtomicU64,
 }
 
@@ -358,6 +361,7 @@ impl OnloadPool {
                     busy: AtomicBool::new(false),
                     job: Mutex::new(None),
                     thread: OnceLock::new(),
+                    tid: AtomicI32::new(0),
                     runs: AtomicU64::new(0),
                 })
                 .collect(),
@@ -610,6 +614,14 @@ impl Extension for OnloadPool {
 }
 
 impl Hooks for OnloadPool {
+    /// Its onload thread of `core`, once started.
+    fn core_thread(&self, core: usize) -> Option<i32> {
+        match self.slots.get(core)?.tid.load(Ordering::Relaxed) {
+            0 => None,
+            tid => Some(tid),
+        }
+    }
+
     /// Stops the onload threads (after their running work) and hands every queued request
     /// back to its waiter.
     fn shut_down(&self, _workers_joined: bool) {
@@ -650,6 +662,8 @@ fn onload_main(reg: &Arc<Registry>, core: usize) {
         return;
     };
     let slot = &pool.slots[core];
+    slot.tid
+        .store(umt_sys::cpu::current_tid(), Ordering::Relaxed);
     loop {
         let job = lock(&slot.job).take();
         let Some((req, ctx)) = job else {
