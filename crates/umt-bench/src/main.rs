@@ -154,6 +154,21 @@ struct OnloadArgs {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Seed 002's experiment instead of the three ways: the service (onloaded, archiving what
+    /// it compresses) under every static partition of the cores, `--rounds` times, then under
+    /// DYON guided by the runtime's CPIO; says which partition DYON settled on.
+    #[arg(long)]
+    dyon: bool,
+    /// DYON's period in milliseconds (with --dyon; the paper warns that a period too short
+    /// for the workload's own rhythm, here a heat run of --iters checkpoints, cannot learn).
+    #[arg(long, default_value_t = 500)]
+    period_ms: u64,
+    /// Periods each static partition holds per round (with --dyon).
+    #[arg(long, default_value_t = 4)]
+    hold_periods: usize,
+    /// DYON's periods (with --dyon).
+    #[arg(long, default_value_t = 60)]
+    periods: usize,
 }
 
 fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
@@ -365,6 +380,9 @@ fn run_onload(a: &OnloadArgs) -> Result<(), BenchError> {
             .build()
             .map_err(|e| BenchError::Runtime(e.to_string()))?,
     );
+    if a.dyon {
+        return run_dyon(a, &rt, &p);
+    }
     let (cost, ways) = umt_bench::service::compare(&rt, &p, a.rounds, a.offer_every)?;
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&ways)
@@ -402,6 +420,82 @@ fn run_onload(a: &OnloadArgs) -> Result<(), BenchError> {
             w.rejected
         );
     }
+    Ok(())
+}
+
+fn run_dyon(
+    a: &OnloadArgs,
+    rt: &std::sync::Arc<umt_rt::Runtime>,
+    p: &HeatParams,
+) -> Result<(), BenchError> {
+    let r = umt_bench::service::dyon(
+        rt,
+        p,
+        a.rounds,
+        a.offer_every,
+        std::time::Duration::from_millis(a.period_ms),
+        a.hold_periods,
+        a.periods,
+    )?;
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&r)
+            .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
+        write_atomically(path, text.as_bytes())?;
+    }
+    say!(
+        "heat {}^2 ({:?}) and the archiving service onloaded beside it, umt-rt on {} cores \
+         ({}); each static partition held {} periods of {} ms, {} rounds alternating; DYON \
+         (the runtime's CPIO) for {} periods",
+        p.n,
+        p.io,
+        rt.cpus().len(),
+        rt.backend(),
+        r.hold_periods,
+        a.period_ms,
+        r.rounds,
+        r.periods
+    );
+    say!(
+        "{:<10} {:>10} {:>12} {:>10} {:>7}",
+        "partition",
+        "CPIO us",
+        "heat iter/s",
+        "chunks/s",
+        "DYON"
+    );
+    let cores = rt.cpus().len().max(1);
+    for (arm, f) in r.sweep.iter().enumerate() {
+        say!(
+            "{:<10} {:>10.2} {:>12.2} {:>10.1} {:>7}",
+            format!("{} %", arm * 100 / cores),
+            f.cpio_us,
+            f.heat_iters_per_s,
+            f.chunks_per_s,
+            r.pulls.get(arm).copied().unwrap_or(0)
+        );
+    }
+    say!(
+        "{:<10} {:>10.2} {:>12.2} {:>10.1}",
+        "DYON",
+        r.dyon.cpio_us,
+        r.dyon.heat_iters_per_s,
+        r.dyon.chunks_per_s
+    );
+    say!(
+        "best static partition {} %; DYON chose {} % most ({} of {} periods): static CPIO {:.3}x \
+         the best's, {} (tolerance {:.2}x)",
+        r.best_arm * 100 / cores,
+        r.chosen_arm * 100 / cores,
+        r.pulls.get(r.chosen_arm).copied().unwrap_or(0),
+        r.pulls.iter().sum::<u64>(),
+        r.chosen_over_best,
+        if r.converged {
+            "converged"
+        } else {
+            "NOT converged"
+        },
+        r.tolerance
+    );
     Ok(())
 }
 

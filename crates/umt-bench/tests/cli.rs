@@ -517,3 +517,67 @@ fn verified_comparisons_are_consistent_with_their_samples() {
         }
     }
 }
+
+/// `onload --dyon` (seed 002's experiment) end to end on small sizes: every static partition
+/// of the cores is in the report, and its verdict follows from its own figures.
+#[test]
+fn dyon_experiment_reports_every_partition_and_a_consistent_verdict() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let json = dir.path().join("dyon.json");
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let (code, out, err) = umt_bench(&[
+        "onload",
+        "--dyon",
+        "--size",
+        "256",
+        "--block",
+        "64",
+        "--iters",
+        "2",
+        "--rounds",
+        "1",
+        "--period-ms",
+        "20",
+        "--hold-periods",
+        "2",
+        "--periods",
+        "10",
+        "--buffered",
+        "--allow-memory-dir",
+        "--dir",
+        work.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("best static partition"), "{out}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let sweep = r["sweep"].as_array().unwrap();
+    assert!(sweep.len() >= 2, "0 % and 100 % at least: {r}");
+    for (arm, f) in sweep.iter().enumerate() {
+        assert_eq!(f["dedicated_cores"], arm as u64, "{r}");
+        assert!(f["seconds"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert!(r["dyon"]["dedicated_cores"].is_null(), "{r}");
+    let cpio = |arm: usize| sweep[arm]["cpio_us"].as_f64().unwrap_or(f64::INFINITY);
+    let best = r["best_arm"].as_u64().unwrap() as usize;
+    assert!((0..sweep.len()).all(|a| cpio(best) <= cpio(a)), "{r}");
+    let pulls: Vec<u64> = r["pulls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    assert_eq!(pulls.len(), sweep.len(), "{r}");
+    let chosen = r["chosen_arm"].as_u64().unwrap() as usize;
+    assert!(pulls.iter().all(|&p| p <= pulls[chosen]), "{r}");
+    if let Some(ratio) = r["chosen_over_best"].as_f64() {
+        assert!((ratio - cpio(chosen) / cpio(best)).abs() < 1e-9, "{r}");
+        let tolerance = r["tolerance"].as_f64().unwrap();
+        assert_eq!(r["converged"], ratio <= tolerance, "{r}");
+    }
+    // The archive and heat's files went with the run.
+    assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0);
+}
