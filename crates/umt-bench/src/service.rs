@@ -217,6 +217,9 @@ pub struct DyonReport {
 /// it calls out between partitions.
 pub const DYON_TOLERANCE: f64 = 1.10;
 
+/// Most periods [`dyon`] accepts for `hold_periods` or `periods`.
+pub const MAX_PERIODS: usize = 100_000;
+
 /// CPU seconds and 4 KiB blocks of the runtime's threads so far.
 fn runtime_progress(rt: &Runtime) -> (f64, f64) {
     let s = rt.stats();
@@ -336,10 +339,11 @@ pub fn dyon(
     hold_periods: usize,
     periods: usize,
 ) -> Result<DyonReport, BenchError> {
-    if rounds == 0 || rounds > MAX_ROUNDS || hold_periods == 0 || periods == 0 {
+    let bad_count = |n: usize| n == 0 || n > MAX_PERIODS;
+    if rounds == 0 || rounds > MAX_ROUNDS || bad_count(hold_periods) || bad_count(periods) {
         return Err(BenchError::InvalidParam(format!(
             "--rounds {rounds}, --hold-periods {hold_periods}, --periods {periods}: give \
-             each at least 1 (rounds at most {MAX_ROUNDS})"
+             each at least 1 (rounds at most {MAX_ROUNDS}, periods at most {MAX_PERIODS})"
         )));
     }
     if !offer_every.is_finite() || offer_every <= 0.0 || offer_every > MAX_OFFER_EVERY {

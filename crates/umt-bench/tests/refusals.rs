@@ -467,9 +467,15 @@ fn huge_work_sizes_are_refused_before_the_run() {
         ("onload", "--rounds", huge),
         ("onload", "--offer-every", "1e300"),
         ("onload", "--size", "1048576"),
+        ("onload", "--periods", huge),
+        ("onload", "--hold-periods", huge),
+        ("onload", "--period-ms", "0"),
     ];
     let cases = cases.map(|(command, flag, value)| {
         let mut args = vec![command, flag, value, "--buffered", "--dir", dir.path()];
+        if flag.contains("period") {
+            args.push("--dyon");
+        }
         if command != "onload" {
             args.extend(["--iof", "1", "--runtimes", "baseline"]);
         }
