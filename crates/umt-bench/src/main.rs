@@ -126,9 +126,10 @@ struct ServeArgs {
 
 #[derive(Args, Clone)]
 struct OnloadArgs {
-    /// Rounds (the ways alternate; the table shows medians).
-    #[arg(long, default_value_t = 7)]
-    rounds: usize,
+    /// Rounds (the ways alternate; the table shows medians) [default: 7; 3 with --dyon, each
+    /// a pass over every static partition].
+    #[arg(long)]
+    rounds: Option<usize>,
     /// Heat's matrix side.
     #[arg(long, default_value_t = 4096)]
     size: usize,
@@ -161,13 +162,13 @@ struct OnloadArgs {
     dyon: bool,
     /// DYON's period in milliseconds (with --dyon; the paper warns that a period too short
     /// for the workload's own rhythm, here a heat run of --iters checkpoints, cannot learn).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, requires = "dyon", default_value_t = 1000)]
     period_ms: u64,
     /// Periods each static partition holds per round (with --dyon).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, requires = "dyon", default_value_t = 4)]
     hold_periods: usize,
     /// DYON's periods (with --dyon).
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, requires = "dyon", default_value_t = 60)]
     periods: usize,
 }
 
@@ -383,7 +384,7 @@ fn run_onload(a: &OnloadArgs) -> Result<(), BenchError> {
     if a.dyon {
         return run_dyon(a, &rt, &p);
     }
-    let (cost, ways) = umt_bench::service::compare(&rt, &p, a.rounds, a.offer_every)?;
+    let (cost, ways) = umt_bench::service::compare(&rt, &p, a.rounds.unwrap_or(7), a.offer_every)?;
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&ways)
             .map_err(|e| BenchError::InvalidParam(format!("JSON: {e}")))?;
@@ -431,7 +432,7 @@ fn run_dyon(
     let r = umt_bench::service::dyon(
         rt,
         p,
-        a.rounds,
+        a.rounds.unwrap_or(3),
         a.offer_every,
         std::time::Duration::from_millis(a.period_ms),
         a.hold_periods,
@@ -444,8 +445,8 @@ fn run_dyon(
     }
     say!(
         "heat {}^2 ({:?}) and the archiving service onloaded beside it, umt-rt on {} cores \
-         ({}); each static partition held {} periods of {} ms, {} rounds alternating; DYON \
-         (the runtime's CPIO) for {} periods",
+         ({}); each static partition held {} periods of {} ms, {} rounds (every other one in \
+         reverse); DYON (the runtime's CPIO) for {} periods",
         p.n,
         p.io,
         rt.cpus().len(),
@@ -455,46 +456,86 @@ fn run_dyon(
         r.rounds,
         r.periods
     );
+    if p.io == umt_bench::io::IoMode::Buffered {
+        say!(
+            "(buffered: a page rewritten while still dirty counts as I/O once, so CPIO follows \
+             the writeback timers as well as the work; direct I/O counts every write)"
+        );
+    }
     say!(
-        "{:<10} {:>10} {:>12} {:>10} {:>7}",
+        "{:<10} {:>9} {:>19} {:>12} {:>9} {:>9} {:>6}",
         "partition",
         "CPIO us",
+        "rounds min-max",
         "heat iter/s",
         "chunks/s",
+        "rejected",
         "DYON"
     );
     let cores = rt.cpus().len().max(1);
+    let total_pulls: u64 = r.pulls.iter().sum();
     for (arm, f) in r.sweep.iter().enumerate() {
+        let lo = f.cpio_us_runs.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = f.cpio_us_runs.iter().copied().fold(0.0, f64::max);
         say!(
-            "{:<10} {:>10.2} {:>12.2} {:>10.1} {:>7}",
+            "{:<10} {:>9.3} {:>19} {:>12.2} {:>9.1} {:>8.0}% {:>6}",
             format!("{} %", arm * 100 / cores),
             f.cpio_us,
+            format!("{lo:.3}-{hi:.3}"),
             f.heat_iters_per_s,
             f.chunks_per_s,
+            100.0 * f.rejected as f64 / f.offered.max(1) as f64,
             r.pulls.get(arm).copied().unwrap_or(0)
         );
     }
     say!(
-        "{:<10} {:>10.2} {:>12.2} {:>10.1}",
+        "{:<10} {:>9.3} {:>19} {:>12.2} {:>9.1} {:>8.0}% {:>6}",
         "DYON",
         r.dyon.cpio_us,
+        "",
         r.dyon.heat_iters_per_s,
-        r.dyon.chunks_per_s
+        r.dyon.chunks_per_s,
+        100.0 * r.dyon.rejected as f64 / r.dyon.offered.max(1) as f64,
+        total_pulls
+    );
+    let per_period = r
+        .sweep
+        .iter()
+        .map(|f| f.heat_iters_per_s)
+        .fold(f64::INFINITY, f64::min)
+        * r.period_seconds;
+    say!(
+        "a period holds about {per_period:.1} heat iterations (a checkpoint each){}",
+        if per_period < 4.0 {
+            ": few, so each period's CPIO depends on how many checkpoints it caught; the \
+             paper warns that such a period cannot learn (a longer --period-ms, or a smaller \
+             --size)"
+        } else {
+            ""
+        }
     );
     say!(
-        "best static partition {} %; DYON chose {} % most ({} of {} periods): static CPIO {:.3}x \
-         the best's, {} (tolerance {:.2}x)",
+        "best static partition {} %; DYON settled on {} % ({} of {} judged periods; {:.0} % on \
+         the best): its static CPIO {:.3}x the best's, {} (tolerance {:.2}x); DYON's own \
+         CPIO {:.3}x the best static{}",
         r.best_arm * 100 / cores,
         r.chosen_arm * 100 / cores,
         r.pulls.get(r.chosen_arm).copied().unwrap_or(0),
-        r.pulls.iter().sum::<u64>(),
+        total_pulls,
+        100.0 * r.share_on_best,
         r.chosen_over_best,
         if r.converged {
             "converged"
         } else {
             "NOT converged"
         },
-        r.tolerance
+        r.tolerance,
+        r.dyon_over_best,
+        if r.inconclusive {
+            "; inconclusive: every static partition is within the tolerance of the best"
+        } else {
+            ""
+        }
     );
     Ok(())
 }

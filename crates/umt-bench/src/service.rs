@@ -172,10 +172,17 @@ pub struct PartitionFigures {
     /// CPIO of the runtime's threads: CPU microseconds per 4 KiB block of storage I/O (lower
     /// is better); the median over the rounds for a static partition.
     pub cpio_us: f64,
+    /// Each round's CPIO (static partitions): the spread a difference must stand out of.
+    pub cpio_us_runs: Vec<f64>,
     /// Heat's iterations per second.
     pub heat_iters_per_s: f64,
     /// Chunks compressed and archived per second.
     pub chunks_per_s: f64,
+    /// Chunks the service was offered, and of those, handed back because no core was free
+    /// for it (summed over the rounds).
+    pub offered: u64,
+    /// See `offered`.
+    pub rejected: u64,
     /// Wall time it held, in seconds (summed over the rounds).
     pub seconds: f64,
 }
@@ -187,9 +194,9 @@ pub struct DyonReport {
     pub period_seconds: f64,
     /// Periods a static partition held in each round.
     pub hold_periods: usize,
-    /// Rounds of the static sweep.
+    /// Rounds of the static sweep (every other one in the reverse order of partitions).
     pub rounds: usize,
-    /// DYON's periods.
+    /// DYON's periods asked for.
     pub periods: usize,
     /// Every static partition, arm by arm (arm `k` dedicates `k` cores).
     pub sweep: Vec<PartitionFigures>,
@@ -197,24 +204,33 @@ pub struct DyonReport {
     pub best_arm: usize,
     /// DYON's run as a whole.
     pub dyon: PartitionFigures,
-    /// Times DYON chose each arm.
+    /// Periods DYON judged on each arm (a period without I/O, or where nothing ran, is not
+    /// judged: `onload/README.md`, D3).
     pub pulls: Vec<u64>,
-    /// DYON's mean reward of each arm (minus its CPIO in seconds per block).
+    /// DYON's mean reward of each arm: minus its CPIO, in CPU seconds per 4 KiB block.
     pub means: Vec<f64>,
-    /// The arm DYON chose most.
+    /// The arm DYON judged most often (ties: the higher mean): where it settled.
     pub chosen_arm: usize,
+    /// Share of the judged periods on `best_arm` (the paper, Fig. 3b: above 75 % once it
+    /// has found the best of 10 partitions).
+    pub share_on_best: f64,
     /// The chosen arm's static CPIO over the best arm's (1.0: the best).
     pub chosen_over_best: f64,
-    /// The tolerance [`DyonReport::converged`] allows on that ratio.
+    /// DYON's own CPIO over its run, over the best static CPIO: what the moves cost or won.
+    pub dyon_over_best: f64,
+    /// The tolerance [`DyonReport::converged`] allows on `chosen_over_best`.
     pub tolerance: f64,
     /// DYON settled on the best static partition, or on one whose static CPIO is within
     /// `tolerance` of the best's.
     pub converged: bool,
+    /// Every static partition's median CPIO is within `tolerance` of the best's: the
+    /// sweep cannot tell them apart, and `converged` says nothing.
+    pub inconclusive: bool,
 }
 
-/// How far above the best static CPIO DYON's choice may be and still count as converged:
-/// the paper's 80 % partition was 10 % less efficient than its best, the smallest difference
-/// it calls out between partitions.
+/// How far above the best static CPIO DYON's choice may be and still count as converged.
+/// Our reading of the paper's tolerance: its 80 % partition was 10 % less efficient than its
+/// best (in application performance), the smallest difference it calls out.
 pub const DYON_TOLERANCE: f64 = 1.10;
 
 /// Most periods [`dyon`] accepts for `hold_periods` or `periods`.
@@ -243,11 +259,13 @@ struct Archive {
     file: std::fs::File,
     path: std::path::PathBuf,
     next: AtomicU64,
-    failed: AtomicBool,
+    /// The first write that failed.
+    failed: std::sync::Mutex<Option<BenchError>>,
 }
 
 impl Archive {
-    fn store(&self, data: &[u8]) {
+    /// Compresses and archives `data`; `false` if the write failed (kept in `failed`).
+    fn store(&self, data: &[u8]) -> bool {
         let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
         let _ = z.write_all(data);
         let packed = z.finish().unwrap_or_default();
@@ -257,15 +275,38 @@ impl Archive {
         let n = packed.len().min(buf.as_slice().len());
         buf.as_mut_slice()[..n].copy_from_slice(&packed[..n]);
         let slot = self.next.fetch_add(1, Ordering::Relaxed) % ARCHIVE_SLOTS;
-        if crate::io::write_buf(&self.file, &self.path, slot * ARCHIVE_SLOT, buf).is_err() {
-            self.failed.store(true, Ordering::Relaxed);
+        match crate::io::write_buf(&self.file, &self.path, slot * ARCHIVE_SLOT, buf) {
+            Ok(()) => true,
+            Err(e) => {
+                let mut first = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+                first.get_or_insert(e);
+                false
+            }
         }
+    }
+
+    /// The first failed write, if any.
+    fn check(&self) -> Result<(), BenchError> {
+        match self.failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Sets the runtime's partition back to idle time only when dropped (also on an error).
+struct PartitionReset<'a>(&'a Runtime);
+
+impl Drop for PartitionReset<'_> {
+    fn drop(&mut self) {
+        self.0.set_onload_partition(0);
     }
 }
 
 /// Heat back to back on `rt`, the service offered a chunk every `offer` through
 /// [`Runtime::onload`], for at least `hold` (the heat run under way when it ends finishes):
-/// the figures of that time.
+/// the figures of that time. With `controller`, DYON runs during it and is stopped as the
+/// last heat run ends (its bandit returned), so no idle period after it is judged.
 fn hold_partition(
     rt: &Arc<Runtime>,
     p: &HeatParams,
@@ -273,30 +314,38 @@ fn hold_partition(
     data: &Arc<Vec<u8>>,
     offer: Duration,
     hold: Duration,
-) -> Result<PartitionFigures, BenchError> {
+    controller: Option<umt_rt::onload::DyonBuilder>,
+) -> Result<(PartitionFigures, Option<umt_rt::onload::Bandit>), BenchError> {
     let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
+    let counts = Arc::new(Counts::default());
     let producer = {
-        let (rt, stop, data, done, archive) = (
+        let (rt, stop, data, counts, archive) = (
             rt.clone(),
             stop.clone(),
             data.clone(),
-            done.clone(),
+            counts.clone(),
             archive.clone(),
         );
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                let (d, n, a) = (data.clone(), done.clone(), archive.clone());
-                let _ = rt.onload(move |_| {
-                    a.store(&d);
-                    n.fetch_add(1, Ordering::Relaxed);
-                });
-                std::thread::sleep(offer);
+                counts.offered.fetch_add(1, Ordering::Relaxed);
+                let (d, c, a) = (data.clone(), counts.clone(), archive.clone());
+                let job = move |_| {
+                    if a.store(&d) {
+                        c.done.fetch_add(1, Ordering::Relaxed);
+                    }
+                };
+                if let Onload::Rejected(_) = rt.onload(job) {
+                    counts.rejected.fetch_add(1, Ordering::Relaxed);
+                }
+                // Woken early at the end of the hold.
+                std::thread::park_timeout(offer);
             }
         })
     };
     let before = runtime_progress(rt);
     let t = Instant::now();
+    let mut dyon = controller.map(|c| c.start(rt));
     let mut iters = 0usize;
     let mut result = Ok(());
     while t.elapsed() < hold {
@@ -308,28 +357,65 @@ fn hold_partition(
             }
         }
     }
+    let bandit = dyon.as_mut().map(|d| {
+        d.stop();
+        d.bandit()
+    });
     let seconds = t.elapsed().as_secs_f64();
+    let done = counts.done.load(Ordering::Relaxed);
+    let after = runtime_progress(rt);
     stop.store(true, Ordering::Relaxed);
+    producer.thread().unpark();
     let _ = producer.join();
     result?;
-    let after = runtime_progress(rt);
+    archive.check()?;
     let (cpu, blocks) = (after.0 - before.0, after.1 - before.1);
-    Ok(PartitionFigures {
-        dedicated_cores: Some(rt.onload_stats().dedicated_cores),
-        cpio_us: if blocks > 0.0 {
-            cpu / blocks * 1e6
-        } else {
-            f64::INFINITY
+    let cpio_us = if blocks > 0.0 {
+        cpu / blocks * 1e6
+    } else {
+        f64::INFINITY
+    };
+    Ok((
+        PartitionFigures {
+            dedicated_cores: Some(rt.onload_stats().dedicated_cores),
+            cpio_us,
+            cpio_us_runs: vec![cpio_us],
+            heat_iters_per_s: iters as f64 / seconds,
+            chunks_per_s: done as f64 / seconds,
+            offered: counts.offered.load(Ordering::Relaxed),
+            rejected: counts.rejected.load(Ordering::Relaxed),
+            seconds,
         },
-        heat_iters_per_s: iters as f64 / seconds,
-        chunks_per_s: done.load(Ordering::Relaxed) as f64 / seconds,
-        seconds,
-    })
+        bandit,
+    ))
+}
+
+/// Whether a synced write into `dir` moves this thread's storage-write count: where it does
+/// not (a memory file system, a kernel without task I/O accounting), CPIO has no I/O to
+/// count and the experiment means nothing.
+fn storage_writes_counted(dir: &std::path::Path, io: crate::io::IoMode) -> bool {
+    let me = umt_sys::cpu::current_tid();
+    let Ok(before) = umt_sys::cpu::thread_io(me) else {
+        return false;
+    };
+    let path = dir.join("probe");
+    let wrote = crate::io::create_file(&path, io, 0).and_then(|f| {
+        let mut buf = crate::io::AlignedBuf::new(1 << 16);
+        buf.as_mut_slice().fill(0xa5);
+        crate::io::write_buf(&f, &path, 0, buf)?;
+        f.sync_all()
+            .map_err(|e| BenchError::io("syncing", &path, e))
+    });
+    let _ = std::fs::remove_file(&path);
+    wrote.is_ok()
+        && umt_sys::cpu::thread_io(me)
+            .is_ok_and(|after| after.written_bytes >= before.written_bytes + (1 << 16))
 }
 
 /// Seed 002's experiment on `rt` (see the module's docs): every static partition held
-/// `hold_periods` periods, `rounds` times alternating, then DYON for `periods` periods; a
-/// chunk is offered every `offer_every` compression times; the archive goes in `p.dir`.
+/// `hold_periods` periods, `rounds` times (every other round in the reverse order), then
+/// DYON for `periods` periods; a chunk is offered every `offer_every` compression times;
+/// the archive goes in a private directory in `p.dir`.
 pub fn dyon(
     rt: &Arc<Runtime>,
     p: &HeatParams,
@@ -357,29 +443,40 @@ pub fn dyon(
             period.as_millis()
         )));
     }
+    let dir = crate::io::private_dir(&p.dir, "umt-dyon-")
+        .map_err(|e| BenchError::io("creating a private directory in", &p.dir, e))?;
+    if !storage_writes_counted(dir.path(), p.io) {
+        return Err(BenchError::InvalidParam(format!(
+            "no storage I/O is counted for writes in {} (a memory file system, or a kernel \
+             without task I/O accounting, CONFIG_TASK_IO_ACCOUNTING): CPIO has nothing to \
+             divide by; give a --dir on a disk",
+            p.dir.display()
+        )));
+    }
     let data = chunk();
     let t = Instant::now();
     for _ in 0..3 {
         std::hint::black_box(compress(&data));
     }
     let offer = (t.elapsed() / 3).mul_f64(offer_every);
-    let dir = crate::io::private_dir(&p.dir, "umt-dyon-")
-        .map_err(|e| BenchError::io("creating a private directory in", &p.dir, e))?;
     let path = dir.path().join("archive");
     let archive = Arc::new(Archive {
         file: crate::io::create_file(&path, p.io, ARCHIVE_SLOT * ARCHIVE_SLOTS)?,
         path,
         next: AtomicU64::new(0),
-        failed: AtomicBool::new(false),
+        failed: std::sync::Mutex::new(None),
     });
-    let cores = rt.cpus().len();
-    let arms = cores + 1;
+    let _reset = PartitionReset(rt);
+    let arms = rt.cpus().len() + 1;
+    // At most 100 000 periods of at most 600 s: no overflow.
     let hold = period * hold_periods as u32;
     let mut runs: Vec<Vec<PartitionFigures>> = vec![Vec::new(); arms];
-    for _ in 0..rounds {
-        for (arm, r) in runs.iter_mut().enumerate() {
+    for round in 0..rounds {
+        for k in 0..arms {
+            let arm = if round % 2 == 0 { k } else { arms - 1 - k };
             rt.set_onload_partition(arm);
-            r.push(hold_partition(rt, p, &archive, &data, offer, hold)?);
+            let (f, _) = hold_partition(rt, p, &archive, &data, offer, hold, None)?;
+            runs[arm].push(f);
         }
     }
     rt.set_onload_partition(0);
@@ -392,8 +489,11 @@ pub fn dyon(
         .map(|(arm, r)| PartitionFigures {
             dedicated_cores: Some(arm),
             cpio_us: median(r, &|f| f.cpio_us),
+            cpio_us_runs: r.iter().map(|f| f.cpio_us).collect(),
             heat_iters_per_s: median(r, &|f| f.heat_iters_per_s),
             chunks_per_s: median(r, &|f| f.chunks_per_s),
+            offered: r.iter().map(|f| f.offered).sum(),
+            rejected: r.iter().map(|f| f.rejected).sum(),
             seconds: r.iter().map(|f| f.seconds).sum(),
         })
         .collect();
@@ -403,22 +503,26 @@ pub fn dyon(
     let controller = umt_rt::onload::Dyon::builder()
         .steps(arms)
         .period(period)
-        .metric(umt_rt::onload::Metric::RuntimeCpio)
-        .start(rt);
-    let figures = hold_partition(rt, p, &archive, &data, offer, period * periods as u32);
-    let bandit = controller.bandit();
-    drop(controller);
-    let mut dyon = figures?;
+        .metric(umt_rt::onload::Metric::RuntimeCpio);
+    let (mut dyon, bandit) = hold_partition(
+        rt,
+        p,
+        &archive,
+        &data,
+        offer,
+        period * periods as u32,
+        Some(controller),
+    )?;
     dyon.dedicated_cores = None;
-    if archive.failed.load(Ordering::Relaxed) {
-        return Err(BenchError::InvalidParam(format!(
-            "the service could not write its archive in {}: is the disk full?",
-            p.dir.display()
-        )));
-    }
+    let bandit = bandit.unwrap_or_else(|| umt_rt::onload::Bandit::new(arms, Default::default(), 0));
     let pulls = bandit.counts().to_vec();
-    let chosen_arm = (0..arms).max_by_key(|&a| pulls[a]).unwrap_or(0);
-    let chosen_over_best = sweep[chosen_arm].cpio_us / sweep[best_arm].cpio_us;
+    let means = bandit.means().to_vec();
+    let chosen_arm = (0..arms)
+        .max_by(|&a, &b| pulls[a].cmp(&pulls[b]).then(means[a].total_cmp(&means[b])))
+        .unwrap_or(0);
+    let best = sweep[best_arm].cpio_us;
+    let chosen_over_best = sweep[chosen_arm].cpio_us / best;
+    let judged = pulls.iter().sum::<u64>().max(1) as f64;
     Ok(DyonReport {
         period_seconds: period.as_secs_f64(),
         hold_periods,
@@ -426,10 +530,13 @@ pub fn dyon(
         periods,
         best_arm,
         chosen_arm,
+        share_on_best: pulls[best_arm] as f64 / judged,
         chosen_over_best,
+        dyon_over_best: dyon.cpio_us / best,
         tolerance: DYON_TOLERANCE,
         converged: chosen_over_best <= DYON_TOLERANCE,
-        means: bandit.means().to_vec(),
+        inconclusive: sweep.iter().all(|f| f.cpio_us / best <= DYON_TOLERANCE),
+        means,
         pulls,
         sweep,
         dyon,

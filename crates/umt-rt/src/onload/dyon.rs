@@ -10,7 +10,9 @@
 //!     I/O; without I/O in a period, the inverse of the CPU time, as the paper extends it),
 //!     of the runtime's own threads (the default: summed from its per-core counts, each core's
 //!     workers and onload thread), of this process or of the whole system, or an
-//!     application's own figure (higher is better).
+//!     application's own figure (higher is better). Once any I/O was seen, a period without
+//!     I/O is not judged (the CPU-only form is on another scale), nor one where nothing ran
+//!     or a thread's figures could not be read (`onload/README.md`, D3).
 //! D4. The same controller can adapt the spare-worker limit instead
 //!     ([`DyonBuilder::start_spare_limit`]): the arms are the limits 1 (no spare), 2, 4, 8,
 //!     ... and the cap ([`spare_limit_arms`]): a handful even with a cap of 63, so the bandit's
@@ -101,27 +103,28 @@ fn cpio_counters(system: bool) -> Option<(f64, f64)> {
 }
 
 /// Cumulative CPU seconds and 4 KiB I/O blocks of the runtime's threads, from its per-core
-/// counts.
+/// counts (`None` when a thread's figures could not be read: that period is not judged).
 fn runtime_counters(reg: &crate::registry::Registry) -> Option<(f64, f64)> {
-    let stats = crate::stats::snapshot(reg);
-    let cpu: f64 = stats
-        .cores
-        .iter()
-        .map(|c| c.total_cpu_time().as_secs_f64())
-        .sum();
-    let bytes: f64 = stats.cores.iter().map(|c| c.total_io_bytes() as f64).sum();
-    Some((cpu, bytes / 4096.0))
+    let (cpu, bytes) = crate::stats::cpu_and_io(reg)?;
+    Some((cpu.as_secs_f64(), bytes as f64 / 4096.0))
 }
 
-/// CPIO over a period from two counter readings, as a reward (higher is better).
-fn cpio_reward(before: (f64, f64), after: (f64, f64)) -> f64 {
+/// CPIO over a period from two counter readings, as a reward (higher is better), or `None`
+/// when the period says nothing about the partition (step D3): once any I/O was seen
+/// (`seen_io`), a period without I/O is not judged, since the CPU-only form is on another
+/// scale (seconds^-1 against seconds per block) and would rank periods by whether they
+/// happened to hold a write, not partitions by their cost; nor is a period in which the
+/// threads used no CPU and did no I/O (nothing ran).
+fn cpio_reward(before: (f64, f64), after: (f64, f64), seen_io: bool) -> Option<f64> {
     let cpu = (after.0 - before.0).max(0.0);
     let io = (after.1 - before.1).max(0.0);
     if io > 0.0 {
-        -(cpu / io)
+        Some(-(cpu / io))
+    } else if seen_io || cpu <= 0.0 {
+        None
     } else {
-        // Without I/O: (cpu)^-1, lower is better, so its negation.
-        -(1.0 / cpu.max(1e-3))
+        // A workload without I/O: (cpu)^-1, lower is better, so its negation.
+        Some(-(1.0 / cpu))
     }
 }
 
@@ -257,6 +260,7 @@ fn run(
     let mut arm = super::lock(bandit).choose();
     apply(Some(arm));
     let mut before = read();
+    let mut seen_io = false;
     while !stop.load(Ordering::Acquire) {
         std::thread::park_timeout(cfg.period);
         if stop.load(Ordering::Acquire) {
@@ -265,7 +269,12 @@ fn run(
         let after = read();
         let reward = match (&cfg.metric, before, after) {
             (Metric::App(_), _, Some((v, _))) => Some(v),
-            (_, Some(b), Some(a)) => Some(cpio_reward(b, a)),
+            (Metric::App(_), _, None) => None,
+            (_, Some(b), Some(a)) => {
+                let r = cpio_reward(b, a, seen_io);
+                seen_io |= a.1 > b.1;
+                r
+            }
             _ => None,
         };
         let mut b = super::lock(bandit);
@@ -332,17 +341,28 @@ mod tests {
 
     #[test]
     fn cpio_rewards_less_cpu_per_io() {
-        let cheap = cpio_reward((0.0, 0.0), (1.0, 1000.0));
-        let dear = cpio_reward((0.0, 0.0), (2.0, 1000.0));
+        let cheap = cpio_reward((0.0, 0.0), (1.0, 1000.0), false).unwrap();
+        let dear = cpio_reward((0.0, 0.0), (2.0, 1000.0), true).unwrap();
         assert!(cheap > dear);
-        // Without I/O, more CPU time is better.
-        assert!(cpio_reward((0.0, 0.0), (2.0, 0.0)) > cpio_reward((0.0, 0.0), (1.0, 0.0)));
+        // Without I/O ever, more CPU time is better.
+        let r = |cpu| cpio_reward((0.0, 0.0), (cpu, 0.0), false).unwrap();
+        assert!(r(2.0) > r(1.0));
+        // Once I/O was seen, a period without it is not judged; nor one where nothing ran.
+        assert_eq!(cpio_reward((0.0, 0.0), (1.0, 0.0), true), None);
+        assert_eq!(cpio_reward((1.0, 5.0), (1.0, 5.0), false), None);
+        // Counters that went backwards (a thread gone) count as no progress.
+        assert_eq!(cpio_reward((2.0, 5.0), (1.0, 5.0), false), None);
         assert!(cpio_counters(false).is_some());
     }
 
     /// The runtime's CPIO counters grow by the CPU time its workers spend.
     #[test]
     fn runtime_counters_follow_the_workers_cpu_time() {
+        let me = umt_sys::cpu::current_tid();
+        if umt_sys::cpu::thread_sched(me).is_ok_and(|s| s.runqueue_wait.is_none()) {
+            eprintln!("skipped: CPU time in whole ticks here (no schedstat), too coarse");
+            return;
+        }
         let rt = crate::Runtime::builder()
             .num_threads(1)
             .monitor(umt_sys::BackendKind::Disabled)
