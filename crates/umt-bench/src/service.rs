@@ -207,7 +207,8 @@ pub struct DyonReport {
     /// Periods DYON judged on each arm (a period without I/O, or where nothing ran, is not
     /// judged: `onload/README.md`, D3).
     pub pulls: Vec<u64>,
-    /// DYON's mean reward of each arm: minus its CPIO, in CPU seconds per 4 KiB block.
+    /// DYON's mean reward of each arm: minus its CPIO over its judged periods together, in
+    /// CPU seconds per 4 KiB block.
     pub means: Vec<f64>,
     /// The arm DYON judged most often (ties: the higher mean): where it settled.
     pub chosen_arm: usize,

@@ -5,8 +5,10 @@
 //! B2. Then, with [`Strategy::EpsilonGreedy`], a random arm with probability `epsilon`
 //!     (exploration, counted), else the best mean; with [`Strategy::Ucb1`], the arm with the
 //!     highest mean plus `c * sqrt(ln(pulls) / pulls of the arm)`.
-//! B3. A reward updates its arm's mean: the plain average, or with a step size the
-//!     exponentially weighted one, which follows a system whose best arm changes.
+//! B3. A reward updates its arm's mean: the plain average (weighted, where rewards carry a
+//!     weight: a ratio metric's per-period ratio weighted by its denominator gives the ratio
+//!     of the sums), or with a step size the exponentially weighted one, which follows a
+//!     system whose best arm changes.
 
 /// How a [`Bandit`] picks its next arm (step B2).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,6 +40,8 @@ pub struct Bandit {
     step: Option<f64>,
     counts: Vec<u64>,
     means: Vec<f64>,
+    /// Sum of the weights of each arm's rewards.
+    weights: Vec<f64>,
     pulls: u64,
     explorations: u64,
     rng: u64,
@@ -52,6 +56,7 @@ impl Bandit {
             step: None,
             counts: vec![0; arms],
             means: vec![0.0; arms],
+            weights: vec![0.0; arms],
             pulls: 0,
             explorations: 0,
             rng: seed ^ 0x9e37_79b9_7f4a_7c15 | 1,
@@ -104,11 +109,22 @@ impl Bandit {
     /// Records `reward` for `arm` (step B3). Rewards that are not finite, and arms out of
     /// range, are ignored.
     pub fn update(&mut self, arm: usize, reward: f64) {
-        if arm >= self.counts.len() || !reward.is_finite() {
+        self.update_weighted(arm, reward, 1.0);
+    }
+
+    /// Records `reward` for `arm` with weight `weight` (step B3): the plain mean becomes the
+    /// weighted one. For a ratio metric (CPU time per block of I/O), the period's ratio
+    /// weighted by its denominator makes the mean the ratio of the sums, which short periods
+    /// with little I/O do not swing. With a step size, the weight is ignored. Rewards or
+    /// weights that are not finite, weights not above 0, and arms out of range are ignored.
+    pub fn update_weighted(&mut self, arm: usize, reward: f64, weight: f64) {
+        if arm >= self.counts.len() || !reward.is_finite() || !weight.is_finite() || weight <= 0.0
+        {
             return;
         }
         self.counts[arm] += 1;
-        let step = self.step.unwrap_or(1.0 / self.counts[arm] as f64);
+        self.weights[arm] += weight;
+        let step = self.step.unwrap_or(weight / self.weights[arm]);
         self.means[arm] += step * (reward - self.means[arm]);
     }
 
@@ -176,6 +192,20 @@ mod tests {
         b.update(9, 1.0);
         b.update(0, f64::NAN);
         assert_eq!(b.counts(), [1, 1, 1, 1]);
+    }
+
+    /// Weighted rewards average to the ratio of sums: periods of (cpu, io) (1, 10) and
+    /// (1, 1000) give 2/1010, not the mean of 0.1 and 0.001.
+    #[test]
+    fn weighted_rewards_give_the_ratio_of_sums() {
+        let mut b = Bandit::new(1, Pick::default(), 1);
+        b.update_weighted(0, 1.0 / 10.0, 10.0);
+        b.update_weighted(0, 1.0 / 1000.0, 1000.0);
+        assert!((b.means()[0] - 2.0 / 1010.0).abs() < 1e-12, "{:?}", b.means());
+        assert_eq!(b.counts(), [2]);
+        b.update_weighted(0, 5.0, 0.0);
+        b.update_weighted(0, 5.0, f64::NAN);
+        assert_eq!(b.counts(), [2]);
     }
 
     #[test]

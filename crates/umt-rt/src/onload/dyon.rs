@@ -109,22 +109,24 @@ fn runtime_counters(reg: &crate::registry::Registry) -> Option<(f64, f64)> {
     Some((cpu.as_secs_f64(), bytes as f64 / 4096.0))
 }
 
-/// CPIO over a period from two counter readings, as a reward (higher is better), or `None`
-/// when the period says nothing about the partition (step D3): once any I/O was seen
-/// (`seen_io`), a period without I/O is not judged, since the CPU-only form is on another
-/// scale (seconds^-1 against seconds per block) and would rank periods by whether they
-/// happened to hold a write, not partitions by their cost; nor is a period in which the
-/// threads used no CPU and did no I/O (nothing ran).
-fn cpio_reward(before: (f64, f64), after: (f64, f64), seen_io: bool) -> Option<f64> {
+/// CPIO over a period from two counter readings, as a reward (higher is better) and its
+/// weight, or `None` when the period says nothing about the partition (step D3): once any
+/// I/O was seen (`seen_io`), a period without I/O is not judged, since the CPU-only form is
+/// on another scale (seconds^-1 against seconds per block) and would rank periods by
+/// whether they happened to hold a write, not partitions by their cost; nor is a period in
+/// which the threads used no CPU and did no I/O (nothing ran). The weight is the period's
+/// blocks (its CPU time in the CPU-only form), so that an arm's mean is its CPIO over all
+/// its periods together, the ratio of the sums, as a static run of it would measure.
+fn cpio_reward(before: (f64, f64), after: (f64, f64), seen_io: bool) -> Option<(f64, f64)> {
     let cpu = (after.0 - before.0).max(0.0);
     let io = (after.1 - before.1).max(0.0);
     if io > 0.0 {
-        Some(-(cpu / io))
+        Some((-(cpu / io), io))
     } else if seen_io || cpu <= 0.0 {
         None
     } else {
         // A workload without I/O: (cpu)^-1, lower is better, so its negation.
-        Some(-(1.0 / cpu))
+        Some((-(1.0 / cpu), cpu))
     }
 }
 
@@ -268,7 +270,7 @@ fn run(
         }
         let after = read();
         let reward = match (&cfg.metric, before, after) {
-            (Metric::App(_), _, Some((v, _))) => Some(v),
+            (Metric::App(_), _, Some((v, _))) => Some((v, 1.0)),
             (Metric::App(_), _, None) => None,
             (_, Some(b), Some(a)) => {
                 let r = cpio_reward(b, a, seen_io);
@@ -278,8 +280,8 @@ fn run(
             _ => None,
         };
         let mut b = super::lock(bandit);
-        if let Some(r) = reward {
-            b.update(arm, r);
+        if let Some((r, weight)) = reward {
+            b.update_weighted(arm, r, weight);
         }
         arm = b.choose();
         drop(b);
@@ -343,9 +345,10 @@ mod tests {
     fn cpio_rewards_less_cpu_per_io() {
         let cheap = cpio_reward((0.0, 0.0), (1.0, 1000.0), false).unwrap();
         let dear = cpio_reward((0.0, 0.0), (2.0, 1000.0), true).unwrap();
-        assert!(cheap > dear);
+        assert!(cheap.0 > dear.0);
+        assert_eq!(cheap.1, 1000.0, "weighted by its blocks");
         // Without I/O ever, more CPU time is better.
-        let r = |cpu| cpio_reward((0.0, 0.0), (cpu, 0.0), false).unwrap();
+        let r = |cpu| cpio_reward((0.0, 0.0), (cpu, 0.0), false).unwrap().0;
         assert!(r(2.0) > r(1.0));
         // Once I/O was seen, a period without it is not judged; nor one where nothing ran.
         assert_eq!(cpio_reward((0.0, 0.0), (1.0, 0.0), true), None);
