@@ -515,8 +515,8 @@ fn run_dyon(
         }
     );
     say!(
-        "best static partition {} %; DYON settled on {} % ({} of {} judged periods; {:.0} % on \
-         the best): its static CPIO {:.3}x the best's, {} (tolerance {:.2}x); DYON's own \
+        "best static partition {} %; DYON settled on {} %, where it held most ({} of {} judged \
+         periods; {:.0} % on the best): its static CPIO {:.3}x the best's, {} (tolerance {:.2}x); DYON's own \
          CPIO {:.3}x the best static{}",
         r.best_arm * 100 / cores,
         r.chosen_arm * 100 / cores,
@@ -526,6 +526,8 @@ fn run_dyon(
         r.chosen_over_best,
         if r.converged {
             "converged"
+        } else if total_pulls == 0 {
+            "NOT converged: no period was judged (too few periods?)"
         } else {
             "NOT converged"
         },

@@ -210,7 +210,8 @@ pub struct DyonReport {
     /// DYON's mean reward of each arm: minus its CPIO over its judged periods together, in
     /// CPU seconds per 4 KiB block.
     pub means: Vec<f64>,
-    /// The arm DYON judged most often (ties: the higher mean): where it settled.
+    /// The arm DYON judged most often (ties: the higher mean): where it settled (arm 0 if it
+    /// judged no period).
     pub chosen_arm: usize,
     /// Share of the judged periods on `best_arm` (the paper, Fig. 3b: above 75 % once it
     /// has found the best of 10 partitions).
@@ -221,8 +222,8 @@ pub struct DyonReport {
     pub dyon_over_best: f64,
     /// The tolerance [`DyonReport::converged`] allows on `chosen_over_best`.
     pub tolerance: f64,
-    /// DYON settled on the best static partition, or on one whose static CPIO is within
-    /// `tolerance` of the best's.
+    /// DYON judged a period and settled on the best static partition, or on one whose static
+    /// CPIO is within `tolerance` of the best's.
     pub converged: bool,
     /// Every static partition's median CPIO is within `tolerance` of the best's: the
     /// sweep cannot tell them apart, and `converged` says nothing.
@@ -393,11 +394,14 @@ fn hold_partition(
 
 /// Whether a synced write into `dir` moves this thread's storage-write count: where it does
 /// not (a memory file system, a kernel without task I/O accounting), CPIO has no I/O to
-/// count and the experiment means nothing.
-fn storage_writes_counted(dir: &std::path::Path, io: crate::io::IoMode) -> bool {
+/// count and the experiment means nothing. An error if the write itself fails.
+fn storage_writes_counted(
+    dir: &std::path::Path,
+    io: crate::io::IoMode,
+) -> Result<bool, BenchError> {
     let me = umt_sys::cpu::current_tid();
     let Ok(before) = umt_sys::cpu::thread_io(me) else {
-        return false;
+        return Ok(false);
     };
     let path = dir.join("probe");
     let wrote = crate::io::create_file(&path, io, 0).and_then(|f| {
@@ -408,9 +412,9 @@ fn storage_writes_counted(dir: &std::path::Path, io: crate::io::IoMode) -> bool 
             .map_err(|e| BenchError::io("syncing", &path, e))
     });
     let _ = std::fs::remove_file(&path);
-    wrote.is_ok()
-        && umt_sys::cpu::thread_io(me)
-            .is_ok_and(|after| after.written_bytes >= before.written_bytes + (1 << 16))
+    wrote?;
+    Ok(umt_sys::cpu::thread_io(me)
+        .is_ok_and(|after| after.written_bytes >= before.written_bytes + (1 << 16)))
 }
 
 /// Seed 002's experiment on `rt` (see the module's docs): every static partition held
@@ -446,7 +450,7 @@ pub fn dyon(
     }
     let dir = crate::io::private_dir(&p.dir, "umt-dyon-")
         .map_err(|e| BenchError::io("creating a private directory in", &p.dir, e))?;
-    if !storage_writes_counted(dir.path(), p.io) {
+    if !storage_writes_counted(dir.path(), p.io)? {
         return Err(BenchError::InvalidParam(format!(
             "no storage I/O is counted for writes in {} (a memory file system, or a kernel \
              without task I/O accounting, CONFIG_TASK_IO_ACCOUNTING): CPIO has nothing to \
@@ -523,7 +527,8 @@ pub fn dyon(
         .unwrap_or(0);
     let best = sweep[best_arm].cpio_us;
     let chosen_over_best = sweep[chosen_arm].cpio_us / best;
-    let judged = pulls.iter().sum::<u64>().max(1) as f64;
+    let judged_periods = pulls.iter().sum::<u64>();
+    let judged = judged_periods.max(1) as f64;
     Ok(DyonReport {
         period_seconds: period.as_secs_f64(),
         hold_periods,
@@ -535,7 +540,7 @@ pub fn dyon(
         chosen_over_best,
         dyon_over_best: dyon.cpio_us / best,
         tolerance: DYON_TOLERANCE,
-        converged: chosen_over_best <= DYON_TOLERANCE,
+        converged: judged_periods > 0 && chosen_over_best <= DYON_TOLERANCE,
         inconclusive: sweep.iter().all(|f| f.cpio_us / best <= DYON_TOLERANCE),
         means,
         pulls,

@@ -549,7 +549,7 @@ fn dyon_experiment_reports_every_partition_and_a_consistent_verdict() {
         "--json",
         json.to_str().unwrap(),
     ]);
-    // A target directory in memory: refused, saying so (another test checks the refusal).
+    // A target directory in memory: refused, saying so (`refusals.rs` checks the refusal).
     if code != 0
         && (err.contains("no storage I/O is counted") || err.contains("--allow-memory-dir"))
     {

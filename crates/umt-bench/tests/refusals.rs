@@ -587,3 +587,37 @@ fn a_closed_standard_error_loses_only_the_notes() {
     assert!(std::fs::read_to_string(&plot).unwrap().contains("<svg"));
     assert!(dir.files().is_empty(), "left behind: {:?}", dir.files());
 }
+
+/// `onload --dyon` refuses a directory where writes reach no storage (CPIO would have nothing
+/// to divide by), saying what to do; its flags need `--dyon`.
+#[test]
+fn dyon_refuses_a_memory_directory_and_its_flags_need_it() {
+    let (code, _, err) = run(&["onload", "--period-ms", "100", "--buffered"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--dyon"), "{err}");
+    let shm = std::path::Path::new("/dev/shm");
+    let Ok(dir) = tempfile::tempdir_in(shm) else {
+        eprintln!("skipped the memory directory: no /dev/shm here");
+        return;
+    };
+    let (code, out, err) = run(&[
+        "onload",
+        "--dyon",
+        "--size",
+        "256",
+        "--block",
+        "64",
+        "--iters",
+        "2",
+        "--buffered",
+        "--allow-memory-dir",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert!(
+        err.contains("no storage I/O is counted") && err.contains("--dir on a disk"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

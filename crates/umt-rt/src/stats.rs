@@ -311,10 +311,11 @@ pub(crate) fn snapshot(reg: &Registry) -> Stats {
 }
 
 /// CPU time and storage bytes (read and written) of every thread the runtime runs work on:
-/// its workers and its features' per-core threads (E4). Lighter than [`snapshot`]: two
+/// its workers and its features' per-core threads (E4). Lighter than [`snapshot`]: three
 /// `/proc` files per thread and no monitor drain. `None` if a started thread's figures could
 /// not be read (a transient `/proc` failure, or a thread gone at shutdown): a sum without it
-/// would look like the totals went backwards.
+/// would look like the totals went backwards. On a kernel without task I/O accounting (no
+/// `/proc/self/io`) the bytes are 0, and the CPU time is still summed.
 pub(crate) fn cpu_and_io(reg: &Registry) -> Option<(Duration, u64)> {
     let mut tids: Vec<i32> = reg
         .slots
@@ -326,9 +327,12 @@ pub(crate) fn cpu_and_io(reg: &Registry) -> Option<(Duration, u64)> {
     tids.extend((0..reg.cores()).flat_map(|core| reg.feature_threads(core)));
     let mut cpu = Duration::ZERO;
     let mut bytes = 0u64;
+    let accounted = std::path::Path::new("/proc/self/io").exists();
     for tid in tids {
         cpu += umt_sys::cpu::thread_sched(tid).ok()?.cpu_time;
-        bytes = bytes.saturating_add(umt_sys::cpu::thread_io(tid).ok()?.total());
+        if accounted {
+            bytes = bytes.saturating_add(umt_sys::cpu::thread_io(tid).ok()?.total());
+        }
     }
     Some((cpu, bytes))
 }

@@ -55,6 +55,7 @@ fn a_threads_writes_and_cold_reads_are_counted_to_it() {
     )
     .unwrap();
     drop(f);
+    let process_read = process_io().read_bytes;
     let mut back = Vec::new();
     std::fs::File::open(&path)
         .unwrap()
@@ -62,6 +63,14 @@ fn a_threads_writes_and_cold_reads_are_counted_to_it() {
         .unwrap();
     assert_eq!(back.len() as u64, MIB);
     let read = cpu::thread_io(me).unwrap();
+    // The same oracle for reads (a network file system counts writes and not reads).
+    if process_io().read_bytes < process_read + MIB {
+        eprintln!("skipped the read: this file system accounts no storage reads");
+        assert_eq!(cpu::thread_io(other_tid).unwrap(), other_before);
+        done_tx.send(()).unwrap();
+        other.join().unwrap();
+        return;
+    }
     // Pages another reader of the file brought in meanwhile could be served from the cache:
     // nobody else reads this private file, so all of it came from storage.
     assert!(

@@ -128,6 +128,15 @@ impl Bandit {
         self.means[arm] += step * (reward - self.means[arm]);
     }
 
+    /// Forgets every reward (counts, means, weights), keeping the strategy, the step and
+    /// the random state: for a metric whose scale changed (DYON's CPIO between its I/O and
+    /// CPU-only forms).
+    pub(crate) fn forget(&mut self) {
+        self.counts.iter_mut().for_each(|c| *c = 0);
+        self.means.iter_mut().for_each(|m| *m = 0.0);
+        self.weights.iter_mut().for_each(|w| *w = 0.0);
+    }
+
     /// The tried arm with the highest mean (the first on ties; arm 0 before any reward).
     pub fn best(&self) -> usize {
         (0..self.counts.len())

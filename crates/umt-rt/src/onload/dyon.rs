@@ -10,9 +10,11 @@
 //!     I/O; without I/O in a period, the inverse of the CPU time, as the paper extends it),
 //!     of the runtime's own threads (the default: summed from its per-core counts, each core's
 //!     workers and onload thread), of this process or of the whole system, or an
-//!     application's own figure (higher is better). Once any I/O was seen, a period without
-//!     I/O is not judged (the CPU-only form is on another scale), nor one where nothing ran
-//!     or a thread's figures could not be read (`onload/README.md`, D3).
+//!     application's own figure (higher is better). Once the workload does I/O, a period
+//!     with CPU time and no I/O extends into the next under the same partition (up to 8),
+//!     since the CPU-only form is on another scale; a period where nothing ran, or where a
+//!     thread's figures could not be read, is not judged; each judged measurement is
+//!     weighted by its blocks (`onload/README.md`, D3).
 //! D4. The same controller can adapt the spare-worker limit instead
 //!     ([`DyonBuilder::start_spare_limit`]): the arms are the limits 1 (no spare), 2, 4, 8,
 //!     ... and the cap ([`spare_limit_arms`]): a handful even with a cap of 63, so the bandit's
@@ -109,24 +111,71 @@ fn runtime_counters(reg: &crate::registry::Registry) -> Option<(f64, f64)> {
     Some((cpu.as_secs_f64(), bytes as f64 / 4096.0))
 }
 
-/// CPIO over a period from two counter readings, as a reward (higher is better) and its
-/// weight, or `None` when the period says nothing about the partition (step D3): once any
-/// I/O was seen (`seen_io`), a period without I/O is not judged, since the CPU-only form is
-/// on another scale (seconds^-1 against seconds per block) and would rank periods by
-/// whether they happened to hold a write, not partitions by their cost; nor is a period in
-/// which the threads used no CPU and did no I/O (nothing ran). The weight is the period's
-/// blocks (its CPU time in the CPU-only form), so that an arm's mean is its CPIO over all
-/// its periods together, the ratio of the sums, as a static run of it would measure.
-fn cpio_reward(before: (f64, f64), after: (f64, f64), seen_io: bool) -> Option<(f64, f64)> {
+/// CPIO over a measurement (one period, or several under the same partition, see
+/// [`run`]) from two counter readings, as a reward (higher is better) and its weight, or
+/// `None` when it says nothing about the partition (step D3): without I/O once the workload
+/// does I/O (`io_form`), since the CPU-only form is on another scale (seconds^-1 against
+/// seconds per block); or when the threads used no CPU and did no I/O (nothing ran). The
+/// weight is the measurement's blocks (its CPU time in the CPU-only form), so that an arm's
+/// mean is its CPIO over all its periods together, the ratio of the sums, as a static run
+/// of it would measure.
+fn cpio_reward(before: (f64, f64), after: (f64, f64), io_form: bool) -> Option<(f64, f64)> {
     let cpu = (after.0 - before.0).max(0.0);
     let io = (after.1 - before.1).max(0.0);
     if io > 0.0 {
         Some((-(cpu / io), io))
-    } else if seen_io || cpu <= 0.0 {
+    } else if io_form || cpu <= 0.0 {
         None
     } else {
         // A workload without I/O: (cpu)^-1, lower is better, so its negation.
         Some((-(1.0 / cpu), cpu))
+    }
+}
+
+/// Periods a measurement with CPU time but no I/O extends under the same partition, once the
+/// workload does I/O, before DYON takes it that the I/O has stopped (D3).
+const EXTEND: u32 = 8;
+
+/// What a period's CPIO reading means (D3).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Judged {
+    /// CPU time without I/O in the I/O form: the measurement goes on into the next period,
+    /// under the same partition.
+    Extend,
+    /// The measurement is over: its reward and weight, if it says anything; `forget` when
+    /// the form changed (the means so far are on the other scale).
+    Over {
+        reward: Option<(f64, f64)>,
+        forget: bool,
+    },
+}
+
+/// DYON's state between CPIO readings: which form the rewards are in, and how many periods
+/// the current measurement has run past its first.
+#[derive(Debug, Default)]
+struct CpioJudge {
+    io_form: bool,
+    extended: u32,
+}
+
+impl CpioJudge {
+    /// The reading `after` against `before`, the start of the current measurement.
+    fn judge(&mut self, before: (f64, f64), after: (f64, f64)) -> Judged {
+        let io = after.1 > before.1;
+        if self.io_form && !io && after.0 > before.0 && self.extended < EXTEND {
+            self.extended += 1;
+            return Judged::Extend;
+        }
+        // The first I/O, or none for a whole extension: a change of form.
+        let forget = io != self.io_form && (io || self.extended >= EXTEND);
+        if forget {
+            self.io_form = io;
+        }
+        self.extended = 0;
+        Judged::Over {
+            reward: cpio_reward(before, after, self.io_form),
+            forget,
+        }
     }
 }
 
@@ -262,7 +311,7 @@ fn run(
     let mut arm = super::lock(bandit).choose();
     apply(Some(arm));
     let mut before = read();
-    let mut seen_io = false;
+    let mut judge = CpioJudge::default();
     while !stop.load(Ordering::Acquire) {
         std::thread::park_timeout(cfg.period);
         if stop.load(Ordering::Acquire) {
@@ -272,11 +321,17 @@ fn run(
         let reward = match (&cfg.metric, before, after) {
             (Metric::App(_), _, Some((v, _))) => Some((v, 1.0)),
             (Metric::App(_), _, None) => None,
-            (_, Some(b), Some(a)) => {
-                let r = cpio_reward(b, a, seen_io);
-                seen_io |= a.1 > b.1;
-                r
-            }
+            (_, Some(b), Some(a)) => match judge.judge(b, a) {
+                // The partition holds and the measurement goes on, so that its CPU time is
+                // not lost to it.
+                Judged::Extend => continue,
+                Judged::Over { reward, forget } => {
+                    if forget {
+                        super::lock(bandit).forget();
+                    }
+                    reward
+                }
+            },
             _ => None,
         };
         let mut b = super::lock(bandit);
@@ -350,12 +405,40 @@ mod tests {
         // Without I/O ever, more CPU time is better.
         let r = |cpu| cpio_reward((0.0, 0.0), (cpu, 0.0), false).unwrap().0;
         assert!(r(2.0) > r(1.0));
-        // Once I/O was seen, a period without it is not judged; nor one where nothing ran.
+        // In the I/O form, a measurement without I/O is not judged; nor one where nothing ran.
         assert_eq!(cpio_reward((0.0, 0.0), (1.0, 0.0), true), None);
         assert_eq!(cpio_reward((1.0, 5.0), (1.0, 5.0), false), None);
         // Counters that went backwards (a thread gone) count as no progress.
         assert_eq!(cpio_reward((2.0, 5.0), (1.0, 5.0), false), None);
         assert!(cpio_counters(false).is_some());
+    }
+
+    /// D3's judge: CPU-only rewards until the first I/O, which starts the means over; then a
+    /// period without I/O extends the measurement (its CPU time is kept) up to `EXTEND`
+    /// periods, after which the form goes back to CPU-only, starting over again.
+    #[test]
+    fn the_judge_keeps_cpu_time_of_periods_without_io() {
+        let mut j = CpioJudge::default();
+        let over = |r: Option<(f64, f64)>, forget| Judged::Over { reward: r, forget };
+        // CPU only: the CPU-only form, weighted by CPU time.
+        assert_eq!(j.judge((0.0, 0.0), (2.0, 0.0)), over(Some((-0.5, 2.0)), false));
+        // The first I/O: the I/O form, and the means start over.
+        assert_eq!(j.judge((2.0, 0.0), (3.0, 10.0)), over(Some((-0.1, 10.0)), true));
+        // No I/O: the measurement from (3, 10) goes on; its CPU counts when I/O comes.
+        assert_eq!(j.judge((3.0, 10.0), (4.0, 10.0)), Judged::Extend);
+        assert_eq!(j.judge((3.0, 10.0), (5.0, 20.0)), over(Some((-0.2, 10.0)), false));
+        // Nothing ran: not judged, no extension.
+        assert_eq!(j.judge((5.0, 20.0), (5.0, 20.0)), over(None, false));
+        // I/O stops for good: EXTEND extensions, then the CPU-only form again.
+        for k in 1..=EXTEND {
+            assert_eq!(j.judge((5.0, 20.0), (5.0 + k as f64, 20.0)), Judged::Extend);
+        }
+        let end = 6.0 + EXTEND as f64;
+        assert_eq!(
+            j.judge((5.0, 20.0), (end, 20.0)),
+            over(Some((-1.0 / (end - 5.0), end - 5.0)), true)
+        );
+        assert!(!j.io_form);
     }
 
     /// The runtime's CPIO counters grow by the CPU time its workers spend.
