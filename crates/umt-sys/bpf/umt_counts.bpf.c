@@ -90,7 +90,7 @@ struct umt_cpu {
 	__u64 drops;		/* cumulative: the ready count reached zero */
 	__u64 notes;		/* cumulative: wake-ups sent for this CPU */
 	__u64 armed;		/* written by the process: 1 while a waiter sleeps for this CPU */
-	__u64 unused;
+	__u64 handoffs;		/* cumulative: handoff signals sent to a thread running here */
 };
 
 /* A thread's state word, in `slots`; every change is one compare-and-swap. */
@@ -156,6 +156,41 @@ struct {
 	__uint(max_entries, 1);
 } seen_tgid SEC(".maps");
 
+/*
+ * Directed handoff (monitor/README.md, "Directed handoff", P1-P4). Loaded only when the process
+ * asks for it (umt_handoff_switch and umt_handoff_wakeup; the counting programs above never
+ * depend on them), and only where the kernel has the bpf_send_signal_task kfunc (6.13).
+ *
+ * `in_task`, per slot, written by the process: HANDOFF_IN_TASK while the thread runs a task
+ * (user code); HANDOFF_ENABLED while it takes part at all. `running`, per CPU: the kernel tid of
+ * the registered thread running there and its slot + 1 (bits 32..63), or 0; written at every
+ * switch by that CPU, read by the wake-ups of other CPUs.
+ */
+#define HANDOFF_ENABLED 1U
+#define HANDOFF_IN_TASK 2U
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);	/* an array's values are 8-byte aligned: u64 keeps the layout plain */
+	__uint(max_entries, 1);	/* set to the slot capacity by the loader */
+} in_task SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1);	/* set to the number of possible CPUs by the loader */
+} running SEC(".maps");
+
+/*
+ * The signal the process handles, and the value it carries (si_value; si_code is SI_KERNEL),
+ * by which the process tells it from the same signal sent by anybody else. Set by the loader.
+ */
+const volatile __u32 handoff_signal = 0;
+const volatile __u64 handoff_value = 0;
+
 /* GPL-compatible for the kernel (bpf_probe_read_kernel is a GPL-only helper). */
 char _license[] SEC("license") = "Dual MIT/GPL";
 
@@ -190,10 +225,10 @@ static __attribute__((always_inline)) bool ns_tid(struct task_struct *p, __u32 *
 }
 
 /*
- * The state word of a monitored thread of the target process, or NULL; `tid` gets the key it
- * has in `threads`.
+ * The slot of a monitored thread of the target process (its entry in `threads`), or NULL;
+ * `tid` gets the key it has there.
  */
-static __attribute__((always_inline)) __u64 *thread_slot(struct task_struct *p, __u32 *tid)
+static __attribute__((always_inline)) __u32 *thread_index(struct task_struct *p, __u32 *tid)
 {
 	__u32 zero = 0, *slot;
 	__s32 *seen = 0;
@@ -215,6 +250,19 @@ static __attribute__((always_inline)) __u64 *thread_slot(struct task_struct *p, 
 	/* Only the target's threads are in `threads`, so this is the target's tgid. */
 	if (seen && !*seen)
 		*seen = p->tgid;
+	return slot;
+}
+
+/*
+ * The state word of a monitored thread of the target process, or NULL; `tid` gets the key it
+ * has in `threads`.
+ */
+static __attribute__((always_inline)) __u64 *thread_slot(struct task_struct *p, __u32 *tid)
+{
+	__u32 *slot = thread_index(p, tid);
+
+	if (!slot)
+		return 0;
 	return bpf_map_lookup_elem(&slots, slot);
 }
 
@@ -393,5 +441,117 @@ int umt_exit(__u64 *ctx)
 	    (old & ST_READY))
 		add_ready(ctx, old & ST_CPU_MASK, -1);
 	bpf_map_delete_elem(&threads, &tid);
+	return 0;
+}
+
+/*
+ * Kernel functions (kfuncs) called by BTF id. aya, the loader, does not resolve `__ksym`
+ * externs, so each call is written as the raw instruction (BPF_JMP | BPF_CALL, src_reg
+ * BPF_PSEUDO_KFUNC_CALL) with a placeholder id in its immediate, which the loader replaces with
+ * the function's id in the running kernel's BTF before loading (bpf.rs, `KFUNCS`: 0x55aa0001
+ * bpf_task_from_pid, 0x55aa0002 bpf_send_signal_task, 0x55aa0003 bpf_task_release). Arguments
+ * go in r1-r5, the result in r0, as for any call.
+ */
+#define KFUNC_CALL(placeholder) ".quad ((" #placeholder " << 32) | 0x2085)\n\t"
+
+/* bpf_task_from_pid(): the task with kernel tid `pid`, referenced, or NULL. */
+static __attribute__((always_inline)) struct task_struct *task_from_pid(__s32 pid)
+{
+	struct task_struct *ret;
+
+	asm volatile("r1 = %[pid]\n\t" KFUNC_CALL(0x55aa0001) "%[ret] = r0"
+		     : [ret] "=r"(ret)
+		     : [pid] "r"((__s64)pid)
+		     : "r0", "r1", "r2", "r3", "r4", "r5", "memory");
+	return ret;
+}
+
+/* bpf_send_signal_task(task, sig, PIDTYPE_PID, value): a signal for that thread alone. */
+static __attribute__((always_inline)) long send_signal_task(struct task_struct *t, __u32 sig,
+							     __u64 value)
+{
+	long ret;
+
+	asm volatile("r1 = %[t]\n\t"
+		     "r2 = %[sig]\n\t"
+		     "r3 = 0\n\t"
+		     "r4 = %[value]\n\t" KFUNC_CALL(0x55aa0002) "%[ret] = r0"
+		     : [ret] "=r"(ret)
+		     : [t] "r"(t), [sig] "r"((__u64)sig), [value] "r"(value)
+		     : "r0", "r1", "r2", "r3", "r4", "r5", "memory");
+	return ret;
+}
+
+/* bpf_task_release(): drops the reference task_from_pid() took. */
+static __attribute__((always_inline)) void task_release(struct task_struct *t)
+{
+	asm volatile("r1 = %[t]\n\t" KFUNC_CALL(0x55aa0003)
+		     :
+		     : [t] "r"(t)
+		     : "r0", "r1", "r2", "r3", "r4", "r5", "memory");
+}
+
+/* P3: which registered thread runs on this CPU from now on. */
+SEC("tp_btf/sched_switch")
+int umt_handoff_switch(__u64 *ctx)
+{
+	struct task_struct *next = (void *)ctx[2];
+	__u32 cpu = bpf_get_smp_processor_id(), tid;
+	__u32 *slot = thread_index(next, &tid);
+	__u64 *run = bpf_map_lookup_elem(&running, &cpu);
+
+	if (!run)
+		return 0;
+	if (!slot || *slot >= 0x7fffffff) {
+		if (*run)
+			*run = 0;
+		return 0;
+	}
+	*run = ((__u64)(*slot + 1) << 32) | (__u32)next->pid;
+	return 0;
+}
+
+/*
+ * P4: a registered thread that blocked inside a task is woken onto a CPU where another
+ * registered thread runs inside a task: that one is signalled, so that it steps aside (in the
+ * process) and the CPU runs the returned thread next.
+ */
+SEC("tp_btf/sched_wakeup")
+int umt_handoff_wakeup(__u64 *ctx)
+{
+	struct task_struct *p = (void *)ctx[0], *t;
+	__u32 tid, cpu, other, *slot;
+	__u64 *woken_flags, *other_flags;
+	__u64 *run, r;
+	struct umt_cpu *c;
+
+	slot = thread_index(p, &tid);
+	if (!slot)
+		return 0;
+	woken_flags = bpf_map_lookup_elem(&in_task, slot);
+	if (!woken_flags || !(*woken_flags & HANDOFF_IN_TASK))
+		return 0;
+	cpu = p->thread_info.cpu;
+	run = bpf_map_lookup_elem(&running, &cpu);
+	if (!run)
+		return 0;
+	r = *run;
+	if (!r || (__u32)(r >> 32) == *slot + 1)
+		return 0;
+	other = (__u32)(r >> 32) - 1;
+	other_flags = bpf_map_lookup_elem(&in_task, &other);
+	if (!other_flags || (*other_flags & (HANDOFF_ENABLED | HANDOFF_IN_TASK)) !=
+				    (HANDOFF_ENABLED | HANDOFF_IN_TASK))
+		return 0;
+	t = task_from_pid((__s32)r);
+	if (!t)
+		return 0;
+	/* Never another process's thread (a tid reused since `running` was written). */
+	if (t->tgid == p->tgid && !send_signal_task(t, handoff_signal, handoff_value)) {
+		c = cpu_counts(cpu);
+		if (c)
+			__sync_fetch_and_add(&c->handoffs, 1);
+	}
+	task_release(t);
 	return 0;
 }

@@ -95,7 +95,10 @@ pub use backend::{BackendKind, ParseBackendError, Selection, Unavailable};
 pub use cpu::CpuId;
 pub use error::{Error, Result};
 pub use event::{Cause, MonitorEvent};
-pub use monitor::{BPF_MAX_THREADS, DEFAULT_RING_PAGES, Monitor, MonitorBuilder, MonitorStats};
+pub use monitor::{
+    BPF_MAX_THREADS, DEFAULT_RING_PAGES, HANDOFF_ENABLED, HANDOFF_IN_TASK, HANDOFF_SIGNAL_VALUE,
+    Handoff, HandoffFlags, Monitor, MonitorBuilder, MonitorStats,
+};
 
 /// The crate's `README.md`, whose examples run as doc tests (what crates.io shows compiles).
 #[cfg(doctest)]

@@ -13,6 +13,7 @@ use crate::backend::{BackendKind, Unavailable};
 use crate::cpu::CpuId;
 use crate::error::Result;
 use crate::event::MonitorEvent;
+use crate::monitor::handoff::Handoff;
 use crate::monitor::ops::{Backend, Context, Held, Totals};
 
 /// Most threads one monitor can register at once (the size of the programs' thread table).
@@ -26,7 +27,7 @@ pub(crate) use stub::BpfBackend;
 
 /// Whether the Bpf backend can run here: loads and attaches the programs, then drops them.
 pub(crate) fn probe() -> std::result::Result<(), Unavailable> {
-    match BpfBackend::open(crate::cpu::possible_cpus().unwrap_or(1), None) {
+    match BpfBackend::open(crate::cpu::possible_cpus().unwrap_or(1), None, None) {
         Ok(_) => Ok(()),
         Err(crate::Error::Unavailable(u)) => Err(u),
         Err(e) => Err(Unavailable::new(BackendKind::Bpf, e.to_string())),
@@ -41,7 +42,11 @@ mod stub {
     pub(crate) enum BpfBackend {}
 
     impl BpfBackend {
-        pub(crate) fn open(_possible: usize, _epoll: Option<&Epoll>) -> Result<BpfBackend> {
+        pub(crate) fn open(
+            _possible: usize,
+            _epoll: Option<&Epoll>,
+            _handoff: Option<i32>,
+        ) -> Result<BpfBackend> {
             Err(
                 Unavailable::new(BackendKind::Bpf, env!("UMT_BPF_UNAVAILABLE"))
                     .with_fix(
@@ -85,6 +90,15 @@ mod stub {
             match *self {}
         }
         pub(crate) fn exited(&self) -> Vec<i32> {
+            match *self {}
+        }
+        pub(crate) fn handoff(&self) -> Handoff {
+            match *self {}
+        }
+        pub(crate) fn handoff_slot(&self, _tid: i32) -> Option<u32> {
+            match *self {}
+        }
+        pub(crate) fn set_handoff_flags(&self, _slot: u32, _flags: u32) {
             match *self {}
         }
     }
@@ -164,6 +178,18 @@ impl Backend for BpfBackend {
     fn totals(&self) -> Option<Totals> {
         Some(self.totals())
     }
+
+    fn handoff(&self, _asked: bool) -> Handoff {
+        self.handoff()
+    }
+
+    fn handoff_slot(&self, tid: i32) -> Option<u32> {
+        self.handoff_slot(tid)
+    }
+
+    fn set_handoff_flags(&self, slot: u32, flags: u32) {
+        self.set_handoff_flags(slot, flags)
+    }
 }
 
 #[cfg(umt_bpf)]
@@ -201,6 +227,70 @@ mod imp {
         ("umt_exit", "sched_process_exit"),
     ];
 
+    /// The directed handoff's programs (P1–P4 of `README.md`), loaded only on request.
+    const HANDOFF_PROGRAMS: &[(&str, &str)] = &[
+        ("umt_handoff_switch", "sched_switch"),
+        ("umt_handoff_wakeup", "sched_wakeup"),
+    ];
+
+    /// The kernel functions the handoff program calls, by the placeholder each call carries
+    /// in its immediate (`KFUNC_CALL` in the program).
+    const KFUNCS: &[(u32, &str)] = &[
+        (0x55aa_0001, "bpf_task_from_pid"),
+        (0x55aa_0002, "bpf_send_signal_task"),
+        (0x55aa_0003, "bpf_task_release"),
+    ];
+
+    /// A copy of `object` whose kfunc calls carry the running kernel's BTF ids, or why it
+    /// cannot have them. A call is the instruction `0x85` (BPF_JMP | BPF_CALL) with src_reg 2
+    /// (BPF_PSEUDO_KFUNC_CALL), off 0 and the placeholder as its immediate (little-endian, as
+    /// clang writes for `-target bpf` on this machine). Only the programs' code is searched,
+    /// one eight-byte instruction at a time from the start of each executable section.
+    fn resolve_kfuncs(object: &[u8], btf: &Btf) -> std::result::Result<Vec<u8>, String> {
+        use object::{Object as _, ObjectSection as _, SectionKind};
+        let file = object::File::parse(object)
+            .map_err(|e| format!("umt-sys's BPF object does not parse: {e}"))?;
+        let code: Vec<std::ops::Range<usize>> = file
+            .sections()
+            .filter(|s| s.kind() == SectionKind::Text)
+            .filter_map(|s| s.file_range())
+            .filter_map(|(at, len)| {
+                Some(usize::try_from(at).ok()?..usize::try_from(at + len).ok()?)
+            })
+            .collect();
+        let mut out = object.to_vec();
+        for &(placeholder, name) in KFUNCS {
+            let id = btf
+                .id_by_type_name_kind(name, aya_obj::btf::BtfKind::Func)
+                .map_err(|_| {
+                    format!(
+                        "this kernel has no {name} kfunc (Linux 6.13 added \
+                         bpf_send_signal_task)"
+                    )
+                })?;
+            let mut want = [0u8; 8];
+            want[0] = 0x85;
+            want[1] = 0x20;
+            want[4..].copy_from_slice(&placeholder.to_le_bytes());
+            let mut found = 0;
+            for range in &code {
+                let Some(section) = out.get_mut(range.clone()) else {
+                    continue;
+                };
+                for insn in section.chunks_exact_mut(8) {
+                    if insn == want {
+                        insn[4..].copy_from_slice(&id.to_le_bytes());
+                        found += 1;
+                    }
+                }
+            }
+            if found == 0 {
+                return Err(format!("the program has no call to {name}"));
+            }
+        }
+        Ok(out)
+    }
+
     /// A thread's state word (`slots` in the program): its CPU, and flags.
     const ST_CPU_MASK: u64 = 0xffff_ffff;
     const ST_READY: u64 = 1 << 32;
@@ -220,7 +310,7 @@ mod imp {
         drops: AtomicU64,
         notes: AtomicU64,
         armed: AtomicU64,
-        _unused: AtomicU64,
+        handoffs: AtomicU64,
     }
 
     const _: () = assert!(std::mem::size_of::<CpuCounts>() == 64);
@@ -281,6 +371,10 @@ mod imp {
         table: Mutex<Slots>,
         /// Per possible CPU: its wake-up buffer (none for a CPU that is offline).
         notes: Box<[Option<Mutex<PerfEventArrayBuffer<MapData>>>]>,
+        /// Per slot: the handoff flags the process writes (P2), when the handoff is on.
+        in_task: Option<Shared<AtomicU64>>,
+        /// Whether the directed handoff was asked for, and whether it runs.
+        handoff: Handoff,
         /// Per possible CPU: its `drops` when a drain of that CPU last looked.
         seen_cpu: Box<[AtomicU64]>,
         /// Per possible CPU: `drops` when the whole-monitor drain last looked, and the
@@ -290,8 +384,14 @@ mod imp {
 
     impl BpfBackend {
         /// Loads and attaches the programs for this process. `epoll`: the monitor's wait set,
-        /// which gets every CPU's wake-up buffer.
-        pub(crate) fn open(possible: usize, epoll: Option<&Epoll>) -> Result<BpfBackend> {
+        /// which gets every CPU's wake-up buffer. `handoff`: the signal of the directed
+        /// handoff, if asked for; where it cannot run the backend opens without it and says
+        /// why ([`BpfBackend::handoff`]).
+        pub(crate) fn open(
+            possible: usize,
+            epoll: Option<&Epoll>,
+            handoff: Option<i32>,
+        ) -> Result<BpfBackend> {
             let cpus = u32::try_from(possible).unwrap_or(u32::MAX);
             enough_descriptors(crate::cpu::online_cpus().map_or(possible, |c| c.len()))?;
             let btf = Btf::from_sys_fs().map_err(|e| {
@@ -311,15 +411,40 @@ mod imp {
             } else {
                 0
             };
+            // The handoff's kfunc calls get their ids; without them its programs stay unloaded
+            // (the counting programs never call a kfunc).
+            let mut handoff_state = Handoff::Off;
+            let mut object = std::borrow::Cow::Borrowed(OBJECT);
+            if let Some(signal) = handoff {
+                match resolve_kfuncs(OBJECT, &btf) {
+                    Ok(patched) => {
+                        object = std::borrow::Cow::Owned(patched);
+                        handoff_state = Handoff::Active { signal };
+                    }
+                    Err(why) => handoff_state = Handoff::Unavailable(why),
+                }
+            }
+            let signal = match handoff_state {
+                Handoff::Active { signal } => signal as u32,
+                _ => 0,
+            };
             let mut ebpf = EbpfLoader::new()
                 .btf(Some(&btf))
                 .map_max_entries("counts", cpus)
                 .map_max_entries("notes", cpus)
+                .map_max_entries("running", cpus)
                 .map_max_entries("slots", BPF_MAX_THREADS)
+                .map_max_entries("in_task", BPF_MAX_THREADS)
                 .map_max_entries("threads", BPF_MAX_THREADS)
                 .override_global("target_tgid", &tgid, true)
                 .override_global("target_ns", &namespace, true)
-                .load(OBJECT)
+                .override_global("handoff_signal", &signal, true)
+                .override_global(
+                    "handoff_value",
+                    &u64::from(crate::monitor::handoff::HANDOFF_SIGNAL_VALUE),
+                    true,
+                )
+                .load(&object)
                 .map_err(|e| load_error(&format!("loading the programs: {e}"), &e))?;
             for (name, tracepoint) in PROGRAMS {
                 let prog: &mut BtfTracePoint = ebpf
@@ -332,6 +457,20 @@ mod imp {
                 prog.attach()
                     .map_err(|e| load_error(&format!("attaching {name}: {e}"), &e))?;
             }
+            if matches!(handoff_state, Handoff::Active { .. })
+                && let Err(why) = load_handoff(&mut ebpf, &btf)
+            {
+                handoff_state = Handoff::Unavailable(why);
+            }
+            let in_task = match handoff_state {
+                Handoff::Active { .. } => Some(Shared::map(
+                    map_data(&ebpf, "in_task")?.fd().as_fd(),
+                    BPF_MAX_THREADS as usize,
+                    true,
+                    "mmap(BPF array)",
+                )?),
+                _ => None,
+            };
             let counts = Shared::map(
                 map_data(&ebpf, "counts")?.fd().as_fd(),
                 possible,
@@ -375,6 +514,8 @@ mod imp {
                 threads: Mutex::new(threads),
                 table: Mutex::new(Slots::default()),
                 notes: notes.into_boxed_slice(),
+                in_task,
+                handoff: handoff_state,
                 seen_cpu: (0..possible).map(|_| AtomicU64::new(0)).collect(),
                 seen_all: Mutex::new(vec![[0; 4]; possible]),
             })
@@ -399,6 +540,7 @@ mod imp {
             table.generation += 1;
             let gen_bits = (table.generation & 0xff_ffff) << ST_GEN_SHIFT;
             let cpu = crate::cpu::current_cpu()?;
+            self.set_handoff_flags(slot, 0);
             let word = self.slot(slot);
             word.store(
                 gen_bits | ST_ACTIVE | ST_READY | cpu as u64,
@@ -440,8 +582,28 @@ mod imp {
                 }
             }
             word.store(0, Ordering::SeqCst);
+            self.set_handoff_flags(slot, 0);
             table.free.push(slot);
             Ok(())
+        }
+
+        /// Whether the directed handoff runs, and if not why.
+        pub(crate) fn handoff(&self) -> Handoff {
+            self.handoff.clone()
+        }
+
+        /// The slot of registered thread `tid`, for its handoff flags.
+        pub(crate) fn handoff_slot(&self, tid: i32) -> Option<u32> {
+            self.in_task.as_ref()?;
+            lock(&self.table).of_tid.get(&tid).copied()
+        }
+
+        /// P2: the handoff flags of `slot` (one store; nothing without the handoff).
+        #[inline]
+        pub(crate) fn set_handoff_flags(&self, slot: u32, flags: u32) {
+            if let Some(f) = self.in_task.as_ref().and_then(|m| m.get(slot as usize)) {
+                f.store(u64::from(flags), Ordering::Release);
+            }
         }
 
         /// Threads that exited while registered (the exit program took their counts back):
@@ -457,6 +619,7 @@ mod imp {
             for &(tid, slot) in &gone {
                 table.of_tid.remove(&tid);
                 self.slot(slot).store(0, Ordering::SeqCst);
+                self.set_handoff_flags(slot, 0);
                 table.free.push(slot);
             }
             gone.into_iter().map(|(t, _)| t).collect()
@@ -595,6 +758,7 @@ mod imp {
                 t.migrations += c.migrations.load(Ordering::Relaxed);
                 t.notes += c.notes.load(Ordering::Relaxed);
                 t.drops += c.drops.load(Ordering::Relaxed);
+                t.handoffs += c.handoffs.load(Ordering::Relaxed);
             }
             t
         }
@@ -615,6 +779,43 @@ mod imp {
                 }
             }
         }
+    }
+
+    /// Loads the handoff's programs, then attaches them, all or none; on failure, why (the
+    /// verifier's first lines), and the counting programs run on without them.
+    fn load_handoff(ebpf: &mut Ebpf, btf: &Btf) -> std::result::Result<(), String> {
+        let result = (|| {
+            for (name, tracepoint) in HANDOFF_PROGRAMS {
+                handoff_program(ebpf, name)?
+                    .load(tracepoint, btf)
+                    .map_err(|e| format!("the kernel refused {name}: {e:#}"))?;
+            }
+            for (name, _) in HANDOFF_PROGRAMS {
+                handoff_program(ebpf, name)?
+                    .attach()
+                    .map_err(|e| format!("attaching {name}: {e}"))?;
+            }
+            Ok(())
+        })();
+        if result.is_err() {
+            // Unloading detaches what was attached: none of them stays.
+            for (name, _) in HANDOFF_PROGRAMS {
+                if let Ok(prog) = handoff_program(ebpf, name) {
+                    let _ = prog.unload();
+                }
+            }
+        }
+        result
+    }
+
+    fn handoff_program<'a>(
+        ebpf: &'a mut Ebpf,
+        name: &str,
+    ) -> std::result::Result<&'a mut BtfTracePoint, String> {
+        ebpf.program_mut(name)
+            .ok_or_else(|| format!("program {name} missing"))?
+            .try_into()
+            .map_err(|e| format!("program {name}: {e}"))
     }
 
     fn map_data<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a MapData> {
@@ -740,6 +941,34 @@ mod imp {
     #[cfg(test)]
     mod load_fix_tests {
         use super::*;
+
+        /// Only the programs' kfunc calls change: every placeholder is gone, and at most the
+        /// immediates of the three calls differ from the embedded object.
+        #[test]
+        fn kfunc_placeholders_are_replaced_in_the_code_and_nowhere_else() {
+            let Ok(btf) = Btf::from_sys_fs() else {
+                eprintln!("skipped: no kernel BTF here");
+                return;
+            };
+            let patched = match resolve_kfuncs(OBJECT, &btf) {
+                Ok(p) => p,
+                Err(why) => {
+                    eprintln!("skipped: {why}");
+                    return;
+                }
+            };
+            assert_eq!(patched.len(), OBJECT.len());
+            for &(placeholder, name) in KFUNCS {
+                let mut want = [0x85u8, 0x20, 0, 0, 0, 0, 0, 0];
+                want[4..].copy_from_slice(&placeholder.to_le_bytes());
+                assert!(
+                    !patched.windows(8).any(|w| w == want),
+                    "{name}: a placeholder is left"
+                );
+            }
+            let changed = OBJECT.iter().zip(&patched).filter(|(a, b)| a != b).count();
+            assert!((1..=12).contains(&changed), "{changed} bytes changed");
+        }
 
         #[test]
         fn a_descriptor_shortage_is_named_as_such() {

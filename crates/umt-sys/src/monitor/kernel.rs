@@ -787,6 +787,7 @@ impl Backend for KernelBackend {
             migrations: 0,
             notes: t.signals,
             drops: t.drops,
+            handoffs: 0,
         })
     }
 

@@ -4,6 +4,7 @@
 
 #[cfg(target_os = "linux")]
 mod bpf;
+mod handoff;
 #[cfg(target_os = "linux")]
 mod kernel;
 mod ops;
@@ -30,6 +31,7 @@ use ops::{Backend, Context, Held};
 
 #[cfg(target_os = "linux")]
 pub use bpf::BPF_MAX_THREADS;
+pub use handoff::{HANDOFF_ENABLED, HANDOFF_IN_TASK, HANDOFF_SIGNAL_VALUE, Handoff, HandoffFlags};
 #[cfg(target_os = "linux")]
 pub use perf::DEFAULT_RING_PAGES;
 
@@ -71,6 +73,9 @@ pub struct MonitorStats {
     /// Kernel in idle-only mode; 0 elsewhere): what a runtime that is told of every idle core would
     /// be told, against [`MonitorStats::wakeups`], what it was.
     pub drops: u64,
+    /// Signals the directed handoff sent ([`MonitorBuilder::directed_handoff`]): each asked
+    /// a thread running inside a task to step aside for one woken onto its CPU.
+    pub handoff_signals: u64,
 }
 
 /// Configures and builds a [`Monitor`].
@@ -79,6 +84,7 @@ pub struct MonitorBuilder {
     backend: BackendKind,
     ring_pages: usize,
     signal_each_event: bool,
+    handoff_signal: Option<i32>,
 }
 
 impl Default for MonitorBuilder {
@@ -87,6 +93,7 @@ impl Default for MonitorBuilder {
             backend: BackendKind::Auto,
             ring_pages: DEFAULT_RING_PAGES,
             signal_each_event: true,
+            handoff_signal: None,
         }
     }
 }
@@ -121,6 +128,18 @@ impl MonitorBuilder {
         self
     }
 
+    /// Asks for the directed handoff (`README.md`, "Directed handoff"): when a registered
+    /// thread that blocked inside a task ([`HANDOFF_IN_TASK`]) is woken onto a CPU where
+    /// another registered thread runs inside a task, that one gets `signal`, so that it can
+    /// step aside. The caller must handle `signal` before any thread sets its flags
+    /// ([`Monitor::set_handoff_flags`]). Only the Bpf backend on Linux 6.13 or later (the
+    /// `bpf_send_signal_task` kfunc) runs it; elsewhere the monitor opens without it and
+    /// [`Monitor::handoff`] says why.
+    pub fn directed_handoff(mut self, signal: i32) -> Self {
+        self.handoff_signal = Some(signal);
+        self
+    }
+
     /// Builds the monitor. With `Auto` this never fails for lack of kernel support: it falls
     /// back to Disabled and says why in [`Monitor::selection`].
     pub fn build(self) -> Result<Monitor> {
@@ -135,11 +154,13 @@ impl MonitorBuilder {
             possible_cpus: possible,
             ring_pages: self.ring_pages,
             signal_each_event: self.signal_each_event,
+            handoff_signal: self.handoff_signal,
         };
         let (backend, selection) = select::open(self.backend, &options, &cx.epoll)?;
         Ok(Monitor {
             id: NEXT_MONITOR_ID.fetch_add(1, Ordering::Relaxed),
             backend,
+            handoff_asked: self.handoff_signal.is_some(),
             selection,
             cx,
         })
@@ -176,6 +197,8 @@ pub struct Monitor {
     /// Where the events come from: every operation is delegated to it. Dropped before `cx`,
     /// whose wait sets hold its descriptors.
     backend: Box<dyn Backend>,
+    /// Whether the directed handoff was asked for.
+    handoff_asked: bool,
     /// How `backend` was chosen.
     selection: Selection,
     /// What every backend gets from the monitor: the wait sets, the drained ready counts, the
@@ -446,6 +469,26 @@ impl Monitor {
         self.backend.ready_counts(&self.cx)
     }
 
+    /// Whether the directed handoff runs ([`MonitorBuilder::directed_handoff`]), and if it
+    /// was asked for and does not, why. Always [`Handoff::Off`] when not asked for.
+    pub fn handoff(&self) -> Handoff {
+        self.backend.handoff(self.handoff_asked)
+    }
+
+    /// The calling thread's handle for its handoff flags: `None` unless the handoff runs and
+    /// the thread is registered.
+    pub fn handoff_flags(&self) -> Option<HandoffFlags> {
+        let slot = self.backend.handoff_slot(cpu::current_tid())?;
+        Some(HandoffFlags { slot })
+    }
+
+    /// Sets a registered thread's handoff flags ([`HANDOFF_ENABLED`], [`HANDOFF_IN_TASK`]):
+    /// one store to memory the programs read. A thread that registers again starts with none.
+    #[inline]
+    pub fn set_handoff_flags(&self, thread: HandoffFlags, flags: u32) {
+        self.backend.set_handoff_flags(thread.slot, flags);
+    }
+
     /// Counters of what the monitor has seen.
     pub fn stats(&self) -> MonitorStats {
         let s = &self.cx.stats;
@@ -461,6 +504,7 @@ impl Monitor {
                 None => s.blocks.load(Ordering::Relaxed) + s.unblocks.load(Ordering::Relaxed),
             },
             drops: kept.map_or(0, |t| t.drops),
+            handoff_signals: kept.map_or(0, |t| t.handoffs),
             lost_records: s.lost_records.load(Ordering::Relaxed),
             overflows: s.overflows.load(Ordering::Relaxed),
             resyncs: self.backend.resyncs(),

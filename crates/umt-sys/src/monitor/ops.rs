@@ -4,6 +4,7 @@
 //! [`Disabled`] is the backend that does nothing. Which backends exist, and in which order
 //! `Auto` tries them, is the table in `select.rs`.
 
+use super::handoff::Handoff;
 use std::collections::HashSet;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -116,6 +117,26 @@ pub(super) trait Backend: Send + Sync {
 
     /// The monitor's owner is shutting it down (`Monitor::shut_down`).
     fn shut_down(&self) {}
+
+    /// The directed handoff's state; `asked` says whether the monitor asked for it (a
+    /// backend without it answers from that alone).
+    fn handoff(&self, asked: bool) -> Handoff {
+        if asked {
+            Handoff::Unavailable(
+                "only the Bpf backend runs the directed handoff (on Linux 6.13 or later)".into(),
+            )
+        } else {
+            Handoff::Off
+        }
+    }
+
+    /// The slot of registered thread `tid` for its handoff flags, when the handoff runs.
+    fn handoff_slot(&self, _tid: i32) -> Option<u32> {
+        None
+    }
+
+    /// Sets the handoff flags of `slot`.
+    fn set_handoff_flags(&self, _slot: u32, _flags: u32) {}
 }
 
 /// What a drainer does with a reader another drainer holds (a Perf ring).
@@ -136,6 +157,8 @@ pub(super) struct Totals {
     /// Notifications sent to user space.
     pub(super) notes: u64,
     pub(super) drops: u64,
+    /// Directed handoff signals sent.
+    pub(super) handoffs: u64,
 }
 
 /// Running totals of what the drains applied, for `Monitor::stats`.

@@ -16,6 +16,8 @@ pub(super) struct Options {
     pub(super) ring_pages: usize,
     /// `MonitorBuilder::signal_each_event`.
     pub(super) signal_each_event: bool,
+    /// `MonitorBuilder::directed_handoff`: its signal.
+    pub(super) handoff_signal: Option<i32>,
 }
 
 /// One backend a monitor can run on.
@@ -52,6 +54,7 @@ const BACKENDS: [Row; 4] = [
             Ok(Box::new(bpf::BpfBackend::open(
                 o.possible_cpus,
                 Some(epoll),
+                o.handoff_signal,
             )?))
         },
     },
@@ -194,6 +197,7 @@ mod tests {
             possible_cpus: 1,
             ring_pages: 1,
             signal_each_event: true,
+            handoff_signal: None,
         };
         let (backend, selection) = open(BackendKind::Disabled, &options, &epoll)?;
         assert_eq!(selection.chosen, BackendKind::Disabled);
