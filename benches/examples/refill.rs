@@ -97,11 +97,6 @@ fn round(rt: &Runtime, sleep: Duration, epoch: Instant) -> u64 {
     s.saturating_sub(b)
 }
 
-fn percentile(sorted: &[u64], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted.get(i).copied().unwrap_or(0) as f64 / 1000.0
-}
-
 fn main() {
     let args = Args::parse();
     let cpu = *umt_sys::cpu::process_cpus()
@@ -144,17 +139,12 @@ fn main() {
         "led"
     );
     for c in &mut configs {
-        c.gaps_ns.sort_unstable();
-        let g = &c.gaps_ns;
         let now = c.rt.stats();
         let per = |a: u64, b: u64| (a - b) as f64 / args.blocks as f64;
         println!(
-            "{:<20} {:>8.1} {:>8.1} {:>8.1} {:>8.1} | {:>18.1} {:>7.1} {:>7.2} {:>7.2} {:>7.2}",
+            "{:<20} {} | {:>18.1} {:>7.1} {:>7.2} {:>7.2} {:>7.2}",
             c.name,
-            percentile(g, 0.5),
-            percentile(g, 0.9),
-            percentile(g, 0.99),
-            percentile(g, 1.0),
+            umt_benches::gap_columns(&mut c.gaps_ns),
             per(now.monitor_events, c.before.monitor_events),
             per(now.leader_iterations, c.before.leader_iterations),
             per(now.leader_wakeups, c.before.leader_wakeups),

@@ -90,3 +90,21 @@ pub fn rayon_pool(threads: usize) -> rayon::ThreadPool {
         .build()
         .expect("a rayon pool")
 }
+
+/// The median, p90, p99 and maximum of `gaps_ns` (nanoseconds, sorted here), in microseconds,
+/// as four right-aligned columns: the latency columns of the `refill` and `return_gap`
+/// examples.
+pub fn gap_columns(gaps_ns: &mut [u64]) -> String {
+    gaps_ns.sort_unstable();
+    let at = |p: f64| {
+        let i = ((gaps_ns.len() as f64 - 1.0) * p).round() as usize;
+        gaps_ns.get(i).copied().unwrap_or(0) as f64 / 1000.0
+    };
+    format!(
+        "{:>8.1} {:>8.1} {:>8.1} {:>8.1}",
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        at(1.0)
+    )
+}

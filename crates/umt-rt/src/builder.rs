@@ -266,14 +266,29 @@ impl Builder {
         self
     }
 
-    /// Handoff, after the nanothreads kernel (default off): at every scheduling point and
-    /// while it spins for work, a worker whose core has an active worker the monitor does not
-    /// count as ready yields its core. That worker is blocked in the kernel (the yield
-    /// returns at once) or back from a block and waiting for the core, which the monitor
-    /// cannot tell (it counts a thread again once it runs): the yield lets it run now instead
-    /// of at the end of this worker's time slice. Costs a `sched_yield` per scheduling point
-    /// while a worker of the core is blocked; [`Stats::handoffs`](crate::Stats::handoffs)
-    /// counts them.
+    /// Handoff, after the nanothreads kernel (default off): a worker of a core whose worker
+    /// comes back from a block hands the core to it.
+    ///
+    /// **Directed**, with the Bpf backend on Linux 6.13 or later: when a worker that blocked
+    /// inside a task is woken, the monitor signals (`SIGURG`) the worker running a task on its
+    /// core, which steps aside at once, mid-task, and the core runs the returned worker next;
+    /// the one that stepped aside runs again when the core has no other ready worker (the
+    /// leader resumes it), when a worker of the core reaches a scheduling point and hands the
+    /// core back, or after 4 ms at most. [`Stats::handoff_parks`](crate::Stats::handoff_parks)
+    /// counts the steps aside. A program that handles `SIGURG` itself keeps its handler and
+    /// gets the yields below instead (said once on stderr). The signal interrupts system calls
+    /// the way any handled signal does: those that `SA_RESTART` restarts go on, the others
+    /// (`epoll_wait`, `poll`, `nanosleep`, socket calls with a timeout) return `EINTR`: std's
+    /// `thread::sleep`, `read_exact`, `write_all` and `read_to_end` retry, a plain `read` or
+    /// `write` returns `ErrorKind::Interrupted` (as with any handled signal). A `SIGURG` that
+    /// is not the monitor's is ignored, as by default.
+    ///
+    /// **Yields** elsewhere: at every scheduling point and while it spins for work, a worker
+    /// whose core has an active worker the monitor does not count as ready yields its core.
+    /// That worker is blocked in the kernel (the yield returns at once) or back from a block
+    /// and waiting for the core: the yield lets it run now instead of at the end of this
+    /// worker's time slice. Costs a `sched_yield` per scheduling point while a worker of the
+    /// core is blocked; [`Stats::handoffs`](crate::Stats::handoffs) counts them.
     pub fn handoff(mut self, on: bool) -> Self {
         self.handoff = on;
         self
@@ -446,10 +461,33 @@ impl Builder {
         let backend = self.monitor.unwrap_or_else(|| {
             crate::env::default_backend(crate::env::var("UMT_BACKEND").as_deref(), &mut notes)
         });
-        let monitor = Monitor::builder()
+        let mut monitor = Monitor::builder()
             .backend(backend)
-            .ring_pages(self.ring_pages)
-            .build()?;
+            .ring_pages(self.ring_pages);
+        if self.handoff {
+            // H1: the Bpf backend signals a worker to step aside; elsewhere (and where the
+            // kernel lacks the kfunc) the monitor opens without it and handoff yields.
+            monitor = monitor.directed_handoff(crate::handoff::HANDOFF_SIGNAL);
+        }
+        let monitor = monitor.build()?;
+        let handoff_signal = match monitor.handoff() {
+            umt_sys::Handoff::Active { signal } => {
+                match crate::handoff::install(signal, crate::worker::on_handoff_signal) {
+                    Ok(()) => Some(signal),
+                    Err(why) => {
+                        notes.push((
+                            Warning::Handoff,
+                            format!(
+                                "handoff only yields at scheduling points, no directed \
+                                 handoff: {why}"
+                            ),
+                        ));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         let cap = self
             .max_workers_per_core
             .unwrap_or_else(|| default_workers_per_core(cpus.len(), monitor.counts_are_live()));
@@ -479,6 +517,7 @@ impl Builder {
             exit_handler: self.exit_handler,
             panic_handler: self.panic_handler,
             handoff: self.handoff,
+            handoff_signal,
             drive_io: self.drive_io,
             caps,
             leader_runs_tasks: self.leader_runs_tasks,

@@ -124,9 +124,12 @@ pub(crate) struct Config {
     pub(crate) start_handler: Option<ThreadFn>,
     /// Called on each worker thread as it ends.
     pub(crate) exit_handler: Option<ThreadFn>,
-    /// A worker that runs out of work while another worker of its core is ready parks at
-    /// once instead of spinning (`Builder::handoff`).
+    /// Handoff (`Builder::handoff`): a worker hands its core to a worker of the core back
+    /// from a block (by a yield at scheduling points, or directed: see `handoff_signal`).
     pub(crate) handoff: bool,
+    /// The directed handoff's signal, when the monitor sends it and the runtime handles it
+    /// (`handoff.rs`); `None`: the yields only.
+    pub(crate) handoff_signal: Option<i32>,
     /// Idle workers wait in the process's I/O driver, one at a time (`Builder::drive_io`).
     pub(crate) drive_io: bool,
     /// What the leader policy and the monitor's backend imply, computed once.
@@ -182,6 +185,7 @@ impl std::fmt::Debug for Config {
             .field("scan_period", &self.scan_period)
             .field("leader_policy", &self.leader_policy)
             .field("handoff", &self.handoff)
+            .field("handoff_signal", &self.handoff_signal)
             .field("drive_io", &self.drive_io)
             .field("caps", &self.caps)
             .field("leader_runs_tasks", &self.leader_runs_tasks)

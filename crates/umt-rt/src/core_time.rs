@@ -32,6 +32,9 @@ impl CoreTime {
     /// A drain at `now` left the core with `ready` ready workers: the previous state lasted
     /// until `now`.
     pub(crate) fn observe(&self, now: Instant, ready: i64) {
+        // A worker holding it must not step aside (H3 of the directed handoff): the leader's
+        // drain takes it.
+        let _held = crate::sync::Held::new();
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let (since, was_ready) = *state;
         // Two leaders may observe out of order: a later `now` was already accounted.

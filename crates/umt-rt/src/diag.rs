@@ -39,6 +39,8 @@ pub(crate) enum Warning {
     CpuQuota,
     /// A start or exit handler panicked.
     Handler,
+    /// The directed handoff could not take its signal.
+    Handoff,
 }
 
 /// The kinds already said, for one runtime.

@@ -35,6 +35,7 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
     while !reg.terminate.load(Ordering::Acquire) {
         leader.flush_trace();
         leader.wait();
+        let _ = leader.resume_aside();
         let mut look = leader.drain();
         leader.fill_hole(&mut look);
         leader.borrow_if_starved(&mut look);
@@ -185,6 +186,23 @@ impl<'r> Leader<'r> {
         }
     }
 
+    /// H6 (directed handoff): the own core has no ready worker while a worker of it stepped
+    /// aside mid-task: that one runs again. Returns whether it resumed one. First thing after
+    /// the wait, lock-free (though a worker never steps aside holding a runtime lock), and
+    /// again at L3: the leader, at `SCHED_IDLE`, may have been kept off its core since that
+    /// first look, until a drop it was not armed for (it did not wait) left the core idle.
+    fn resume_aside(&self) -> bool {
+        let reg = self.reg;
+        if reg.handoff.aside(self.own) > 0
+            && reg.monitor.ready(self.cpu) <= 0
+            && reg.handoff.resume_one(self.own)
+        {
+            reg.handoff.leader_resumes.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
     /// L2: reads the core's activation count and wake in flight, then drains the own core's
     /// events into its ready count.
     fn drain(&self) -> Look {
@@ -233,6 +251,12 @@ impl<'r> Leader<'r> {
     fn fill_hole(&self, look: &mut Look) {
         let (reg, own) = (self.reg, self.own);
         if look.ready > 0 || look.in_flight {
+            return;
+        }
+        // A worker that stepped aside holds a task in progress: it runs before any other.
+        if self.resume_aside() {
+            look.woke = true;
+            look.quiet = false;
             return;
         }
         let pending = reg.has_work_for(own);

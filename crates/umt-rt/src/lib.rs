@@ -151,6 +151,7 @@ macro_rules! not_loom {
 // The handshakes loom checks, and the shim they are written against.
 mod blocker;
 mod drive;
+mod handoff;
 mod lend;
 mod offer;
 mod pool;

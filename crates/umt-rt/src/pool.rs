@@ -935,7 +935,7 @@ mod loom_tests {
         }
 
         fn wait(&self) -> Waited {
-            let mut s = lock(&self.state);
+            let mut s = self.state.lock().unwrap();
             while !s.1 && s.2 == 0 {
                 s = self.changed.wait(s).unwrap();
             }

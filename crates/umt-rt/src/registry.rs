@@ -1,6 +1,7 @@
 //! The state a runtime's threads share: queues, worker slots, pools, monitor and counters.
 //! Decisions live elsewhere: the leader's in `leader.rs`, a worker's in `worker.rs`.
 
+use crate::handoff::Handoffs;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -154,6 +155,8 @@ pub(crate) struct Registry {
     pub(crate) monitor: Monitor,
     /// Set when the runtime is dropped.
     pub(crate) terminate: AtomicBool,
+    /// The directed handoff's workers that stepped aside (`handoff.rs`).
+    pub(crate) handoff: Handoffs,
     /// Leader counters. Padded, as `core_time`: the leader writes them every iteration, and
     /// they must not share a cache line with what workers read on every push.
     pub(crate) counters: CachePadded<Counters>,
@@ -195,6 +198,7 @@ impl Registry {
     pub(crate) fn new(config: Config, monitor: Monitor) -> Registry {
         let (cores, cap) = (config.cpus.len(), config.cap);
         let config_trace = config.trace;
+        let config_handoff = config.handoff_signal;
         let slots: Box<[CachePadded<Slot>]> = (0..cores * (cap + 1))
             .map(|i| {
                 let deque = Worker::new_lifo();
@@ -229,6 +233,7 @@ impl Registry {
             offers: Offers::default(),
             monitor,
             terminate: AtomicBool::new(false),
+            handoff: Handoffs::new(cores, cap, config_handoff),
             counters: CachePadded::default(),
             warnings: Warnings::default(),
             threads: Mutex::new(Vec::new()),
@@ -443,6 +448,7 @@ mod extension_tests {
             exit_handler: None,
             panic_handler: None,
             handoff: false,
+            handoff_signal: None,
             drive_io: false,
             caps: crate::config::Capabilities::of(LeaderPolicy::Idle, false, false, cores),
             leader_runs_tasks: false,

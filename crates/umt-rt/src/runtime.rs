@@ -237,10 +237,15 @@ impl Drop for Runtime {
     /// at their next turn, and release the monitor then.
     fn drop(&mut self) {
         let reg = &self.reg;
+        // H6: whoever stepped aside finishes its task now, before anything below waits on
+        // what it may hold.
+        reg.handoff.resume_all();
         // Features first (onloaded work: what runs finishes, what waits goes back to its
         // waiters).
         reg.shut_down_extensions(false);
         reg.terminate.store(true, Ordering::Release);
+        // None steps aside from here on; one that checked just before waits 4 ms at most.
+        reg.handoff.resume_all();
         // Leaders waiting on the monitor return at once, polling leaders that sleep until a
         // worker of their core becomes active are unparked.
         if let Err(e) = reg.monitor.shut_down() {

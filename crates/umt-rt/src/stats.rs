@@ -35,9 +35,23 @@ pub struct Stats {
     pub leader_poll_time: Duration,
     /// Times a worker surrendered its core because the core had more than one ready worker.
     pub surrenders: u64,
-    /// Times a worker yielded its core at a scheduling point because an active worker of the
-    /// core was not counted ready ([`Builder::handoff`](crate::Builder::handoff)).
+    /// Handoffs at scheduling points ([`Builder::handoff`](crate::Builder::handoff)): yields
+    /// because an active worker of the core was not counted ready or, directed, hand-overs
+    /// of the core back to a worker that stepped aside.
     pub handoffs: u64,
+    /// Whether the handoff is directed: the monitor signals a worker running a task to step
+    /// aside for a returned one ([`Builder::handoff`](crate::Builder::handoff) with the Bpf
+    /// backend on Linux 6.13 or later). `false` without the handoff, and where it yields.
+    pub directed_handoff: bool,
+    /// Times a worker stepped aside mid-task for a worker of its core back from a block
+    /// (the directed handoff, [`Builder::handoff`](crate::Builder::handoff)).
+    pub handoff_parks: u64,
+    /// Of those, the ones that ended at the 4 ms limit rather than by a resume (its core
+    /// never had a free moment: the kernel then shared it, as without the handoff).
+    pub handoff_expired: u64,
+    /// Of those, the ones a leader resumed because their core had no ready worker (the others
+    /// were handed the core back at a scheduling point, or expired).
+    pub handoff_leader_resumes: u64,
     /// Spare workers started (beyond the initial one per core): by the starter thread, at a
     /// leader's request.
     pub workers_created: u64,
@@ -297,6 +311,10 @@ pub(crate) fn snapshot(reg: &Registry) -> Stats {
             .iter()
             .map(|s| s.handoffs.load(Ordering::Relaxed))
             .sum(),
+        directed_handoff: reg.handoff.directed(),
+        handoff_parks: reg.handoff.parks.load(Ordering::Relaxed),
+        handoff_expired: reg.handoff.expired.load(Ordering::Relaxed),
+        handoff_leader_resumes: reg.handoff.leader_resumes.load(Ordering::Relaxed),
         workers_created: c.workers_created.load(Ordering::Relaxed),
         leader_tasks: workers
             .iter()

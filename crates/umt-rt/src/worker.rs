@@ -77,6 +77,41 @@ pub(crate) struct WorkerCtx {
     io_depth: Cell<u32>,
     /// Whether this worker is waking the futures of I/O events (D6 of `drive.rs`).
     dispatch: Cell<Dispatch>,
+    /// Whether a task runs on this worker's stack (H2: the signal handler reads it).
+    in_task: Cell<bool>,
+    /// Its handoff flags in the monitor, when the handoff is directed (H1).
+    handoff_flags: Option<umt_sys::HandoffFlags>,
+}
+
+/// H3: the directed handoff's signal handler. The worker it interrupts, if it runs a task,
+/// steps aside until resumed ([`crate::handoff::Handoffs::step_aside`]). A signal not from the
+/// monitor is ignored (its default action). Async-signal-safe: thread-local loads, atomics,
+/// futex calls; `errno` is kept for the interrupted code.
+pub(crate) extern "C" fn on_handoff_signal(
+    _signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    _context: *mut libc::c_void,
+) {
+    if !crate::handoff::from_monitor(info) {
+        return;
+    }
+    let errno = nix::errno::Errno::last_raw();
+    with_current(|ctx| {
+        if let Some(ctx) = ctx {
+            ctx.step_aside();
+        }
+    });
+    nix::errno::Errno::set_raw(errno);
+}
+
+/// Clears the in-task flag when the outermost task on a worker's stack ends, also when it
+/// unwinds.
+struct TaskGuard<'a>(&'a WorkerCtx);
+
+impl Drop for TaskGuard<'_> {
+    fn drop(&mut self) {
+        self.0.set_in_task(false);
+    }
 }
 
 /// What a push does while a worker wakes the futures of I/O events (D6 of `drive.rs`).
@@ -153,6 +188,13 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         reg.pools.woken(slot.core);
     }
     call_handler(&reg, reg.config.start_handler.as_ref(), "start", index);
+    // H1: a monitored worker takes part in the directed handoff.
+    let handoff_flags = (monitored && reg.handoff.directed())
+        .then(|| reg.monitor.handoff_flags())
+        .flatten();
+    if let Some(flags) = handoff_flags {
+        reg.monitor.set_handoff_flags(flags, umt_sys::HANDOFF_ENABLED);
+    }
     let ctx = WorkerCtx {
         role: Role::Worker,
         core: slot.core,
@@ -166,6 +208,8 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         trace: LocalTrace::default(),
         io_depth: Cell::new(0),
         dispatch: Cell::new(Dispatch::Off),
+        in_task: Cell::new(false),
+        handoff_flags,
     };
     {
         CURRENT.with(|c| c.set(&ctx));
@@ -219,6 +263,8 @@ impl WorkerCtx {
             trace: LocalTrace::default(),
             io_depth: Cell::new(0),
             dispatch: Cell::new(Dispatch::Off),
+            in_task: Cell::new(false),
+            handoff_flags: None,
         })
     }
 
@@ -348,7 +394,7 @@ impl WorkerCtx {
             if done.is_some_and(|d| d()) || self.reg.terminate.load(Ordering::Relaxed) {
                 return None;
             }
-            if self.hand_off() {
+            if self.hand_off(false) {
                 // Yielded to a worker of this core back from a block.
             } else if round < SPIN_ROUNDS || !may_yield {
                 for _ in 0..(1u32 << round.min(6)) {
@@ -447,7 +493,15 @@ impl WorkerCtx {
         // would hold up the participant that closes it (`offer.rs`).
         self.steal().or_else(|| match self.role {
             Role::Leader => None,
-            Role::Worker => self.reg.offers.take(),
+            Role::Worker => {
+                // Not stepping aside inside an offer's gate (H3): its owner waits for the
+                // takers inside by yielding, so the core would not idle for the leader to
+                // resume this worker, and the owner would wait for the 4 ms limit.
+                let was = self.in_task.replace(false);
+                let job = self.reg.offers.take();
+                self.in_task.set(was);
+                job
+            }
         })
     }
 
@@ -518,7 +572,15 @@ impl WorkerCtx {
         let run = &self.slot().tasks_run;
         run.store(run.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         self.record(TraceKind::TaskStart);
-        job.run();
+        // H2: the outermost task on this stack marks the worker in a task while it runs.
+        let outermost = self.handoff_flags.is_some() && !self.in_task.get();
+        if outermost {
+            self.set_in_task(true);
+            let _end = TaskGuard(self);
+            job.run();
+        } else {
+            job.run();
+        }
         self.record(TraceKind::TaskEnd);
         self.reg.sched_point(self.core);
         self.sched_point();
@@ -693,19 +755,77 @@ impl WorkerCtx {
         if self.oversubscribed() {
             self.surrender();
         } else {
-            self.hand_off();
+            self.hand_off(true);
         }
     }
 
-    /// Handoff (`Builder::handoff`, see `README.md`, "Handoff"): if an active worker of this
-    /// core is not counted ready, it is blocked in the kernel or back from a block and waiting
-    /// for the core (the monitor counts a thread again only once it runs). Yield, so that in
-    /// the second case it runs now rather than at the end of this worker's time slice; in the
-    /// first the yield returns at once. Returns whether it yielded.
+    /// H2: marks this worker in a task or out of it, here (for its signal handler) and in the
+    /// monitor (for the programs that decide whom to signal).
     #[inline]
-    fn hand_off(&self) -> bool {
+    fn set_in_task(&self, on: bool) {
+        if let Some(flags) = self.handoff_flags {
+            self.in_task.set(on);
+            let bits = if on {
+                umt_sys::HANDOFF_ENABLED | umt_sys::HANDOFF_IN_TASK
+            } else {
+                umt_sys::HANDOFF_ENABLED
+            };
+            self.reg.monitor.set_handoff_flags(flags, bits);
+        }
+    }
+
+    /// H3, in the signal handler: a worker running a task on its own core, holding no
+    /// runtime lock, while its core has another ready worker (the one back from its block:
+    /// a signal that came late, after that one blocked again, finds it alone) steps aside.
+    /// Not counted in a task meanwhile: its own wake-up is no return from a block, and
+    /// signals nobody (P4).
+    fn step_aside(&self) {
+        let Some(flags) = self.handoff_flags else {
+            return;
+        };
+        if self.role != Role::Worker
+            || !self.in_task.get()
+            || crate::sync::holds_runtime_lock()
+            || self.lent_to().is_some()
+            || self.reg.terminate.load(Ordering::Acquire)
+            || self.reg.monitor.ready(self.cpu) < 2
+        {
+            return;
+        }
+        let monitor = &self.reg.monitor;
+        monitor.set_handoff_flags(flags, umt_sys::HANDOFF_ENABLED);
+        self.reg.handoff.step_aside(self.core, self.index);
+        monitor.set_handoff_flags(flags, umt_sys::HANDOFF_ENABLED | umt_sys::HANDOFF_IN_TASK);
+    }
+
+    /// Handoff (`Builder::handoff`, see `README.md`, "Handoff"). Directed: if a worker of
+    /// this core stepped aside mid-task (H3), resume it, and at a scheduling point
+    /// (`at_point`) surrender, so the core runs it next (H6). Otherwise: if an active worker
+    /// of this core is not counted ready, it is blocked in the kernel or back from a block and
+    /// waiting for the core (with counts that see a thread again only once it runs). Yield, so
+    /// that in the second case it runs now rather than at the end of this worker's time slice;
+    /// in the first the yield returns at once. Returns whether it handed the core over.
+    #[inline]
+    fn hand_off(&self, at_point: bool) -> bool {
+        if !self.reg.config.handoff || !self.monitored {
+            return false;
+        }
+        let lent = self.lent_to();
+        if self.reg.handoff.directed() {
+            // On the core it runs on: a worker lent there resumes that core's worker too,
+            // and goes home at its next scheduling point (M3) instead of surrendering.
+            if !self.reg.handoff.resume_one(lent.unwrap_or(self.core)) {
+                return false;
+            }
+            let n = &self.slot().handoffs;
+            n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            if at_point && lent.is_none() {
+                self.surrender();
+            }
+            return true;
+        }
         // Not lent: its home core's counts say nothing of the core it runs on.
-        if !self.reg.config.handoff || !self.monitored || self.lent_to().is_some() {
+        if lent.is_some() {
             return false;
         }
         let active = self.reg.pools.active(self.core) as i64;

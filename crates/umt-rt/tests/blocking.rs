@@ -502,23 +502,31 @@ fn a_leader_that_runs_tasks_fills_the_blocked_core_itself() {
     }
 }
 
-/// Handoff: while the reader is blocked, the spare running the fillers sees an active worker
-/// of its core that is not ready, and yields at its scheduling points (which returns at once:
-/// the reader is still blocked). Without the option it never does.
+/// A monitored runtime on the last CPU, with or without the handoff; `None` (the test skips,
+/// said why) without a monitor.
+fn one_core_with_handoff(handoff: bool) -> Option<Runtime> {
+    let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
+    let rt = Runtime::builder()
+        .cores([cpu])
+        .monitor(monitored_backend())
+        .handoff(handoff)
+        .build()
+        .unwrap();
+    (!skip_unmonitored(&rt)).then_some(rt)
+}
+
+/// Handoff that yields (every backend but Bpf on Linux 6.13 or later): while the reader is
+/// blocked, the spare running the fillers sees an active worker of its core that is not ready,
+/// and yields at its scheduling points (which returns at once: the reader is still blocked).
+/// Without the option it never does. Where the handoff is directed it does not yield (the
+/// next test is about it): only the option's absence is checked there.
 #[test]
 fn handoff_yields_at_scheduling_points_while_a_worker_is_blocked() {
     let _serial = serial();
     for handoff in [true, false] {
-        let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
-        let rt = Runtime::builder()
-            .cores([cpu])
-            .monitor(monitored_backend())
-            .handoff(handoff)
-            .build()
-            .unwrap();
-        if skip_unmonitored(&rt) {
+        let Some(rt) = one_core_with_handoff(handoff) else {
             return;
-        }
+        };
         run_scenario(
             &rt,
             |sc| {
@@ -532,7 +540,116 @@ fn handoff_yields_at_scheduling_points_while_a_worker_is_blocked() {
             |_| {},
         );
         let st = rt.stats();
+        if st.directed_handoff {
+            continue;
+        }
         assert_eq!(st.handoffs > 0, handoff, "handoff {handoff}: {st:#?}");
+        assert_eq!(st.handoff_parks, 0, "handoff {handoff}: {st:#?}");
+    }
+}
+
+/// Directed handoff (Bpf on Linux 6.13 or later): a task blocks and computes, again and again,
+/// while a spare of its core runs a task that spins. Each time the blocked worker is woken, the
+/// monitor signals the spinning spare, which steps aside: when the returned worker runs, the
+/// spinner is asleep (its thread state `S`), not runnable beside it (`R`, as without the
+/// handoff: the kernel then shares the core between the two). The leader resumes the
+/// spinner when the core idles again; at the end every task ran once and nobody is left aside.
+///
+/// Asserts an order of events, not a time: with the handoff, the returned worker found the
+/// spinner asleep at least once, which only a step aside does; without it, never.
+/// (On a busy machine another program may hold the core when the worker is woken; then no
+/// signal is sent that round, hence "at least once" over many rounds.)
+#[test]
+fn a_returned_worker_runs_while_the_spare_steps_aside() {
+    const ROUNDS: usize = 40;
+    let _serial = serial();
+    for handoff in [true, false] {
+        let Some(rt) = one_core_with_handoff(handoff) else {
+            return;
+        };
+        if handoff && !rt.stats().directed_handoff {
+            eprintln!(
+                "skipped: the handoff is not directed here (Bpf backend on Linux 6.13 or \
+                 later): {}",
+                rt.selection()
+            );
+            return;
+        }
+        let spinner = AtomicI32::new(0);
+        let stop = AtomicBool::new(false);
+        let (asleep, runnable, ran) = (
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+        );
+        rt.scope(|s| {
+            s.spawn(|s| {
+                ran.fetch_add(1, Ordering::SeqCst);
+                // Queued behind this task: a spare takes it when this one blocks.
+                s.spawn(|_| {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    spinner.store(umt_sys::cpu::current_tid(), Ordering::SeqCst);
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                });
+                // However this task ends (a failed assertion too), the spinner stops.
+                struct Stop<'a>(&'a AtomicBool);
+                impl Drop for Stop<'_> {
+                    fn drop(&mut self) {
+                        self.0.store(true, Ordering::SeqCst);
+                    }
+                }
+                let _stop = Stop(&stop);
+                // Blocks until the spare runs the spinner: the leader (at `SCHED_IDLE`) may
+                // get the core late on a busy machine.
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while spinner.load(Ordering::SeqCst) == 0 {
+                    assert!(
+                        Instant::now() < deadline,
+                        "no spare ran the spinner in 30 s"
+                    );
+                    std::thread::sleep(Duration::from_micros(500));
+                }
+                for _ in 0..ROUNDS {
+                    std::thread::sleep(Duration::from_micros(500));
+                    match thread_state(spinner.load(Ordering::SeqCst)) {
+                        'S' => asleep.fetch_add(1, Ordering::SeqCst),
+                        'R' => runnable.fetch_add(1, Ordering::SeqCst),
+                        _ => 0,
+                    };
+                    // Computes, as the returned worker of a compute-bound program does: it
+                    // then uses more than its share of the core, so the kernel does not
+                    // preempt the spinner when it is woken (a worker that only slept would get
+                    // the core at its wake-up anyway, handoff or not).
+                    let until = Instant::now() + Duration::from_millis(2);
+                    while Instant::now() < until {
+                        std::hint::spin_loop();
+                    }
+                }
+            });
+        });
+        let st = rt.stats();
+        let (asleep, runnable) = (asleep.into_inner(), runnable.into_inner());
+        let what = format!("handoff {handoff}: asleep {asleep}, runnable {runnable}, {st:#?}");
+        assert_eq!(ran.into_inner(), 2, "{what}");
+        assert!(
+            asleep + runnable > 0,
+            "the spinner never ran beside the blocking task: {what}"
+        );
+        if handoff {
+            // Asleep in a round because it stepped aside then, or in an earlier round and was
+            // not resumed yet: either way only a step aside puts it to sleep.
+            assert!(asleep > 0 && st.handoff_parks > 0, "{what}");
+            assert!(st.monitor.handoff_signals >= st.handoff_parks, "{what}");
+        } else {
+            assert_eq!(asleep, 0, "{what}");
+            assert_eq!(
+                (st.handoff_parks, st.monitor.handoff_signals),
+                (0, 0),
+                "{what}"
+            );
+        }
     }
 }
 
