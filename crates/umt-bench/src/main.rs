@@ -122,6 +122,10 @@ struct ServeArgs {
     /// (`Builder::drive_io(false)`): every event goes through the reactor thread.
     #[arg(long)]
     no_drive_io: bool,
+    /// umt-rt's handoff (`Builder::handoff`; directed with the Bpf backend on Linux 6.13 or
+    /// later): a handler back from its block gets its core at once.
+    #[arg(long)]
+    handoff: bool,
 }
 
 #[derive(Args, Clone)]
@@ -233,6 +237,7 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
         cores,
         rate: a.rate,
         drive_io: !a.no_drive_io,
+        handoff: a.handoff,
     };
     let mut scenarios = vec![(
         format!("1 in {} blocks {} us", a.block_every, a.block_us),

@@ -526,6 +526,7 @@ mod tests {
                 cores: 2,
                 rate,
                 drive_io: true,
+                handoff: false,
             },
             runs: Server::ALL
                 .iter()

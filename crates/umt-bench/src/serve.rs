@@ -79,6 +79,9 @@ pub struct ServeParams {
     /// umt's idle workers wait for socket events themselves (`Builder::drive_io`); off: every
     /// event goes through the reactor thread.
     pub drive_io: bool,
+    /// umt's handoff (`Builder::handoff`): directed on the Bpf backend, a handler back from
+    /// its block gets its core from the worker running there.
+    pub handoff: bool,
 }
 
 /// The servers compared.
@@ -194,6 +197,7 @@ fn start_umt(
             BackendKind::Disabled
         })
         .drive_io(p.drive_io)
+        .handoff(p.handoff)
         .build()
         .map_err(|e| BenchError::Runtime(format!("umt-rt: {e}")))?;
     let listener = Async::<std::net::TcpListener>::bind("127.0.0.1:0").map_err(net("bind"))?;
@@ -492,6 +496,7 @@ mod tests {
             cores: 2,
             rate: None,
             drive_io: true,
+            handoff: false,
         };
         let dir = tempfile::tempdir().unwrap();
         let files = Arc::new(
@@ -538,6 +543,7 @@ mod tests {
             cores: 1,
             rate: None,
             drive_io: true,
+            handoff: false,
         };
         let blocking: Vec<u64> = (0..10)
             .flat_map(|r| (0..4).map(move |c| (r, c)))
@@ -558,6 +564,7 @@ mod tests {
             cores: 2,
             rate: Some(20_000.0),
             drive_io: true,
+            handoff: false,
         };
         for s in [Server::UmtMonitor, Server::Tokio] {
             let r = run(s, p, None).unwrap();

@@ -109,8 +109,8 @@ const READ: usize = 0;
 const WRITE: usize = 1;
 
 impl Source {
-    fn lock(&self) -> MutexGuard<'_, [Direction; 2]> {
-        self.dirs.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> crate::sync::Counted<MutexGuard<'_, [Direction; 2]>> {
+        crate::sync::lock_std(&self.dirs)
     }
 
     /// R2: `Ready(tick)` while direction `d` is ready, else stores the waker.
@@ -175,8 +175,8 @@ thread_local! {
 }
 
 impl Reactor {
-    fn sources(&self) -> MutexGuard<'_, HashMap<u64, Arc<Source>>> {
-        self.sources.lock().unwrap_or_else(|p| p.into_inner())
+    fn sources(&self) -> crate::sync::Counted<MutexGuard<'_, HashMap<u64, Arc<Source>>>> {
+        crate::sync::lock_std(&self.sources)
     }
 
     /// R3 (and R6 for a driving worker): a batch of events: each source's ready flags set and
@@ -288,7 +288,7 @@ impl crate::drive::Driver for Reactor {
     /// R7: the reactor thread may be waiting for the turn.
     fn release(&self) {
         self.turn.store(false, Ordering::SeqCst);
-        let _held = self.turn_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _held = crate::sync::lock_std(&self.turn_lock);
         self.turn_given.notify_one();
     }
 

@@ -39,8 +39,8 @@ impl AsyncTasks {
         })
     }
 
-    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<dyn Cancel>>> {
-        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    fn live(&self) -> crate::sync::Counted<std::sync::MutexGuard<'_, HashMap<u64, Arc<dyn Cancel>>>> {
+        crate::sync::lock_std(&self.live)
     }
 
     fn is_closed(&self) -> bool {
@@ -120,6 +120,8 @@ where
         let waker = Waker::from(self.clone());
         let mut cx = Context::from_waker(&waker);
         let polled = {
+            // Not counted (`sync::Held`): it is held while the future runs, which may step
+            // aside (H3); only an abort of this very task waits for it.
             let mut slot = self.future.lock().unwrap_or_else(|p| p.into_inner());
             match slot.as_mut() {
                 Some(future) => catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))),
@@ -153,11 +155,7 @@ where
     /// panic in its drop is dropped too), then the handle gets the outcome.
     fn finish(&self, outcome: Outcome<F::Output>) {
         self.state.end();
-        let future = self
-            .future
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let future = crate::sync::lock_std(&self.future).take();
         let _ = catch_unwind(AssertUnwindSafe(move || drop(future)));
         if let Some(reg) = self.reg.upgrade()
             && let Some(tasks) = reg.extension::<AsyncTasks>()

@@ -100,8 +100,8 @@ impl DepNode {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, NodeState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> crate::sync::Counted<std::sync::MutexGuard<'_, NodeState>> {
+        crate::sync::lock_std(&self.state)
     }
 
     /// Stores the job to run once every predecessor has finished.

@@ -234,26 +234,30 @@ pub(crate) fn from_monitor(_info: *const libc::siginfo_t) -> bool {
     false
 }
 
-/// Installs `handler` for `signal` (H1), once per process and signal; later runtimes share
-/// it (it finds the worker it interrupts through the thread, whatever its runtime). Refuses,
-/// with the reason, where the program already handles `signal` itself: its handler is left
-/// alone. Installed, it stays for the process's life: a program that installs its own handler
-/// for `signal` later replaces it, and the handoff then signals that handler (this signal's
-/// value says which ones are the monitor's, [`umt_sys::HANDOFF_SIGNAL_VALUE`]).
+/// Installs `handler` for `signal` (H1); later runtimes find it installed and share it (it
+/// finds the worker it interrupts through the thread, whatever its runtime). Refuses, with
+/// the reason, where the program handles `signal` itself: its handler is left alone. Each
+/// call looks at the current action, so a program that installed its own handler after an
+/// earlier runtime keeps it. Installed, it stays for the process's life: a program that
+/// installs its own handler later replaces it, and the handoff then signals that handler
+/// (this signal's value says which ones are the monitor's, [`umt_sys::HANDOFF_SIGNAL_VALUE`]).
 #[cfg(target_os = "linux")]
 pub(crate) fn install(signal: i32, handler: Handler) -> Result<(), String> {
     use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
-    // One bit per signal number installed (standard signals are below 64).
-    static INSTALLED: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
-    let bit = u32::try_from(signal)
-        .ok()
-        .and_then(|s| 1u64.checked_shl(s))
-        .ok_or_else(|| format!("signal {signal} is out of range"))?;
-    let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
-    if *installed & bit != 0 {
+    // Two runtimes built at once install it once.
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _installing = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
+    let sig = Signal::try_from(signal).map_err(|e| format!("signal {signal}: {e}"))?;
+    // SAFETY: `sigaction` is plain data, for which all zeroes is a valid value.
+    let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a null new action only reads the current one into `current`, a valid, writable
+    // `sigaction`.
+    if unsafe { libc::sigaction(signal, std::ptr::null(), &mut current) } != 0 {
+        return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
+    }
+    if current.sa_sigaction == handler as usize {
         return Ok(());
     }
-    let sig = Signal::try_from(signal).map_err(|e| format!("signal {signal}: {e}"))?;
     let action = SigAction::new(
         SigHandler::SigAction(handler),
         // Restart the system calls it interrupts; on the alternate stack if the thread has
@@ -272,7 +276,6 @@ pub(crate) fn install(signal: i32, handler: Handler) -> Result<(), String> {
             "the program handles {sig} itself; the directed handoff needs that signal"
         ));
     }
-    *installed |= bit;
     Ok(())
 }
 

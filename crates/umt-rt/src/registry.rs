@@ -326,7 +326,12 @@ impl Registry {
     /// Pushes a job from outside the pool, and wakes a worker of a core that has none active
     /// ([`Pools::wake_for_work`]).
     pub(crate) fn inject(&self, job: Job) {
-        self.injector.push(job);
+        {
+            // A push onto a shared queue is not interrupted for long (H3 of the directed
+            // handoff): its readers wait for a slot being written by spinning.
+            let _held = crate::sync::Held::new();
+            self.injector.push(job);
+        }
         self.pools.wake_for_work(|w| self.notify(w));
     }
 
@@ -335,7 +340,10 @@ impl Registry {
     /// worker going to sleep sees the job (its recheck reads its core's inbox), or this sees
     /// it in the pool.
     pub(crate) fn inject_to_core(&self, core: usize, job: Job) {
-        self.inboxes[core].push(job);
+        {
+            let _held = crate::sync::Held::new();
+            self.inboxes[core].push(job);
+        }
         std::sync::atomic::fence(Ordering::SeqCst);
         if let Some(w) = self.pools.take_from_core(core) {
             self.notify(w);

@@ -459,7 +459,7 @@ impl Dispenser {
             }),
             Kind::Dynamic { next, .. } => next.load(Ordering::Relaxed) < self.len,
             Kind::Table { ends, next } => next.load(Ordering::Relaxed) < ends.len(),
-            Kind::Af(state) => state.lock().unwrap_or_else(|e| e.into_inner()).next < self.len,
+            Kind::Af(state) => crate::sync::lock_std(state).next < self.len,
         }
     }
 
@@ -503,7 +503,7 @@ impl Dispenser {
                 Some(k.checked_sub(1).map_or(0, |j| ends[j])..end)
             }
             Kind::Af(state) => {
-                let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+                let mut st = crate::sync::lock_std(state);
                 if let Some((size, started)) = cursor.running.take() {
                     let per_iter = started.elapsed().as_nanos() as f64 / size as f64;
                     let (n, mean, m2, msize) = &mut st.samples[me];
@@ -675,7 +675,7 @@ fn auto_table() -> &'static Mutex<AutoTable> {
 /// The schedule `Auto` runs next at `site`, and the index of the candidate (to report its
 /// time with [`auto_record`]).
 pub(crate) fn auto_pick(site: &'static std::panic::Location<'static>) -> (Schedule, usize) {
-    let mut table = auto_table().lock().unwrap_or_else(|e| e.into_inner());
+    let mut table = crate::sync::lock_std(auto_table());
     let st = table
         .entry(site as *const _ as usize)
         .or_insert_with(|| AutoState {
@@ -700,7 +700,7 @@ pub(crate) fn auto_pick(site: &'static std::panic::Location<'static>) -> (Schedu
 
 /// Reports the time per iteration (ns) of a run of candidate `k` at `site`.
 pub(crate) fn auto_record(site: &'static std::panic::Location<'static>, k: usize, per_iter: f64) {
-    let mut table = auto_table().lock().unwrap_or_else(|e| e.into_inner());
+    let mut table = crate::sync::lock_std(auto_table());
     if let Some(st) = table.get_mut(&(site as *const _ as usize)) {
         let c = &mut st.cost[k];
         *c = if c.is_nan() {

@@ -77,7 +77,7 @@ impl ScopeState {
     }
 
     fn store_panic(&self, p: Box<dyn Any + Send>) {
-        let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = crate::sync::lock_std(&self.panic);
         if slot.is_none() {
             *slot = Some(p);
         }
@@ -120,7 +120,7 @@ where
     state.complete_one();
     // Even if the body panicked: tasks may borrow from frames the panic would unwind.
     state.latch.wait();
-    let task_panic = state.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let task_panic = crate::sync::lock_std(&state.panic).take();
     let cancelled = state.cancelled.load(Ordering::Acquire);
     if cancelled > 0 {
         crate::diag::emit(&format!(
@@ -296,11 +296,7 @@ impl<'scope> Scope<'scope> {
         let node = DepNode::new();
         let job = self.make_job(f, Some(node.clone()));
         node.set_job(job);
-        self.state()
-            .deps
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .register(&node, &accesses);
+        crate::sync::lock_std(&self.state().deps).register(&node, &accesses);
         if let Some(job) = node.release() {
             self.state().submit(job, false);
         }

@@ -99,8 +99,8 @@ impl<T> JoinState<T> {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner<T>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> crate::sync::Counted<std::sync::MutexGuard<'_, Inner<T>>> {
+        crate::sync::lock_std(&self.inner)
     }
 
     /// Names the future's task that [`JoinHandle::abort`] must wake.

@@ -25,30 +25,39 @@ pub(crate) use std::thread::{Thread, ThreadId, park, yield_now};
 /// While the guard lives (and while the thread waits for the lock), the thread counts as
 /// holding a runtime lock ([`holds_runtime_lock`]): a worker does not step aside then (H3 of
 /// the directed handoff), since whoever needs the lock would wait for its resume.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> Locked<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> Counted<MutexGuard<'_, T>> {
     let held = Held::new();
     #[cfg(loom)]
     let guard = m.lock().unwrap();
     #[cfg(not(loom))]
     let guard = m.lock().unwrap_or_else(|p| p.into_inner());
-    Locked { guard, _held: held }
+    Counted { guard, _held: held }
 }
 
-/// A mutex guard from [`lock`]; the thread holds a runtime lock while it lives.
-pub(crate) struct Locked<'a, T> {
-    guard: MutexGuard<'a, T>,
+/// [`lock`] for a std mutex outside the loom model (the features' locks: a task's result, a
+/// scope's dependences, a loop's state, a source's readiness): counted the same way.
+pub(crate) fn lock_std<T>(m: &std::sync::Mutex<T>) -> Counted<std::sync::MutexGuard<'_, T>> {
+    let held = Held::new();
+    let guard = m.lock().unwrap_or_else(|p| p.into_inner());
+    Counted { guard, _held: held }
+}
+
+/// A mutex guard from [`lock`] or [`lock_std`]; the thread holds a runtime lock while it
+/// lives.
+pub(crate) struct Counted<G> {
+    guard: G,
     _held: Held,
 }
 
-impl<T> std::ops::Deref for Locked<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
+impl<G: std::ops::Deref> std::ops::Deref for Counted<G> {
+    type Target = G::Target;
+    fn deref(&self) -> &G::Target {
         &self.guard
     }
 }
 
-impl<T> std::ops::DerefMut for Locked<'_, T> {
-    fn deref_mut(&mut self) -> &mut T {
+impl<G: std::ops::DerefMut> std::ops::DerefMut for Counted<G> {
+    fn deref_mut(&mut self) -> &mut G::Target {
         &mut self.guard
     }
 }
@@ -60,16 +69,18 @@ thread_local! {
     static HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// One runtime lock held (or waited for) by the calling thread, from its creation to its drop.
-/// [`lock`] makes one; a runtime lock taken otherwise (a std mutex outside the loom model)
-/// makes one before it locks.
-pub(crate) struct Held;
+/// One runtime lock held (or waited for) by the calling thread, from its creation to its drop
+/// (or a step that must not be interrupted for long: a push onto a shared queue, whose
+/// readers wait for it by spinning). [`lock`] and [`lock_std`] make one; a lock whose guard
+/// must stay plain (a condition variable's) makes one before it locks. Not `Send`: it counts
+/// for the thread that made it.
+pub(crate) struct Held(std::marker::PhantomData<*const ()>);
 
 impl Held {
     pub(crate) fn new() -> Held {
         #[cfg(not(loom))]
         HELD.with(|h| h.set(h.get() + 1));
-        Held
+        Held(std::marker::PhantomData)
     }
 }
 

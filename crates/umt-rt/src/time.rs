@@ -171,6 +171,7 @@ impl Future for Sleep {
             std::thread::sleep(self.deadline.saturating_duration_since(Instant::now()));
             return Poll::Ready(());
         };
+        let _held = crate::sync::Held::new();
         let mut timers = driver.lock();
         let fresh = self.id.is_none();
         let id = match self.id {
@@ -210,6 +211,7 @@ impl Drop for Sleep {
             return;
         };
         if let Some(driver) = driver() {
+            let _held = crate::sync::Held::new();
             let mut timers = driver.lock();
             timers.wakers.remove(&id);
             if timers.heap.len() > 2 * timers.wakers.len() + 64 {

@@ -395,7 +395,11 @@ impl WorkerCtx {
                 return None;
             }
             if self.hand_off(false) {
-                // Yielded to a worker of this core back from a block.
+                // Yielded to a worker of this core back from a block, or resumed one that
+                // stepped aside: let it have the core (this one has no work).
+                if self.reg.handoff.directed() {
+                    std::thread::yield_now();
+                }
             } else if round < SPIN_ROUNDS || !may_yield {
                 for _ in 0..(1u32 << round.min(6)) {
                     std::hint::spin_loop();

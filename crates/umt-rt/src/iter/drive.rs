@@ -200,10 +200,7 @@ where
             resume_unwind(panic);
         }
         done.extend(current.map(|(start, _, acc)| (start, acc)));
-        results
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .append(&mut done);
+        crate::sync::lock_std(results).append(&mut done);
     }
 }
 

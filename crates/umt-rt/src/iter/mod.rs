@@ -331,9 +331,7 @@ impl<P: Producer> ParIter<P> {
 fn clones_of<T: Send + Clone>(init: T) -> impl Fn() -> T + Sync {
     let init = std::sync::Mutex::new(init);
     move || {
-        init.lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        crate::sync::lock_std(&init).clone()
     }
 }
 

@@ -307,10 +307,7 @@ impl<T: Send> Producer for VecProducer<T> {
     unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
         let (start, end) = (r.start.min(self.len), r.end.min(self.len));
         let end = end.max(start);
-        self.handed
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(start..end);
+        crate::sync::lock_std(&self.handed).push(start..end);
         VecPart {
             ptr: self.ptr,
             next: start,
@@ -1582,12 +1579,9 @@ impl<I: Iterator> Iterator for BridgePart<'_, I> {
         if self.bridge.dry.load(Ordering::Acquire) {
             return None;
         }
-        let item = self
-            .bridge
-            .source
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .next();
+        // Counted (`sync::Held`) while the source's `next` runs: a participant that stepped
+        // aside there would hold up every other one.
+        let item = crate::sync::lock_std(&self.bridge.source).next();
         if item.is_none() {
             self.bridge.dry.store(true, Ordering::Release);
         }

@@ -42,8 +42,8 @@ use crate::registry::{Extension, Feature, Hooks, Registry};
 pub use bandit::{Bandit, Strategy};
 pub use dyon::{Dyon, DyonBuilder, Metric, spare_limit_arms};
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+fn lock<T>(m: &Mutex<T>) -> crate::sync::Counted<MutexGuard<'_, T>> {
+    crate::sync::lock_std(m)
 }
 
 /// Where and how long an onloaded closure may wait to run
@@ -175,7 +175,9 @@ impl<F> OnloadHandle<F> {
     /// its deadline passed before it started (`Err(closure)`, unrun).
     pub fn wait(self) -> Result<(), F> {
         let s = &self.shared;
-        let mut state = lock(&s.state);
+        // Counted by hand: a condition variable needs the plain guard.
+        let _held = crate::sync::Held::new();
+        let mut state = s.state.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             match std::mem::replace(&mut *state, State::Collected) {
                 State::Done(None) => return Ok(()),
