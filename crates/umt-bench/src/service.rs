@@ -60,11 +60,16 @@ fn chunk() -> Arc<Vec<u8>> {
     )
 }
 
-/// Compressed size of `data` (flate2, fastest level).
-fn compress(data: &[u8]) -> u64 {
+/// `data` compressed (flate2, fastest level; empty if the encoder failed).
+fn pack(data: &[u8]) -> Vec<u8> {
     let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
     let _ = z.write_all(data);
-    z.finish().map_or(0, |v| v.len() as u64)
+    z.finish().unwrap_or_default()
+}
+
+/// Compressed size of `data`.
+fn compress(data: &[u8]) -> u64 {
+    pack(data).len() as u64
 }
 
 #[derive(Default)]
@@ -268,9 +273,7 @@ struct Archive {
 impl Archive {
     /// Compresses and archives `data`; `false` if the write failed (kept in `failed`).
     fn store(&self, data: &[u8]) -> bool {
-        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
-        let _ = z.write_all(data);
-        let packed = z.finish().unwrap_or_default();
+        let packed = pack(data);
         let align = crate::io::DIRECT_ALIGN;
         let len = packed.len().div_ceil(align).max(1) * align;
         let mut buf = crate::io::AlignedBuf::new(len.min(ARCHIVE_SLOT as usize));

@@ -666,6 +666,15 @@ fn onload_main(reg: &Arc<Registry>, core: usize) {
     let slot = &pool.slots[core];
     slot.tid
         .store(umt_sys::cpu::current_tid(), Ordering::Relaxed);
+    // However the thread ends, its id stops naming it (E4): the kernel may give it to
+    // another thread, whose figures are not this one's.
+    struct Forget<'a>(&'a AtomicI32);
+    impl Drop for Forget<'_> {
+        fn drop(&mut self) {
+            self.0.store(0, Ordering::Relaxed);
+        }
+    }
+    let _forget = Forget(&slot.tid);
     loop {
         let job = lock(&slot.job).take();
         let Some((req, ctx)) = job else {
