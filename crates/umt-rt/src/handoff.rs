@@ -31,8 +31,8 @@ const STEPPED_ASIDE: u32 = 1;
 /// stepped aside and the counters for `Stats`.
 #[derive(Debug)]
 pub(crate) struct Handoffs {
-    /// The signal the monitor sends, when the handoff is directed; `None` otherwise.
-    signal: Option<i32>,
+    /// Whether the handoff is directed (the monitor signals; `Config::handoff_signal`).
+    directed: bool,
     /// Per slot: `RUNNING` or `STEPPED_ASIDE`; the futex a stepped-aside worker waits on.
     words: Box<[AtomicU32]>,
     /// Slots per core (the cap): slot `i` belongs to core `i / cap`.
@@ -48,10 +48,10 @@ pub(crate) struct Handoffs {
 }
 
 impl Handoffs {
-    /// No worker stepped aside; `signal` is the monitor's, if the handoff is directed.
-    pub(crate) fn new(cores: usize, cap: usize, signal: Option<i32>) -> Handoffs {
+    /// No worker stepped aside.
+    pub(crate) fn new(cores: usize, cap: usize, directed: bool) -> Handoffs {
         Handoffs {
-            signal,
+            directed,
             words: (0..cores * cap).map(|_| AtomicU32::new(RUNNING)).collect(),
             cap,
             aside: (0..cores)
@@ -66,7 +66,7 @@ impl Handoffs {
     /// Whether the handoff is directed (the monitor signals a worker to step aside).
     #[inline]
     pub(crate) fn directed(&self) -> bool {
-        self.signal.is_some()
+        self.directed
     }
 
     /// Workers of `core` that stepped aside and wait (one load).
@@ -290,7 +290,7 @@ mod tests {
 
     #[test]
     fn a_resume_ends_a_step_aside_and_counts_balance() {
-        let h = std::sync::Arc::new(Handoffs::new(2, 3, Some(23)));
+        let h = std::sync::Arc::new(Handoffs::new(2, 3, true));
         assert!(!h.resume_one(1), "nobody aside");
         let parked = {
             let h = h.clone();
@@ -312,7 +312,7 @@ mod tests {
 
     #[test]
     fn a_step_aside_nobody_resumes_ends_at_the_limit() {
-        let h = Handoffs::new(1, 1, Some(23));
+        let h = Handoffs::new(1, 1, true);
         h.step_aside(0, 0);
         assert_eq!(h.aside(0), 0);
         assert_eq!(h.expired.load(Ordering::Relaxed), 1);
@@ -321,7 +321,7 @@ mod tests {
 
     #[test]
     fn resume_all_leaves_nobody_aside() {
-        let h = std::sync::Arc::new(Handoffs::new(2, 2, Some(23)));
+        let h = std::sync::Arc::new(Handoffs::new(2, 2, true));
         let parked: Vec<_> = [(0, 0), (0, 1), (1, 3)]
             .into_iter()
             .map(|(core, slot)| {
@@ -351,7 +351,7 @@ mod loom_tests {
     #[test]
     fn loom_a_resume_and_the_limit_end_a_step_aside_once() {
         loom::model(|| {
-            let h = Arc::new(Handoffs::new(1, 2, Some(23)));
+            let h = Arc::new(Handoffs::new(1, 2, true));
             assert!(h.enter(0, 1));
             let resumer = {
                 let h = h.clone();
@@ -368,7 +368,7 @@ mod loom_tests {
     #[test]
     fn loom_a_resume_finds_two_workers_stepping_aside() {
         loom::model(|| {
-            let h = Arc::new(Handoffs::new(1, 2, Some(23)));
+            let h = Arc::new(Handoffs::new(1, 2, true));
             let workers: Vec<_> = [0, 1]
                 .into_iter()
                 .map(|slot| {

@@ -132,6 +132,10 @@ mod list {
             if self.count.load(Ordering::Acquire) == 0 {
                 return None;
             }
+            // Inside an offer's gate, whose owner waits for the takers by yielding: counted
+            // as a runtime lock, so the taker does not step aside there (H3 of the directed
+            // handoff) and hold the owner up until its 4 ms limit.
+            let _held = crate::sync::Held::new();
             self.list.load().iter().rev().find_map(|o| o.take())
         }
     }

@@ -198,7 +198,7 @@ impl Registry {
     pub(crate) fn new(config: Config, monitor: Monitor) -> Registry {
         let (cores, cap) = (config.cpus.len(), config.cap);
         let config_trace = config.trace;
-        let config_handoff = config.handoff_signal;
+        let config_handoff = config.handoff_signal.is_some();
         let slots: Box<[CachePadded<Slot>]> = (0..cores * (cap + 1))
             .map(|i| {
                 let deque = Worker::new_lifo();

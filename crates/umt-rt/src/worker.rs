@@ -497,15 +497,7 @@ impl WorkerCtx {
         // would hold up the participant that closes it (`offer.rs`).
         self.steal().or_else(|| match self.role {
             Role::Leader => None,
-            Role::Worker => {
-                // Not stepping aside inside an offer's gate (H3): its owner waits for the
-                // takers inside by yielding, so the core would not idle for the leader to
-                // resume this worker, and the owner would wait for the 4 ms limit.
-                let was = self.in_task.replace(false);
-                let job = self.reg.offers.take();
-                self.in_task.set(was);
-                job
-            }
+            Role::Worker => self.reg.offers.take(),
         })
     }
 
