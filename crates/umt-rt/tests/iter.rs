@@ -443,6 +443,24 @@ fn short_circuiting_consumers_stop_once_decided() {
                 10,
                 "{s}: take_any makes no item past the tenth"
             );
+            // try_fold stops its block at the first failure (rayon's "stops processing the
+            // local set of items"): on one core the fold cuts the loop into 8 blocks, and
+            // each fails at its 1001st item; no item after that is made.
+            let per_block = n / 8;
+            let r: Vec<Option<usize>> = (0..n)
+                .into_par_iter()
+                .schedule(s)
+                .inspect(|i| {
+                    count(i);
+                })
+                .try_fold(|| 0usize, |a, i| (i % per_block != 1000).then_some(a + i))
+                .collect();
+            assert_eq!(r, vec![None; 8], "{s}: try_fold");
+            assert_eq!(
+                visited.swap(0, Ordering::Relaxed),
+                8 * 1001,
+                "{s}: try_fold makes no item after a block's failure"
+            );
         });
     }
 }

@@ -34,13 +34,13 @@ mod producer;
 
 use std::cmp::Ordering as CmpOrdering;
 use std::iter::{Product, Sum};
-use std::ops::Range;
+use std::ops::{ControlFlow, Range};
 use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 pub use producer::{
     Alternate, Bridge, BridgePart, ByChunks, ByExactChunks, ByRChunks, ByRExactChunks, ByWindows, Chain, Chunks, ChunksExact, ChunksExactMut, ChunksMut, Cloned, Copied,
-    Enumerate, Filter, FilterMap, FlatMapIter, Gathered, Indexed, Interleave, ItemChunks, FoldBlocks, FoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, RChunks, RChunksExact, RChunksExactMut, RChunksMut, Rev, RangeInteger,
+    Enumerate, Filter, FilterMap, FlatMapIter, Gathered, Indexed, Interleave, ItemChunks, FoldBlocks, FoldBlocksPart, TryFoldBlocks, TryFoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, RChunks, RChunksExact, RChunksExactMut, RChunksMut, Rev, RangeInteger,
     RangeInclusiveProducer, RangeProducer, Slice, SliceMut, Split, SplitMut, StepBy, TakeAny, TakeAnyIter, WhileSome, WhileSomeIter, SubSlices, SubSlicesMut, VecPart, VecProducer, Window, Windows,
     Zip,
 };
@@ -83,6 +83,17 @@ impl<P: Producer> ParIter<P> {
             schedule: self.schedule,
             limits: self.limits,
         }
+    }
+
+    /// `fold` and `try_fold`: the producer `make` builds from this loop's, the number of
+    /// blocks to cut it into and this loop's chunk limits, which become bounds on the blocks:
+    /// the loop over the blocks has none.
+    fn blocks<Q>(self, make: impl FnOnce(P, usize, ChunkLimits) -> Q) -> ParIter<Q> {
+        let blocks = FOLD_BLOCKS_PER_CORE * crate::current_num_threads();
+        let limits = self.limits;
+        let mut folded = self.adapt(|p| make(p, blocks, limits));
+        folded.limits = ChunkLimits::default();
+        folded
     }
 
     /// The producer `make` builds on this loop's and `other`'s (`chain`, `zip`), under this
@@ -1105,13 +1116,8 @@ pub trait ParallelIterator: Sized {
         ID: Fn() -> T + Sync,
         F: Fn(T, Self::Item) -> T + Sync,
     {
-        let blocks = FOLD_BLOCKS_PER_CORE * crate::current_num_threads();
-        let it = self.into_parts();
-        let limits = it.limits;
-        let mut folded = it.adapt(|p| FoldBlocks::new(p, identity, fold_op, blocks, limits));
-        // The limits counted the fold's input; its blocks are what they made of them.
-        folded.limits = ChunkLimits::default();
-        folded
+        self.into_parts()
+            .blocks(|p, blocks, limits| FoldBlocks::new(p, identity, fold_op, blocks, limits))
     }
 
     /// [`fold`](ParallelIterator::fold) from a clone of `init` in each block.
@@ -1133,8 +1139,9 @@ pub trait ParallelIterator: Sized {
 
     /// [`fold`](ParallelIterator::fold) with a fold that may fail: each block folds its
     /// `Ok` (`Some`) values with `fold_op` from `identity()` until an item makes it fail, and
-    /// the block's item is then that failure (rayon's `try_fold`; the blocks after it still
-    /// run, each stopping at its own first failure). Combine the blocks with
+    /// the block's item is then that failure: no item of the block after the failing one is
+    /// made (rayon's `try_fold`; the blocks after it still run, each stopping at its own first
+    /// failure). Combine the blocks with
     /// [`try_reduce`](ParallelIterator::try_reduce) to stop at the first failure.
     ///
     /// ```
@@ -1152,20 +1159,28 @@ pub trait ParallelIterator: Sized {
         identity: ID,
         fold_op: F,
     ) -> ParIter<
-        FoldBlocks<Self::Producer, impl Fn() -> R + Sync, impl Fn(R, Self::Item) -> R + Sync>,
+        TryFoldBlocks<
+            Self::Producer,
+            impl Fn() -> R + Sync,
+            impl Fn(R, Self::Item) -> ControlFlow<R, R> + Sync,
+        >,
     >
     where
         R: Fallible<Ok = T> + Send,
         ID: Fn() -> T + Sync,
         F: Fn(T, Self::Item) -> R + Sync,
     {
-        self.fold(
-            move || R::from_ok(identity()),
-            move |acc: R, item| match acc.branch() {
-                Ok(acc) => fold_op(acc, item),
-                Err(e) => R::from_failure(e),
+        // The accumulator is a success until a step fails, which breaks the block's fold.
+        let step = move |acc: R, item| match acc.branch() {
+            Ok(acc) => match fold_op(acc, item).branch() {
+                Ok(acc) => ControlFlow::Continue(R::from_ok(acc)),
+                Err(e) => ControlFlow::Break(R::from_failure(e)),
             },
-        )
+            Err(e) => ControlFlow::Break(R::from_failure(e)),
+        };
+        let identity = move || R::from_ok(identity());
+        self.into_parts()
+            .blocks(|p, blocks, limits| TryFoldBlocks::new(p, identity, step, blocks, limits))
     }
 
     /// [`try_fold`](ParallelIterator::try_fold) from a clone of `init` in each block.
@@ -1175,7 +1190,11 @@ pub trait ParallelIterator: Sized {
         init: T,
         fold_op: F,
     ) -> ParIter<
-        FoldBlocks<Self::Producer, impl Fn() -> R + Sync, impl Fn(R, Self::Item) -> R + Sync>,
+        TryFoldBlocks<
+            Self::Producer,
+            impl Fn() -> R + Sync,
+            impl Fn(R, Self::Item) -> ControlFlow<R, R> + Sync,
+        >,
     >
     where
         T: Send + Clone,

@@ -5,7 +5,7 @@
 //! the crate's only unsafe split, here.
 
 use std::marker::PhantomData;
-use std::ops::Range;
+use std::ops::{ControlFlow, Range};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::schedule::ChunkLimits;
@@ -1055,6 +1055,20 @@ where
     type Item = T;
 
     fn next(&mut self) -> Option<T> {
+        let p = self.producer;
+        let items = self.next_block()?;
+        Some(items.fold((p.identity)(), &p.fold))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.end - self.next;
+        (n, Some(n))
+    }
+}
+
+impl<'p, P: Producer, ID, F> FoldBlocksPart<'p, P, ID, F> {
+    /// The base's items of the next block, or `None` past the last.
+    fn next_block(&mut self) -> Option<P::Iter<'p>> {
         if self.next >= self.end {
             return None;
         }
@@ -1064,12 +1078,74 @@ where
         // SAFETY: blocks are disjoint ranges of the base's indices, and block `next` is asked
         // once: this part covers blocks `next..end`, which its caller asked once (contract of
         // `Producer::iter`), and `next` only moves forward.
-        let items = unsafe { p.base.iter(block, sealed::Token) };
-        Some(items.fold((p.identity)(), &p.fold))
+        Some(unsafe { p.base.iter(block, sealed::Token) })
+    }
+}
+
+/// `try_fold`'s producer: [`FoldBlocks`] whose fold step may break. Item `b` folds block `b`
+/// from `identity()` until a step gives `Break`, whose value it is: no item of the block
+/// after that one is made (rayon's `try_fold` stops "the local set of items" at its first
+/// failure). The blocks after it fold as usual.
+#[derive(Debug, Clone)]
+pub struct TryFoldBlocks<P, ID, F>(FoldBlocks<P, ID, F>);
+
+impl<P: Producer, ID, F> TryFoldBlocks<P, ID, F> {
+    /// As [`FoldBlocks::new`].
+    pub(crate) fn new(base: P, identity: ID, step: F, blocks: usize, limits: ChunkLimits) -> Self {
+        TryFoldBlocks(FoldBlocks::new(base, identity, step, blocks, limits))
+    }
+}
+
+impl<P, ID, F> sealed::Sealed for TryFoldBlocks<P, ID, F> {}
+
+impl<P, ID, F, R> Producer for TryFoldBlocks<P, ID, F>
+where
+    P: Producer,
+    ID: Fn() -> R + Sync,
+    F: Fn(R, P::Item) -> ControlFlow<R, R> + Sync,
+{
+    type Item = R;
+    type Iter<'p>
+        = TryFoldBlocksPart<'p, P, ID, F>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.0.blocks
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
+        let end = r.end.min(self.0.blocks);
+        TryFoldBlocksPart(FoldBlocksPart {
+            producer: &self.0,
+            next: r.start.min(end),
+            end,
+        })
+    }
+}
+
+/// The results of some blocks of a [`TryFoldBlocks`], each folded when it is asked for.
+#[derive(Debug)]
+pub struct TryFoldBlocksPart<'p, P, ID, F>(FoldBlocksPart<'p, P, ID, F>);
+
+impl<P, ID, F, R> Iterator for TryFoldBlocksPart<'_, P, ID, F>
+where
+    P: Producer,
+    ID: Fn() -> R + Sync,
+    F: Fn(R, P::Item) -> ControlFlow<R, R> + Sync,
+{
+    type Item = R;
+
+    fn next(&mut self) -> Option<R> {
+        let p = self.0.producer;
+        let mut items = self.0.next_block()?;
+        let (ControlFlow::Continue(r) | ControlFlow::Break(r)) =
+            items.try_fold((p.identity)(), &p.fold);
+        Some(r)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = self.end - self.next;
+        let n = self.0.end - self.0.next;
         (n, Some(n))
     }
 }
