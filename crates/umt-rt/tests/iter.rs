@@ -461,6 +461,46 @@ fn short_circuiting_consumers_stop_once_decided() {
                 8 * 1001,
                 "{s}: try_fold makes no item after a block's failure"
             );
+            // rev walks a part back in pieces (16 indices first): a search from the end
+            // makes the first piece only, not the whole part.
+            let found = (0..n)
+                .into_par_iter()
+                .schedule(s)
+                .inspect(|i| {
+                    count(i);
+                })
+                .rev()
+                .find_first(|&i| i == n - 10);
+            assert_eq!(found, Some(n - 10));
+            assert_eq!(
+                visited.swap(0, Ordering::Relaxed),
+                16,
+                "{s}: rev makes a piece at a time"
+            );
+            // collect into Result / Option stops the loop at the first failure (rayon's
+            // while_some), and gives that failure.
+            let r: Result<Vec<usize>, usize> = (0..n)
+                .into_par_iter()
+                .schedule(s)
+                .map(|i| if count(&i) { Err(i) } else { Ok(i) })
+                .collect();
+            assert_eq!(r, Err(1000));
+            assert_eq!(
+                visited.swap(0, Ordering::Relaxed),
+                1001,
+                "{s}: collect::<Result<_, _>>"
+            );
+            let r: Option<Vec<usize>> = (0..n)
+                .into_par_iter()
+                .schedule(s)
+                .map(|i| (!count(&i)).then_some(i))
+                .collect();
+            assert_eq!(r, None);
+            assert_eq!(
+                visited.swap(0, Ordering::Relaxed),
+                1001,
+                "{s}: collect::<Option<_>>"
+            );
         });
     }
 }
@@ -711,6 +751,39 @@ mod written_for_rayon {
         let mut v = vec![9u32];
         v.par_extend((0..5u32).into_par_iter().map(|x| x * 10));
         assert_eq!(v, [9, 0, 10, 20, 30, 40]);
+        // rayon's other targets.
+        let boxed: Box<[u32]> = (0..4u32).into_par_iter().collect();
+        assert_eq!(&*boxed, [0, 1, 2, 3]);
+        let shared: std::sync::Arc<[u32]> = (0..4u32).into_par_iter().rev().collect();
+        assert_eq!(&*shared, [3, 2, 1, 0]);
+        let heap: std::collections::BinaryHeap<u32> = (0..9u32).into_par_iter().collect();
+        assert_eq!(heap.peek(), Some(&8));
+        let (evens, odds): (Vec<u32>, std::collections::VecDeque<u32>) = (0..6u32)
+            .into_par_iter()
+            .map(|x| {
+                if x % 2 == 0 {
+                    umt_rt::iter::Either::Left(x)
+                } else {
+                    umt_rt::iter::Either::Right(x)
+                }
+            })
+            .collect();
+        assert_eq!((evens, odds), (vec![0, 2, 4], [1, 3, 5].into()));
+        let (a, b): (Vec<u32>, Vec<char>) = (0..3u32).into_par_iter().map(|x| (x, 'x')).collect();
+        assert_eq!((a, b), (vec![0, 1, 2], vec!['x'; 3]));
+        let cow: std::borrow::Cow<'_, str> = ["a", "b"].par_iter().copied().collect();
+        assert_eq!(cow, "ab");
+        let os: std::ffi::OsString = ["x", "y"].par_iter().map(std::ffi::OsStr::new).collect();
+        assert_eq!(os, "xy");
+        let () = (0..3u32).into_par_iter().map(|_| ()).collect();
+        // A collection of the program's own, as for rayon.
+        struct Total(u32);
+        impl FromParallelIterator<u32> for Total {
+            fn from_par_iter<I: IntoParallelIterator<Item = u32>>(it: I) -> Self {
+                Total(it.into_par_iter().sum())
+            }
+        }
+        assert_eq!((0..10u32).into_par_iter().collect::<Total>().0, 45);
     }
 }
 
@@ -966,6 +1039,27 @@ proptest! {
     }
 }
 
+/// `rev` over parts longer than its largest piece (1 024 indices), under every schedule and
+/// with chunks of any length: std's reversed order, each item once.
+#[test]
+fn rev_walks_long_parts_in_order() {
+    for s in ALL {
+        for len in [1023usize, 1024, 1025, 4097, 20_000] {
+            for max in [usize::MAX, 1500, 7] {
+                let got: Vec<usize> = rt().install(|| {
+                    (0..len)
+                        .into_par_iter()
+                        .schedule(s)
+                        .with_max_len(max)
+                        .rev()
+                        .collect()
+                });
+                assert_eq!(got, (0..len).rev().collect::<Vec<_>>(), "{s}, {len}, {max}");
+            }
+        }
+    }
+}
+
 proptest! {
     /// `rev` gives std's reversed order on slices, ranges and owned vectors, through
     /// `enumerate`, `skip` and `zip`, and for searches; `flat_map` (nested parallel loops)
@@ -1038,7 +1132,7 @@ proptest! {
     /// The string iterators cut as `str`'s do, in order, multibyte characters included.
     #[test]
     fn string_iterators_cut_as_std_does(
-        text in "[a-cé ,;\n\t]{0,200}",
+        text in "[a-cé ,;\r\n\t]{0,200}",
         schedule in schedules(),
     ) {
         rt().install(|| {
@@ -1048,10 +1142,19 @@ proptest! {
                 s.par_char_indices().schedule(schedule).collect::<Vec<_>>(),
                 s.char_indices().collect::<Vec<_>>()
             );
+            // rayon's lines: `str::lines`, except that a final bare `\r` goes too.
             prop_assert_eq!(
                 s.par_lines().schedule(schedule).collect::<Vec<_>>(),
-                s.lines().collect::<Vec<_>>()
+                s.split_terminator('\n')
+                    .map(|l| l.strip_suffix('\r').unwrap_or(l))
+                    .collect::<Vec<_>>()
             );
+            if !s.ends_with('\r') {
+                prop_assert_eq!(
+                    s.par_lines().schedule(schedule).collect::<Vec<_>>(),
+                    s.lines().collect::<Vec<_>>()
+                );
+            }
             prop_assert_eq!(
                 s.par_split_whitespace().schedule(schedule).collect::<Vec<_>>(),
                 s.split_whitespace().collect::<Vec<_>>()

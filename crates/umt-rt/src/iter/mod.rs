@@ -29,6 +29,7 @@
 //! assert_eq!(odd.len(), 500);
 //! ```
 
+mod collect;
 mod drive;
 mod producer;
 
@@ -40,11 +41,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 pub use producer::{
     Alternate, Bridge, BridgePart, ByChunks, ByExactChunks, ByRChunks, ByRExactChunks, ByWindows, Chain, Chunks, ChunksExact, ChunksExactMut, ChunksMut, Cloned, Copied,
-    Enumerate, Filter, FilterMap, FlatMapIter, Gathered, Indexed, Interleave, ItemChunks, FoldBlocks, FoldBlocksPart, TryFoldBlocks, TryFoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, RChunks, RChunksExact, RChunksExactMut, RChunksMut, Rev, RangeInteger,
+    Enumerate, Filter, FilterMap, FlatMapIter, Gathered, Indexed, Interleave, ItemChunks, FoldBlocks, FoldBlocksPart, TryFoldBlocks, TryFoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, RChunks, RChunksExact, RChunksExactMut, RChunksMut, Rev, RevPart, RangeInteger,
     RangeInclusiveProducer, RangeProducer, Slice, SliceMut, Split, SplitMut, StepBy, TakeAny, TakeAnyIter, WhileSome, WhileSomeIter, SubSlices, SubSlicesMut, VecPart, VecProducer, Window, Windows,
     Zip,
 };
 
+pub use collect::FromParallelIterator;
 pub use either::Either;
 
 /// Blocks per core of [`ParallelIterator::fold`]: enough for the loop that folds them to
@@ -1843,33 +1845,6 @@ impl<P: Indexed> IndexedParallelIterator for ParIter<P> {
     }
 }
 
-/// Collections a parallel iterator can be collected into (`collect`): rayon's
-/// `FromParallelIterator`, here for every `FromIterator` (`Vec`, `String`, `HashMap`,
-/// `Result<C, E>`, `Option<C>`, ...), in index order.
-pub trait FromParallelIterator<T>: Sized {
-    /// Collects the items of `par_iter`.
-    #[track_caller]
-    fn from_par_iter<I>(par_iter: I) -> Self
-    where
-        I: IntoParallelIterator<Item = T>;
-}
-
-impl<T: Send, C: FromIterator<T>> FromParallelIterator<T> for C {
-    #[track_caller]
-    fn from_par_iter<I>(par_iter: I) -> Self
-    where
-        I: IntoParallelIterator<Item = T>,
-    {
-        let site = Location::caller();
-        par_iter
-            .into_par_iter()
-            .into_parts()
-            .collect_vec(site)
-            .into_iter()
-            .collect()
-    }
-}
-
 /// Collections a parallel iterator can extend (`par_extend`): rayon's `ParallelExtend`, here
 /// for every `Extend`, in index order.
 pub trait ParallelExtend<T> {
@@ -2162,7 +2137,8 @@ pub trait ParallelString {
     fn par_chars(&self) -> ParIter<VecProducer<char>>;
     /// The characters with their byte offsets.
     fn par_char_indices(&self) -> ParIter<VecProducer<(usize, char)>>;
-    /// The lines, as `str::lines` cuts them.
+    /// The lines, as rayon's `par_lines` cuts them: `str::lines`'s, except that a bare `\r`
+    /// at the very end is dropped too.
     fn par_lines(&self) -> ParIter<VecProducer<&str>>;
     /// The pieces between runs of whitespace, as `str::split_whitespace` cuts them.
     fn par_split_whitespace(&self) -> ParIter<VecProducer<&str>>;
@@ -2184,7 +2160,11 @@ impl ParallelString for str {
     }
 
     fn par_lines(&self) -> ParIter<VecProducer<&str>> {
-        ParIter::new(VecProducer::new(self.lines().collect()))
+        // rayon's cut, not `str::lines`'s: a final bare `\r` goes too.
+        let lines = self.split_terminator('\n');
+        ParIter::new(VecProducer::new(
+            lines.map(|l| l.strip_suffix('\r').unwrap_or(l)).collect(),
+        ))
     }
 
     fn par_split_whitespace(&self) -> ParIter<VecProducer<&str>> {

@@ -1665,13 +1665,20 @@ impl<I: Iterator> Iterator for BridgePart<'_, I> {
     }
 }
 
-/// `rev`'s producer: index `i` is the base's `len - 1 - i`. A part takes the base's matching
-/// part in one piece and hands its items out last first (the base's iterators need not run
-/// backwards; the part's items are held meanwhile, as many as the schedule hands out at once).
+/// `rev`'s producer: index `i` is the base's `len - 1 - i`. A part walks the base's matching
+/// part backwards in pieces: each piece is made forwards (the base's iterators need not run
+/// backwards) and held while its items are handed out last first. Pieces start at 16 indices
+/// and double up to 1 024 (`REV_PIECE`), so a part holds at most 1 024 items, and a consumer
+/// that stops early (`find_first`, `take_any`, `any`) makes at most about twice the items it
+/// looks at, plus 16.
 #[derive(Debug, Clone)]
 pub struct Rev<P> {
     base: P,
 }
+
+/// The most indices a [`Rev`] part makes at once, and the first piece's.
+const REV_PIECE: usize = 1024;
+const REV_FIRST_PIECE: usize = 16;
 
 impl<P> Rev<P> {
     pub(crate) fn new(base: P) -> Self {
@@ -1685,7 +1692,7 @@ impl<P: Indexed> Indexed for Rev<P> {}
 impl<P: Indexed> Producer for Rev<P> {
     type Item = P::Item;
     type Iter<'p>
-        = std::iter::Rev<std::vec::IntoIter<P::Item>>
+        = RevPart<'p, P>
     where
         Self: 'p;
 
@@ -1693,14 +1700,50 @@ impl<P: Indexed> Producer for Rev<P> {
         self.base.len()
     }
 
-    unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
+    unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
         let len = self.base.len();
         let (start, end) = (r.start.min(len), r.end.min(len));
-        let base = len - end.max(start)..len - start;
-        // SAFETY: forwarded with the caller's guarantee (the mirror image of disjoint ranges
-        // is disjoint).
-        let items: Vec<P::Item> = unsafe { self.base.iter(base, token) }.collect();
-        items.into_iter().rev()
+        RevPart {
+            base: &self.base,
+            left: len - end.max(start)..len - start,
+            piece: Vec::new(),
+            next_piece: REV_FIRST_PIECE,
+        }
+    }
+}
+
+/// A part of a [`Rev`]: the base's indices `left` not yet made, and the items of the piece
+/// made last, handed out from its end.
+#[derive(Debug)]
+pub struct RevPart<'p, P: Producer> {
+    base: &'p P,
+    left: Range<usize>,
+    piece: Vec<P::Item>,
+    /// The length of the next piece.
+    next_piece: usize,
+}
+
+impl<P: Indexed> Iterator for RevPart<'_, P> {
+    type Item = P::Item;
+
+    fn next(&mut self) -> Option<P::Item> {
+        if self.piece.is_empty() && !self.left.is_empty() {
+            let from = self.left.end - self.left.len().min(self.next_piece);
+            let piece = from..self.left.end;
+            self.left.end = from;
+            self.next_piece = (2 * self.next_piece).min(REV_PIECE);
+            // SAFETY: the part's range mirrors the one its caller asked once (contract of
+            // `Producer::iter`; the mirror images of disjoint ranges are disjoint), and its
+            // pieces are disjoint: `left` only shrinks from its end.
+            self.piece.extend(unsafe { self.base.iter(piece, sealed::Token) });
+        }
+        self.piece.pop()
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        // An indexed base makes one item per index.
+        let n = self.piece.len() + self.left.len();
+        (n, Some(n))
     }
 }
 
