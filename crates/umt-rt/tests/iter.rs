@@ -461,6 +461,29 @@ fn short_circuiting_consumers_stop_once_decided() {
                 8 * 1001,
                 "{s}: try_fold makes no item after a block's failure"
             );
+            // take_any_while stops the loop at the first false; skip_any_while stops asking.
+            let before: Vec<usize> = (0..n)
+                .into_par_iter()
+                .schedule(s)
+                .take_any_while(|i| !count(i))
+                .collect();
+            assert_eq!(before, (0..1000).collect::<Vec<_>>(), "{s}: take_any_while");
+            assert_eq!(
+                visited.swap(0, Ordering::Relaxed),
+                1001,
+                "{s}: take_any_while makes no item after the false"
+            );
+            let after: Vec<usize> = (0..n)
+                .into_par_iter()
+                .schedule(s)
+                .skip_any_while(|i| !count(i))
+                .collect();
+            assert_eq!(after, (1000..n).collect::<Vec<_>>(), "{s}: skip_any_while");
+            assert_eq!(
+                visited.swap(0, Ordering::Relaxed),
+                1001,
+                "{s}: skip_any_while asks no item after the false"
+            );
             // rev walks a part back in pieces (16 indices first): a search from the end
             // makes the first piece only, not the whole part.
             let found = (0..n)
@@ -1176,6 +1199,30 @@ proptest! {
                 s.par_split_terminator(seps).collect::<Vec<_>>(),
                 s.split_terminator(seps).collect::<Vec<_>>()
             );
+            prop_assert_eq!(
+                s.par_split_inclusive(',').schedule(schedule).collect::<Vec<_>>(),
+                s.split_inclusive(',').collect::<Vec<_>>()
+            );
+            prop_assert_eq!(
+                s.par_split_ascii_whitespace().schedule(schedule).collect::<Vec<_>>(),
+                s.split_ascii_whitespace().collect::<Vec<_>>()
+            );
+            prop_assert_eq!(
+                s.par_matches(['a', 'é']).schedule(schedule).collect::<Vec<_>>(),
+                s.matches(['a', 'é']).collect::<Vec<_>>()
+            );
+            prop_assert_eq!(
+                s.par_match_indices('é').schedule(schedule).collect::<Vec<_>>(),
+                s.match_indices('é').collect::<Vec<_>>()
+            );
+            prop_assert_eq!(
+                s.par_bytes().schedule(schedule).rev().collect::<Vec<_>>(),
+                s.bytes().rev().collect::<Vec<_>>()
+            );
+            prop_assert_eq!(
+                s.par_encode_utf16().schedule(schedule).collect::<Vec<_>>(),
+                s.encode_utf16().collect::<Vec<_>>()
+            );
             Ok(())
         })?;
     }
@@ -1767,5 +1814,38 @@ fn chain_and_interleave_refuse_more_than_usize_max_items() {
             msg.starts_with(&format!("{name}: the two iterators have")),
             "{name}: {msg}"
         );
+    }
+}
+
+/// The sources `repeat_n`, `repeat`, `once` and `empty`, under every schedule, with an item
+/// that is `Send` but not `Sync` (rayon's bound).
+#[test]
+fn repeat_once_and_empty_give_rayons_items() {
+    use std::cell::Cell;
+    for s in ALL {
+        rt().install(|| {
+            for n in [0usize, 1, 7, 5000] {
+                let v: Vec<Cell<u8>> = umt_rt::iter::repeat_n(Cell::new(3u8), n)
+                    .schedule(s)
+                    .collect();
+                assert_eq!(v.len(), n, "{s}");
+                assert!(v.iter().all(|c| c.get() == 3), "{s}");
+            }
+            let pairs: Vec<(usize, char)> = (0..100usize)
+                .into_par_iter()
+                .schedule(s)
+                .zip(umt_rt::iter::repeat('z'))
+                .collect();
+            assert_eq!(pairs, (0..100).map(|i| (i, 'z')).collect::<Vec<_>>(), "{s}");
+            assert_eq!(
+                umt_rt::iter::repeat(1u64)
+                    .schedule(s)
+                    .take(1000)
+                    .sum::<u64>(),
+                1000
+            );
+            assert_eq!(umt_rt::iter::once(5u8).schedule(s).collect::<Vec<_>>(), [5]);
+            assert_eq!(umt_rt::iter::empty::<u8>().schedule(s).count(), 0);
+        });
     }
 }

@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 pub use producer::{
     Alternate, Bridge, BridgePart, ByChunks, ByExactChunks, ByRChunks, ByRExactChunks, ByWindows, Chain, Chunks, ChunksExact, ChunksExactMut, ChunksMut, Cloned, Copied,
     Enumerate, Filter, FilterMap, FlatMapIter, Gathered, Indexed, Interleave, ItemChunks, FoldBlocks, FoldBlocksPart, TryFoldBlocks, TryFoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, RChunks, RChunksExact, RChunksExactMut, RChunksMut, Rev, RevPart, RangeInteger,
-    RangeInclusiveProducer, RangeProducer, Slice, SliceMut, Split, SplitMut, StepBy, TakeAny, TakeAnyIter, WhileSome, WhileSomeIter, SubSlices, SubSlicesMut, VecPart, VecProducer, Window, Windows,
+    RangeInclusiveProducer, RangeProducer, RepeatN, Slice, SliceMut, Split, SplitMut, StepBy, TakeAny, TakeAnyIter, WhileSome, WhileSomeIter, SubSlices, SubSlicesMut, VecPart, VecProducer, Window, Windows,
     Zip,
 };
 
@@ -339,6 +339,41 @@ impl<P: Producer> ParIter<P> {
     }
 }
 
+/// `n` clones of `item`, an indexed iterator (rayon's `repeat_n`).
+///
+/// ```
+/// use umt_rt::prelude::*;
+///
+/// let v: Vec<(u32, &str)> = (0..3u32).into_par_iter().zip(umt_rt::iter::repeat_n("x", 5)).collect();
+/// assert_eq!(v, [(0, "x"), (1, "x"), (2, "x")]);
+/// ```
+pub fn repeat_n<T: Clone + Send>(item: T, n: usize) -> ParIter<RepeatN<T>> {
+    ParIter::new(RepeatN::new(item, n))
+}
+
+/// Clones of `item` without end (rayon's `repeat`): as many as `usize` counts, so cut it with
+/// `take` or `zip` it with a finite iterator.
+///
+/// ```
+/// use umt_rt::prelude::*;
+///
+/// let v: Vec<u8> = umt_rt::iter::repeat(7u8).take(4).collect();
+/// assert_eq!(v, [7; 4]);
+/// ```
+pub fn repeat<T: Clone + Send>(item: T) -> ParIter<RepeatN<T>> {
+    repeat_n(item, usize::MAX)
+}
+
+/// One item (rayon's `once`).
+pub fn once<T: Send>(item: T) -> ParIter<VecProducer<T>> {
+    ParIter::new(VecProducer::new(vec![item]))
+}
+
+/// No item (rayon's `empty`).
+pub fn empty<T: Send>() -> ParIter<VecProducer<T>> {
+    ParIter::new(VecProducer::new(Vec::new()))
+}
+
 /// The `init` of the `_with` calls (rayon's: `for_each_with`, `fold_with`, ...): a clone of
 /// `init` for each part of the loop, made from the one shared copy (`T` need only be `Send`).
 fn clones_of<T: Send + Clone>(init: T) -> impl Fn() -> T + Sync {
@@ -480,6 +515,60 @@ pub trait ParallelIterator: Sized {
         Self: ParallelIterator<Item = Option<T>>,
     {
         self.into_parts().adapt(WhileSome::new)
+    }
+
+    /// The items, from anywhere in the loop, until some part meets one for which `f` is
+    /// false (rayon's `take_any_while`): that item and every item made after it, in any
+    /// part, are left out, and the loop stops making items (as `while_some`). Which items
+    /// pass depends on the order the participants reach them; on one core, the items before
+    /// the first false.
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let small: Vec<u32> = (0..100u32).into_par_iter().take_any_while(|x| *x < 10).collect();
+    /// assert!(small.len() <= 10 && small.iter().all(|x| *x < 10));
+    /// ```
+    #[allow(clippy::type_complexity)]
+    fn take_any_while<F>(
+        self,
+        f: F,
+    ) -> ParIter<WhileSome<Map<Self::Producer, impl Fn(Self::Item) -> Option<Self::Item> + Sync>>>
+    where
+        F: Fn(&Self::Item) -> bool + Sync,
+    {
+        self.into_parts()
+            .map(move |x| f(&x).then_some(x))
+            .while_some()
+    }
+
+    /// The items from anywhere in the loop, skipping those for which `f` is true until some
+    /// part meets one for which it is false (rayon's `skip_any_while`): from then on every
+    /// item passes, in every part, without a call to `f`.
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let rest: Vec<u32> = (0..100u32).into_par_iter().skip_any_while(|x| *x < 10).collect();
+    /// assert!(rest.len() >= 90 && (10..100).all(|x| rest.contains(&x)));
+    /// ```
+    #[allow(clippy::type_complexity)]
+    fn skip_any_while<F>(
+        self,
+        f: F,
+    ) -> ParIter<FilterMap<Self::Producer, impl Fn(Self::Item) -> Option<Self::Item> + Sync>>
+    where
+        F: Fn(&Self::Item) -> bool + Sync,
+    {
+        let passing = AtomicBool::new(false);
+        self.into_parts().filter_map(move |x| {
+            if passing.load(Ordering::Relaxed) || !f(&x) {
+                passing.store(true, Ordering::Relaxed);
+                Some(x)
+            } else {
+                None
+            }
+        })
     }
 
     /// The iterator as it is: a panic in a closure already stops the loop from handing out
@@ -2148,6 +2237,22 @@ pub trait ParallelString {
     /// as `str::split_terminator` cuts them.
     fn par_split_terminator<P: SplitPattern>(&self, terminator: P)
     -> ParIter<VecProducer<&str>>;
+    /// The pieces, each with the separator that ends it, as `str::split_inclusive` cuts them.
+    fn par_split_inclusive<P: SplitPattern>(&self, separator: P) -> ParIter<VecProducer<&str>>;
+    /// The pieces between runs of ASCII whitespace, as `str::split_ascii_whitespace` cuts
+    /// them.
+    fn par_split_ascii_whitespace(&self) -> ParIter<VecProducer<&str>>;
+    /// The characters that match `pattern`, each as a `&str` (`str::matches`).
+    fn par_matches<P: SplitPattern>(&self, pattern: P) -> ParIter<VecProducer<&str>>;
+    /// The characters that match `pattern`, with their byte offsets (`str::match_indices`).
+    fn par_match_indices<P: SplitPattern>(
+        &self,
+        pattern: P,
+    ) -> ParIter<VecProducer<(usize, &str)>>;
+    /// The bytes, read in place (indexed, as rayon's).
+    fn par_bytes(&self) -> ParIter<Copied<Slice<'_, u8>>>;
+    /// The UTF-16 code units (`str::encode_utf16`).
+    fn par_encode_utf16(&self) -> ParIter<VecProducer<u16>>;
 }
 
 impl ParallelString for str {
@@ -2186,10 +2291,44 @@ impl ParallelString for str {
                 .collect(),
         ))
     }
+
+    fn par_split_inclusive<P: SplitPattern>(&self, separator: P) -> ParIter<VecProducer<&str>> {
+        ParIter::new(VecProducer::new(
+            self.split_inclusive(|c| separator.is_separator(c)).collect(),
+        ))
+    }
+
+    fn par_split_ascii_whitespace(&self) -> ParIter<VecProducer<&str>> {
+        ParIter::new(VecProducer::new(self.split_ascii_whitespace().collect()))
+    }
+
+    fn par_matches<P: SplitPattern>(&self, pattern: P) -> ParIter<VecProducer<&str>> {
+        ParIter::new(VecProducer::new(
+            self.matches(|c| pattern.is_separator(c)).collect(),
+        ))
+    }
+
+    fn par_match_indices<P: SplitPattern>(
+        &self,
+        pattern: P,
+    ) -> ParIter<VecProducer<(usize, &str)>> {
+        ParIter::new(VecProducer::new(
+            self.match_indices(|c| pattern.is_separator(c)).collect(),
+        ))
+    }
+
+    fn par_bytes(&self) -> ParIter<Copied<Slice<'_, u8>>> {
+        self.as_bytes().par_iter().copied()
+    }
+
+    fn par_encode_utf16(&self) -> ParIter<VecProducer<u16>> {
+        ParIter::new(VecProducer::new(self.encode_utf16().collect()))
+    }
 }
 
-/// What separates the pieces of [`ParallelString::par_split`]: a `char`, a slice or array of
-/// them, or a `Fn(char) -> bool` (rayon's `Pattern`; the standard library's is unstable).
+/// What separates the pieces of [`ParallelString::par_split`] (and what
+/// [`ParallelString::par_matches`] finds): a `char`, a slice or array of them, or a
+/// `Fn(char) -> bool` (rayon's `Pattern`; the standard library's is unstable).
 /// Sealed.
 pub trait SplitPattern: split_pattern::Sealed {
     /// Whether `c` separates two pieces.

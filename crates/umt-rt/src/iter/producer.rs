@@ -191,6 +191,44 @@ where
     }
 }
 
+/// `repeat` and `repeat_n`'s producer: `len` clones of one item. The item sits behind a lock
+/// so that it need only be `Send` (rayon's bound): each part clones it once under the lock,
+/// then clones that copy for its items.
+#[derive(Debug)]
+pub struct RepeatN<T> {
+    item: std::sync::Mutex<T>,
+    len: usize,
+}
+
+impl<T: Clone + Send> RepeatN<T> {
+    pub(crate) fn new(item: T, len: usize) -> Self {
+        RepeatN {
+            item: std::sync::Mutex::new(item),
+            len,
+        }
+    }
+}
+
+impl<T> sealed::Sealed for RepeatN<T> {}
+impl<T: Clone + Send> Indexed for RepeatN<T> {}
+
+impl<T: Clone + Send> Producer for RepeatN<T> {
+    type Item = T;
+    type Iter<'p>
+        = std::iter::RepeatN<T>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
+        let n = r.end.min(self.len).saturating_sub(r.start);
+        std::iter::repeat_n(crate::sync::lock_std(&self.item).clone(), n)
+    }
+}
+
 /// A shared slice, element by element (`par_iter`).
 #[derive(Debug, Clone)]
 pub struct Slice<'data, T> {
