@@ -1849,3 +1849,57 @@ fn repeat_once_and_empty_give_rayons_items() {
         });
     }
 }
+
+fn chars_near_edges() -> impl Strategy<Value = char> {
+    prop_oneof![
+        any::<char>(),
+        prop::sample::select(vec![
+            '\0',
+            'a',
+            '\u{D7FE}',
+            '\u{D7FF}',
+            '\u{E000}',
+            '\u{E001}',
+            char::MAX
+        ]),
+        (0xD700u32..0xE100).prop_filter_map("a scalar value", char::from_u32),
+    ]
+}
+
+proptest! {
+    /// `char` ranges give std's `char`s, surrogates left out, in order, from either end.
+    #[test]
+    fn char_ranges_give_stds_chars(
+        a in chars_near_edges(),
+        b in chars_near_edges(),
+        schedule in schedules(),
+    ) {
+        // Ranges of at most 5 000 chars (std's iterator walks each).
+        let b = char::from_u32(u32::from(b).min(u32::from(a).saturating_add(5000))).unwrap_or(b);
+        rt().install(|| {
+            let got: Vec<char> = (a..b).into_par_iter().schedule(schedule).collect();
+            prop_assert_eq!(got, (a..b).collect::<Vec<_>>());
+            let got: Vec<char> = (a..=b).into_par_iter().schedule(schedule).rev().collect();
+            prop_assert_eq!(got, (a..=b).rev().collect::<Vec<_>>());
+            prop_assert_eq!((a..=b).into_par_iter().len(), (a..=b).count());
+            Ok(())
+        })?;
+    }
+}
+
+/// Every `char` once: all 1 112 064 scalar values.
+#[test]
+fn the_whole_char_range_holds_every_scalar_value() {
+    let all = rt().install(|| {
+        ('\0'..=char::MAX)
+            .into_par_iter()
+            .map(u32::from)
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(all.len(), 0x11_0000 - 0x800);
+    assert!(all.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(
+        rt().install(|| ('\0'..char::MAX).into_par_iter().count()),
+        all.len() - 1
+    );
+}

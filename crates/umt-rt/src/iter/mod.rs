@@ -40,7 +40,7 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 pub use producer::{
-    Alternate, Bridge, BridgePart, ByChunks, ByExactChunks, ByRChunks, ByRExactChunks, ByWindows, Chain, Chunks, ChunksExact, ChunksExactMut, ChunksMut, Cloned, Copied,
+    Alternate, Bridge, BridgePart, ByChunks, ByExactChunks, ByRChunks, ByRExactChunks, ByWindows, Chain, CharRange, Chunks, ChunksExact, ChunksExactMut, ChunksMut, Cloned, Copied,
     Enumerate, Filter, FilterMap, FlatMapIter, Gathered, Indexed, Interleave, ItemChunks, FoldBlocks, FoldBlocksPart, TryFoldBlocks, TryFoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, RChunks, RChunksExact, RChunksExactMut, RChunksMut, Rev, RevPart, RangeInteger,
     RangeInclusiveProducer, RangeProducer, RepeatN, Slice, SliceMut, Split, SplitMut, StepBy, TakeAny, TakeAnyIter, WhileSome, WhileSomeIter, SubSlices, SubSlicesMut, VecPart, VecProducer, Window, Windows,
     Zip,
@@ -2049,6 +2049,26 @@ where
 
     fn into_par_iter(self) -> Self::Iter {
         ParIter::new(RangeInclusiveProducer::new(self))
+    }
+}
+
+/// The `char`s of the range, surrogates left out, indexed (rayon's).
+impl IntoParallelIterator for Range<char> {
+    type Iter = ParIter<CharRange>;
+    type Item = char;
+
+    fn into_par_iter(self) -> Self::Iter {
+        ParIter::new(CharRange::new(self))
+    }
+}
+
+/// The `char`s of the range, surrogates left out, indexed (rayon's).
+impl IntoParallelIterator for std::ops::RangeInclusive<char> {
+    type Iter = ParIter<CharRange>;
+    type Item = char;
+
+    fn into_par_iter(self) -> Self::Iter {
+        ParIter::new(CharRange::new_inclusive(self))
     }
 }
 

@@ -191,6 +191,94 @@ where
     }
 }
 
+/// A range of `char`s as a producer (`into_par_iter` on `a..b` and `a..=b` of `char`): the
+/// scalar values from `start`, the surrogates (`U+D800..=U+DFFF`, which are not `char`s)
+/// left out, as `Range<char>`'s iterator leaves them.
+#[derive(Debug, Clone)]
+pub struct CharRange {
+    /// `start`'s code point.
+    start: u32,
+    len: usize,
+}
+
+/// The surrogates' first code point and their number.
+const SURROGATES: u32 = 0xD800;
+const SURROGATE_COUNT: u32 = 0x800;
+
+impl CharRange {
+    /// The `char`s from `start` to `last`, both in, or none if `last < start`.
+    fn between(start: char, last: Option<char>) -> Self {
+        let len = match last {
+            Some(last) if start <= last => {
+                let span = u32::from(last) - u32::from(start) + 1;
+                let skipped = if u32::from(start) < SURROGATES && u32::from(last) > SURROGATES {
+                    SURROGATE_COUNT
+                } else {
+                    0
+                };
+                (span - skipped) as usize
+            }
+            _ => 0,
+        };
+        CharRange {
+            start: start.into(),
+            len,
+        }
+    }
+
+    pub(crate) fn new(range: Range<char>) -> Self {
+        // `end`'s predecessor: the code point before it, or the last one before the
+        // surrogates.
+        let end = u32::from(range.end);
+        let last = match end {
+            0 => None,
+            e if e == SURROGATES + SURROGATE_COUNT => char::from_u32(SURROGATES - 1),
+            e => char::from_u32(e - 1),
+        };
+        CharRange::between(range.start, last)
+    }
+
+    pub(crate) fn new_inclusive(range: std::ops::RangeInclusive<char>) -> Self {
+        if range.is_empty() {
+            return CharRange::between(*range.start(), None);
+        }
+        CharRange::between(*range.start(), Some(*range.end()))
+    }
+
+    /// The `char` at index `i` (at most `len - 1`).
+    fn at(&self, i: usize) -> char {
+        let mut cp = self.start + i as u32;
+        if self.start < SURROGATES && cp >= SURROGATES {
+            cp += SURROGATE_COUNT;
+        }
+        // Every index below `len` names a scalar value: the surrogates are stepped over.
+        char::from_u32(cp).unwrap_or(char::MAX)
+    }
+}
+
+impl sealed::Sealed for CharRange {}
+impl Indexed for CharRange {}
+
+impl Producer for CharRange {
+    type Item = char;
+    type Iter<'p> = std::ops::RangeInclusive<char>;
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
+        let end = r.end.min(self.len);
+        if r.start >= end {
+            // An exhausted inclusive range yields nothing.
+            let mut none = '\0'..='\0';
+            let _ = none.next();
+            return none;
+        }
+        self.at(r.start)..=self.at(end - 1)
+    }
+}
+
 /// `repeat` and `repeat_n`'s producer: `len` clones of one item. The item sits behind a lock
 /// so that it need only be `Send` (rayon's bound): each part clones it once under the lock,
 /// then clones that copy for its items.
