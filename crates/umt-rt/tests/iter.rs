@@ -1756,6 +1756,13 @@ proptest! {
             let mut want = a.clone();
             want.chunk_by_mut(same).for_each(<[u8]>::reverse);
             prop_assert_eq!(got, want);
+            let got: Vec<&[u8]> = a.par_split_inclusive(is_zero).schedule(schedule).collect();
+            prop_assert_eq!(got, a.split_inclusive(is_zero).collect::<Vec<_>>());
+            let mut got = a.clone();
+            got.par_split_inclusive_mut(is_zero).schedule(schedule).for_each(|p| p.reverse());
+            let mut want = a.clone();
+            want.split_inclusive_mut(is_zero).for_each(<[u8]>::reverse);
+            prop_assert_eq!(got, want);
             Ok(())
         })?;
     }
@@ -1877,4 +1884,63 @@ fn the_whole_char_range_holds_every_scalar_value() {
         rt().install(|| ('\0'..char::MAX).into_par_iter().count()),
         all.len() - 1
     );
+}
+
+/// An eight-tuple of bytes.
+type Eight = (u8, u8, u8, u8, u8, u8, u8, u8);
+
+/// Tuples of indexed iterators zip into one (rayon's `MultiZip`), as long as the shortest,
+/// mutable parts included, under every schedule.
+#[test]
+fn tuples_of_iterators_zip_as_rayons_multizip() {
+    for s in ALL {
+        rt().install(|| {
+            let a: Vec<u32> = (0..1000).collect();
+            let mut b = vec![0u64; 900];
+            (a.par_iter(), b.par_iter_mut(), 0..2000usize)
+                .into_par_iter()
+                .schedule(s)
+                .for_each(|(x, y, i)| *y = u64::from(*x) * 2 + i as u64);
+            assert!(b.iter().enumerate().all(|(i, y)| *y == 3 * i as u64), "{s}");
+            let pairs: Vec<(&u32, &u64)> = (&a, &b).into_par_iter().schedule(s).collect();
+            assert_eq!(pairs, a.iter().zip(&b).collect::<Vec<_>>(), "{s}");
+            let eight: Vec<Eight> = (
+                0..3u8,
+                1..9u8,
+                2..9u8,
+                3..9u8,
+                4..9u8,
+                5..9u8,
+                6..9u8,
+                7..9u8,
+            )
+                .into_par_iter()
+                .schedule(s)
+                .rev()
+                .collect();
+            assert_eq!(
+                eight,
+                [(1, 2, 3, 4, 5, 6, 7, 8), (0, 1, 2, 3, 4, 5, 6, 7)],
+                "{s}"
+            );
+        });
+    }
+}
+
+/// `Option` and `Result` as iterators of their one value (none for `None` and `Err`), by
+/// value, by reference and mutably.
+#[test]
+fn options_and_results_iterate_their_value() {
+    rt().install(|| {
+        let mut some = Some(3u32);
+        (&mut some).into_par_iter().for_each(|x| *x += 1);
+        assert_eq!(some, Some(4));
+        assert_eq!((&some).into_par_iter().copied().sum::<u32>(), 4);
+        let mut ok: Result<u32, String> = Ok(5);
+        (&mut ok).into_par_iter().for_each(|x| *x *= 2);
+        assert_eq!((&ok).into_par_iter().copied().collect::<Vec<_>>(), [10]);
+        assert_eq!(ok.into_par_iter().count(), 1);
+        let err: Result<u32, String> = Err("no".into());
+        assert_eq!(err.into_par_iter().count(), 0);
+    });
 }

@@ -2027,6 +2027,70 @@ impl<I: ParallelIterator> IntoParallelIterator for I {
     }
 }
 
+/// The nested `Zip` producer of a tuple's iterators: `Zip<Zip<A, B>, C>` for `(A, B, C)`.
+macro_rules! zipped {
+    ($a:ty) => { $a };
+    ($a:ty, $b:ty $(, $rest:ty)*) => { zipped!(Zip<$a, $b> $(, $rest)*) };
+}
+
+/// The item of a nested zip: `((A, B), C)` for `(A, B, C)`.
+macro_rules! zipped_item {
+    ($a:ty) => { $a };
+    ($a:ty, $b:ty $(, $rest:ty)*) => { zipped_item!(($a, $b) $(, $rest)*) };
+}
+
+/// The pattern of a nested zip's item, `((a, b), c)` for `(a, b, c)`.
+macro_rules! unzipped {
+    ($a:ident) => { $a };
+    ($a:ident, $b:ident $(, $rest:ident)*) => { unzipped!(@ ($a, $b) $(, $rest)*) };
+    (@ $acc:tt) => { $acc };
+    (@ $acc:tt, $next:ident $(, $rest:ident)*) => { unzipped!(@ ($acc, $next) $(, $rest)*) };
+}
+
+/// rayon's `MultiZip`: a tuple of indexed parallel iterators (or what turns into them) as one,
+/// whose items are the tuples of theirs, as long as the shortest.
+macro_rules! multizip {
+    ($($t:ident $v:ident),+) => {
+        /// The tuples of the iterators' items, in index order, as long as the shortest
+        /// iterator (rayon's `MultiZip`).
+        #[allow(clippy::type_complexity)]
+        impl<$($t),+> IntoParallelIterator for ($($t,)+)
+        where
+            $($t: IntoParallelIterator, $t::Iter: IndexedParallelIterator,)+
+        {
+            type Iter = ParIter<
+                Map<
+                    zipped!($(<$t::Iter as ParallelIterator>::Producer),+),
+                    fn(zipped_item!($($t::Item),+)) -> ($($t::Item,)+),
+                >,
+            >;
+            type Item = ($($t::Item,)+);
+
+            fn into_par_iter(self) -> Self::Iter {
+                let ($($v,)+) = self;
+                let flat: fn(zipped_item!($($t::Item),+)) -> ($($t::Item,)+) =
+                    |unzipped!($($v),+)| ($($v,)+);
+                multizip!(@zip $($v),+).map(flat)
+            }
+        }
+    };
+    (@zip $a:ident $(, $rest:ident)*) => {
+        $a.into_par_iter().into_parts()$(.zip($rest))*
+    };
+}
+
+multizip!(A a, B b);
+multizip!(A a, B b, C c);
+multizip!(A a, B b, C c, D d);
+multizip!(A a, B b, C c, D d, E e);
+multizip!(A a, B b, C c, D d, E e, F f);
+multizip!(A a, B b, C c, D d, E e, F f, G g);
+multizip!(A a, B b, C c, D d, E e, F f, G g, H h);
+multizip!(A a, B b, C c, D d, E e, F f, G g, H h, I i);
+multizip!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j);
+multizip!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k);
+multizip!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l);
+
 impl<T: RangeInteger> IntoParallelIterator for Range<T>
 where
     Range<T>: Iterator<Item = T>,
@@ -2146,7 +2210,7 @@ impl<'data, T: Send + 'data, const N: usize> IntoParallelIterator for &'data mut
 }
 
 /// The standard collections without a slice inside (maps, sets, deques, heaps, lists,
-/// `Option`), by value and by reference: their items are gathered into a vector on the calling
+/// `Option`, `Result`'s `Ok`), by value and by reference: their items are gathered into a vector on the calling
 /// thread (one sequential pass, no copy of the items themselves), which the loop then hands
 /// out in the collection's iteration order.
 macro_rules! gathered {
@@ -2190,6 +2254,10 @@ gathered! {
     impl<'a, T> for &'a mut std::collections::LinkedList<T> => &'a mut T where [T: Send];
     impl<T> for Option<T> => T where [T: Send];
     impl<'a, T> for &'a Option<T> => &'a T where [T: Sync];
+    impl<'a, T> for &'a mut Option<T> => &'a mut T where [T: Send];
+    impl<T, E> for Result<T, E> => T where [T: Send];
+    impl<'a, T, E> for &'a Result<T, E> => &'a T where [T: Sync];
+    impl<'a, T, E> for &'a mut Result<T, E> => &'a mut T where [T: Send];
 }
 
 /// `par_bridge()` on any sequential iterator whose items can move between threads (rayon's
@@ -2571,6 +2639,12 @@ pub trait ParallelSlice<T: Sync> {
     where
         F: FnMut(&T, &T) -> bool;
 
+    /// The sub-slices each ended by an element for which `separator` is true (that element
+    /// included), as `slice::split_inclusive` (rayon's `par_split_inclusive`).
+    fn par_split_inclusive<P>(&self, separator: P) -> ParIter<VecProducer<&[T]>>
+    where
+        P: FnMut(&T) -> bool;
+
     /// Non-overlapping sub-slices of `size` elements from the end, as `slice::rchunks` (the
     /// last, the slice's start, may be shorter); `size` 0 is taken as 1.
     fn par_rchunks(&self, size: usize) -> ParIter<RChunks<'_, T>>;
@@ -2607,6 +2681,13 @@ impl<T: Sync> ParallelSlice<T> for [T] {
         ParIter::new(VecProducer::new(self.chunk_by(same).collect()))
     }
 
+    fn par_split_inclusive<P>(&self, separator: P) -> ParIter<VecProducer<&[T]>>
+    where
+        P: FnMut(&T) -> bool,
+    {
+        ParIter::new(VecProducer::new(self.split_inclusive(separator).collect()))
+    }
+
     fn par_rchunks(&self, size: usize) -> ParIter<RChunks<'_, T>> {
         ParIter::new(RChunks::new(self, size))
     }
@@ -2626,6 +2707,13 @@ pub trait ParallelSliceMut<T: Send> {
     /// `slice::split_mut` (rayon's `par_split_mut`): cut on the calling thread, handed out in
     /// parallel.
     fn par_split_mut<P>(&mut self, separator: P) -> ParIter<VecProducer<&mut [T]>>
+    where
+        P: FnMut(&T) -> bool;
+
+    /// The mutable sub-slices each ended by an element for which `separator` is true (that
+    /// element included), as `slice::split_inclusive_mut` (rayon's
+    /// `par_split_inclusive_mut`).
+    fn par_split_inclusive_mut<P>(&mut self, separator: P) -> ParIter<VecProducer<&mut [T]>>
     where
         P: FnMut(&T) -> bool;
 
@@ -2705,6 +2793,15 @@ impl<T: Send> ParallelSliceMut<T> for [T] {
         P: FnMut(&T) -> bool,
     {
         ParIter::new(VecProducer::new(self.split_mut(separator).collect()))
+    }
+
+    fn par_split_inclusive_mut<P>(&mut self, separator: P) -> ParIter<VecProducer<&mut [T]>>
+    where
+        P: FnMut(&T) -> bool,
+    {
+        ParIter::new(VecProducer::new(
+            self.split_inclusive_mut(separator).collect(),
+        ))
     }
 
     fn par_chunk_by_mut<F>(&mut self, same: F) -> ParIter<VecProducer<&mut [T]>>
