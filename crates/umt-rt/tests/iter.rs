@@ -57,6 +57,10 @@ proptest! {
         rt().install(|| {
             let doubled: Vec<i64> = v.par_iter().schedule(s).map(|&x| 2 * x as i64).collect();
             assert_eq!(doubled, v.iter().map(|&x| 2 * x as i64).collect::<Vec<_>>());
+            let list = v.par_iter().schedule(s).filter(|x| **x > 0).collect_vec_list();
+            assert!(list.iter().all(|part| !part.is_empty()));
+            let flat: Vec<&i32> = list.into_iter().flatten().collect();
+            assert_eq!(flat, v.iter().filter(|x| **x > 0).collect::<Vec<_>>());
             let odd: Vec<&i32> = v.par_iter().schedule(s).filter(|x| *x % 2 != 0).collect();
             assert_eq!(odd, v.iter().filter(|x| *x % 2 != 0).collect::<Vec<_>>());
             let sum: i64 = v.par_iter().schedule(s).map(|&x| x as i64).sum();
@@ -1943,4 +1947,71 @@ fn options_and_results_iterate_their_value() {
         let err: Result<u32, String> = Err("no".into());
         assert_eq!(err.into_par_iter().count(), 0);
     });
+}
+
+/// A node's children in the test trees: 0 to 3 of them, from a hash of the node, none below
+/// depth 6 (the depth is the node's low byte).
+fn kids(node: &u64) -> Vec<u64> {
+    let depth = node & 0xff;
+    if depth >= 6 {
+        return Vec::new();
+    }
+    let n = (node.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 61) % 4;
+    (0..n)
+        .map(|i| ((node >> 8) * 4 + i + 1) << 8 | (depth + 1))
+        .collect()
+}
+
+fn prefix(node: u64, out: &mut Vec<u64>) {
+    out.push(node);
+    kids(&node).into_iter().for_each(|k| prefix(k, out));
+}
+
+fn postfix(node: u64, out: &mut Vec<u64>) {
+    kids(&node).into_iter().for_each(|k| postfix(k, out));
+    out.push(node);
+}
+
+proptest! {
+    /// The tree walks visit every node once, in the recursive definition's order; `split`
+    /// covers its data once, in order, with pieces its splitter could not cut or enough of
+    /// them.
+    #[test]
+    fn tree_walks_and_split_agree_with_recursion(
+        root in 0u64..1_000_000,
+        len in 0u32..5000,
+        smallest in 1u32..300,
+        schedule in schedules(),
+    ) {
+        let root = root << 8;
+        rt().install(|| {
+            let (mut pre, mut post) = (Vec::new(), Vec::new());
+            prefix(root, &mut pre);
+            postfix(root, &mut post);
+            let got: Vec<u64> = umt_rt::iter::walk_tree_prefix(root, kids).schedule(schedule).collect();
+            prop_assert_eq!(got, pre.clone());
+            let got: Vec<u64> = umt_rt::iter::walk_tree(root, kids).schedule(schedule).collect();
+            prop_assert_eq!(got, pre);
+            let got: Vec<u64> = umt_rt::iter::walk_tree_postfix(root, kids).schedule(schedule).collect();
+            prop_assert_eq!(got, post);
+
+            let halves = |r: std::ops::Range<u32>| {
+                if r.len() < 2 * smallest as usize {
+                    return (r, None);
+                }
+                let mid = r.start + (r.end - r.start) / 2;
+                (r.start..mid, Some(mid..r.end))
+            };
+            let pieces: Vec<std::ops::Range<u32>> =
+                umt_rt::iter::split(0..len, halves).schedule(schedule).collect();
+            let joined: Vec<u32> = pieces.iter().cloned().flatten().collect();
+            prop_assert_eq!(joined, (0..len).collect::<Vec<_>>());
+            let enough = 8 * umt_rt::current_num_threads();
+            prop_assert!(
+                pieces.len() >= enough || pieces.iter().all(|p| p.len() < 2 * smallest as usize),
+                "{} pieces", pieces.len()
+            );
+            Ok(())
+        })?;
+    }
 }

@@ -32,6 +32,7 @@
 mod collect;
 mod drive;
 mod producer;
+mod sources;
 
 use std::cmp::Ordering as CmpOrdering;
 use std::iter::{Product, Sum};
@@ -47,6 +48,7 @@ pub use producer::{
 };
 
 pub use collect::FromParallelIterator;
+pub use sources::{empty, once, repeat, repeat_n, split, walk_tree, walk_tree_postfix, walk_tree_prefix};
 pub use either::Either;
 
 /// Blocks per core of [`ParallelIterator::fold`]: enough for the loop that folds them to
@@ -311,8 +313,23 @@ impl<P: Producer> ParIter<P> {
     where
         P::Item: Send,
     {
+        let parts = self.collect_parts(site);
+        // One copy of each part into place; `Vec`'s `collect` from a `Vec` reuses it.
+        let mut all = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+        for mut part in parts {
+            all.append(&mut part);
+        }
+        all
+    }
+
+    /// The items in index order, as the vectors the participants filled (one per contiguous
+    /// run of chunks a participant took).
+    fn collect_parts(self, site: &'static Location<'static>) -> Vec<Vec<P::Item>>
+    where
+        P::Item: Send,
+    {
         let producer = &self.producer;
-        let parts: Vec<Vec<P::Item>> = self.run(
+        self.run(
             site,
             Fold {
                 identity: Vec::new,
@@ -329,49 +346,8 @@ impl<P: Producer> ParIter<P> {
                 },
                 ordered: true,
             },
-        );
-        // One copy of each part into place; `Vec`'s `collect` from a `Vec` reuses it.
-        let mut all = Vec::with_capacity(parts.iter().map(Vec::len).sum());
-        for mut part in parts {
-            all.append(&mut part);
-        }
-        all
+        )
     }
-}
-
-/// `n` clones of `item`, an indexed iterator (rayon's `repeat_n`).
-///
-/// ```
-/// use umt_rt::prelude::*;
-///
-/// let v: Vec<(u32, &str)> = (0..3u32).into_par_iter().zip(umt_rt::iter::repeat_n("x", 5)).collect();
-/// assert_eq!(v, [(0, "x"), (1, "x"), (2, "x")]);
-/// ```
-pub fn repeat_n<T: Clone + Send>(item: T, n: usize) -> ParIter<RepeatN<T>> {
-    ParIter::new(RepeatN::new(item, n))
-}
-
-/// Clones of `item` without end (rayon's `repeat`): as many as `usize` counts, so cut it with
-/// `take` or `zip` it with a finite iterator.
-///
-/// ```
-/// use umt_rt::prelude::*;
-///
-/// let v: Vec<u8> = umt_rt::iter::repeat(7u8).take(4).collect();
-/// assert_eq!(v, [7; 4]);
-/// ```
-pub fn repeat<T: Clone + Send>(item: T) -> ParIter<RepeatN<T>> {
-    repeat_n(item, usize::MAX)
-}
-
-/// One item (rayon's `once`).
-pub fn once<T: Send>(item: T) -> ParIter<VecProducer<T>> {
-    ParIter::new(VecProducer::new(vec![item]))
-}
-
-/// No item (rayon's `empty`).
-pub fn empty<T: Send>() -> ParIter<VecProducer<T>> {
-    ParIter::new(VecProducer::new(Vec::new()))
 }
 
 /// The `init` of the `_with` calls (rayon's: `for_each_with`, `fold_with`, ...): a clone of
@@ -1332,6 +1308,24 @@ pub trait ParallelIterator: Sized {
         C: FromParallelIterator<Self::Item>,
     {
         C::from_par_iter(self.into_parts())
+    }
+
+    /// The items in index order, as a list of the vectors the loop's participants filled, none
+    /// empty (rayon's `collect_vec_list`: no copy into one vector).
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let list = (0..1000u32).into_par_iter().collect_vec_list();
+    /// assert_eq!(list.into_iter().flatten().collect::<Vec<_>>(), (0..1000).collect::<Vec<_>>());
+    /// ```
+    #[track_caller]
+    fn collect_vec_list(self) -> std::collections::LinkedList<Vec<Self::Item>>
+    where
+        Self::Item: Send,
+    {
+        let parts = self.into_parts().collect_parts(Location::caller());
+        parts.into_iter().filter(|part| !part.is_empty()).collect()
     }
 
     /// The pairs' first and second halves, each in index order, in two collections.
