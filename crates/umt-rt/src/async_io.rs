@@ -259,6 +259,13 @@ impl crate::drive::Driver for Reactor {
                 .is_ok()
     }
 
+    /// R5, a look: what `try_take` would say, without taking the turn.
+    fn is_free(&self) -> bool {
+        !self.failed.load(Ordering::Relaxed)
+            && self.pid == std::process::id()
+            && !self.turn.load(Ordering::Relaxed)
+    }
+
     /// R6: one `epoll_wait` in the reactor's set; the events' wakers are kept in this thread.
     fn wait(&self) -> Waited {
         EVENTS.with_borrow_mut(|events| {

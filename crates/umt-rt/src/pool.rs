@@ -947,6 +947,10 @@ mod loom_tests {
             }
         }
 
+        fn is_free(&self) -> bool {
+            !lock(&self.state).0
+        }
+
         fn release(&self) {
             lock(&self.state).0 = false;
         }

@@ -387,10 +387,17 @@ impl WorkerCtx {
     fn spin_for_work(&self, done: Option<&dyn Fn() -> bool>) -> Option<Job> {
         const SPIN_ROUNDS: u32 = 16;
         const YIELD_ROUNDS: u32 = 16;
+        /// D0 of `drive.rs`: the rounds of a worker that would wait in the I/O driver.
+        const DRIVER_ROUNDS: u32 = 4;
         // A polling leader is runnable at SCHED_IDLE: a yield would hand it the core for a
         // whole iteration each time. Those rounds spin instead.
         let may_yield = !self.reg.config.caps.polling;
-        for round in 0..SPIN_ROUNDS + YIELD_ROUNDS {
+        let rounds = if self.would_drive() {
+            DRIVER_ROUNDS
+        } else {
+            SPIN_ROUNDS + YIELD_ROUNDS
+        };
+        for round in 0..rounds {
             if done.is_some_and(|d| d()) || self.reg.terminate.load(Ordering::Relaxed) {
                 return None;
             }
@@ -412,6 +419,16 @@ impl WorkerCtx {
             }
         }
         None
+    }
+
+    /// D0 of `drive.rs`: whether this worker, parking now, would wait in the I/O driver (the
+    /// turn is free and it is its core's last active worker). New work then reaches it
+    /// through the driver's events or a kick, so it stops spinning for work sooner.
+    fn would_drive(&self) -> bool {
+        self.role == Role::Worker
+            && self.reg.config.drive_io
+            && self.reg.pools.active(self.core) <= 1
+            && crate::drive::installed().is_some_and(|d| d.is_free())
     }
 
     /// Stops this worker's switch reports while it spins; returns whether it did. A worker
