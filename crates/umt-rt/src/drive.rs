@@ -15,7 +15,8 @@
 //! 0. **D0 — go to the driver soon.** A worker that found no work spins and yields for a
 //!    while before it parks (`WorkerCtx::spin_for_work`), to catch work without a wake-up.
 //!    One that would take the turn (it is its core's last active worker, and
-//!    [`Driver::is_free`] says nobody holds it) spins only a few short rounds and parks: new
+//!    [`Driver::is_free`] says nobody holds it) and waits for no latch of its own (a latch is
+//!    set by another thread, often soon) spins only a few short rounds and parks: new
 //!    work reaches it in the driver (events, or a kick for a push), and while it spun no
 //!    worker waited in the set, so requests that came meanwhile went through the reactor
 //!    thread, one wake-up more. (`serve --rate 6000 --cold-files 0`, no blocking: p50 92-94

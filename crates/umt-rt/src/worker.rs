@@ -392,7 +392,9 @@ impl WorkerCtx {
         // A polling leader is runnable at SCHED_IDLE: a yield would hand it the core for a
         // whole iteration each time. Those rounds spin instead.
         let may_yield = !self.reg.config.caps.polling;
-        let rounds = if self.would_drive() {
+        // A worker waiting for a latch of its own keeps spinning: the latch is set by a
+        // thread, not by I/O, and often soon.
+        let rounds = if done.is_none() && self.would_drive() {
             DRIVER_ROUNDS
         } else {
             SPIN_ROUNDS + YIELD_ROUNDS
