@@ -495,7 +495,8 @@ impl Dispenser {
             }
             Kind::Dynamic { next, chunk } => {
                 let start = next.fetch_add(*chunk, Ordering::Relaxed);
-                (start < self.len).then(|| start..(start + chunk).min(self.len))
+                // Saturating: a loop of nearly `usize::MAX` indices must not overflow here.
+                (start < self.len).then(|| start..start.saturating_add(*chunk).min(self.len))
             }
             Kind::Table { ends, next } => {
                 let k = next.fetch_add(1, Ordering::Relaxed);

@@ -428,6 +428,7 @@ impl WorkerCtx {
     /// through the driver's events or a kick, so it stops spinning for work sooner.
     fn would_drive(&self) -> bool {
         self.role == Role::Worker
+            && self.lent_to().is_none()
             && self.reg.config.drive_io
             && self.reg.pools.active(self.core) <= 1
             && crate::drive::installed().is_some_and(|d| d.is_free())

@@ -279,7 +279,7 @@ impl Producer for CharRange {
     }
 }
 
-/// `repeat` and `repeat_n`'s producer: `len` clones of one item. The item sits behind a lock
+/// `repeat_n`'s producer: `len` clones of one item. The item sits behind a lock
 /// so that it need only be `Send` (rayon's bound): each part clones it once under the lock,
 /// then clones that copy for its items.
 #[derive(Debug)]
