@@ -175,6 +175,12 @@ thread_local! {
 }
 
 impl Reactor {
+    /// Whether workers may take the turn at all: the driver has not failed (R8), and this is
+    /// the process that made it (a `fork` child shares the set).
+    fn usable(&self) -> bool {
+        !self.failed.load(Ordering::Relaxed) && self.pid == std::process::id()
+    }
+
     fn sources(&self) -> crate::sync::Counted<MutexGuard<'_, HashMap<u64, Arc<Source>>>> {
         crate::sync::lock_std(&self.sources)
     }
@@ -251,8 +257,7 @@ impl Reactor {
 impl crate::drive::Driver for Reactor {
     /// R5; never after R8.
     fn try_take(&self) -> bool {
-        !self.failed.load(Ordering::Relaxed)
-            && self.pid == std::process::id()
+        self.usable()
             && self
                 .turn
                 .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
@@ -261,9 +266,7 @@ impl crate::drive::Driver for Reactor {
 
     /// R5, a look: what `try_take` would say, without taking the turn.
     fn is_free(&self) -> bool {
-        !self.failed.load(Ordering::Relaxed)
-            && self.pid == std::process::id()
-            && !self.turn.load(Ordering::Relaxed)
+        self.usable() && !self.turn.load(Ordering::Relaxed)
     }
 
     /// R6: one `epoll_wait` in the reactor's set; the events' wakers are kept in this thread.

@@ -129,6 +129,18 @@ where
     }
 }
 
+/// An inclusive range that yields nothing (one iterated to its end): the empty part of an
+/// inclusive producer, which `a..=b` cannot write for every `a`.
+fn exhausted<T>(at: T) -> std::ops::RangeInclusive<T>
+where
+    T: Clone,
+    std::ops::RangeInclusive<T>: Iterator<Item = T>,
+{
+    let mut none = at.clone()..=at;
+    let _ = none.next();
+    none
+}
+
 /// An inclusive range of integers as a producer (`into_par_iter` on `RangeInclusive<T>`):
 /// `start..=end` holds `end - start + 1` items, so it reaches the type's maximum, which a
 /// `Range` cannot. (A 64-bit range of all 2^64 values counts one short of them: `usize`
@@ -181,10 +193,7 @@ where
     unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
         let first = T::offset(self.start, r.start);
         if r.is_empty() {
-            // An exhausted inclusive range yields nothing.
-            let mut none = first..=first;
-            let _ = none.next();
-            return none;
+            return exhausted(first);
         }
         // `r.end - 1` is at most `len - 1`, the distance to `end`: in the type's range.
         first..=T::offset(self.start, r.end - 1)
@@ -270,10 +279,7 @@ impl Producer for CharRange {
     unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
         let end = r.end.min(self.len);
         if r.start >= end {
-            // An exhausted inclusive range yields nothing.
-            let mut none = '\0'..='\0';
-            let _ = none.next();
-            return none;
+            return exhausted('\0');
         }
         self.at(r.start)..=self.at(end - 1)
     }
