@@ -7,7 +7,7 @@
 use std::fmt;
 use std::ops::Range;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -309,6 +309,10 @@ impl ChunkLimits {
     }
 }
 
+/// The most pieces a `Guided` or `Fac2` loop's table holds (8 MiB of ends); beyond, the loop
+/// runs as `dynamic,max` (see [`Dispenser::new`]).
+const MAX_TABLE: usize = 1 << 20;
+
 /// A participant's place in a loop: who it is, and the chunk it is running (for the
 /// schedules that learn from chunk times).
 #[derive(Debug)]
@@ -341,8 +345,9 @@ pub(crate) struct Dispenser {
     participants: usize,
     limits: ChunkLimits,
     kind: Kind,
-    /// Set when a participant's body panicked: the others stop taking chunks.
-    stop: AtomicBool,
+    /// No chunk that starts at or past this index is handed out: `len` at first, lowered by
+    /// [`Dispenser::cut`] once the loop has decided (a search found, a participant panicked).
+    wanted: CachePadded<AtomicUsize>,
 }
 
 #[derive(Debug)]
@@ -373,7 +378,9 @@ struct AfState {
 
 impl Dispenser {
     /// A dispenser of `0..len` for `participants` under `schedule` (not `Auto`: the driver
-    /// resolves it first). Beyond `u32::MAX` iterations `StaticSteal` is `Dynamic`.
+    /// resolves it first). Beyond `u32::MAX` iterations `StaticSteal` is `Dynamic`; a
+    /// `Guided` or `Fac2` loop whose table would hold more than [`MAX_TABLE`] pieces is
+    /// `Dynamic` with chunks of `limits.max`.
     ///
     /// `joiners` more participants may join while the loop runs, as participants
     /// `participants..participants + joiners` (see [`Dispenser::joinable`]): the chunk sizes
@@ -409,8 +416,26 @@ impl Dispenser {
                 chunk: limits.apply(c).clamp(1, len.max(1)),
             },
             s @ (Schedule::Guided(_) | Schedule::Fac2) => {
-                let sizes = limits.cut(&chunk_sequence(s, len, p).unwrap_or_default());
-                let ends = sizes
+                let sizes = chunk_sequence(s, len, p).unwrap_or_default();
+                // A `max` far below the loop's length would make a table of one entry per
+                // `max` iterations (2^48 of them for `0..usize::MAX` in pieces of 2^16):
+                // such a loop runs as `dynamic,max`, which hands out the same pieces but for
+                // the last few, where the sequence drops below `max`.
+                let pieces = sizes
+                    .iter()
+                    .map(|s| s.div_ceil(limits.max.max(1)))
+                    .fold(0usize, usize::saturating_add);
+                if pieces > MAX_TABLE {
+                    return Dispenser::new(
+                        Schedule::Dynamic(limits.max),
+                        len,
+                        participants,
+                        joiners,
+                        limits,
+                    );
+                }
+                let ends = limits
+                    .cut(&sizes)
                     .iter()
                     .scan(0, |end, s| {
                         *end += s;
@@ -432,7 +457,7 @@ impl Dispenser {
             participants: p,
             limits,
             kind,
-            stop: AtomicBool::new(false),
+            wanted: CachePadded::new(AtomicUsize::new(len)),
         }
     }
 
@@ -448,31 +473,37 @@ impl Dispenser {
     /// `false` for `Static`, see [`Dispenser::joinable`]). A chunk a thief of `StaticSteal`
     /// has taken from a block but not yet made its own is not seen.
     pub(crate) fn has_chunks(&self) -> bool {
-        if self.stop.load(Ordering::Relaxed) {
-            return false;
-        }
+        let wanted = self.wanted.load(Ordering::Relaxed);
         match &self.kind {
             Kind::Static => false,
             Kind::Steal(blocks) => blocks.iter().any(|b| {
                 let (lo, hi) = unpack(b.load(Ordering::Acquire));
-                lo < hi
+                lo < hi.min(wanted)
             }),
-            Kind::Dynamic { next, .. } => next.load(Ordering::Relaxed) < self.len,
-            Kind::Table { ends, next } => next.load(Ordering::Relaxed) < ends.len(),
-            Kind::Af(state) => crate::sync::lock_std(state).next < self.len,
+            Kind::Dynamic { next, .. } => next.load(Ordering::Relaxed) < wanted,
+            Kind::Table { ends, next } => {
+                let k = next.load(Ordering::Relaxed);
+                k < ends.len() && k.checked_sub(1).map_or(0, |j| ends[j]) < wanted
+            }
+            Kind::Af(state) => crate::sync::lock_std(state).next < wanted,
         }
     }
 
-    /// Stops handing out chunks (a participant panicked).
-    pub(crate) fn stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
+    /// Hands out no chunk that starts at or past `end` from now on (a participant panicked:
+    /// 0; a search has found what it looks for in a chunk that starts at `end`, or anywhere:
+    /// 0). Chunks already handed out are not called back: their folds stop by themselves.
+    /// Never raises the bound.
+    pub(crate) fn cut(&self, end: usize) {
+        if end < self.wanted.load(Ordering::Relaxed) {
+            self.wanted.fetch_min(end, Ordering::Relaxed);
+        }
     }
 
     /// The next chunk for `cursor`'s participant, `None` once the loop is all handed out.
     pub(crate) fn next(&self, cursor: &mut Cursor) -> Option<Range<usize>> {
-        if self.stop.load(Ordering::Relaxed) {
-            return None;
-        }
+        // Every schedule but `StaticSteal` hands out each participant's chunks in index
+        // order: once one starts past `wanted`, so do all later ones.
+        let wanted = self.wanted.load(Ordering::Relaxed);
         let me = cursor.participant;
         match &self.kind {
             Kind::Static => {
@@ -480,6 +511,7 @@ impl Dispenser {
                     cursor.left = static_block(self.len, self.participants, me);
                 }
                 let left = &mut cursor.left;
+                left.end = left.end.min(wanted);
                 let end = left.end.min(left.start.saturating_add(self.limits.apply(left.len())));
                 let chunk = left.start..end;
                 left.start = end;
@@ -489,19 +521,25 @@ impl Dispenser {
                 // One clock read: it ends the last piece and starts the next.
                 let now = Instant::now();
                 let cap = steal_cap(cursor.running.take(), now);
-                let chunk = self.next_steal(blocks, me, cap)?;
+                let chunk = self.next_steal(blocks, me, cap, wanted)?;
                 cursor.running = Some((chunk.len(), now));
                 Some(chunk)
             }
             Kind::Dynamic { next, chunk } => {
+                // A look first: once the loop is handed out (or cut), `next` stays put rather
+                // than creep towards `usize::MAX` with each participant's last request.
+                if next.load(Ordering::Relaxed) >= wanted {
+                    return None;
+                }
                 let start = next.fetch_add(*chunk, Ordering::Relaxed);
                 // Saturating: a loop of nearly `usize::MAX` indices must not overflow here.
-                (start < self.len).then(|| start..start.saturating_add(*chunk).min(self.len))
+                (start < wanted).then(|| start..start.saturating_add(*chunk).min(self.len))
             }
             Kind::Table { ends, next } => {
                 let k = next.fetch_add(1, Ordering::Relaxed);
                 let end = *ends.get(k)?;
-                Some(k.checked_sub(1).map_or(0, |j| ends[j])..end)
+                let start = k.checked_sub(1).map_or(0, |j| ends[j]);
+                (start < wanted).then_some(start..end)
             }
             Kind::Af(state) => {
                 let mut st = crate::sync::lock_std(state);
@@ -514,7 +552,7 @@ impl Dispenser {
                     *m2 += delta * (per_iter - *mean);
                     *msize += (size as f64 - *msize) / *n as f64;
                 }
-                let remaining = self.len - st.next;
+                let remaining = wanted.saturating_sub(st.next);
                 if remaining == 0 {
                     return None;
                 }
@@ -531,12 +569,13 @@ impl Dispenser {
     }
 
     /// `StaticSteal`'s next chunk for `me`: at most `cap` iterations of its block (before the
-    /// limits), else half of another's.
+    /// limits), else half of another's; a block's part from `wanted` on counts as taken.
     fn next_steal(
         &self,
         blocks: &[CachePadded<AtomicU64>],
         me: usize,
         cap: usize,
+        wanted: usize,
     ) -> Option<Range<usize>> {
         let own = &blocks[me];
         loop {
@@ -544,6 +583,7 @@ impl Dispenser {
             let mut cur = own.load(Ordering::Acquire);
             loop {
                 let (lo, hi) = unpack(cur);
+                let hi = hi.min(wanted);
                 if lo >= hi {
                     break;
                 }
@@ -566,6 +606,7 @@ impl Dispenser {
                 let mut cur = victim.load(Ordering::Acquire);
                 loop {
                     let (lo, hi) = unpack(cur);
+                    let hi = hi.min(wanted);
                     if lo >= hi {
                         return None;
                     }
@@ -889,6 +930,46 @@ mod tests {
             prop_assert!(!d.has_chunks());
         }
 
+        /// A loop cut at `wanted` once some chunks are out (a search decided): no chunk that
+        /// starts at or past `wanted` is handed out after the cut, every index below it still
+        /// is, exactly once, and none twice anywhere.
+        #[test]
+        fn a_cut_loop_hands_out_everything_below_the_cut_and_nothing_new_past_it(
+            schedule in all_schedules(),
+            len in 0usize..3000,
+            p in 1usize..9,
+            order in proptest::collection::vec(0usize..64, 1..64),
+            limits in limits(),
+            wanted in 0usize..3200,
+            after in 0usize..40,
+        ) {
+            let d = Dispenser::new(schedule, len, p, 0, limits);
+            let mut cursors: Vec<Cursor> = (0..p).map(Cursor::new).collect();
+            let mut live: Vec<usize> = (0..p).collect();
+            let mut seen = vec![0u8; len];
+            let mut step = 0;
+            while !live.is_empty() {
+                if step == after {
+                    d.cut(wanted);
+                    // Never raised again.
+                    d.cut(usize::MAX);
+                }
+                let pick = order[step % order.len()] % live.len();
+                step += 1;
+                match d.next(&mut cursors[live[pick]]) {
+                    Some(r) => {
+                        prop_assert!(!r.is_empty() && r.end <= len, "{:?}", r);
+                        prop_assert!(step <= after || r.start < wanted, "{:?} after a cut at {}", r, wanted);
+                        for i in r { seen[i] += 1; }
+                    }
+                    None => { live.remove(pick); }
+                }
+            }
+            prop_assert!(seen.iter().all(|&c| c <= 1));
+            prop_assert!(seen.iter().take(wanted).all(|&c| c == 1));
+            prop_assert!(!d.has_chunks());
+        }
+
         /// A table cut to the limits keeps its sum; every piece but the last is at least
         /// `min`, and none is longer than `max(min, max)`.
         #[test]
@@ -916,6 +997,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A table schedule over a loop far longer than `MAX_TABLE` pieces of `max`: no table of
+    /// 2^48 ends (the allocation would abort), but pieces of `max`, and a cut still ends it.
+    #[test]
+    fn a_huge_table_loop_hands_out_pieces_of_max_without_a_table() {
+        let limits = ChunkLimits {
+            min: 1,
+            max: 1 << 16,
+        };
+        for s in [Schedule::Guided(1), Schedule::Fac2] {
+            let d = Dispenser::new(s, usize::MAX, 2, 1, limits);
+            let mut c = Cursor::new(0);
+            assert_eq!(d.next(&mut c), Some(0..1 << 16), "{s}");
+            assert_eq!(d.next(&mut Cursor::new(2)), Some(1 << 16..2 << 16), "{s}");
+            d.cut(0);
+            assert_eq!(d.next(&mut c), None, "{s}");
+            assert!(!d.has_chunks());
+        }
+        // Within the bound, the table stays.
+        let d = Dispenser::new(Schedule::Guided(1), 1000, 2, 0, limits);
+        assert!(matches!(d.kind, Kind::Table { .. }));
     }
 
     #[test]

@@ -337,6 +337,65 @@ fn large_sorts_match_the_standard_ones() {
     }
 }
 
+/// A search over a range no loop could walk (`0..usize::MAX`) ends once it has decided, on
+/// every schedule, on one core and on two, in pieces of any length: the loop stops handing
+/// out chunks, not only skipping them (there are 2^48 pieces of 2^16). rayon's consumers end
+/// such loops too. A regression hangs here.
+#[test]
+fn searches_over_a_range_no_loop_could_walk_end_once_decided() {
+    for threads in [1, 2] {
+        let rt = Runtime::builder()
+            .num_threads(threads)
+            .monitor(BackendKind::Disabled)
+            .build()
+            .unwrap();
+        for s in [
+            Schedule::Static,
+            Schedule::StaticSteal,
+            Schedule::Dynamic(64),
+            Schedule::Guided(8),
+            Schedule::Fac2,
+            Schedule::Af,
+        ] {
+            for max in [1 << 16, usize::MAX] {
+                let all = || {
+                    (0..usize::MAX)
+                        .into_par_iter()
+                        .schedule(s)
+                        .with_max_len(max)
+                };
+                let at = format!("{s}, {threads} thread(s), max {max}");
+                rt.install(|| {
+                    assert!(all().any(|i| i == 1000), "{at}");
+                    assert!(!all().all(|i| i < 5000), "{at}");
+                    assert_eq!(all().find_any(|&i| i == 1000), Some(1000), "{at}");
+                    assert_eq!(all().find_first(|&i| i % 1000 == 999), Some(999), "{at}");
+                    assert_eq!(all().position_first(|i| i == 70_000), Some(70_000), "{at}");
+                    assert_eq!(
+                        all().try_for_each(|i| if i == 3000 { Err(i) } else { Ok(()) }),
+                        Err(3000),
+                        "{at}"
+                    );
+                    let sum = all()
+                        .map(|i| (i != 3000).then_some(1u64))
+                        .try_reduce(|| 0, |a, b| Some(a + b));
+                    assert_eq!(sum, None, "{at}");
+                    let ten: Vec<usize> = all().filter(|i| i % 7 == 0).take_any(10).collect();
+                    assert_eq!(ten.len(), 10, "{at}");
+                    assert!(ten.iter().all(|i| i % 7 == 0), "{at}");
+                    let some: Vec<usize> = all()
+                        .map(|i| (i < 5000).then_some(i))
+                        .while_some()
+                        .collect();
+                    assert!(some.iter().all(|&i| i < 5000), "{at}");
+                    let small: Vec<usize> = all().take_any_while(|&i| i < 5000).collect();
+                    assert!(small.iter().all(|&i| i < 5000), "{at}");
+                });
+            }
+        }
+    }
+}
+
 /// `any`, `find_any`, `position_any`, `try_for_each`, `find_map_any`, `try_for_each_init`,
 /// `try_reduce_with`, `while_some` and `take_any` stop once decided: on one core, with no other
 /// participant, the loop visits exactly the items up to the one that decides.

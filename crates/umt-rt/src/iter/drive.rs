@@ -30,12 +30,17 @@ pub(crate) struct Fold<I, F, C> {
 /// Runs the loop `0..len` under `schedule` (the program's default when `None`), in chunks
 /// within `limits`, on the calling worker's runtime, or the global one, and returns the
 /// combined accumulator.
+///
+/// `wanted()` is asked before each chunk is taken: no chunk that starts at or past it is
+/// handed out from then on (`usize::MAX`: all are wanted; a search that has decided says
+/// less, so that a loop over a huge range ends once it has, D3).
 pub(crate) fn drive<A, I, F, C>(
     len: usize,
     schedule: Option<Schedule>,
     limits: ChunkLimits,
     site: &'static Location<'static>,
     how: Fold<I, F, C>,
+    wanted: &(dyn Fn() -> usize + Sync),
 ) -> A
 where
     A: Send,
@@ -53,8 +58,9 @@ where
         let step = limits.apply(len);
         return (0..len.max(1))
             .step_by(step)
+            .take_while(|&at| at < wanted())
             .fold((how.identity)(), |acc, at| {
-                (how.fold)(acc, at..len.min(at + step))
+                (how.fold)(acc, at..len.min(at.saturating_add(step)))
             });
     };
     let schedule = schedule.unwrap_or_else(Schedule::program_default);
@@ -66,7 +72,7 @@ where
         s => (s, None),
     };
     let started = Instant::now();
-    let result = how.run(&reg, len, schedule, participants, limits);
+    let result = how.run(&reg, len, schedule, participants, limits, wanted);
     if let Some(k) = auto {
         auto_record(site, k, started.elapsed().as_nanos() as f64 / len as f64);
     }
@@ -87,6 +93,7 @@ where
         schedule: Schedule,
         participants: usize,
         limits: ChunkLimits,
+        wanted: &(dyn Fn() -> usize + Sync),
     ) -> A {
         let how = self;
         // As many joiners as the runtime may have spares (every blocked participant, and
@@ -101,8 +108,9 @@ where
             joiners,
         ));
         let dispenser = &offer.dispenser;
-        let participate =
-            |p: usize, joined: bool| how.participant(p, joined, dispenser, &results, &offer.gate);
+        let participate = |p: usize, joined: bool| {
+            how.participant(p, joined, dispenser, wanted, &results, &offer.gate)
+        };
         let join = Join {
             dispenser,
             participate: &participate,
@@ -147,7 +155,9 @@ where
     }
 
     /// D3: one participant's part: chunks until the dispenser has none, folded into one
-    /// accumulator per contiguous run (ordered) or one in all; a panic stops the loop's other
+    /// accumulator per contiguous run (ordered) or one in all; before each chunk it passes
+    /// what the loop still wants on to the dispenser (`wanted()`, a search's verdict), so that
+    /// no participant takes a chunk past it. A panic stops the loop's other
     /// participants at their next chunk and is re-raised by the scope. A participant that
     /// `joined` the running loop (D5) also stops between two chunks once its core counts
     /// more than one ready worker: the one it stood in for is back.
@@ -156,6 +166,7 @@ where
         p: usize,
         joined: bool,
         dispenser: &Dispenser,
+        wanted: &(dyn Fn() -> usize + Sync),
         results: &Mutex<Vec<(usize, A)>>,
         gate: &Gate,
     ) {
@@ -175,6 +186,7 @@ where
                 if sampling {
                     with_current(|c| c.map(|c| c.record(crate::trace::TraceKind::Chunk)));
                 }
+                dispenser.cut(wanted());
                 let Some(r) = dispenser.next(&mut cursor) else {
                     handed_out = true;
                     break;
@@ -196,7 +208,7 @@ where
             gate.close();
         }
         if let Err(panic) = outcome {
-            dispenser.stop();
+            dispenser.cut(0);
             resume_unwind(panic);
         }
         done.extend(current.map(|(start, _, acc)| (start, acc)));

@@ -154,7 +154,7 @@ impl<P: Producer> ParIter<P> {
     ) -> Option<R> {
         let stop = AtomicBool::new(false);
         let go_on = || !stop.load(Ordering::Relaxed);
-        self.run(
+        self.run_until(
             site,
             Fold {
                 identity: || None,
@@ -171,6 +171,7 @@ impl<P: Producer> ParIter<P> {
                 combine: |a: Option<R>, b| a.or(b),
                 ordered: false,
             },
+            &|| if go_on() { usize::MAX } else { 0 },
         )
     }
 
@@ -184,7 +185,7 @@ impl<P: Producer> ParIter<P> {
     ) -> Option<R> {
         // The start of the earliest part with a result so far.
         let best = AtomicUsize::new(usize::MAX);
-        self.run(
+        self.run_until(
             site,
             Fold {
                 identity: || None,
@@ -202,6 +203,8 @@ impl<P: Producer> ParIter<P> {
                 combine: |a: Option<R>, b| a.or(b),
                 ordered: true,
             },
+            // No chunk after the one that starts at `best` can hold the first.
+            &|| best.load(Ordering::Relaxed),
         )
     }
 
@@ -305,7 +308,34 @@ impl<P: Producer> ParIter<P> {
         F: Fn(A, Range<usize>) -> A + Sync,
         C: Fn(A, A) -> A + Sync,
     {
-        drive(self.producer.len(), self.schedule, self.limits, site, how)
+        self.run_until(site, how, &|| usize::MAX)
+    }
+
+    /// [`run`](Self::run), handing out no chunk that starts at or past `wanted()` (a search
+    /// that has decided says so), nor any once the producer is full (`take_any` has its count,
+    /// `while_some` met a `None`): a loop over a huge range ends once its result is known.
+    fn run_until<A, I, F, C>(
+        &self,
+        site: &'static Location<'static>,
+        how: Fold<I, F, C>,
+        wanted: &(dyn Fn() -> usize + Sync),
+    ) -> A
+    where
+        A: Send,
+        I: Fn() -> A + Sync,
+        F: Fn(A, Range<usize>) -> A + Sync,
+        C: Fn(A, A) -> A + Sync,
+    {
+        let producer = &self.producer;
+        let wanted = || if producer.full() { 0 } else { wanted() };
+        drive(
+            producer.len(),
+            self.schedule,
+            self.limits,
+            site,
+            how,
+            &wanted,
+        )
     }
 
     /// The items in index order (what `collect` and `par_extend` gather).
@@ -447,8 +477,8 @@ pub trait ParallelIterator: Sized {
 
     /// Any `n` of the items (all if there are fewer), from anywhere in the loop, in no
     /// particular order of the source (rayon's `take_any`): the first `n` that the
-    /// participants reach. Once `n` have passed, no more items are made (the chunks the
-    /// schedule still hands out cost a look each).
+    /// participants reach. Once `n` have passed, no more items are made and the loop hands
+    /// out no more chunks (a range of any length ends).
     ///
     /// ```
     /// use umt_rt::prelude::*;
@@ -779,7 +809,7 @@ pub trait ParallelIterator: Sized {
         };
         let (identity, op) = (&identity, &op);
         type Acc<I> = Result<<I as Fallible>::Ok, <I as Fallible>::Failure>;
-        let combined: Acc<Self::Item> = it.run(
+        let combined: Acc<Self::Item> = it.run_until(
             Location::caller(),
             Fold {
                 identity: || Ok(identity()),
@@ -799,6 +829,7 @@ pub trait ParallelIterator: Sized {
                 },
                 ordered: true,
             },
+            &|| if go_on() { usize::MAX } else { 0 },
         );
         match combined {
             Ok(v) => Fallible::from_ok(v),
@@ -846,7 +877,7 @@ pub trait ParallelIterator: Sized {
             Some(a) => op(a, b).branch().map(Some),
         };
         let join = &join;
-        let combined: Acc<Self::Item> = it.run(
+        let combined: Acc<Self::Item> = it.run_until(
             Location::caller(),
             Fold {
                 identity: || Ok(None),
@@ -867,6 +898,7 @@ pub trait ParallelIterator: Sized {
                 },
                 ordered: true,
             },
+            &|| if go_on() { usize::MAX } else { 0 },
         );
         match combined {
             Ok(None) => None,

@@ -37,6 +37,13 @@ pub trait Producer: Sync + sealed::Sealed {
         self.len() == 0
     }
 
+    /// Whether the loop wants no more items from this producer (a `take_any` has its count,
+    /// a `while_some` has met a `None`, a `par_bridge` source ran dry): the driver then hands
+    /// out no more chunks, so that a loop over a huge range ends once it is full.
+    fn full(&self) -> bool {
+        false
+    }
+
     /// The items of `range`.
     ///
     /// # Safety
@@ -879,7 +886,7 @@ impl<I: Iterator> Iterator for Gathered<I> {
 }
 
 /// `take_any`'s producer: the base's items, from any part, until `n` have passed; from then on
-/// each part stops before making another (the loop's remaining chunks cost a look each).
+/// each part stops before making another, and the producer is `full` (no more chunks).
 #[derive(Debug)]
 pub struct TakeAny<P> {
     base: P,
@@ -908,6 +915,10 @@ impl<P: Producer> Producer for TakeAny<P> {
 
     fn len(&self) -> usize {
         self.base.len()
+    }
+
+    fn full(&self) -> bool {
+        self.taken.load(Ordering::Relaxed) >= self.n || self.base.full()
     }
 
     unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
@@ -970,6 +981,10 @@ impl<T, P: Producer<Item = Option<T>>> Producer for WhileSome<P> {
         self.base.len()
     }
 
+    fn full(&self) -> bool {
+        self.ended.load(Ordering::Relaxed) || self.base.full()
+    }
+
     unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
         WhileSomeIter {
             // SAFETY: forwarded with the caller's guarantee (the same indices).
@@ -1028,6 +1043,10 @@ impl<P: Producer, F: Fn(P::Item) -> R + Sync, R> Producer for Map<P, F> {
         self.base.len()
     }
 
+    fn full(&self) -> bool {
+        self.base.full()
+    }
+
     unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
         // SAFETY: forwarded with the caller's guarantee.
         unsafe { self.base.iter(r, token) }.map(&self.f)
@@ -1072,6 +1091,10 @@ where
 
     fn len(&self) -> usize {
         self.base.len()
+    }
+
+    fn full(&self) -> bool {
+        self.base.full()
     }
 
     unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
@@ -1160,6 +1183,10 @@ where
         self.blocks
     }
 
+    fn full(&self) -> bool {
+        self.base.full()
+    }
+
     unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
         let end = r.end.min(self.blocks);
         FoldBlocksPart {
@@ -1246,6 +1273,10 @@ where
         self.0.blocks
     }
 
+    fn full(&self) -> bool {
+        self.0.base.full()
+    }
+
     unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
         let end = r.end.min(self.0.blocks);
         TryFoldBlocksPart(FoldBlocksPart {
@@ -1308,6 +1339,10 @@ impl<P: Producer, F: Fn(&P::Item) -> bool + Sync> Producer for Filter<P, F> {
         self.base.len()
     }
 
+    fn full(&self) -> bool {
+        self.base.full()
+    }
+
     unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
         // SAFETY: forwarded with the caller's guarantee.
         unsafe { self.base.iter(r, token) }.filter(&self.f)
@@ -1340,6 +1375,10 @@ impl<P: Producer, F: Fn(P::Item) -> Option<R> + Sync, R> Producer for FilterMap<
         self.base.len()
     }
 
+    fn full(&self) -> bool {
+        self.base.full()
+    }
+
     unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
         // SAFETY: forwarded with the caller's guarantee.
         unsafe { self.base.iter(r, token) }.filter_map(&self.f)
@@ -1370,6 +1409,10 @@ impl<P: Producer, F: Fn(P::Item) -> U + Sync, U: IntoIterator> Producer for Flat
 
     fn len(&self) -> usize {
         self.base.len()
+    }
+
+    fn full(&self) -> bool {
+        self.base.full()
     }
 
     unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
@@ -1405,6 +1448,10 @@ impl<P: Producer, F: Fn(&P::Item) + Sync> Producer for Inspect<P, F> {
         self.base.len()
     }
 
+    fn full(&self) -> bool {
+        self.base.full()
+    }
+
     unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
         // SAFETY: forwarded with the caller's guarantee.
         unsafe { self.base.iter(r, token) }.inspect(&self.f)
@@ -1437,6 +1484,10 @@ impl<'a, T: Copy + 'a, P: Producer<Item = &'a T>> Producer for Copied<P> {
         self.base.len()
     }
 
+    fn full(&self) -> bool {
+        self.base.full()
+    }
+
     unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
         // SAFETY: forwarded with the caller's guarantee.
         unsafe { self.base.iter(r, token) }.copied()
@@ -1467,6 +1518,10 @@ impl<'a, T: Clone + 'a, P: Producer<Item = &'a T>> Producer for Cloned<P> {
 
     fn len(&self) -> usize {
         self.base.len()
+    }
+
+    fn full(&self) -> bool {
+        self.base.full()
     }
 
     unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
@@ -1675,6 +1730,10 @@ impl<A: Producer, B: Producer<Item = A::Item>> Producer for Chain<A, B> {
         self.a.len() + self.b.len()
     }
 
+    fn full(&self) -> bool {
+        self.a.full() && self.b.full()
+    }
+
     unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
         let n = self.a.len();
         let in_a = r.start.min(n)..r.end.min(n);
@@ -1766,6 +1825,10 @@ where
 
     fn len(&self) -> usize {
         self.places
+    }
+
+    fn full(&self) -> bool {
+        self.dry.load(std::sync::atomic::Ordering::Acquire)
     }
 
     unsafe fn iter(&self, _: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
