@@ -1862,7 +1862,7 @@ fn chain_and_interleave_refuse_more_than_usize_max_items() {
     }
 }
 
-/// The sources `repeat_n`, `once` and `empty`, under every schedule, with an item
+/// The sources `repeat_n`, `repeat`, `once` and `empty`, under every schedule, with an item
 /// that is `Send` but not `Sync` (rayon's bound).
 #[test]
 fn repeat_once_and_empty_give_rayons_items() {
@@ -1882,6 +1882,34 @@ fn repeat_once_and_empty_give_rayons_items() {
                 .zip(umt_rt::iter::repeat_n('z', 1000))
                 .collect();
             assert_eq!(pairs, (0..100).map(|i| (i, 'z')).collect::<Vec<_>>(), "{s}");
+            let pairs: Vec<(usize, char)> = (0..100usize)
+                .into_par_iter()
+                .schedule(s)
+                .zip(umt_rt::iter::repeat('y'))
+                .collect();
+            assert_eq!(pairs, (0..100).map(|i| (i, 'y')).collect::<Vec<_>>(), "{s}");
+            assert_eq!(
+                umt_rt::iter::repeat(1u64)
+                    .schedule(s)
+                    .take(1000)
+                    .sum::<u64>(),
+                1000
+            );
+            // Endless, yet a search ends it once decided.
+            assert_eq!(
+                umt_rt::iter::repeat(2u8)
+                    .schedule(s)
+                    .enumerate()
+                    .find_first(|&(i, _)| i == 5000),
+                Some((5000, 2))
+            );
+            assert_eq!(
+                umt_rt::iter::repeat(2u8)
+                    .schedule(s)
+                    .take_any(7)
+                    .collect::<Vec<_>>(),
+                [2; 7]
+            );
             assert_eq!(umt_rt::iter::once(5u8).schedule(s).collect::<Vec<_>>(), [5]);
             assert_eq!(umt_rt::iter::empty::<u8>().schedule(s).count(), 0);
         });

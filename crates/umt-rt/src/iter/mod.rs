@@ -48,7 +48,7 @@ pub use producer::{
 };
 
 pub use collect::FromParallelIterator;
-pub use sources::{empty, once, repeat_n, split, walk_tree, walk_tree_postfix, walk_tree_prefix};
+pub use sources::{empty, once, repeat, repeat_n, split, walk_tree, walk_tree_postfix, walk_tree_prefix};
 pub use either::Either;
 
 /// Blocks per core of [`ParallelIterator::fold`]: enough for the loop that folds them to

@@ -292,7 +292,7 @@ impl Producer for CharRange {
     }
 }
 
-/// `repeat_n`'s producer: `len` clones of one item. The item sits behind a lock
+/// `repeat` and `repeat_n`'s producer: `len` clones of one item. The item sits behind a lock
 /// so that it need only be `Send` (rayon's bound): each part clones it once under the lock,
 /// then clones that copy for its items.
 #[derive(Debug)]

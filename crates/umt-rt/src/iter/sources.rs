@@ -1,4 +1,4 @@
-//! Sources that are no collection: rayon's free functions `repeat_n`, `once`,
+//! Sources that are no collection: rayon's free functions `repeat`, `repeat_n`, `once`,
 //! `empty`, `split` and the tree walks.
 //!
 //! `split` and the tree walks cut their data (walk their tree) on the calling thread, then
@@ -17,6 +17,23 @@ use super::{ParIter, RepeatN, VecProducer};
 /// ```
 pub fn repeat_n<T: Clone + Send>(item: T, n: usize) -> ParIter<RepeatN<T>> {
     ParIter::new(RepeatN::new(item, n))
+}
+
+/// Clones of `item` without end (rayon's `repeat`): as many as `usize` counts. Cut it with
+/// `take` or `zip` it with a finite iterator, or end it with a search (`find_any`, `any`,
+/// `take_any`, `while_some`...), which stops the loop once decided; a loop that visits every
+/// item (`for_each`, `count`) does not end, as with rayon.
+///
+/// ```
+/// use umt_rt::prelude::*;
+///
+/// let v: Vec<u8> = umt_rt::iter::repeat(7u8).take(4).collect();
+/// assert_eq!(v, [7; 4]);
+/// let first = umt_rt::iter::repeat(3u8).enumerate().find_any(|&(i, _)| i == 10);
+/// assert_eq!(first, Some((10, 3)));
+/// ```
+pub fn repeat<T: Clone + Send>(item: T) -> ParIter<RepeatN<T>> {
+    repeat_n(item, usize::MAX)
 }
 
 /// One item (rayon's `once`).
