@@ -2095,3 +2095,93 @@ proptest! {
         })?;
     }
 }
+
+proptest! {
+    /// `by_uniform_blocks` and `by_exponential_blocks` give std's answers, under any schedule:
+    /// the blocks change when items are made, not which or in what order.
+    #[test]
+    fn blocks_in_turn_give_stds_answers(
+        v in proptest::collection::vec(0u32..1000, 0..600),
+        block in 0usize..40,
+        s in schedules(),
+        exponential in any::<bool>(),
+    ) {
+        let it = || {
+            let it = v.par_iter().schedule(s);
+            if exponential { it.by_exponential_blocks() } else { it.by_uniform_blocks(block) }
+        };
+        rt().install(|| {
+            let all: Vec<u32> = it().map(|x| x * 2).collect();
+            prop_assert_eq!(all, v.iter().map(|x| x * 2).collect::<Vec<_>>());
+            prop_assert_eq!(it().map(|&x| u64::from(x)).sum::<u64>(), v.iter().map(|&x| u64::from(x)).sum::<u64>());
+            prop_assert_eq!(it().find_first(|x| **x % 97 == 3), v.iter().find(|x| **x % 97 == 3));
+            prop_assert_eq!(it().position_last(|x| *x % 89 == 1), v.iter().rposition(|x| *x % 89 == 1));
+            prop_assert_eq!(it().filter(|x| **x > 500).count(), v.iter().filter(|x| **x > 500).count());
+            let joined = it().map(|x| x.to_string()).reduce(String::new, |a, b| a + &b);
+            prop_assert_eq!(joined, v.iter().map(|x| x.to_string()).collect::<String>());
+            Ok(())
+        })?;
+    }
+}
+
+/// A search in blocks runs no block past the one that decides: over a range no loop could
+/// walk, `find_first` and `any` make no item beyond the deciding block, on one core and two,
+/// under every schedule.
+#[test]
+fn a_search_in_blocks_runs_no_block_past_the_deciding_one() {
+    for threads in [1, 2] {
+        let rt = Runtime::builder()
+            .num_threads(threads)
+            .monitor(BackendKind::Disabled)
+            .build()
+            .unwrap();
+        for s in ALL {
+            let highest = AtomicUsize::new(0);
+            let look = |i: usize| {
+                highest.fetch_max(i, Ordering::Relaxed);
+                i == 150
+            };
+            rt.install(|| {
+                let hit = (0..usize::MAX)
+                    .into_par_iter()
+                    .schedule(s)
+                    .by_uniform_blocks(100)
+                    .find_first(|&i| look(i));
+                assert_eq!(hit, Some(150), "{s}");
+                assert!(
+                    highest.swap(0, Ordering::Relaxed) < 200,
+                    "{s}: past [100, 200)"
+                );
+                assert!(
+                    (0..usize::MAX)
+                        .into_par_iter()
+                        .schedule(s)
+                        .by_uniform_blocks(100)
+                        .any(look),
+                    "{s}"
+                );
+                assert!(
+                    highest.swap(0, Ordering::Relaxed) < 200,
+                    "{s}: any past [100, 200)"
+                );
+                // Blocks of `threads`, then twice as many each time: the one holding 150
+                // ends at `end`.
+                let (mut end, mut size) = (0, threads);
+                while end <= 150 {
+                    end += size;
+                    size *= 2;
+                }
+                let hit = umt_rt::iter::repeat(())
+                    .enumerate()
+                    .schedule(s)
+                    .by_exponential_blocks()
+                    .find_first(|&(i, ())| look(i));
+                assert_eq!(hit, Some((150, ())), "{s}");
+                assert!(
+                    highest.swap(0, Ordering::Relaxed) < end,
+                    "{s}: past the exponential block ending at {end}"
+                );
+            });
+        }
+    }
+}

@@ -69,6 +69,20 @@ pub struct ParIter<P> {
     producer: P,
     schedule: Option<Schedule>,
     limits: ChunkLimits,
+    /// `by_uniform_blocks`, `by_exponential_blocks`: the loop runs as loops over blocks of
+    /// its indices, one after another.
+    in_turn: Option<InTurn>,
+}
+
+/// How [`IndexedParallelIterator::by_uniform_blocks`] and
+/// [`by_exponential_blocks`](IndexedParallelIterator::by_exponential_blocks) cut a loop into
+/// blocks that run one after another, each a parallel loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InTurn {
+    /// Blocks of this many indices.
+    Uniform(usize),
+    /// The runtime's number of cores, then twice as many each time (rayon's sizes).
+    Exponential,
 }
 
 impl<P: Producer> ParIter<P> {
@@ -77,6 +91,7 @@ impl<P: Producer> ParIter<P> {
             producer,
             schedule: None,
             limits: ChunkLimits::default(),
+            in_turn: None,
         }
     }
 
@@ -86,6 +101,7 @@ impl<P: Producer> ParIter<P> {
             producer: make(self.producer),
             schedule: self.schedule,
             limits: self.limits,
+            in_turn: self.in_turn,
         }
     }
 
@@ -107,6 +123,7 @@ impl<P: Producer> ParIter<P> {
             producer: make(self.producer, other.producer),
             schedule: self.schedule.or(other.schedule),
             limits: self.limits.both(other.limits),
+            in_turn: self.in_turn.or(other.in_turn),
         }
     }
 
@@ -328,14 +345,39 @@ impl<P: Producer> ParIter<P> {
     {
         let producer = &self.producer;
         let wanted = || if producer.full() { 0 } else { wanted() };
-        drive(
-            producer.len(),
-            self.schedule,
-            self.limits,
-            site,
-            how,
-            &wanted,
-        )
+        let len = producer.len();
+        let Some(in_turn) = self.in_turn else {
+            return drive(len, self.schedule, self.limits, site, how, &wanted);
+        };
+        // Blocks one after another, each a loop of its own over its indices shifted to
+        // `0..size`; the results combined in index order. A block that starts where the loop
+        // is no longer wanted (a search has decided) does not run.
+        let mut size = match in_turn {
+            InTurn::Uniform(n) => n.max(1),
+            InTurn::Exponential => crate::current_num_threads().max(1),
+        };
+        let mut start = 0;
+        let mut done: Option<A> = None;
+        while start < len && start < wanted() {
+            let end = start.saturating_add(size).min(len);
+            let block = Fold {
+                identity: &how.identity,
+                fold: |acc, r: Range<usize>| (how.fold)(acc, r.start + start..r.end + start),
+                combine: &how.combine,
+                ordered: how.ordered,
+            };
+            let shifted = || wanted().saturating_sub(start);
+            let result = drive(end - start, self.schedule, self.limits, site, block, &shifted);
+            done = Some(match done {
+                Some(before) => (how.combine)(before, result),
+                None => result,
+            });
+            start = end;
+            if in_turn == InTurn::Exponential {
+                size = size.saturating_mul(2);
+            }
+        }
+        done.unwrap_or_else(|| (how.identity)())
     }
 
     /// The items in index order (what `collect` and `par_extend` gather).
@@ -1548,6 +1590,42 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
     fn with_max_len(self, max: usize) -> ParIter<Self::Producer> {
         let mut it = self.into_parts();
         it.limits.max = it.limits.max.min(max.max(1));
+        it
+    }
+
+    /// Runs the loop as a sequence of loops over blocks of `block_size` indices (0 taken as
+    /// 1), one block after another, each in parallel (rayon's `by_uniform_blocks`). A search
+    /// that has decided runs no further block. The blocks cut the indices the consumer sees
+    /// (after every adaptor); the items and their order are the same.
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let first = (0..10_000u32).into_par_iter().by_uniform_blocks(100).find_first(|x| x % 777 == 776);
+    /// assert_eq!(first, Some(776));
+    /// let all: Vec<u32> = (0..1000u32).into_par_iter().by_uniform_blocks(7).collect();
+    /// assert_eq!(all, (0..1000).collect::<Vec<_>>());
+    /// ```
+    fn by_uniform_blocks(self, block_size: usize) -> ParIter<Self::Producer> {
+        let mut it = self.into_parts();
+        it.in_turn = Some(InTurn::Uniform(block_size.max(1)));
+        it
+    }
+
+    /// Runs the loop as a sequence of loops over blocks that grow: as many indices as the
+    /// runtime has cores, then twice as many each time, one block after another, each in
+    /// parallel (rayon's `by_exponential_blocks`). For searches near the start of a long or
+    /// endless loop (`find_first` over `iter::repeat`): no block past the decision runs.
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let hit = (0..u64::MAX).into_par_iter().by_exponential_blocks().find_first(|x| x * x > 5_000);
+    /// assert_eq!(hit, Some(71));
+    /// ```
+    fn by_exponential_blocks(self) -> ParIter<Self::Producer> {
+        let mut it = self.into_parts();
+        it.in_turn = Some(InTurn::Exponential);
         it
     }
 
