@@ -190,7 +190,8 @@ proptest! {
         });
     }
 
-    /// `par_chunks_exact`, `par_windows` and ranges of every integer type, against `std`'s.
+    /// `par_chunks_exact`, `par_windows`, `par_array_windows` and ranges of every integer
+    /// type, against `std`'s.
     #[test]
     fn more_sources_match_the_sequential_reference(
         v in proptest::collection::vec(any::<u8>(), 0..700),
@@ -205,6 +206,15 @@ proptest! {
             assert_eq!(exact, v.chunks_exact(size1).collect::<Vec<_>>());
             let windows: Vec<&[u8]> = v.par_windows(size).schedule(s).collect();
             assert_eq!(windows, v.windows(size1).collect::<Vec<_>>());
+            // Arrays of a few fixed sizes, indexed (rev, enumerate) as windows are.
+            let w3: Vec<(usize, &[u8; 3])> = v.par_array_windows::<3>().schedule(s).enumerate().rev().collect();
+            let want3: Vec<(usize, &[u8; 3])> = v.windows(3).map(|w| w.try_into().unwrap()).enumerate().rev().collect();
+            assert_eq!(w3, want3);
+            let w1: Vec<&[u8; 1]> = v.par_array_windows().schedule(s).collect();
+            assert_eq!(w1.len(), v.len());
+            assert_eq!(v.par_array_windows::<0>().schedule(s).count(), v.len());
+            let w9 = v.par_array_windows::<9>().schedule(s).map(|w| w.iter().map(|&b| u32::from(b)).sum::<u32>()).collect::<Vec<_>>();
+            assert_eq!(w9, v.windows(9).map(|w| w.iter().map(|&b| u32::from(b)).sum::<u32>()).collect::<Vec<_>>());
             let r = start..start + len;
             let got: Vec<i64> = r.clone().into_par_iter().schedule(s).collect();
             assert_eq!(got, r.clone().collect::<Vec<_>>());

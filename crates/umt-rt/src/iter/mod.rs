@@ -41,7 +41,7 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 pub use producer::{
-    Alternate, Bridge, BridgePart, ByChunks, ByExactChunks, ByRChunks, ByRExactChunks, ByWindows, Chain, CharRange, Chunks, ChunksExact, ChunksExactMut, ChunksMut, Cloned, Copied,
+    Alternate, ArrayWindows, ArrayWindowsPart, Bridge, BridgePart, ByChunks, ByExactChunks, ByRChunks, ByRExactChunks, ByWindows, Chain, CharRange, Chunks, ChunksExact, ChunksExactMut, ChunksMut, Cloned, Copied,
     Enumerate, Filter, FilterMap, FlatMapIter, Gathered, Indexed, Interleave, ItemChunks, FoldBlocks, FoldBlocksPart, TryFoldBlocks, TryFoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, RChunks, RChunksExact, RChunksExactMut, RChunksMut, Rev, RevPart, RangeInteger,
     RangeInclusiveProducer, RangeProducer, RepeatN, Slice, SliceMut, Split, SplitMut, StepBy, TakeAny, TakeAnyIter, WhileSome, WhileSomeIter, SubSlices, SubSlicesMut, VecPart, VecProducer, Window, Windows,
     Zip,
@@ -2729,6 +2729,18 @@ pub trait ParallelSlice<T: Sync> {
     /// is shorter). `size` 0 is taken as 1.
     fn par_windows(&self, size: usize) -> ParIter<Windows<'_, T>>;
 
+    /// Every run of `N` consecutive elements as `&[T; N]` (rayon's `par_array_windows`;
+    /// `len - N + 1` of them, none when the slice is shorter; `N` 0 gives one empty array per
+    /// element).
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let rising = [1, 2, 4, 3, 5].par_array_windows().filter(|[a, b]| a < b).count();
+    /// assert_eq!(rising, 3);
+    /// ```
+    fn par_array_windows<const N: usize>(&self) -> ParIter<ArrayWindows<'_, T, N>>;
+
     /// The sub-slices between the elements for which `separator` is true, as `slice::split`
     /// (rayon's `par_split`): the slice is cut on the calling thread, the pieces handed out
     /// in parallel.
@@ -2769,6 +2781,10 @@ impl<T: Sync> ParallelSlice<T> for [T] {
 
     fn par_windows(&self, size: usize) -> ParIter<Windows<'_, T>> {
         ParIter::new(Windows::new(self, size))
+    }
+
+    fn par_array_windows<const N: usize>(&self) -> ParIter<ArrayWindows<'_, T, N>> {
+        ParIter::new(ArrayWindows::new(self))
     }
 
     fn par_split<P>(&self, separator: P) -> ParIter<VecProducer<&[T]>>

@@ -712,6 +712,65 @@ impl<'data, T: Sync, S: Split> Producer for SubSlices<'data, T, S> {
     }
 }
 
+/// `par_array_windows`'s producer: every run of `N` consecutive elements (`N` 0 taken as 1
+/// for the count: one empty array per element), as a reference to an array.
+#[derive(Debug)]
+pub struct ArrayWindows<'data, T, const N: usize> {
+    slice: &'data [T],
+}
+
+impl<T, const N: usize> Clone for ArrayWindows<'_, T, N> {
+    fn clone(&self) -> Self {
+        ArrayWindows { slice: self.slice }
+    }
+}
+
+impl<'data, T: Sync, const N: usize> ArrayWindows<'data, T, N> {
+    pub(crate) fn new(slice: &'data [T]) -> Self {
+        ArrayWindows { slice }
+    }
+}
+
+impl<T, const N: usize> sealed::Sealed for ArrayWindows<'_, T, N> {}
+impl<T: Sync, const N: usize> Indexed for ArrayWindows<'_, T, N> {}
+
+impl<'data, T: Sync, const N: usize> Producer for ArrayWindows<'data, T, N> {
+    type Item = &'data [T; N];
+    type Iter<'p>
+        = ArrayWindowsPart<'data, T, N>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        ByWindows::count(self.slice.len(), N.max(1))
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
+        ArrayWindowsPart {
+            windows: ByWindows::cut(self.slice, N.max(1), r),
+        }
+    }
+}
+
+/// A part's windows as array references ([`ArrayWindows`]).
+#[derive(Debug)]
+pub struct ArrayWindowsPart<'data, T, const N: usize> {
+    windows: std::slice::Windows<'data, T>,
+}
+
+impl<'data, T, const N: usize> Iterator for ArrayWindowsPart<'data, T, N> {
+    type Item = &'data [T; N];
+
+    fn next(&mut self) -> Option<&'data [T; N]> {
+        // Each window holds `N.max(1)` elements: its first `N` always exist.
+        self.windows.next()?.first_chunk()
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.windows.size_hint()
+    }
+}
+
 /// A mutable slice, element by element (`par_iter_mut`).
 #[derive(Debug)]
 pub struct SliceMut<'data, T> {
