@@ -2195,3 +2195,49 @@ fn a_search_in_blocks_runs_no_block_past_the_deciding_one() {
         }
     }
 }
+
+proptest! {
+    /// Ranges of `u128` and `i128` (rayon's, not indexed) give std's values in order,
+    /// anywhere in the type's range, both kinds of range, under any schedule.
+    #[test]
+    fn ranges_of_128_bit_integers_give_stds_values(
+        start in any::<i128>(),
+        len in 0u32..800,
+        s in schedules(),
+    ) {
+        let end = start.saturating_add(i128::from(len));
+        let wide = start as u128;
+        let wide_end = wide.saturating_add(u128::from(len));
+        rt().install(|| {
+            let got: Vec<i128> = (start..end).into_par_iter().schedule(s).collect();
+            prop_assert_eq!(got, (start..end).collect::<Vec<_>>());
+            let got: Vec<i128> = (start..=end).into_par_iter().schedule(s).collect();
+            prop_assert_eq!(got, (start..=end).collect::<Vec<_>>());
+            let got: Vec<u128> = (wide..wide_end).into_par_iter().schedule(s).collect();
+            prop_assert_eq!(got, (wide..wide_end).collect::<Vec<_>>());
+            let n = (wide..=wide_end).into_par_iter().schedule(s).filter(|x| x % 3 == 0).count();
+            prop_assert_eq!(n, (wide..=wide_end).filter(|x| x % 3 == 0).count());
+            Ok(())
+        })?;
+    }
+}
+
+/// A range of all 2^128 `u128` values (more than `usize` counts): a search near its start
+/// ends, on every schedule.
+#[test]
+fn a_search_over_every_u128_value_ends_once_decided() {
+    for s in ALL {
+        rt().install(|| {
+            let hit = (0..=u128::MAX)
+                .into_par_iter()
+                .schedule(s)
+                .find_first(|&x| x > 1000);
+            assert_eq!(hit, Some(1001), "{s}");
+            let hit = (i128::MIN..=i128::MAX)
+                .into_par_iter()
+                .schedule(s)
+                .find_first(|&x| x > i128::MIN + 9);
+            assert_eq!(hit, Some(i128::MIN + 10), "{s}");
+        });
+    }
+}

@@ -44,7 +44,7 @@ pub use producer::{
     Alternate, ArrayWindows, ArrayWindowsPart, Bridge, BridgePart, ByChunks, ByExactChunks, ByRChunks, ByRExactChunks, ByWindows, Chain, CharRange, Chunks, ChunksExact, ChunksExactMut, ChunksMut, Cloned, Copied,
     Enumerate, Filter, FilterMap, FlatMapIter, Gathered, Indexed, Interleave, ItemChunks, FoldBlocks, FoldBlocksPart, TryFoldBlocks, TryFoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, RChunks, RChunksExact, RChunksExactMut, RChunksMut, Rev, RevPart, RangeInteger,
     RangeInclusiveProducer, RangeProducer, RepeatN, Slice, SliceMut, Split, SplitMut, StepBy, TakeAny, TakeAnyIter, WhileSome, WhileSomeIter, SubSlices, SubSlicesMut, VecPart, VecProducer, Window, Windows,
-    Zip,
+    WideInteger, WideRange, Zip,
 };
 
 pub use collect::FromParallelIterator;
@@ -2219,6 +2219,34 @@ where
         ParIter::new(RangeInclusiveProducer::new(self))
     }
 }
+
+/// `into_par_iter` on the ranges of a 128-bit type: not indexed (as rayon's), since they may
+/// hold more values than `usize` counts.
+macro_rules! wide_ranges {
+    ($($t:ty),*) => {$(
+        /// The values of the range, not indexed (as rayon's).
+        impl IntoParallelIterator for Range<$t> {
+            type Iter = ParIter<WideRange<$t>>;
+            type Item = $t;
+
+            fn into_par_iter(self) -> Self::Iter {
+                ParIter::new(WideRange::new(self))
+            }
+        }
+
+        /// The values of the range, both ends in, not indexed (as rayon's).
+        impl IntoParallelIterator for std::ops::RangeInclusive<$t> {
+            type Iter = ParIter<WideRange<$t>>;
+            type Item = $t;
+
+            fn into_par_iter(self) -> Self::Iter {
+                ParIter::new(WideRange::new_inclusive(self))
+            }
+        }
+    )*};
+}
+
+wide_ranges!(u128, i128);
 
 /// The `char`s of the range, surrogates left out, indexed (rayon's).
 impl IntoParallelIterator for Range<char> {

@@ -207,6 +207,108 @@ where
     }
 }
 
+/// The 128-bit integer types a [`WideRange`] walks.
+pub trait WideInteger: Copy + PartialOrd + Send + Sync + sealed::Sealed
+where
+    std::ops::RangeInclusive<Self>: Iterator<Item = Self>,
+{
+    /// `end - start`, for `start <= end`.
+    #[doc(hidden)]
+    fn span(start: Self, end: Self) -> u128;
+    /// `start + k`, for `k` at most the span to a value of the type.
+    #[doc(hidden)]
+    fn add(start: Self, k: u128) -> Self;
+}
+
+macro_rules! wide_integer {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl WideInteger for $t {
+            fn span(start: Self, end: Self) -> u128 {
+                // Two's complement: the difference of two values of the type, as unsigned.
+                end.wrapping_sub(start) as u128
+            }
+            fn add(start: Self, k: u128) -> Self {
+                start.wrapping_add(k as $t)
+            }
+        }
+    )*};
+}
+
+wide_integer!(u128, i128);
+
+/// A range of `u128` or `i128` as a producer (`into_par_iter` on `a..b` and `a..=b`), not
+/// indexed, as rayon's: it may hold more items than `usize` counts, so each index stands for
+/// `step` consecutive values (1 while the range fits).
+#[derive(Debug, Clone)]
+pub struct WideRange<T> {
+    start: T,
+    /// The last value's offset from `start`; `None`: no values.
+    last: Option<u128>,
+    /// Values per index.
+    step: u128,
+}
+
+impl<T: WideInteger> WideRange<T>
+where
+    std::ops::RangeInclusive<T>: Iterator<Item = T>,
+{
+    /// The values from `start` to `end`, both in, or none if `end < start`.
+    fn between(start: T, end: Option<T>) -> Self {
+        let last = end.filter(|e| start <= *e).map(|e| T::span(start, e));
+        let step = last.map_or(1, |l| l / usize::MAX as u128 + 1);
+        WideRange { start, last, step }
+    }
+
+    pub(crate) fn new(range: Range<T>) -> Self {
+        if range.start < range.end {
+            let last = T::span(range.start, range.end) - 1;
+            WideRange::between(range.start, Some(T::add(range.start, last)))
+        } else {
+            WideRange::between(range.start, None)
+        }
+    }
+
+    pub(crate) fn new_inclusive(range: std::ops::RangeInclusive<T>) -> Self {
+        // An exhausted range (iterated to its end) is empty, as its iterator would be.
+        let end = (!range.is_empty()).then(|| *range.end());
+        WideRange::between(*range.start(), end)
+    }
+}
+
+impl<T> sealed::Sealed for WideRange<T> {}
+
+impl<T: WideInteger> Producer for WideRange<T>
+where
+    std::ops::RangeInclusive<T>: Iterator<Item = T>,
+{
+    type Item = T;
+    type Iter<'p>
+        = std::ops::RangeInclusive<T>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        // At most `usize::MAX` by the choice of `step`.
+        self.last
+            .map_or(0, |l| usize::try_from(l / self.step + 1).unwrap_or(usize::MAX))
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
+        let first = T::add(self.start, r.start as u128 * self.step);
+        match self.last {
+            Some(last) if !r.is_empty() => {
+                // Index `r.end - 1`'s last value, within the range.
+                let end = ((r.end - 1) as u128 * self.step)
+                    .saturating_add(self.step - 1)
+                    .min(last);
+                first..=T::add(self.start, end)
+            }
+            _ => exhausted(first),
+        }
+    }
+}
+
 /// A range of `char`s as a producer (`into_par_iter` on `a..b` and `a..=b` of `char`): the
 /// scalar values from `start`, the surrogates (`U+D800..=U+DFFF`, which are not `char`s)
 /// left out, as `Range<char>`'s iterator leaves them.
@@ -2043,5 +2145,52 @@ impl<P: Indexed> Producer for StepBy<P> {
         };
         // SAFETY: forwarded with the caller's guarantee (disjoint `r`s give disjoint ranges).
         unsafe { self.base.iter(start..end, token) }.step_by(self.step)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ends of index range `r`'s values, or `None` if it has none.
+    fn ends<T: WideInteger>(p: &WideRange<T>, r: Range<usize>) -> Option<(T, T)>
+    where
+        std::ops::RangeInclusive<T>: Iterator<Item = T>,
+    {
+        // SAFETY: the ranges are only looked at, never iterated twice.
+        let part = unsafe { p.iter(r, sealed::Token) };
+        (!part.is_empty()).then(|| (*part.start(), *part.end()))
+    }
+
+    /// A 128-bit range wider than `usize` counts: `usize::MAX` indices whose values follow one
+    /// another without a gap or an overlap, from the range's first value to its last.
+    #[test]
+    fn a_wide_range_covers_every_value_once_in_at_most_usize_max_indices() {
+        let all = WideRange::new_inclusive(0..=u128::MAX);
+        let n = all.len();
+        assert_eq!(n, usize::MAX);
+        assert_eq!(ends(&all, 0..1).map(|e| e.0), Some(0));
+        assert_eq!(ends(&all, n - 1..n).map(|e| e.1), Some(u128::MAX));
+        for i in [0, 1, 7, n / 2, n - 2] {
+            let (_, a) = ends(&all, i..i + 1).unwrap();
+            let (b, _) = ends(&all, i + 1..i + 2).unwrap();
+            assert_eq!(a + 1, b, "index {i}");
+        }
+        let signed = WideRange::new(i128::MIN..i128::MAX);
+        let n = signed.len();
+        assert_eq!(ends(&signed, 0..n), Some((i128::MIN, i128::MAX - 1)));
+        let (_, a) = ends(&signed, 0..n / 2).unwrap();
+        let (b, _) = ends(&signed, n / 2..n).unwrap();
+        assert_eq!(a + 1, b);
+        // Ranges that fit: one value per index.
+        let small = WideRange::new(-5i128..5);
+        assert_eq!(small.len(), 10);
+        assert_eq!(ends(&small, 3..5), Some((-2, -1)));
+        assert_eq!(ends(&small, 4..4), None);
+        assert_eq!(WideRange::new(5u128..5).len(), 0);
+        let (six, five) = (6u128, 5u128);
+        assert_eq!(WideRange::new(six..five).len(), 0);
+        assert_eq!(WideRange::new_inclusive(six..=five).len(), 0);
+        assert_eq!(WideRange::new_inclusive(u128::MAX..=u128::MAX).len(), 1);
     }
 }
