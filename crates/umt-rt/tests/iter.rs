@@ -2241,3 +2241,33 @@ fn a_search_over_every_u128_value_ends_once_decided() {
         });
     }
 }
+
+proptest! {
+    /// `intersperse` puts one separator between each two items, in order, under any
+    /// schedule; indexed (`rev`, `enumerate` after it), and over an endless `repeat`.
+    #[test]
+    fn intersperse_puts_one_separator_between_each_two_items(
+        v in proptest::collection::vec(0u32..1000, 0..500),
+        s in schedules(),
+    ) {
+        let mut want = Vec::new();
+        for (i, x) in v.iter().enumerate() {
+            if i > 0 {
+                want.push(u32::MAX);
+            }
+            want.push(*x);
+        }
+        rt().install(|| {
+            let got: Vec<u32> = v.par_iter().copied().schedule(s).intersperse(u32::MAX).collect();
+            prop_assert_eq!(&got, &want);
+            let back: Vec<(usize, u32)> =
+                v.par_iter().copied().schedule(s).intersperse(u32::MAX).enumerate().rev().collect();
+            prop_assert_eq!(back, want.iter().copied().enumerate().rev().collect::<Vec<_>>());
+            let words: String = v.par_iter().map(|x| x.to_string()).schedule(s).intersperse(",".to_string()).collect();
+            prop_assert_eq!(words, v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(","));
+            Ok(())
+        })?;
+        let five: Vec<u8> = umt_rt::iter::repeat(1u8).intersperse(0).take(5).collect();
+        prop_assert_eq!(five, [1, 0, 1, 0, 1]);
+    }
+}

@@ -1639,6 +1639,34 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
         self.into_parts().adapt(|p| Window::new(p, 0, n))
     }
 
+    /// The items with a clone of `separator` between each two (rayon's `intersperse`), an
+    /// interleaving of the items with `len - 1` separators: indexed, `2 * len - 1` items.
+    /// Of more than 2^63 items (an endless `iter::repeat`) those past what `usize` counts
+    /// are left out. Indexed iterators only (rayon's takes any: `collect` an unindexed one
+    /// into a `Vec` first).
+    ///
+    /// ```
+    /// use umt_rt::prelude::*;
+    ///
+    /// let s: String = ["a", "b", "c"].par_iter().copied().intersperse(", ").collect();
+    /// assert_eq!(s, "a, b, c");
+    /// ```
+    #[allow(clippy::type_complexity)]
+    fn intersperse(
+        self,
+        separator: Self::Item,
+    ) -> ParIter<Interleave<Window<Self::Producer>, RepeatN<Self::Item>>>
+    where
+        Self::Item: Clone + Send,
+    {
+        let it = self.into_parts();
+        // `2 * keep - 1` items at most `usize::MAX`.
+        let keep = it.producer.len().min(usize::MAX / 2 + 1);
+        let separators = ParIter::new(RepeatN::new(separator, keep.saturating_sub(1)));
+        it.adapt(|p| Window::new(p, 0, keep))
+            .pair(separators, Interleave::new)
+    }
+
     /// Every `step`-th item, from the first (`step` 0 is taken as 1).
     fn step_by(self, step: usize) -> ParIter<StepBy<Self::Producer>> {
         self.into_parts().adapt(|p| StepBy::new(p, step))
