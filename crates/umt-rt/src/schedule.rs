@@ -526,14 +526,15 @@ impl Dispenser {
                 Some(chunk)
             }
             Kind::Dynamic { next, chunk } => {
-                // A look first: once the loop is handed out (or cut), `next` stays put rather
-                // than creep towards `usize::MAX` with each participant's last request.
-                if next.load(Ordering::Relaxed) >= wanted {
-                    return None;
-                }
-                let start = next.fetch_add(*chunk, Ordering::Relaxed);
-                // Saturating: a loop of nearly `usize::MAX` indices must not overflow here.
-                (start < wanted).then(|| start..start.saturating_add(*chunk).min(self.len))
+                // Never past `wanted`, and saturating: a plain `fetch_add` wrapped near
+                // `usize::MAX` (a loop of `usize::MAX` indices, or each participant's last
+                // request past a long loop's end) and handed the loop out again from 0.
+                let start = next
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                        (n < wanted).then(|| n.saturating_add(*chunk))
+                    })
+                    .ok()?;
+                Some(start..start.saturating_add(*chunk).min(self.len))
             }
             Kind::Table { ends, next } => {
                 let k = next.fetch_add(1, Ordering::Relaxed);
@@ -570,6 +571,12 @@ impl Dispenser {
 
     /// `StaticSteal`'s next chunk for `me`: at most `cap` iterations of its block (before the
     /// limits), else half of another's; a block's part from `wanted` on counts as taken.
+    ///
+    /// A joiner (`me` past the participants) owns no block: it takes one piece at a time from
+    /// the back of another's. A stolen half is out of every block between the thief's steal
+    /// and its store into its own, so the participants may all find the loop handed out
+    /// meanwhile and end; a joiner may stop between two pieces (D5.4), and what it left in
+    /// a block of its own would then be lost. A piece it holds, it always finishes.
     fn next_steal(
         &self,
         blocks: &[CachePadded<AtomicU64>],
@@ -577,6 +584,35 @@ impl Dispenser {
         cap: usize,
         wanted: usize,
     ) -> Option<Range<usize>> {
+        let piece = |lo: usize, hi: usize| {
+            self.limits
+                .apply((hi - lo).div_ceil(8).min(cap))
+                .min(hi - lo)
+        };
+        let n = blocks.len();
+        if me >= self.participants {
+            return (1..n).find_map(|k| {
+                let victim = &blocks[(me + k) % n];
+                let mut cur = victim.load(Ordering::Acquire);
+                loop {
+                    let (lo, hi) = unpack(cur);
+                    let hi = hi.min(wanted);
+                    if lo >= hi {
+                        return None;
+                    }
+                    let start = hi - piece(lo, hi);
+                    match victim.compare_exchange_weak(
+                        cur,
+                        pack(lo, start),
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => return Some(start..hi),
+                        Err(now) => cur = now,
+                    }
+                }
+            });
+        }
         let own = &blocks[me];
         loop {
             // The owner takes from the front of its block.
@@ -587,7 +623,7 @@ impl Dispenser {
                 if lo >= hi {
                     break;
                 }
-                let end = lo + self.limits.apply((hi - lo).div_ceil(8).min(cap)).min(hi - lo);
+                let end = lo + piece(lo, hi);
                 match own.compare_exchange_weak(
                     cur,
                     pack(end, hi),
@@ -600,7 +636,6 @@ impl Dispenser {
             }
             // Empty: steal the back half of the first non-empty block after ours, and make it
             // ours (nobody else writes an empty block: thieves skip them).
-            let n = blocks.len();
             let stolen = (1..n).find_map(|k| {
                 let victim = &blocks[(me + k) % n];
                 let mut cur = victim.load(Ordering::Acquire);
@@ -1019,6 +1054,48 @@ mod tests {
         // Within the bound, the table stays.
         let d = Dispenser::new(Schedule::Guided(1), 1000, 2, 0, limits);
         assert!(matches!(d.kind, Kind::Table { .. }));
+    }
+
+    /// A dynamic loop of `usize::MAX` indices is handed out once: the counter saturates
+    /// instead of wrapping to 0 (it used to, and the loop started over).
+    #[test]
+    fn a_dynamic_loop_next_to_usize_max_is_handed_out_once() {
+        let q = 1usize << 62;
+        let d = Dispenser::new(Schedule::Dynamic(q), usize::MAX, 2, 1, ChunkLimits::default());
+        let (mut a, mut b) = (Cursor::new(0), Cursor::new(1));
+        assert_eq!(d.next(&mut a), Some(0..q));
+        assert_eq!(d.next(&mut b), Some(q..2 * q));
+        assert_eq!(d.next(&mut a), Some(2 * q..3 * q));
+        assert_eq!(d.next(&mut b), Some(3 * q..usize::MAX));
+        for _ in 0..4 {
+            assert_eq!(d.next(&mut a), None);
+            assert_eq!(d.next(&mut b), None);
+        }
+        assert!(!d.has_chunks());
+    }
+
+    /// A joiner under `static_steal` takes pieces from the back of the others' blocks and
+    /// never owns a block: it may stop between two pieces, and nothing it holds is then left
+    /// for participants that may have ended.
+    #[test]
+    fn a_static_steal_joiner_owns_no_block() {
+        let d = Dispenser::new(Schedule::StaticSteal, 1000, 2, 1, ChunkLimits::default());
+        let Kind::Steal(blocks) = &d.kind else {
+            panic!("static_steal below u32::MAX is a steal kind");
+        };
+        let mut joiner = Cursor::new(2);
+        let mut seen = vec![0u8; 1000];
+        // Its first piece (pace unknown): one index, from the back of block 0 (after its own).
+        assert_eq!(d.next(&mut joiner), Some(499..500));
+        seen[499] = 1;
+        for _ in 0..20 {
+            let r = d.next(&mut joiner).unwrap();
+            assert!(r.end == 500 || r.end == 1000 || seen[r.end] == 1, "{r:?}: from a back");
+            for i in r {
+                seen[i] += 1;
+            }
+            assert_eq!(unpack(blocks[2].load(Ordering::Relaxed)), (0, 0));
+        }
     }
 
     #[test]

@@ -390,6 +390,12 @@ fn searches_over_a_range_no_loop_could_walk_end_once_decided() {
                         .map(|i| (i != 3000).then_some(1u64))
                         .try_reduce(|| 0, |a, b| Some(a + b));
                     assert_eq!(sum, None, "{at}");
+                    // A fold's blocks still give their identity when their base is full
+                    // (without `with_max_len`: its bound on blocks would make 2^48 of them).
+                    if max == usize::MAX {
+                        let folds: Vec<u32> = all().take_any(0).fold(|| 7, |a, _| a).collect();
+                        assert!(!folds.is_empty() && folds.iter().all(|&x| x == 7), "{at}");
+                    }
                     let ten: Vec<usize> = all().filter(|i| i % 7 == 0).take_any(10).collect();
                     assert_eq!(ten.len(), 10, "{at}");
                     assert!(ten.iter().all(|i| i % 7 == 0), "{at}");

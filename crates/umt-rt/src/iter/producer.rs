@@ -1344,10 +1344,6 @@ where
         self.blocks
     }
 
-    fn full(&self) -> bool {
-        self.base.full()
-    }
-
     unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
         let end = r.end.min(self.blocks);
         FoldBlocksPart {
@@ -1432,10 +1428,6 @@ where
 
     fn len(&self) -> usize {
         self.0.blocks
-    }
-
-    fn full(&self) -> bool {
-        self.0.base.full()
     }
 
     unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
