@@ -2069,7 +2069,8 @@ fn postfix(node: u64, out: &mut Vec<u64>) {
 }
 
 proptest! {
-    /// The tree walks visit every node once, in the recursive definition's order; `split`
+    /// The tree walks visit every node once, in the recursive definition's order (`walk_tree`
+    /// in some order); `split`
     /// covers its data once, in order, with pieces its splitter could not cut or enough of
     /// them.
     #[test]
@@ -2086,8 +2087,12 @@ proptest! {
             postfix(root, &mut post);
             let got: Vec<u64> = umt_rt::iter::walk_tree_prefix(root, kids).schedule(schedule).collect();
             prop_assert_eq!(got, pre.clone());
-            let got: Vec<u64> = umt_rt::iter::walk_tree(root, kids).schedule(schedule).collect();
-            prop_assert_eq!(got, pre);
+            // `walk_tree` fixes no order: the same nodes, once each.
+            let mut got: Vec<u64> = umt_rt::iter::walk_tree(root, kids).schedule(schedule).collect();
+            got.sort_unstable();
+            let mut want = pre;
+            want.sort_unstable();
+            prop_assert_eq!(got, want);
             let got: Vec<u64> = umt_rt::iter::walk_tree_postfix(root, kids).schedule(schedule).collect();
             prop_assert_eq!(got, post);
 
@@ -2276,4 +2281,66 @@ proptest! {
         let five: Vec<u8> = umt_rt::iter::repeat(1u8).intersperse(0).take(5).collect();
         prop_assert_eq!(five, [1, 0, 1, 0, 1]);
     }
+}
+
+/// `walk_tree` on two cores, many times over: a random tree of a few thousand nodes whose
+/// `children_of` sometimes yields the CPU (the participants interleave at every step), every
+/// node visited exactly once; a panic in `children_of` ends the walk, reaches the caller,
+/// and the runtime runs the next walk.
+#[test]
+fn a_parallel_tree_walk_visits_every_node_once_and_passes_panics_on() {
+    let rt = Runtime::builder()
+        .num_threads(2)
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    // Node `n`'s children: a hash of `n` says how many (0 to 4), below `limit`.
+    let kids = |limit: u32| {
+        move |n: &u32| -> Vec<u32> {
+            let h = n.wrapping_mul(2_654_435_761).rotate_left(7);
+            if h.is_multiple_of(5) {
+                std::thread::yield_now();
+            }
+            (1..=h % 5)
+                .map(|k| n * 4 + k)
+                .filter(|c| *c < limit)
+                .collect()
+        }
+    };
+    for round in 0..200u32 {
+        let limit = 500 + round * 37;
+        let mut want = Vec::new();
+        let mut stack = vec![1u32];
+        while let Some(n) = stack.pop() {
+            stack.extend(kids(limit)(&n));
+            want.push(n);
+        }
+        want.sort_unstable();
+        let seen: Vec<AtomicU8> = (0..limit * 4 + 5).map(|_| AtomicU8::new(0)).collect();
+        rt.install(|| {
+            umt_rt::iter::walk_tree(1u32, kids(limit)).for_each(|n| {
+                seen[n as usize].fetch_add(1, Ordering::Relaxed);
+            })
+        });
+        let got: Vec<u32> = (0..seen.len() as u32)
+            .filter(|&n| seen[n as usize].load(Ordering::Relaxed) > 0)
+            .collect();
+        assert_eq!(got, want, "round {round}");
+        assert!(
+            seen.iter().all(|c| c.load(Ordering::Relaxed) <= 1),
+            "round {round}"
+        );
+    }
+    let failed = catch_unwind(AssertUnwindSafe(|| {
+        rt.install(|| {
+            umt_rt::iter::walk_tree(1u32, |n: &u32| {
+                assert!(*n != 40, "children_of fails at 40");
+                (n * 2..n * 2 + 2).filter(|c| *c < 200).collect::<Vec<_>>()
+            })
+            .count()
+        })
+    }));
+    assert!(failed.is_err(), "the panic reached the caller");
+    let count = rt.install(|| umt_rt::iter::walk_tree(1u32, kids(1000)).count());
+    assert!(count > 1, "the runtime lives on");
 }

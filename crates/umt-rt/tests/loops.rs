@@ -233,3 +233,80 @@ fn every_index_runs_once_with_blocking_bodies() {
         })
         .unwrap();
 }
+
+/// `walk_tree` is walked by the loop's participants together, and a spare joins it too: the
+/// root's children are A, B and C; expanding A or B blocks in `read` on a pipe that only C's
+/// expansion writes. The two participants take A and B first (the stack hands out A, then
+/// B, then C) and block; only a third thread, a spare woken on a blocked core that joins the
+/// walk, can take C and release them. Without one the walk would wait for ever: the test
+/// releases the pipes itself after `PATIENCE` and fails.
+#[test]
+fn a_spare_joins_a_tree_walk_whose_participants_blocked() {
+    let _serial = serial();
+    let Some(rt) = two_core_runtime() else {
+        return;
+    };
+    let (rx_a, tx_a) = std::io::pipe().unwrap();
+    let (rx_b, tx_b) = std::io::pipe().unwrap();
+    let writers = Mutex::new(Some((tx_a, tx_b)));
+    let release = || {
+        let taken = writers.lock().unwrap().take();
+        taken.map(|(mut a, mut b)| {
+            a.write_all(b"x").unwrap();
+            b.write_all(b"x").unwrap();
+        })
+    };
+    // Who expanded each node (0 root, 1 A, 2 B, 3 C), and how often each was visited.
+    let expanded_by: [AtomicI32; 4] = Default::default();
+    let visits: [AtomicU8; 4] = Default::default();
+    let released_by_c = AtomicBool::new(false);
+    let kids = |n: &u8| -> Vec<u8> {
+        expanded_by[usize::from(*n)].store(umt_sys::cpu::current_tid(), Ordering::SeqCst);
+        let mut byte = [0u8];
+        match n {
+            0 => vec![1, 2, 3],
+            1 => {
+                (&rx_a).read_exact(&mut byte).unwrap();
+                Vec::new()
+            }
+            2 => {
+                (&rx_b).read_exact(&mut byte).unwrap();
+                Vec::new()
+            }
+            _ => {
+                if release().is_some() {
+                    released_by_c.store(true, Ordering::SeqCst);
+                }
+                Vec::new()
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        let walker = s.spawn(|| {
+            rt.install(|| {
+                umt_rt::iter::walk_tree(0u8, kids).for_each(|n| {
+                    visits[usize::from(n)].fetch_add(1, Ordering::SeqCst);
+                })
+            })
+        });
+        let t = Instant::now();
+        while !walker.is_finished() && t.elapsed() < PATIENCE {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Gives up: unblocks A and B (no-op if C did).
+        let _ = release();
+        walker.join().unwrap();
+    });
+    assert!(
+        released_by_c.load(Ordering::SeqCst),
+        "C was not expanded while A and B were blocked: no spare joined the walk"
+    );
+    for (n, v) in visits.iter().enumerate() {
+        assert_eq!(v.load(Ordering::SeqCst), 1, "node {n}");
+    }
+    let by: Vec<i32> = expanded_by
+        .iter()
+        .map(|t| t.load(Ordering::SeqCst))
+        .collect();
+    assert!(by[3] != by[1] && by[3] != by[2] && by[1] != by[2], "{by:?}");
+}

@@ -2013,6 +2013,170 @@ impl<I: Iterator> Iterator for BridgePart<'_, I> {
     }
 }
 
+/// `walk_tree`'s producer: the tree is walked by the loop's participants together. Each
+/// takes a node from a shared stack, runs `children_of` on it (outside the lock: it may read
+/// a directory, block, run a loop of its own), pushes the children and yields the node; a
+/// participant that finds the stack empty while others are still expanding nodes waits for
+/// their children. As with [`Bridge`], the indices are only places for participants to
+/// stand, and the order of the nodes is not fixed (rayon's `walk_tree` fixes none either).
+///
+/// Steps and races (`sources.rs`' `walk_tree` names them for users):
+/// 1. Take: under the lock, pop a node and count it as expanding; with none, wait on `more`
+///    while any node is expanding; with none expanding either, the walk is over.
+/// 2. Expand: `children_of` runs with no lock held; its children are gathered into a `Vec`
+///    there too (a lazy iterator may do the work).
+/// 3. Finish: under the lock, push the children, uncount the node, and wake the waiters when
+///    there are children to take or the walk is over. A waiter rechecks under the lock, so a
+///    wake-up that comes before it waits is not lost (the count changes under the lock).
+/// 4. A panic in `children_of` (or in gathering the children) finishes the node as failed:
+///    every part stops at its next take, and the loop re-raises the panic.
+pub struct TreeWalk<S, B> {
+    children_of: B,
+    state: std::sync::Mutex<Walk<S>>,
+    more: std::sync::Condvar,
+    /// Set once the walk is over or failed: the loop hands out no more places (`full`).
+    over: std::sync::atomic::AtomicBool,
+    places: usize,
+}
+
+/// What [`TreeWalk`] shares under its lock.
+struct Walk<S> {
+    /// Nodes not yet taken, the next on top.
+    stack: Vec<S>,
+    /// Nodes taken whose children are not pushed yet.
+    expanding: usize,
+    failed: bool,
+}
+
+impl<S, B> std::fmt::Debug for TreeWalk<S, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TreeWalk")
+            .field("places", &self.places)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, B> TreeWalk<S, B> {
+    pub(crate) fn new(root: S, children_of: B, places: usize) -> Self {
+        TreeWalk {
+            children_of,
+            state: std::sync::Mutex::new(Walk {
+                stack: vec![root],
+                expanding: 0,
+                failed: false,
+            }),
+            more: std::sync::Condvar::new(),
+            over: std::sync::atomic::AtomicBool::new(false),
+            places: places.max(1),
+        }
+    }
+
+    /// Step 1: the next node to expand, waiting while others may still push some; `None`
+    /// once the walk is over or failed.
+    fn take(&self) -> Option<S> {
+        use std::sync::PoisonError;
+        // Counted as a runtime lock while held or waited for (`sync::Held`).
+        let _held = crate::sync::Held::new();
+        let mut walk = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if walk.failed {
+                return None;
+            }
+            if let Some(node) = walk.stack.pop() {
+                walk.expanding += 1;
+                return Some(node);
+            }
+            if walk.expanding == 0 {
+                self.over.store(true, std::sync::atomic::Ordering::Relaxed);
+                return None;
+            }
+            walk = self.more.wait(walk).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Step 3 (and 4 when `failed`): a taken node's children pushed.
+    fn finish(&self, children: Vec<S>, failed: bool) {
+        let _held = crate::sync::Held::new();
+        let mut walk = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        walk.expanding -= 1;
+        walk.failed |= failed;
+        let pushed = !children.is_empty();
+        // Reversed: the first child on top, taken next (depth first, as the prefix walk).
+        walk.stack.extend(children.into_iter().rev());
+        let over = walk.failed || (walk.expanding == 0 && walk.stack.is_empty());
+        drop(walk);
+        if over {
+            self.over.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if pushed || over {
+            self.more.notify_all();
+        }
+    }
+}
+
+impl<S, B> sealed::Sealed for TreeWalk<S, B> {}
+
+impl<S, B, I> Producer for TreeWalk<S, B>
+where
+    S: Send,
+    B: Fn(&S) -> I + Sync,
+    I: IntoIterator<Item = S>,
+{
+    type Item = S;
+    type Iter<'p>
+        = TreeWalkPart<'p, S, B>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.places
+    }
+
+    fn full(&self) -> bool {
+        self.over.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    unsafe fn iter(&self, _: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
+        TreeWalkPart { walk: self }
+    }
+}
+
+/// A participant's share of a [`TreeWalk`]: nodes it took and expanded, until the walk is
+/// over.
+#[derive(Debug)]
+pub struct TreeWalkPart<'p, S, B> {
+    walk: &'p TreeWalk<S, B>,
+}
+
+impl<S, B, I> Iterator for TreeWalkPart<'_, S, B>
+where
+    B: Fn(&S) -> I,
+    I: IntoIterator<Item = S>,
+{
+    type Item = S;
+
+    fn next(&mut self) -> Option<S> {
+        /// Finishes the node as failed if `children_of` unwinds (step 4).
+        struct Expanding<'w, S, B>(&'w TreeWalk<S, B>, bool);
+        impl<S, B> Drop for Expanding<'_, S, B> {
+            fn drop(&mut self) {
+                if !self.1 {
+                    self.0.finish(Vec::new(), true);
+                }
+            }
+        }
+        let node = self.walk.take()?;
+        let mut expanding = Expanding(self.walk, false);
+        let children: Vec<S> = (self.walk.children_of)(&node).into_iter().collect();
+        expanding.1 = true;
+        self.walk.finish(children, false);
+        Some(node)
+    }
+}
+
 /// `rev`'s producer: index `i` is the base's `len - 1 - i`. A part walks the base's matching
 /// part backwards in pieces: each piece is made forwards (the base's iterators need not run
 /// backwards) and held while its items are handed out last first. Pieces start at 16 indices

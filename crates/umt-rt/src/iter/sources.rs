@@ -1,11 +1,13 @@
 //! Sources that are no collection: rayon's free functions `repeat`, `repeat_n`, `once`,
 //! `empty`, `split` and the tree walks.
 //!
-//! `split` and the tree walks cut their data (walk their tree) on the calling thread, then
-//! hand the pieces (nodes) out in parallel, as the maps and sets are handled: the splitter
-//! and `children_of` run sequentially, the loop's body in parallel.
+//! `split` and the ordered tree walks (`walk_tree_prefix`, `walk_tree_postfix`) cut their data
+//! (walk their tree) on the calling thread, then hand the pieces (nodes) out in parallel, as
+//! the maps and sets are handled: the splitter and `children_of` run sequentially, the loop's
+//! body in parallel. `walk_tree`, whose order is not fixed, is walked by the loop's
+//! participants together (`TreeWalk`): `children_of` runs in parallel too.
 
-use super::{ParIter, RepeatN, VecProducer};
+use super::{ParIter, RepeatN, TreeWalk, VecProducer};
 
 /// `n` clones of `item`, an indexed iterator (rayon's `repeat_n`).
 ///
@@ -157,13 +159,29 @@ where
     ParIter::new(VecProducer::new(nodes))
 }
 
-/// The nodes of the tree under `root` (rayon's `walk_tree`, whose order is not fixed): here
-/// in [`walk_tree_prefix`]'s order.
-pub fn walk_tree<S, B, I>(root: S, children_of: B) -> ParIter<VecProducer<S>>
+/// The nodes of the tree under `root`, in no fixed order (rayon's `walk_tree`), walked by
+/// the loop's participants together: each takes a node, runs `children_of` on it (which may
+/// block, say reading a directory: the monitor then lets a spare join the walk), offers the
+/// children to the others and hands the node to the loop's body. A participant with no node
+/// to take waits while others may still find some. A panic in `children_of` ends the walk
+/// and reaches the caller. For a fixed order use [`walk_tree_prefix`] or
+/// [`walk_tree_postfix`], which walk on the calling thread first.
+///
+/// ```
+/// use umt_rt::prelude::*;
+///
+/// // The directories under a root, each listed by whichever participant takes it.
+/// let kids = |n: &u32| (2 * n..2 * n + 2).filter(|k| *k < 64).collect::<Vec<_>>();
+/// let mut nodes: Vec<u32> = umt_rt::iter::walk_tree(1u32, kids).collect();
+/// nodes.sort();
+/// assert_eq!(nodes, (1..64).collect::<Vec<_>>());
+/// ```
+pub fn walk_tree<S, B, I>(root: S, children_of: B) -> ParIter<TreeWalk<S, B>>
 where
     S: Send,
     B: Fn(&S) -> I + Send + Sync,
     I: IntoIterator<Item = S, IntoIter: DoubleEndedIterator>,
 {
-    walk_tree_prefix(root, children_of)
+    let places = crate::current_num_threads() * crate::MAX_WORKERS_PER_CORE;
+    ParIter::new(TreeWalk::new(root, children_of, places))
 }
