@@ -1990,7 +1990,7 @@ fn the_whole_char_range_holds_every_scalar_value() {
 type Eight = (u8, u8, u8, u8, u8, u8, u8, u8);
 
 /// Tuples of indexed iterators zip into one (rayon's `MultiZip`), as long as the shortest,
-/// mutable parts included, under every schedule.
+/// mutable parts included, tuples by reference and mutably too, under every schedule.
 #[test]
 fn tuples_of_iterators_zip_as_rayons_multizip() {
     for s in ALL {
@@ -2004,6 +2004,29 @@ fn tuples_of_iterators_zip_as_rayons_multizip() {
             assert!(b.iter().enumerate().all(|(i, y)| *y == 3 * i as u64), "{s}");
             let pairs: Vec<(&u32, &u64)> = (&a, &b).into_par_iter().schedule(s).collect();
             assert_eq!(pairs, a.iter().zip(&b).collect::<Vec<_>>(), "{s}");
+            // A tuple by reference and mutably (rayon's `(a, b).par_iter()`).
+            let mut both = (a.clone(), b.clone());
+            let sums: Vec<u64> = both
+                .par_iter()
+                .schedule(s)
+                .map(|(x, y)| u64::from(*x) + y)
+                .collect();
+            assert_eq!(
+                sums,
+                (0..900).map(|i| 4 * i as u64).collect::<Vec<_>>(),
+                "{s}"
+            );
+            both.par_iter_mut()
+                .schedule(s)
+                .for_each(|(x, y)| *x = *y as u32);
+            assert!(
+                both.0[..900]
+                    .iter()
+                    .enumerate()
+                    .all(|(i, x)| *x == 3 * i as u32),
+                "{s}"
+            );
+            assert_eq!(both.0[950], 950, "{s}: past the shorter, untouched");
             let eight: Vec<Eight> = (
                 0..3u8,
                 1..9u8,

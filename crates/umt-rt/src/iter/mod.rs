@@ -2205,6 +2205,38 @@ macro_rules! multizip {
                 multizip!(@zip $($v),+).map(flat)
             }
         }
+
+        /// The tuples of references to the iterables' items (rayon's `MultiZip` by
+        /// reference: `(a, b).par_iter()`).
+        impl<'a, $($t),+> IntoParallelIterator for &'a ($($t,)+)
+        where
+            $(&'a $t: IntoParallelIterator,
+              <&'a $t as IntoParallelIterator>::Iter: IndexedParallelIterator,)+
+        {
+            type Iter = <($(&'a $t,)+) as IntoParallelIterator>::Iter;
+            type Item = <($(&'a $t,)+) as IntoParallelIterator>::Item;
+
+            fn into_par_iter(self) -> Self::Iter {
+                let ($($v,)+) = self;
+                ($($v,)+).into_par_iter()
+            }
+        }
+
+        /// The tuples of mutable references to the iterables' items (rayon's `MultiZip` by
+        /// mutable reference: `(a, b).par_iter_mut()`).
+        impl<'a, $($t),+> IntoParallelIterator for &'a mut ($($t,)+)
+        where
+            $(&'a mut $t: IntoParallelIterator,
+              <&'a mut $t as IntoParallelIterator>::Iter: IndexedParallelIterator,)+
+        {
+            type Iter = <($(&'a mut $t,)+) as IntoParallelIterator>::Iter;
+            type Item = <($(&'a mut $t,)+) as IntoParallelIterator>::Item;
+
+            fn into_par_iter(self) -> Self::Iter {
+                let ($($v,)+) = self;
+                ($($v,)+).into_par_iter()
+            }
+        }
     };
     (@zip $a:ident $(, $rest:ident)*) => {
         $a.into_par_iter().into_parts()$(.zip($rest))*
