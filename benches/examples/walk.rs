@@ -1,9 +1,10 @@
 //! A directory tree walked and its files hashed, the way a rayon user writes it:
 //! `walk_tree(root, read_dir).map(hash_file).reduce(..)`. umt-rt's `walk_tree` lets the
 //! loop's participants list directories together, and a spare join while one blocks in a
-//! read; its `walk_tree_prefix` lists the whole tree on the calling thread first (what
-//! `walk_tree` did before). Beside them: the same walk unmonitored, and rayon's `walk_tree`
-//! with one thread per core and with four.
+//! read; its `walk_tree_prefix` does too, then lays the nodes out in prefix order. Beside
+//! them: the same walk unmonitored, the tree listed on the calling thread first and hashed
+//! by a `par_iter` (what `walk_tree` did before), and rayon's `walk_tree` with one thread per
+//! core and with four.
 //!
 //! ```text
 //! cargo run --release -p umt-benches --example walk -- [--rounds 5] [--fanout 8] [--depth 2]
@@ -153,6 +154,19 @@ fn main() -> std::io::Result<()> {
     };
     let (rayon1, rayon4) = (rayon(cores), rayon(4 * cores));
     let cost = a.cost;
+    let listed_first = |rt: &Runtime| {
+        let mut all = Vec::new();
+        let mut stack = vec![root.clone()];
+        while let Some(p) = stack.pop() {
+            stack.extend(children(&p).into_iter().rev());
+            all.push(p);
+        }
+        rt.install(|| {
+            all.into_par_iter()
+                .map(|p| hash(&p, cost))
+                .reduce(|| 0, |x, y| x ^ y)
+        })
+    };
     let umt_walk = |rt: &Runtime, prefix: bool| {
         let r = root.clone();
         rt.install(|| {
@@ -188,8 +202,12 @@ fn main() -> std::io::Result<()> {
             Box::new(|| umt_walk(&plain, false)),
         ),
         (
-            "umt-rt walk_tree_prefix (listed first)",
+            "umt-rt walk_tree_prefix",
             Box::new(|| umt_walk(&monitored, true)),
+        ),
+        (
+            "listed first, then umt-rt par_iter",
+            Box::new(|| listed_first(&monitored)),
         ),
         ("rayon 1x threads", Box::new(|| rayon_walk(&rayon1))),
         ("rayon 4x threads", Box::new(|| rayon_walk(&rayon4))),
@@ -212,7 +230,7 @@ fn main() -> std::io::Result<()> {
     }
     let _ = std::fs::remove_dir_all(&root);
     let medians: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
-    let base = medians[3];
+    let base = medians[4];
     println!(
         "{} files of {} KiB in {} directories, {cores} cores, cost {cost}, {} rounds; dropped: {how}; backend {:?}",
         files.len(),

@@ -2308,7 +2308,7 @@ proptest! {
 
 /// `walk_tree` on two cores, many times over: a random tree of a few thousand nodes whose
 /// `children_of` sometimes yields the CPU (the participants interleave at every step), every
-/// node visited exactly once; a panic in `children_of` ends the walk, reaches the caller,
+/// node visited exactly once (`walk_tree_prefix` in prefix order); a panic in `children_of` ends the walk, reaches the caller,
 /// and the runtime runs the next walk.
 #[test]
 fn a_parallel_tree_walk_visits_every_node_once_and_passes_panics_on() {
@@ -2335,8 +2335,14 @@ fn a_parallel_tree_walk_visits_every_node_once_and_passes_panics_on() {
         let mut want = Vec::new();
         let mut stack = vec![1u32];
         while let Some(n) = stack.pop() {
-            stack.extend(kids(limit)(&n));
+            stack.extend(kids(limit)(&n).into_iter().rev());
             want.push(n);
+        }
+        if round % 10 == 0 {
+            // The ordered walk, expanded in parallel too, lays the nodes out in prefix order.
+            let prefix: Vec<u32> =
+                rt.install(|| umt_rt::iter::walk_tree_prefix(1u32, kids(limit)).collect());
+            assert_eq!(prefix, want, "round {round}");
         }
         want.sort_unstable();
         let seen: Vec<AtomicU8> = (0..limit * 4 + 5).map(|_| AtomicU8::new(0)).collect();

@@ -1,13 +1,16 @@
 //! Sources that are no collection: rayon's free functions `repeat`, `repeat_n`, `once`,
 //! `empty`, `split` and the tree walks.
 //!
-//! `split` and the ordered tree walks (`walk_tree_prefix`, `walk_tree_postfix`) cut their data
-//! (walk their tree) on the calling thread, then hand the pieces (nodes) out in parallel, as
-//! the maps and sets are handled: the splitter and `children_of` run sequentially, the loop's
-//! body in parallel. `walk_tree`, whose order is not fixed, is walked by the loop's
-//! participants together (`TreeWalk`): `children_of` runs in parallel too.
+//! `split` cuts its data on the calling thread, then hands the pieces out in parallel, as the
+//! maps and sets are handled: the splitter runs sequentially, the loop's body in parallel.
+//! The tree walks are walked by a loop's participants together (`TreeWalk`): `children_of`
+//! runs in parallel too; the ordered ones (`walk_tree_prefix`, `walk_tree_postfix`) then lay
+//! the nodes out in their order and hand them out in it.
 
-use super::{ParIter, RepeatN, TreeWalk, VecProducer};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::{ParIter, ParallelIterator, RepeatN, TreeWalk, VecProducer};
 
 /// `n` clones of `item`, an indexed iterator (rayon's `repeat_n`).
 ///
@@ -98,8 +101,10 @@ where
 }
 
 /// The nodes of the tree under `root`, each before its children, the children in the order
-/// `children_of` gives them (rayon's `walk_tree_prefix`): depth first, on the calling thread,
-/// then handed out in parallel in that order.
+/// `children_of` gives them (rayon's `walk_tree_prefix`). The tree is walked in parallel, as
+/// [`walk_tree`] walks it (`children_of` runs on the loop's participants, and a spare joins
+/// one blocked in it), then the nodes are laid out in prefix order on the calling thread and
+/// handed out in parallel in that order.
 ///
 /// ```
 /// use umt_rt::prelude::*;
@@ -115,19 +120,12 @@ where
     B: Fn(&S) -> I + Send + Sync,
     I: IntoIterator<Item = S, IntoIter: DoubleEndedIterator>,
 {
-    let mut nodes = Vec::new();
-    // The nodes still to visit, the next on top.
-    let mut stack = vec![root];
-    while let Some(node) = stack.pop() {
-        stack.extend(children_of(&node).into_iter().rev());
-        nodes.push(node);
-    }
-    ParIter::new(VecProducer::new(nodes))
+    ParIter::new(VecProducer::new(walk_in_order(root, children_of, false)))
 }
 
 /// The nodes of the tree under `root`, each after its children, the children in the order
-/// `children_of` gives them (rayon's `walk_tree_postfix`): depth first, on the calling
-/// thread, then handed out in parallel in that order.
+/// `children_of` gives them (rayon's `walk_tree_postfix`): walked in parallel, laid out and
+/// handed out as [`walk_tree_prefix`]'s.
 ///
 /// ```
 /// use umt_rt::prelude::*;
@@ -142,21 +140,63 @@ where
     B: Fn(&S) -> I + Send + Sync,
     I: IntoIterator<Item = S>,
 {
-    let mut nodes = Vec::new();
-    // Each node with its children not yet visited; the node is done when they are.
-    let mut stack = vec![(root, None::<I::IntoIter>)];
-    while let Some((node, children)) = stack.last_mut() {
-        let children = children.get_or_insert_with(|| children_of(node).into_iter());
-        match children.next() {
-            Some(child) => stack.push((child, None)),
-            None => {
-                if let Some((node, _)) = stack.pop() {
-                    nodes.push(node);
-                }
-            }
-        }
+    ParIter::new(VecProducer::new(walk_in_order(root, children_of, true)))
+}
+
+/// A node of [`walk_in_order`]'s walk: its number, its children's first number and count
+/// (set when it is expanded), the node.
+type Numbered<S> = (usize, Cell<(usize, usize)>, S);
+
+/// The nodes of the tree under `root` in prefix (or `postfix`) order. The tree is walked by
+/// [`walk_tree`], each node numbered: the root 0, a node's children the next free numbers,
+/// one after another (`first..first + count`, taken with one `fetch_add`), so the numbers
+/// are `0..n` and each node's children are a run of them. The order is then laid out on the
+/// calling thread from the numbers alone (two words per node), and the nodes moved into it.
+fn walk_in_order<S, B, I>(root: S, children_of: B, postfix: bool) -> Vec<S>
+where
+    S: Send,
+    B: Fn(&S) -> I + Send + Sync,
+    I: IntoIterator<Item = S>,
+{
+    let next = AtomicUsize::new(1);
+    let numbered = |node: &Numbered<S>| -> Vec<Numbered<S>> {
+        let kids: Vec<S> = children_of(&node.2).into_iter().collect();
+        let first = next.fetch_add(kids.len(), Ordering::Relaxed);
+        node.1.set((first, kids.len()));
+        kids.into_iter()
+            .enumerate()
+            .map(|(i, kid)| (first + i, Cell::new((0, 0)), kid))
+            .collect()
+    };
+    let found: Vec<(usize, (usize, usize), S)> = walk_tree((0, Cell::new((0, 0)), root), numbered)
+        .map(|(number, kids, node)| (number, kids.get(), node))
+        .collect();
+    let mut nodes: Vec<Option<S>> = (0..found.len()).map(|_| None).collect();
+    let mut kids = vec![(0, 0); found.len()];
+    for (number, run, node) in found {
+        nodes[number] = Some(node);
+        kids[number] = run;
     }
-    ParIter::new(VecProducer::new(nodes))
+    let mut order = Vec::with_capacity(nodes.len());
+    // Depth first; `true`: the node's children are on the stack above it already.
+    let mut stack = vec![(0, false)];
+    while let Some((number, expanded)) = stack.pop() {
+        if expanded || !postfix {
+            order.push(number);
+        }
+        if expanded {
+            continue;
+        }
+        if postfix {
+            stack.push((number, true));
+        }
+        let (first, count) = kids[number];
+        stack.extend((first..first + count).rev().map(|kid| (kid, false)));
+    }
+    order
+        .into_iter()
+        .filter_map(|number| nodes[number].take())
+        .collect()
 }
 
 /// The nodes of the tree under `root`, in no fixed order (rayon's `walk_tree`), walked by
