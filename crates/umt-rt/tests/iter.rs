@@ -2230,6 +2230,16 @@ fn a_search_in_blocks_runs_no_block_past_the_deciding_one() {
     }
 }
 
+/// Unsuffixed literals fall back to `i32` in a parallel range as in std's: the 128-bit
+/// ranges add no second impl for the compiler to choose between.
+#[test]
+fn a_range_of_plain_literals_is_of_i32() {
+    let v = (0..5).into_par_iter().map(|x| x * 2).collect::<Vec<_>>();
+    let w: Vec<i32> = v;
+    assert_eq!(w, [0, 2, 4, 6, 8]);
+    assert!((1..=3).into_par_iter().eq(vec![1, 2, 3]));
+}
+
 proptest! {
     /// Ranges of `u128` and `i128` (rayon's, not indexed) give std's values in order,
     /// anywhere in the type's range, both kinds of range, under any schedule.

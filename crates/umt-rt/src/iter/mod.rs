@@ -44,7 +44,7 @@ pub use producer::{
     Alternate, ArrayWindows, ArrayWindowsPart, TreeWalk, TreeWalkPart, Bridge, BridgePart, ByChunks, ByExactChunks, ByRChunks, ByRExactChunks, ByWindows, Chain, CharRange, Chunks, ChunksExact, ChunksExactMut, ChunksMut, Cloned, Copied,
     Enumerate, Filter, FilterMap, FlatMapIter, Gathered, Indexed, Interleave, ItemChunks, FoldBlocks, FoldBlocksPart, TryFoldBlocks, TryFoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, RChunks, RChunksExact, RChunksExactMut, RChunksMut, Rev, RevPart, RangeInteger,
     RangeInclusiveProducer, RangeProducer, RepeatN, Slice, SliceMut, Split, SplitMut, StepBy, TakeAny, TakeAnyIter, WhileSome, WhileSomeIter, SubSlices, SubSlicesMut, VecPart, VecProducer, Window, Windows,
-    WideInteger, WideRange, Zip,
+    RangeItem, WideInteger, WideRange, Zip,
 };
 
 pub use collect::FromParallelIterator;
@@ -2255,58 +2255,28 @@ multizip!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j);
 multizip!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k);
 multizip!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l);
 
-impl<T: RangeInteger> IntoParallelIterator for Range<T>
-where
-    Range<T>: Iterator<Item = T>,
-{
-    type Iter = ParIter<RangeProducer<T>>;
+/// The values of the range: indexed for the integer types up to 64 bits, not indexed for
+/// `u128` and `i128` (as rayon's), whose ranges may hold more values than `usize` counts. One
+/// impl for every type ([`RangeItem`] picks the producer), so that `(0..5).into_par_iter()`
+/// falls back to `i32` as std's ranges do.
+impl<T: RangeItem> IntoParallelIterator for Range<T> {
+    type Iter = ParIter<T::Range>;
     type Item = T;
 
     fn into_par_iter(self) -> Self::Iter {
-        ParIter::new(RangeProducer::new(self))
+        ParIter::new(T::range(self))
     }
 }
 
-impl<T: RangeInteger> IntoParallelIterator for std::ops::RangeInclusive<T>
-where
-    Range<T>: Iterator<Item = T>,
-    std::ops::RangeInclusive<T>: Iterator<Item = T>,
-{
-    type Iter = ParIter<RangeInclusiveProducer<T>>;
+/// The values of the range, both ends in (see `Range`'s impl).
+impl<T: RangeItem> IntoParallelIterator for std::ops::RangeInclusive<T> {
+    type Iter = ParIter<T::Inclusive>;
     type Item = T;
 
     fn into_par_iter(self) -> Self::Iter {
-        ParIter::new(RangeInclusiveProducer::new(self))
+        ParIter::new(T::inclusive(self))
     }
 }
-
-/// `into_par_iter` on the ranges of a 128-bit type: not indexed (as rayon's), since they may
-/// hold more values than `usize` counts.
-macro_rules! wide_ranges {
-    ($($t:ty),*) => {$(
-        /// The values of the range, not indexed (as rayon's).
-        impl IntoParallelIterator for Range<$t> {
-            type Iter = ParIter<WideRange<$t>>;
-            type Item = $t;
-
-            fn into_par_iter(self) -> Self::Iter {
-                ParIter::new(WideRange::new(self))
-            }
-        }
-
-        /// The values of the range, both ends in, not indexed (as rayon's).
-        impl IntoParallelIterator for std::ops::RangeInclusive<$t> {
-            type Iter = ParIter<WideRange<$t>>;
-            type Item = $t;
-
-            fn into_par_iter(self) -> Self::Iter {
-                ParIter::new(WideRange::new_inclusive(self))
-            }
-        }
-    )*};
-}
-
-wide_ranges!(u128, i128);
 
 /// The `char`s of the range, surrogates left out, indexed (rayon's).
 impl IntoParallelIterator for Range<char> {

@@ -309,6 +309,41 @@ where
     }
 }
 
+/// The integer types whose ranges are parallel iterators (`into_par_iter` on `a..b` and
+/// `a..=b`), and the producers that walk them: [`RangeProducer`] and
+/// [`RangeInclusiveProducer`] (indexed) up to 64 bits, [`WideRange`] for `u128` and `i128`.
+pub trait RangeItem: Sized + sealed::Sealed {
+    /// The producer of `a..b`.
+    type Range: Producer<Item = Self>;
+    /// The producer of `a..=b`.
+    type Inclusive: Producer<Item = Self>;
+    /// `a..b`'s producer.
+    #[doc(hidden)]
+    fn range(r: Range<Self>) -> Self::Range;
+    /// `a..=b`'s producer.
+    #[doc(hidden)]
+    fn inclusive(r: std::ops::RangeInclusive<Self>) -> Self::Inclusive;
+}
+
+macro_rules! range_item {
+    ($range:ident, $inclusive:ident, $new:ident, $new_inclusive:ident; $($t:ty),*) => {$(
+        impl RangeItem for $t {
+            type Range = $range<$t>;
+            type Inclusive = $inclusive<$t>;
+            fn range(r: Range<Self>) -> Self::Range {
+                $range::$new(r)
+            }
+            fn inclusive(r: std::ops::RangeInclusive<Self>) -> Self::Inclusive {
+                $inclusive::$new_inclusive(r)
+            }
+        }
+    )*};
+}
+
+range_item!(RangeProducer, RangeInclusiveProducer, new, new;
+    u8, u16, u32, u64, usize, i8, i16, i32, i64, isize);
+range_item!(WideRange, WideRange, new, new_inclusive; u128, i128);
+
 /// A range of `char`s as a producer (`into_par_iter` on `a..b` and `a..=b` of `char`): the
 /// scalar values from `start`, the surrogates (`U+D800..=U+DFFF`, which are not `char`s)
 /// left out, as `Range<char>`'s iterator leaves them.
