@@ -2240,6 +2240,15 @@ fn a_range_of_plain_literals_is_of_i32() {
     assert!((1..=3).into_par_iter().eq(vec![1, 2, 3]));
 }
 
+/// Windows of a slice of `usize::MAX` zero-sized elements: counted without overflow.
+#[test]
+fn windows_of_the_longest_slice_are_counted() {
+    let v = [(); usize::MAX];
+    assert_eq!(v.par_windows(2).len(), usize::MAX - 1);
+    assert_eq!(v.par_array_windows::<3>().len(), usize::MAX - 2);
+    assert_eq!(v.par_windows(1).len(), usize::MAX);
+}
+
 proptest! {
     /// Ranges of `u128` and `i128` (rayon's, not indexed) give std's values in order,
     /// anywhere in the type's range, both kinds of range, under any schedule.
@@ -2282,6 +2291,13 @@ fn a_search_over_every_u128_value_ends_once_decided() {
                 .schedule(s)
                 .find_first(|&x| x > i128::MIN + 9);
             assert_eq!(hit, Some(i128::MIN + 10), "{s}");
+            // Unindexed as rayon's: other iterators chain after it.
+            let hit = (0..=u128::MAX)
+                .into_par_iter()
+                .chain(umt_rt::iter::once(7))
+                .schedule(s)
+                .find_first(|&x| x > 1000);
+            assert_eq!(hit, Some(1001), "{s}");
         });
     }
 }
@@ -2382,4 +2398,55 @@ fn a_parallel_tree_walk_visits_every_node_once_and_passes_panics_on() {
     assert!(failed.is_err(), "the panic reached the caller");
     let count = rt.install(|| umt_rt::iter::walk_tree(1u32, kids(1000)).count());
     assert!(count > 1, "the runtime lives on");
+}
+
+/// A `children_of` that waits through the runtime does not deadlock the walk: a worker
+/// waiting in `io::readable` runs other jobs, among them a still-queued part of the same
+/// walk, which must not wait for the expansion below it on its own stack (step 5 of
+/// `TreeWalk`; it hung every time before). Two cores, node 1's expansion waits for a pipe
+/// another thread writes; each round must end within `patience` (a failure, not a timing).
+#[test]
+fn a_tree_walk_whose_children_of_waits_through_the_runtime_ends() {
+    let patience = std::time::Duration::from_secs(60);
+    let rt: &'static Runtime = Box::leak(Box::new(
+        Runtime::builder()
+            .num_threads(2)
+            .monitor(BackendKind::Disabled)
+            .build()
+            .unwrap(),
+    ));
+    for round in 0..10 {
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let (rx, mut tx) = std::io::pipe().unwrap();
+        let started = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let in_wait = started.clone();
+        std::thread::spawn(move || {
+            let visits = AtomicUsize::new(0);
+            rt.install(|| {
+                umt_rt::iter::walk_tree(0u8, |n: &u8| -> Vec<u8> {
+                    match n {
+                        0 => vec![1, 2],
+                        1 => {
+                            in_wait.wait();
+                            umt_rt::io::readable(&rx).unwrap();
+                            Vec::new()
+                        }
+                        _ => Vec::new(),
+                    }
+                })
+                .for_each(|_| {
+                    visits.fetch_add(1, Ordering::SeqCst);
+                })
+            });
+            let _ = done_tx.send(visits.load(Ordering::SeqCst));
+        });
+        // Node 1's expansion has begun; the pipe is written a little later, while it waits.
+        started.wait();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::io::Write::write_all(&mut tx, b"x").unwrap();
+        match done.recv_timeout(patience) {
+            Ok(visits) => assert_eq!(visits, 3, "round {round}"),
+            Err(_) => panic!("round {round}: the walk did not end (deadlock)"),
+        }
+    }
 }

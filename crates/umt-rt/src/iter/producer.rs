@@ -237,9 +237,13 @@ macro_rules! wide_integer {
 
 wide_integer!(u128, i128);
 
+/// The most indices a [`WideRange`] has (2^48): plenty of pieces for any number of cores, and
+/// far enough below `usize::MAX` that `chain` can add other iterators after one.
+const WIDE_INDICES: u128 = 1 << 48;
+
 /// A range of `u128` or `i128` as a producer (`into_par_iter` on `a..b` and `a..=b`), not
 /// indexed, as rayon's: it may hold more items than `usize` counts, so each index stands for
-/// `step` consecutive values (1 while the range fits).
+/// `step` consecutive values (1 while the range has at most 2^48).
 #[derive(Debug, Clone)]
 pub struct WideRange<T> {
     start: T,
@@ -256,7 +260,7 @@ where
     /// The values from `start` to `end`, both in, or none if `end < start`.
     fn between(start: T, end: Option<T>) -> Self {
         let last = end.filter(|e| start <= *e).map(|e| T::span(start, e));
-        let step = last.map_or(1, |l| l / usize::MAX as u128 + 1);
+        let step = last.map_or(1, |l| l / WIDE_INDICES + 1);
         WideRange { start, last, step }
     }
 
@@ -289,7 +293,7 @@ where
         Self: 'p;
 
     fn len(&self) -> usize {
-        // At most `usize::MAX` by the choice of `step`.
+        // At most `WIDE_INDICES` by the choice of `step`.
         self.last
             .map_or(0, |l| usize::try_from(l / self.step + 1).unwrap_or(usize::MAX))
     }
@@ -807,7 +811,9 @@ impl SplitMut for ByRExactChunks {
 impl Split for ByWindows {
     type Iter<'data, T: 'data> = std::slice::Windows<'data, T>;
     fn count(len: usize, size: usize) -> usize {
-        (len + 1).saturating_sub(size)
+        // `len - size + 1` windows; written so that `len == usize::MAX` (a slice of
+        // zero-sized elements) does not overflow. `size` is at least 1.
+        len.saturating_sub(size - 1)
     }
     fn cut<T>(slice: &[T], size: usize, r: Range<usize>) -> Self::Iter<'_, T> {
         let end = if r.is_empty() {
@@ -1813,7 +1819,7 @@ fn total_len(call: &str, a: &impl Producer, b: &impl Producer) -> usize {
     match a.len().checked_add(b.len()) {
         Some(n) => n,
         None => panic!(
-            "{call}: the two iterators have {} and {} items, more than usize::MAX together",
+            "{call}: the two iterators have {} and {} indices, more than usize::MAX together",
             a.len(),
             b.len()
         ),
@@ -2065,6 +2071,12 @@ impl<I: Iterator> Iterator for BridgePart<'_, I> {
 ///    wake-up that comes before it waits is not lost (the count changes under the lock).
 /// 4. A panic in `children_of` (or in gathering the children) finishes the node as failed:
 ///    every part stops at its next take, and the loop re-raises the panic.
+/// 5. Race with itself: `children_of` may wait through the runtime (an `io` wait, a nested
+///    loop's scope, a `join`), and a worker that waits runs other jobs, among them another
+///    part of this walk (a participant still queued, a joiner). That part must not wait in
+///    step 1 for the node being expanded lower on its own stack: it would wait for itself.
+///    So a thread expanding a node of a walk (`EXPANDING`) does not wait in that walk's
+///    take: its part ends, and the expansion below goes on once the nested job returns.
 pub struct TreeWalk<S, B> {
     children_of: B,
     state: std::sync::Mutex<Walk<S>>,
@@ -2107,9 +2119,11 @@ impl<S, B> TreeWalk<S, B> {
     }
 
     /// Step 1: the next node to expand, waiting while others may still push some; `None`
-    /// once the walk is over or failed.
+    /// once the walk is over or failed, or when this thread is expanding a node of this walk
+    /// lower on its stack (step 5).
     fn take(&self) -> Option<S> {
         use std::sync::PoisonError;
+        let nested = EXPANDING.with(|e| e.borrow().contains(&self.id()));
         // Counted as a runtime lock while held or waited for (`sync::Held`).
         let _held = crate::sync::Held::new();
         let mut walk = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -2125,8 +2139,16 @@ impl<S, B> TreeWalk<S, B> {
                 self.over.store(true, std::sync::atomic::Ordering::Relaxed);
                 return None;
             }
+            if nested {
+                return None;
+            }
             walk = self.more.wait(walk).unwrap_or_else(PoisonError::into_inner);
         }
+    }
+
+    /// The walk's identity on [`EXPANDING`]: its address.
+    fn id(&self) -> usize {
+        std::ptr::from_ref(self).addr()
     }
 
     /// Step 3 (and 4 when `failed`): a taken node's children pushed.
@@ -2148,6 +2170,42 @@ impl<S, B> TreeWalk<S, B> {
         }
         if pushed || over {
             self.more.notify_all();
+        }
+    }
+}
+
+thread_local! {
+    /// The walks ([`TreeWalk::id`]) this thread is expanding a node of, innermost last
+    /// (step 5).
+    static EXPANDING: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A node being expanded on this thread (steps 2 and 5): listed on [`EXPANDING`] while it
+/// lives; finished as failed if dropped before [`Expanding::done`] (step 4).
+struct Expanding<'w, S, B> {
+    walk: &'w TreeWalk<S, B>,
+    done: bool,
+}
+
+impl<'w, S, B> Expanding<'w, S, B> {
+    fn new(walk: &'w TreeWalk<S, B>) -> Self {
+        EXPANDING.with(|e| e.borrow_mut().push(walk.id()));
+        Expanding { walk, done: false }
+    }
+
+    /// Step 3: the children pushed.
+    fn done(mut self, children: Vec<S>) {
+        self.done = true;
+        EXPANDING.with(|e| e.borrow_mut().pop());
+        self.walk.finish(children, false);
+    }
+}
+
+impl<S, B> Drop for Expanding<'_, S, B> {
+    fn drop(&mut self) {
+        if !self.done {
+            EXPANDING.with(|e| e.borrow_mut().pop());
+            self.walk.finish(Vec::new(), true);
         }
     }
 }
@@ -2194,20 +2252,10 @@ where
     type Item = S;
 
     fn next(&mut self) -> Option<S> {
-        /// Finishes the node as failed if `children_of` unwinds (step 4).
-        struct Expanding<'w, S, B>(&'w TreeWalk<S, B>, bool);
-        impl<S, B> Drop for Expanding<'_, S, B> {
-            fn drop(&mut self) {
-                if !self.1 {
-                    self.0.finish(Vec::new(), true);
-                }
-            }
-        }
         let node = self.walk.take()?;
-        let mut expanding = Expanding(self.walk, false);
+        let expanding = Expanding::new(self.walk);
         let children: Vec<S> = (self.walk.children_of)(&node).into_iter().collect();
-        expanding.1 = true;
-        self.walk.finish(children, false);
+        expanding.done(children);
         Some(node)
     }
 }
@@ -2343,6 +2391,27 @@ impl<P: Indexed> Producer for StepBy<P> {
 mod tests {
     use super::*;
 
+    /// Step 5 of [`TreeWalk`]: a part of a walk that runs nested in an expansion of the same
+    /// walk (a job run by a worker waiting inside `children_of`) does not wait for the nodes
+    /// still to come, which that expansion would push: its part ends (without step 5 this
+    /// test waits for ever). Out of the nesting, the walk goes on.
+    #[test]
+    fn a_tree_walk_part_nested_in_an_expansion_does_not_wait_for_it() {
+        let kids = |n: &u32| if *n == 0 { vec![1, 2] } else { Vec::new() };
+        let walk = TreeWalk::new(0u32, kids, 4);
+        assert_eq!(walk.take(), Some(0));
+        let expanding = Expanding::new(&walk);
+        assert_eq!(walk.take(), None, "nested in the root's expansion");
+        assert!(!walk.full(), "the walk is not over");
+        expanding.done(vec![1, 2]);
+        assert_eq!(walk.take(), Some(1));
+        Expanding::new(&walk).done(Vec::new());
+        assert_eq!(walk.take(), Some(2));
+        Expanding::new(&walk).done(Vec::new());
+        assert_eq!(walk.take(), None);
+        assert!(walk.full(), "over");
+    }
+
     /// The ends of index range `r`'s values, or `None` if it has none.
     fn ends<T: WideInteger>(p: &WideRange<T>, r: Range<usize>) -> Option<(T, T)>
     where
@@ -2353,13 +2422,13 @@ mod tests {
         (!part.is_empty()).then(|| (*part.start(), *part.end()))
     }
 
-    /// A 128-bit range wider than `usize` counts: `usize::MAX` indices whose values follow one
+    /// A 128-bit range wider than `usize` counts: 2^48 indices whose values follow one
     /// another without a gap or an overlap, from the range's first value to its last.
     #[test]
-    fn a_wide_range_covers_every_value_once_in_at_most_usize_max_indices() {
+    fn a_wide_range_covers_every_value_once_in_at_most_2_pow_48_indices() {
         let all = WideRange::new_inclusive(0..=u128::MAX);
         let n = all.len();
-        assert_eq!(n, usize::MAX);
+        assert_eq!(n, 1 << 48);
         assert_eq!(ends(&all, 0..1).map(|e| e.0), Some(0));
         assert_eq!(ends(&all, n - 1..n).map(|e| e.1), Some(u128::MAX));
         for i in [0, 1, 7, n / 2, n - 2] {
