@@ -309,6 +309,50 @@ impl ChunkLimits {
     }
 }
 
+/// How `by_uniform_blocks` and `by_exponential_blocks` (`iter`) cut a loop into
+/// blocks that run one after another, each a parallel loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InTurn {
+    /// Blocks of this many indices.
+    Uniform(usize),
+    /// This many indices (the runtime's cores when it was asked for), then twice as many each
+    /// time (rayon's sizes).
+    Exponential(usize),
+}
+
+impl InTurn {
+    /// Block `s`'s indices in a loop of `len`.
+    pub(crate) fn block(self, s: usize, len: usize) -> Range<usize> {
+        let start = |s: usize| -> usize {
+            let at = match self {
+                InTurn::Uniform(k) => s as u128 * k as u128,
+                // c + 2c + ... + 2^(s-1)c; past 2^127 no loop reaches anyway.
+                InTurn::Exponential(c) => c as u128 * ((1u128 << s.min(127)) - 1),
+            };
+            usize::try_from(at).unwrap_or(usize::MAX).min(len)
+        };
+        start(s)..start(s + 1)
+    }
+
+    /// How many blocks a loop of `len` has (at least 1).
+    pub(crate) fn count(self, len: usize) -> usize {
+        match self {
+            InTurn::Uniform(k) => len.div_ceil(k.max(1)).max(1),
+            InTurn::Exponential(_) => (0..128).find(|&s| self.block(s, len).end >= len).unwrap_or(127) + 1,
+        }
+    }
+
+    /// How many of `fold`'s blocks each block holds when `fold` would cut the whole loop into
+    /// `blocks` (`FoldBlocks`): as many, but no more than a uniform block has indices.
+    pub(crate) fn fold_blocks(self, blocks: usize) -> usize {
+        match self {
+            InTurn::Uniform(k) => blocks.min(k),
+            InTurn::Exponential(_) => blocks,
+        }
+        .max(1)
+    }
+}
+
 /// The most pieces a `Guided` or `Fac2` loop's table holds (8 MiB of ends); beyond, the loop
 /// runs as `dynamic,max` (see [`Dispenser::new`]).
 const MAX_TABLE: usize = 1 << 20;

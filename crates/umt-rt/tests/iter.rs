@@ -2163,6 +2163,11 @@ proptest! {
             prop_assert_eq!(it().filter(|x| **x > 500).count(), v.iter().filter(|x| **x > 500).count());
             let joined = it().map(|x| x.to_string()).reduce(String::new, |a, b| a + &b);
             prop_assert_eq!(joined, v.iter().map(|x| x.to_string()).collect::<String>());
+            // A fold's blocks cut each block in turn: its parts, flattened, are the items.
+            let parts: Vec<Vec<u32>> = it().fold(Vec::new, |mut p, x| { p.push(*x); p }).collect();
+            prop_assert_eq!(parts.concat(), v.clone());
+            let sum: Option<u64> = it().try_fold(|| 0u64, |a, x| a.checked_add(u64::from(*x))).try_reduce(|| 0, |a, b| a.checked_add(b));
+            prop_assert_eq!(sum, Some(v.iter().map(|&x| u64::from(x)).sum::<u64>()));
             Ok(())
         })?;
     }
@@ -2224,6 +2229,22 @@ fn a_search_in_blocks_runs_no_block_past_the_deciding_one() {
                 assert!(
                     highest.swap(0, Ordering::Relaxed) < end,
                     "{s}: past the exponential block ending at {end}"
+                );
+                // A fold in blocks stops too (its blocks cut each block in turn): rayon's
+                // example of an endless fold searched.
+                let m = (0..u64::MAX)
+                    .into_par_iter()
+                    .schedule(s)
+                    .by_exponential_blocks()
+                    .inspect(|&i| {
+                        look(i as usize);
+                    })
+                    .fold(|| 0, u64::max)
+                    .find_first(|m| *m >= 100);
+                assert!(m.is_some_and(|m| (100..=160).contains(&m)), "{s}: {m:?}");
+                assert!(
+                    highest.swap(0, Ordering::Relaxed) < end,
+                    "{s}: a fold past the blocks that decide"
                 );
             });
         }

@@ -55,7 +55,7 @@ pub use either::Either;
 /// balance, few enough that combining the accumulators costs little.
 const FOLD_BLOCKS_PER_CORE: usize = 8;
 
-use crate::schedule::{ChunkLimits, Schedule};
+use crate::schedule::{ChunkLimits, InTurn, Schedule};
 use drive::{Fold, drive};
 use producer::ProducerExt;
 
@@ -72,17 +72,6 @@ pub struct ParIter<P> {
     /// `by_uniform_blocks`, `by_exponential_blocks`: the loop runs as loops over blocks of
     /// its indices, one after another.
     in_turn: Option<InTurn>,
-}
-
-/// How [`IndexedParallelIterator::by_uniform_blocks`] and
-/// [`by_exponential_blocks`](IndexedParallelIterator::by_exponential_blocks) cut a loop into
-/// blocks that run one after another, each a parallel loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum InTurn {
-    /// Blocks of this many indices.
-    Uniform(usize),
-    /// The runtime's number of cores, then twice as many each time (rayon's sizes).
-    Exponential,
 }
 
 impl<P: Producer> ParIter<P> {
@@ -106,13 +95,19 @@ impl<P: Producer> ParIter<P> {
     }
 
     /// `fold` and `try_fold`: the producer `make` builds from this loop's, the number of
-    /// blocks to cut it into and this loop's chunk limits, which become bounds on the blocks:
-    /// the loop over the blocks has none.
-    fn blocks<Q>(self, make: impl FnOnce(P, usize, ChunkLimits) -> Q) -> ParIter<Q> {
+    /// blocks to cut it into, this loop's chunk limits, which become bounds on the blocks
+    /// (the loop over the blocks has none), and its blocks in turn (`by_uniform_blocks`,
+    /// `by_exponential_blocks`): the fold's blocks then cut each of those, and the loop over
+    /// the fold's blocks runs them in the same turns.
+    fn blocks<Q>(
+        self,
+        make: impl FnOnce(P, usize, ChunkLimits, Option<InTurn>) -> Q,
+    ) -> ParIter<Q> {
         let blocks = FOLD_BLOCKS_PER_CORE * crate::current_num_threads();
-        let limits = self.limits;
-        let mut folded = self.adapt(|p| make(p, blocks, limits));
+        let (limits, in_turn) = (self.limits, self.in_turn);
+        let mut folded = self.adapt(|p| make(p, blocks, limits, in_turn));
         folded.limits = ChunkLimits::default();
+        folded.in_turn = in_turn.map(|t| InTurn::Uniform(t.fold_blocks(blocks)));
         folded
     }
 
@@ -352,14 +347,12 @@ impl<P: Producer> ParIter<P> {
         // Blocks one after another, each a loop of its own over its indices shifted to
         // `0..size`; the results combined in index order. A block that starts where the loop
         // is no longer wanted (a search has decided) does not run.
-        let mut size = match in_turn {
-            InTurn::Uniform(n) => n.max(1),
-            InTurn::Exponential => crate::current_num_threads().max(1),
-        };
-        let mut start = 0;
         let mut done: Option<A> = None;
-        while start < len && start < wanted() {
-            let end = start.saturating_add(size).min(len);
+        for s in 0..in_turn.count(len) {
+            let Range { start, end } = in_turn.block(s, len);
+            if start >= len || start >= wanted() {
+                break;
+            }
             let block = Fold {
                 identity: &how.identity,
                 fold: |acc, r: Range<usize>| (how.fold)(acc, r.start + start..r.end + start),
@@ -372,10 +365,6 @@ impl<P: Producer> ParIter<P> {
                 Some(before) => (how.combine)(before, result),
                 None => result,
             });
-            start = end;
-            if in_turn == InTurn::Exponential {
-                size = size.saturating_mul(2);
-            }
         }
         done.unwrap_or_else(|| (how.identity)())
     }
@@ -1258,7 +1247,9 @@ pub trait ParallelIterator: Sized {
         F: Fn(T, Self::Item) -> T + Sync,
     {
         self.into_parts()
-            .blocks(|p, blocks, limits| FoldBlocks::new(p, identity, fold_op, blocks, limits))
+            .blocks(|p, blocks, limits, in_turn| {
+                FoldBlocks::new(p, identity, fold_op, blocks, limits, in_turn)
+            })
     }
 
     /// [`fold`](ParallelIterator::fold) from a clone of `init` in each block.
@@ -1321,7 +1312,9 @@ pub trait ParallelIterator: Sized {
         };
         let identity = move || R::from_ok(identity());
         self.into_parts()
-            .blocks(|p, blocks, limits| TryFoldBlocks::new(p, identity, step, blocks, limits))
+            .blocks(|p, blocks, limits, in_turn| {
+                TryFoldBlocks::new(p, identity, step, blocks, limits, in_turn)
+            })
     }
 
     /// [`try_fold`](ParallelIterator::try_fold) from a clone of `init` in each block.
@@ -1596,7 +1589,8 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
     /// Runs the loop as a sequence of loops over blocks of `block_size` indices (0 taken as
     /// 1), one block after another, each in parallel (rayon's `by_uniform_blocks`). A search
     /// that has decided runs no further block. The blocks cut the indices the consumer sees
-    /// (after every adaptor); the items and their order are the same.
+    /// (after every adaptor; a `fold` or `try_fold` cuts each block into blocks of its own,
+    /// run in the same turns); the items and their order are the same.
     ///
     /// ```
     /// use umt_rt::prelude::*;
@@ -1625,7 +1619,7 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
     /// ```
     fn by_exponential_blocks(self) -> ParIter<Self::Producer> {
         let mut it = self.into_parts();
-        it.in_turn = Some(InTurn::Exponential);
+        it.in_turn = Some(InTurn::Exponential(crate::current_num_threads().max(1)));
         it
     }
 

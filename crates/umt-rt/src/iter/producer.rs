@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 use std::ops::{ControlFlow, Range};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::schedule::ChunkLimits;
+use crate::schedule::{ChunkLimits, InTurn};
 
 mod sealed {
     /// Producers are made only by this crate.
@@ -1339,31 +1339,58 @@ pub struct FoldBlocks<P, ID, F> {
     identity: ID,
     fold: F,
     blocks: usize,
+    /// The loop's blocks in turn, each cut into this many of the fold's blocks.
+    staged: Option<(InTurn, usize)>,
 }
 
 impl<P: Producer, ID, F> FoldBlocks<P, ID, F> {
     /// `blocks` is brought within `limits` (blocks of at least `min` and at most `max` of the
     /// base's items, `min` winning) and clamped to the base's length (at least one block, so
-    /// that an empty loop still folds to `identity()`).
-    pub(crate) fn new(base: P, identity: ID, fold: F, blocks: usize, limits: ChunkLimits) -> Self {
+    /// that an empty loop still folds to `identity()`). A loop run in turns (`in_turn`)
+    /// instead has [`InTurn::fold_blocks`] blocks in each of its turns' blocks (the limits
+    /// are not applied then): no fold block spans two turns.
+    pub(crate) fn new(
+        base: P,
+        identity: ID,
+        fold: F,
+        blocks: usize,
+        limits: ChunkLimits,
+        in_turn: Option<InTurn>,
+    ) -> Self {
         let len = base.len();
-        let blocks = blocks
-            .max(len.div_ceil(limits.max.max(1)))
-            .min(len / limits.min.max(1))
-            .clamp(1, len.max(1));
+        let (blocks, staged) = match in_turn {
+            Some(t) => {
+                let each = t.fold_blocks(blocks);
+                (t.count(len).saturating_mul(each), Some((t, each)))
+            }
+            None => {
+                let blocks = blocks
+                    .max(len.div_ceil(limits.max.max(1)))
+                    .min(len / limits.min.max(1))
+                    .clamp(1, len.max(1));
+                (blocks, None)
+            }
+        };
         FoldBlocks {
             base,
             identity,
             fold,
             blocks,
+            staged,
         }
     }
 
     /// The base's indices of block `b`.
     fn block(&self, b: usize) -> Range<usize> {
         let len = self.base.len();
-        let at = |b: usize| (len as u128 * b as u128 / self.blocks as u128) as usize;
-        at(b)..at(b + 1)
+        let (within, count, first) = match self.staged {
+            Some((t, each)) => (t.block(b / each, len), each, b / each * each),
+            None => (0..len, self.blocks, 0),
+        };
+        let at = |k: usize| {
+            within.start + (within.len() as u128 * k as u128 / count as u128) as usize
+        };
+        at(b - first)..at(b - first + 1)
     }
 }
 
@@ -1448,8 +1475,17 @@ pub struct TryFoldBlocks<P, ID, F>(FoldBlocks<P, ID, F>);
 
 impl<P: Producer, ID, F> TryFoldBlocks<P, ID, F> {
     /// As [`FoldBlocks::new`].
-    pub(crate) fn new(base: P, identity: ID, step: F, blocks: usize, limits: ChunkLimits) -> Self {
-        TryFoldBlocks(FoldBlocks::new(base, identity, step, blocks, limits))
+    pub(crate) fn new(
+        base: P,
+        identity: ID,
+        step: F,
+        blocks: usize,
+        limits: ChunkLimits,
+        in_turn: Option<InTurn>,
+    ) -> Self {
+        TryFoldBlocks(FoldBlocks::new(
+            base, identity, step, blocks, limits, in_turn,
+        ))
     }
 }
 
