@@ -636,75 +636,63 @@ impl Dispenser {
         let n = blocks.len();
         if me >= self.participants {
             return (1..n).find_map(|k| {
-                let victim = &blocks[(me + k) % n];
-                let mut cur = victim.load(Ordering::Acquire);
-                loop {
-                    let (lo, hi) = unpack(cur);
-                    let hi = hi.min(wanted);
-                    if lo >= hi {
-                        return None;
-                    }
+                claim(&blocks[(me + k) % n], wanted, |lo, hi| {
                     let start = hi - piece(lo, hi);
-                    match victim.compare_exchange_weak(
-                        cur,
-                        pack(lo, start),
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    ) {
-                        Ok(_) => return Some(start..hi),
-                        Err(now) => cur = now,
-                    }
-                }
+                    (lo..start, start..hi)
+                })
             });
         }
         let own = &blocks[me];
         loop {
             // The owner takes from the front of its block.
-            let mut cur = own.load(Ordering::Acquire);
-            loop {
-                let (lo, hi) = unpack(cur);
-                let hi = hi.min(wanted);
-                if lo >= hi {
-                    break;
-                }
+            let taken = claim(own, wanted, |lo, hi| {
                 let end = lo + piece(lo, hi);
-                match own.compare_exchange_weak(
-                    cur,
-                    pack(end, hi),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => return Some(lo..end),
-                    Err(now) => cur = now,
-                }
+                (end..hi, lo..end)
+            });
+            if taken.is_some() {
+                return taken;
             }
             // Empty: steal the back half of the first non-empty block after ours, and make it
             // ours (nobody else writes an empty block: thieves skip them).
             let stolen = (1..n).find_map(|k| {
-                let victim = &blocks[(me + k) % n];
-                let mut cur = victim.load(Ordering::Acquire);
-                loop {
-                    let (lo, hi) = unpack(cur);
-                    let hi = hi.min(wanted);
-                    if lo >= hi {
-                        return None;
-                    }
+                claim(&blocks[(me + k) % n], wanted, |lo, hi| {
                     // Half, unless a half would be shorter than the limits' `min`: then
                     // all of it (the owner is busy with a chunk of its own).
                     let half = (hi - lo) / 2;
                     let mid = if half >= self.limits.min { lo + half } else { lo };
-                    match victim.compare_exchange_weak(
-                        cur,
-                        pack(lo, mid),
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    ) {
-                        Ok(_) => return Some(mid..hi),
-                        Err(now) => cur = now,
-                    }
-                }
+                    (lo..mid, mid..hi)
+                })
             })?;
             own.store(pack(stolen.start, stolen.end), Ordering::Release);
+        }
+    }
+}
+
+/// Claims part of the `StaticSteal` block in `word`, whose part from `wanted` on counts as
+/// taken: `cut(lo, hi)` of the non-empty block `lo..hi` says what stays in the word and what
+/// is taken. `None` if the block is empty. Owner and thieves CAS the same word, so each index
+/// is claimed once.
+fn claim(
+    word: &AtomicU64,
+    wanted: usize,
+    cut: impl Fn(usize, usize) -> (Range<usize>, Range<usize>),
+) -> Option<Range<usize>> {
+    let mut cur = word.load(Ordering::Acquire);
+    loop {
+        let (lo, hi) = unpack(cur);
+        let hi = hi.min(wanted);
+        if lo >= hi {
+            return None;
+        }
+        let (keep, take) = cut(lo, hi);
+        match word.compare_exchange_weak(
+            cur,
+            pack(keep.start, keep.end),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => return Some(take),
+            Err(now) => cur = now,
         }
     }
 }
