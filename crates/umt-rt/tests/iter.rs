@@ -2251,14 +2251,48 @@ fn a_search_in_blocks_runs_no_block_past_the_deciding_one() {
     }
 }
 
-/// Unsuffixed literals fall back to `i32` in a parallel range as in std's: the 128-bit
-/// ranges add no second impl for the compiler to choose between.
+/// Unsuffixed literals in a parallel range take their type as in std's: from what the loop
+/// must give (rayon users write all of these), else `i32`. The 128-bit ranges add no second
+/// impl for the compiler to choose between, and the item is the range's type itself, not a
+/// producer's item the compiler cannot see through.
 #[test]
-fn a_range_of_plain_literals_is_of_i32() {
+fn a_range_of_plain_literals_takes_its_type_from_its_use() {
     let v = (0..5).into_par_iter().map(|x| x * 2).collect::<Vec<_>>();
     let w: Vec<i32> = v;
     assert_eq!(w, [0, 2, 4, 6, 8]);
     assert!((1..=3).into_par_iter().eq(vec![1, 2, 3]));
+    fn takes(x: u64) -> u64 {
+        x
+    }
+    let table = [5i32, 6, 7];
+    rt().install(|| {
+        assert_eq!((0..3).into_par_iter().map(|i| table[i]).sum::<i32>(), 18);
+        (0..10).into_par_iter().for_each(|i| {
+            let _: usize = i;
+        });
+        assert_eq!((0..10).into_par_iter().map(|i: usize| i).sum::<usize>(), 45);
+        assert_eq!((0..10).into_par_iter().map(takes).sum::<u64>(), 45);
+        let bytes: Vec<u8> = (0..=255).into_par_iter().collect();
+        assert_eq!(bytes.len(), 256);
+        assert_eq!(
+            (1..=20).into_par_iter().product::<u64>(),
+            2_432_902_008_176_640_000
+        );
+        assert_eq!((0..10).into_par_iter().max().map(|x: u32| x), Some(9));
+        let pairs: Vec<(usize, u16)> = (0..3).into_par_iter().enumerate().collect();
+        assert_eq!(pairs, [(0, 0), (1, 1), (2, 2)]);
+        let squares = (0..10)
+            .into_par_iter()
+            .map(|x| x * x)
+            .reduce(|| 0u64, |a, b| a + b);
+        assert_eq!(squares, 285);
+        let mut v = Vec::new();
+        v.par_extend(0..10);
+        let _: &Vec<usize> = &v;
+        let back: Vec<u32> = (0..10).into_par_iter().rev().collect();
+        assert_eq!(back[0], 9);
+        assert_eq!((0..10).into_par_iter().find_first(|&x| x > 3u64), Some(4));
+    });
 }
 
 /// Windows of a slice of `usize::MAX` zero-sized elements: counted without overflow.
@@ -2468,6 +2502,74 @@ fn a_tree_walk_whose_children_of_waits_through_the_runtime_ends() {
         match done.recv_timeout(patience) {
             Ok(visits) => assert_eq!(visits, 3, "round {round}"),
             Err(_) => panic!("round {round}: the walk did not end (deadlock)"),
+        }
+    }
+}
+
+/// Waits through the runtime (`io::readable`) for a pipe another thread writes after `us`
+/// microseconds: a worker waiting there runs other jobs.
+fn wait_through_the_runtime(us: u64) {
+    let (rx, mut tx) = std::io::pipe().unwrap();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_micros(us));
+        std::io::Write::write_all(&mut tx, b"x").unwrap();
+    });
+    umt_rt::io::readable(&rx).unwrap();
+}
+
+/// Walks whose `children_of` waits through the runtime, side by side (`join`, the ordered
+/// walks, walks as the items of a parallel loop), on two cores: a worker waiting in one
+/// walk's expansion runs a part of the other, which must not wait for a worker doing the
+/// same the other way round (step 5 of `TreeWalk`: these hung, most in the first round).
+/// Each round must end within `patience` (a failure, not a timing).
+#[test]
+fn tree_walks_side_by_side_whose_children_of_wait_through_the_runtime_end() {
+    let patience = std::time::Duration::from_secs(60);
+    let rt: &'static Runtime = Box::leak(Box::new(
+        Runtime::builder()
+            .num_threads(2)
+            .monitor(BackendKind::Disabled)
+            .build()
+            .unwrap(),
+    ));
+    // Node `n`'s children `4n + 1 ..= 4n + 4` below 85 (three levels); the inner nodes wait.
+    fn kids(n: &u32) -> Vec<u32> {
+        if *n < 21 {
+            wait_through_the_runtime(150);
+        }
+        (4 * n + 1..4 * n + 5).filter(|k| *k < 85).collect()
+    }
+    let mut prefix = Vec::new();
+    let mut stack = vec![0u32];
+    while let Some(n) = stack.pop() {
+        stack.extend((4 * n + 1..4 * n + 5).filter(|k| *k < 85).rev());
+        prefix.push(n);
+    }
+    for round in 0..10 {
+        let (done_tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            rt.install(|| {
+                let (a, b) = umt_rt::join(
+                    || umt_rt::iter::walk_tree(0u32, kids).count(),
+                    || umt_rt::iter::walk_tree(0u32, kids).count(),
+                );
+                let (pre, post) = umt_rt::join(
+                    || umt_rt::iter::walk_tree_prefix(0u32, kids).collect::<Vec<_>>(),
+                    || umt_rt::iter::walk_tree_postfix(0u32, kids).count(),
+                );
+                let in_loop: usize = (0..6u32)
+                    .into_par_iter()
+                    .map(|_| umt_rt::iter::walk_tree(0u32, kids).count())
+                    .sum();
+                let _ = done_tx.send((a, b, pre, post, in_loop));
+            });
+        });
+        match done.recv_timeout(patience) {
+            Ok((a, b, pre, post, in_loop)) => {
+                assert_eq!((a, b, post, in_loop), (85, 85, 85, 6 * 85), "round {round}");
+                assert_eq!(pre, prefix, "round {round}");
+            }
+            Err(_) => panic!("round {round}: the walks did not end (deadlock)"),
         }
     }
 }

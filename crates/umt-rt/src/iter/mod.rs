@@ -44,7 +44,7 @@ pub use producer::{
     Alternate, ArrayWindows, ArrayWindowsPart, TreeWalk, TreeWalkPart, Bridge, BridgePart, ByChunks, ByExactChunks, ByRChunks, ByRExactChunks, ByWindows, Chain, CharRange, Chunks, ChunksExact, ChunksExactMut, ChunksMut, Cloned, Copied,
     Enumerate, Filter, FilterMap, FlatMapIter, Gathered, Indexed, Interleave, ItemChunks, FoldBlocks, FoldBlocksPart, TryFoldBlocks, TryFoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, RChunks, RChunksExact, RChunksExactMut, RChunksMut, Rev, RevPart, RangeInteger,
     RangeInclusiveProducer, RangeProducer, RepeatN, Slice, SliceMut, Split, SplitMut, StepBy, TakeAny, TakeAnyIter, WhileSome, WhileSomeIter, SubSlices, SubSlicesMut, VecPart, VecProducer, Window, Windows,
-    RangeItem, WideInteger, WideRange, Zip,
+    RangeItem, Ranged, WideInteger, WideRange, Zip,
 };
 
 pub use collect::FromParallelIterator;
@@ -2254,21 +2254,21 @@ multizip!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l);
 /// impl for every type ([`RangeItem`] picks the producer), so that `(0..5).into_par_iter()`
 /// falls back to `i32` as std's ranges do.
 impl<T: RangeItem> IntoParallelIterator for Range<T> {
-    type Iter = ParIter<T::Range>;
+    type Iter = ParIter<Ranged<T, T::Range>>;
     type Item = T;
 
     fn into_par_iter(self) -> Self::Iter {
-        ParIter::new(T::range(self))
+        ParIter::new(Ranged::new(T::range(self)))
     }
 }
 
 /// The values of the range, both ends in (see `Range`'s impl).
 impl<T: RangeItem> IntoParallelIterator for std::ops::RangeInclusive<T> {
-    type Iter = ParIter<T::Inclusive>;
+    type Iter = ParIter<Ranged<T, T::Inclusive>>;
     type Item = T;
 
     fn into_par_iter(self) -> Self::Iter {
-        ParIter::new(T::inclusive(self))
+        ParIter::new(Ranged::new(T::inclusive(self)))
     }
 }
 

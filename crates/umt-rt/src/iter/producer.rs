@@ -348,6 +348,57 @@ range_item!(RangeProducer, RangeInclusiveProducer, new, new;
     u8, u16, u32, u64, usize, i8, i16, i32, i64, isize);
 range_item!(WideRange, WideRange, new, new_inclusive; u128, i128);
 
+/// A range's producer `P` ([`RangeItem::Range`] or [`RangeItem::Inclusive`]) whose item is
+/// `T` in so many words: with `T` still unknown (an unsuffixed literal), the compiler then
+/// learns it from what the loop's result must be (`collect::<Vec<u64>>()`, `v[i]`), as with
+/// std's ranges; through `P::Item` alone it could not, and fell back to `i32`. Indexed when
+/// `P` is (every integer type up to 64 bits).
+pub struct Ranged<T, P> {
+    inner: P,
+    _item: PhantomData<fn() -> T>,
+}
+
+impl<T, P: Clone> Clone for Ranged<T, P> {
+    fn clone(&self) -> Self {
+        Ranged::new(self.inner.clone())
+    }
+}
+
+impl<T, P: std::fmt::Debug> std::fmt::Debug for Ranged<T, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl<T, P> Ranged<T, P> {
+    pub(crate) fn new(inner: P) -> Self {
+        Ranged {
+            inner,
+            _item: PhantomData,
+        }
+    }
+}
+
+impl<T, P> sealed::Sealed for Ranged<T, P> {}
+impl<T, P: Indexed<Item = T>> Indexed for Ranged<T, P> {}
+
+impl<T, P: Producer<Item = T>> Producer for Ranged<T, P> {
+    type Item = T;
+    type Iter<'p>
+        = P::Iter<'p>
+    where
+        Self: 'p;
+
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
+        // SAFETY: forwarded with the caller's guarantee (the same indices).
+        unsafe { self.inner.iter(r, token) }
+    }
+}
+
 /// A range of `char`s as a producer (`into_par_iter` on `a..b` and `a..=b` of `char`): the
 /// scalar values from `start`, the surrogates (`U+D800..=U+DFFF`, which are not `char`s)
 /// left out, as `Range<char>`'s iterator leaves them.
@@ -2109,10 +2160,14 @@ impl<I: Iterator> Iterator for BridgePart<'_, I> {
 ///    every part stops at its next take, and the loop re-raises the panic.
 /// 5. Race with itself: `children_of` may wait through the runtime (an `io` wait, a nested
 ///    loop's scope, a `join`), and a worker that waits runs other jobs, among them another
-///    part of this walk (a participant still queued, a joiner). That part must not wait in
-///    step 1 for the node being expanded lower on its own stack: it would wait for itself.
-///    So a thread expanding a node of a walk (`EXPANDING`) does not wait in that walk's
-///    take: its part ends, and the expansion below goes on once the nested job returns.
+///    part of this walk or of another walk (a participant still queued, a joiner). That part
+///    must not wait in step 1: for this walk it would wait for the node being expanded lower
+///    on its own stack, for another walk a worker doing the same the other way round waits
+///    for it (two walks side by side, walks inside a parallel loop: they hung). So a thread
+///    expanding a node of any walk (`EXPANDING`) does not wait in a take: its part ends, and
+///    the expansion below goes on once the nested job returns. Its participant then uses up
+///    the walk's remaining places, each ending at once, and closes its offer: the walk goes
+///    on with the parts already in it, and no spare joins it any more.
 pub struct TreeWalk<S, B> {
     children_of: B,
     state: std::sync::Mutex<Walk<S>>,
@@ -2155,11 +2210,11 @@ impl<S, B> TreeWalk<S, B> {
     }
 
     /// Step 1: the next node to expand, waiting while others may still push some; `None`
-    /// once the walk is over or failed, or when this thread is expanding a node of this walk
-    /// lower on its stack (step 5).
+    /// once the walk is over or failed, or, rather than wait, when this thread is expanding
+    /// a node of any walk lower on its stack (step 5).
     fn take(&self) -> Option<S> {
         use std::sync::PoisonError;
-        let nested = EXPANDING.with(|e| e.borrow().contains(&self.id()));
+        let nested = EXPANDING.get() > 0;
         // Counted as a runtime lock while held or waited for (`sync::Held`).
         let _held = crate::sync::Held::new();
         let mut walk = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -2180,11 +2235,6 @@ impl<S, B> TreeWalk<S, B> {
             }
             walk = self.more.wait(walk).unwrap_or_else(PoisonError::into_inner);
         }
-    }
-
-    /// The walk's identity on [`EXPANDING`]: its address.
-    fn id(&self) -> usize {
-        std::ptr::from_ref(self).addr()
     }
 
     /// Step 3 (and 4 when `failed`): a taken node's children pushed.
@@ -2211,9 +2261,8 @@ impl<S, B> TreeWalk<S, B> {
 }
 
 thread_local! {
-    /// The walks ([`TreeWalk::id`]) this thread is expanding a node of, innermost last
-    /// (step 5).
-    static EXPANDING: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// How many nodes, of any walk, this thread is expanding (nested in one another, step 5).
+    static EXPANDING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// A node being expanded on this thread (steps 2 and 5): listed on [`EXPANDING`] while it
@@ -2225,14 +2274,14 @@ struct Expanding<'w, S, B> {
 
 impl<'w, S, B> Expanding<'w, S, B> {
     fn new(walk: &'w TreeWalk<S, B>) -> Self {
-        EXPANDING.with(|e| e.borrow_mut().push(walk.id()));
+        EXPANDING.set(EXPANDING.get() + 1);
         Expanding { walk, done: false }
     }
 
     /// Step 3: the children pushed.
     fn done(mut self, children: Vec<S>) {
         self.done = true;
-        EXPANDING.with(|e| e.borrow_mut().pop());
+        EXPANDING.set(EXPANDING.get() - 1);
         self.walk.finish(children, false);
     }
 }
@@ -2240,7 +2289,7 @@ impl<'w, S, B> Expanding<'w, S, B> {
 impl<S, B> Drop for Expanding<'_, S, B> {
     fn drop(&mut self) {
         if !self.done {
-            EXPANDING.with(|e| e.borrow_mut().pop());
+            EXPANDING.set(EXPANDING.get() - 1);
             self.walk.finish(Vec::new(), true);
         }
     }
