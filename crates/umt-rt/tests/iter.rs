@@ -2455,27 +2455,47 @@ fn a_parallel_tree_walk_visits_every_node_once_and_passes_panics_on() {
     assert!(count > 1, "the runtime lives on");
 }
 
-/// A `children_of` that waits through the runtime does not deadlock the walk: a worker
-/// waiting in `io::readable` runs other jobs, among them a still-queued part of the same
-/// walk, which must not wait for the expansion below it on its own stack (step 5 of
-/// `TreeWalk`; it hung every time before). Two cores, node 1's expansion waits for a pipe
-/// another thread writes; each round must end within `patience` (a failure, not a timing).
-#[test]
-fn a_tree_walk_whose_children_of_waits_through_the_runtime_ends() {
-    let patience = std::time::Duration::from_secs(60);
-    let rt: &'static Runtime = Box::leak(Box::new(
+/// A two-core runtime for the tests that may leave a thread behind: it lives on.
+fn leaked_two_cores() -> &'static Runtime {
+    Box::leak(Box::new(
         Runtime::builder()
             .num_threads(2)
             .monitor(BackendKind::Disabled)
             .build()
             .unwrap(),
-    ));
+    ))
+}
+
+/// `f`'s result, run on a thread of its own; fails the test, naming `what`, if that does
+/// not end within a minute (a failure, not a timing: a deadlock leaves the thread behind).
+fn ends<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done_tx, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done_tx.send(f());
+    });
+    done.recv_timeout(std::time::Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("{what}: did not end (deadlock)"))
+}
+
+/// A `children_of` that waits through the runtime does not deadlock the walk: a worker
+/// waiting in `io::readable` runs other jobs, among them a still-queued part of the same
+/// walk, which must not wait for the expansion below it on its own stack (step 5 of
+/// `TreeWalk`; it hung every time before). Two cores, node 1's expansion waits for a pipe
+/// another thread writes.
+#[test]
+fn a_tree_walk_whose_children_of_waits_through_the_runtime_ends() {
+    let rt = leaked_two_cores();
     for round in 0..10 {
-        let (done_tx, done) = std::sync::mpsc::channel();
         let (rx, mut tx) = std::io::pipe().unwrap();
         let started = std::sync::Arc::new(std::sync::Barrier::new(2));
         let in_wait = started.clone();
+        // Writes once node 1's expansion has begun, a little later, while it waits.
         std::thread::spawn(move || {
+            started.wait();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            std::io::Write::write_all(&mut tx, b"x").unwrap();
+        });
+        let visits = ends(&format!("round {round}"), move || {
             let visits = AtomicUsize::new(0);
             rt.install(|| {
                 umt_rt::iter::walk_tree(0u8, |n: &u8| -> Vec<u8> {
@@ -2493,16 +2513,9 @@ fn a_tree_walk_whose_children_of_waits_through_the_runtime_ends() {
                     visits.fetch_add(1, Ordering::SeqCst);
                 })
             });
-            let _ = done_tx.send(visits.load(Ordering::SeqCst));
+            visits.into_inner()
         });
-        // Node 1's expansion has begun; the pipe is written a little later, while it waits.
-        started.wait();
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        std::io::Write::write_all(&mut tx, b"x").unwrap();
-        match done.recv_timeout(patience) {
-            Ok(visits) => assert_eq!(visits, 3, "round {round}"),
-            Err(_) => panic!("round {round}: the walk did not end (deadlock)"),
-        }
+        assert_eq!(visits, 3, "round {round}");
     }
 }
 
@@ -2521,17 +2534,9 @@ fn wait_through_the_runtime(us: u64) {
 /// walks, walks as the items of a parallel loop), on two cores: a worker waiting in one
 /// walk's expansion runs a part of the other, which must not wait for a worker doing the
 /// same the other way round (step 5 of `TreeWalk`: these hung, most in the first round).
-/// Each round must end within `patience` (a failure, not a timing).
 #[test]
 fn tree_walks_side_by_side_whose_children_of_wait_through_the_runtime_end() {
-    let patience = std::time::Duration::from_secs(60);
-    let rt: &'static Runtime = Box::leak(Box::new(
-        Runtime::builder()
-            .num_threads(2)
-            .monitor(BackendKind::Disabled)
-            .build()
-            .unwrap(),
-    ));
+    let rt = leaked_two_cores();
     // Node `n`'s children `4n + 1 ..= 4n + 4` below 85 (three levels); the inner nodes wait.
     fn kids(n: &u32) -> Vec<u32> {
         if *n < 21 {
@@ -2546,8 +2551,7 @@ fn tree_walks_side_by_side_whose_children_of_wait_through_the_runtime_end() {
         prefix.push(n);
     }
     for round in 0..10 {
-        let (done_tx, done) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
+        let (a, b, pre, post, in_loop) = ends(&format!("round {round}"), move || {
             rt.install(|| {
                 let (a, b) = umt_rt::join(
                     || umt_rt::iter::walk_tree(0u32, kids).count(),
@@ -2561,15 +2565,10 @@ fn tree_walks_side_by_side_whose_children_of_wait_through_the_runtime_end() {
                     .into_par_iter()
                     .map(|_| umt_rt::iter::walk_tree(0u32, kids).count())
                     .sum();
-                let _ = done_tx.send((a, b, pre, post, in_loop));
-            });
+                (a, b, pre, post, in_loop)
+            })
         });
-        match done.recv_timeout(patience) {
-            Ok((a, b, pre, post, in_loop)) => {
-                assert_eq!((a, b, post, in_loop), (85, 85, 85, 6 * 85), "round {round}");
-                assert_eq!(pre, prefix, "round {round}");
-            }
-            Err(_) => panic!("round {round}: the walks did not end (deadlock)"),
-        }
+        assert_eq!((a, b, post, in_loop), (85, 85, 85, 6 * 85), "round {round}");
+        assert_eq!(pre, prefix, "round {round}");
     }
 }
