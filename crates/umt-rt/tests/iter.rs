@@ -2257,15 +2257,17 @@ fn a_search_in_blocks_runs_no_block_past_the_deciding_one() {
 /// producer's item the compiler cannot see through.
 #[test]
 fn a_range_of_plain_literals_takes_its_type_from_its_use() {
-    let v = (0..5).into_par_iter().map(|x| x * 2).collect::<Vec<_>>();
-    let w: Vec<i32> = v;
-    assert_eq!(w, [0, 2, 4, 6, 8]);
-    assert!((1..=3).into_par_iter().eq(vec![1, 2, 3]));
     fn takes(x: u64) -> u64 {
         x
     }
     let table = [5i32, 6, 7];
+    // On this file's runtime, not the global one: inside the patched kernel's VM a global
+    // runtime would hold the one Kernel monitor a process may have, which other tests need.
     rt().install(|| {
+        let v = (0..5).into_par_iter().map(|x| x * 2).collect::<Vec<_>>();
+        let w: Vec<i32> = v;
+        assert_eq!(w, [0, 2, 4, 6, 8]);
+        assert!((1..=3).into_par_iter().eq(vec![1, 2, 3]));
         assert_eq!((0..3).into_par_iter().map(|i| table[i]).sum::<i32>(), 18);
         (0..10).into_par_iter().for_each(|i| {
             let _: usize = i;
@@ -2382,7 +2384,7 @@ proptest! {
             prop_assert_eq!(words, v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(","));
             Ok(())
         })?;
-        let five: Vec<u8> = umt_rt::iter::repeat(1u8).intersperse(0).take(5).collect();
+        let five: Vec<u8> = rt().install(|| umt_rt::iter::repeat(1u8).intersperse(0).take(5).collect());
         prop_assert_eq!(five, [1, 0, 1, 0, 1]);
     }
 }
