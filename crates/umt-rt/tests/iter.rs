@@ -12,6 +12,15 @@ use umt_rt::{BackendKind, Runtime};
 
 mod common;
 
+/// A runtime of `threads` cores without a monitor (the tests that count items or steps).
+fn unmonitored(threads: usize) -> Runtime {
+    Runtime::builder()
+        .num_threads(threads)
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap()
+}
+
 /// One runtime for the property tests (a runtime per case would dominate their time).
 fn rt() -> &'static Runtime {
     static RT: OnceLock<Runtime> = OnceLock::new();
@@ -354,11 +363,7 @@ fn large_sorts_match_the_standard_ones() {
 #[test]
 fn searches_over_a_range_no_loop_could_walk_end_once_decided() {
     for threads in [1, 2] {
-        let rt = Runtime::builder()
-            .num_threads(threads)
-            .monitor(BackendKind::Disabled)
-            .build()
-            .unwrap();
+        let rt = unmonitored(threads);
         for s in [
             Schedule::Static,
             Schedule::StaticSteal,
@@ -417,11 +422,7 @@ fn searches_over_a_range_no_loop_could_walk_end_once_decided() {
 /// participant, the loop visits exactly the items up to the one that decides.
 #[test]
 fn short_circuiting_consumers_stop_once_decided() {
-    let rt = Runtime::builder()
-        .num_threads(1)
-        .monitor(BackendKind::Disabled)
-        .build()
-        .unwrap();
+    let rt = unmonitored(1);
     let n = 100_000usize;
     for s in [
         Schedule::StaticSteal,
@@ -2179,11 +2180,7 @@ proptest! {
 #[test]
 fn a_search_in_blocks_runs_no_block_past_the_deciding_one() {
     for threads in [1, 2] {
-        let rt = Runtime::builder()
-            .num_threads(threads)
-            .monitor(BackendKind::Disabled)
-            .build()
-            .unwrap();
+        let rt = unmonitored(threads);
         for s in ALL {
             let highest = AtomicUsize::new(0);
             let look = |i: usize| {
@@ -2395,11 +2392,7 @@ proptest! {
 /// and the runtime runs the next walk.
 #[test]
 fn a_parallel_tree_walk_visits_every_node_once_and_passes_panics_on() {
-    let rt = Runtime::builder()
-        .num_threads(2)
-        .monitor(BackendKind::Disabled)
-        .build()
-        .unwrap();
+    let rt = unmonitored(2);
     // Node `n`'s children: a hash of `n` says how many (0 to 4), below `limit`.
     let kids = |limit: u32| {
         move |n: &u32| -> Vec<u32> {
@@ -2459,13 +2452,7 @@ fn a_parallel_tree_walk_visits_every_node_once_and_passes_panics_on() {
 
 /// A two-core runtime for the tests that may leave a thread behind: it lives on.
 fn leaked_two_cores() -> &'static Runtime {
-    Box::leak(Box::new(
-        Runtime::builder()
-            .num_threads(2)
-            .monitor(BackendKind::Disabled)
-            .build()
-            .unwrap(),
-    ))
+    Box::leak(Box::new(unmonitored(2)))
 }
 
 /// `f`'s result, run on a thread of its own; fails the test, naming `what`, if that does
