@@ -39,6 +39,18 @@
 //!    set: its workers never take the turn (the reactor is the parent's).
 //! 8. **R8 — a failed wait.** A worker whose `epoll_wait` fails says so once and no worker
 //!    takes the turn again; the reactor thread serves alone, as with `drive_io(false)`.
+//! 9. **R9 — stand by while workers look.** Busy workers take the events between their jobs
+//!    (`crate::drive`, D7), each look counted. Before each of its waits the reactor thread
+//!    compares that count with the one it saw last: while it grows, the thread waits out of
+//!    the set, a `STANDBY` at a time, so an event that comes meanwhile wakes no thread and
+//!    waits for the next look. The stand-by ends when one passes with no look (the workers
+//!    park, block in the kernel, or run long jobs), or when a driving worker gives the turn
+//!    back (it leaves the set to run what it found, and the other idle workers are parked on
+//!    their futexes, out of it): an event then waits at most about two stand-bys, and is
+//!    never lost (an edge stays in epoll's ready list until a wait reports it). A look reads
+//!    no kick of a driving worker's (that worker holds the turn), and nobody waits for a
+//!    look's turn: a worker about to drive (R5) waits the look out, the reactor thread's R7
+//!    waits only for a driving worker's turn.
 //!
 //! Races: an edge that arrives between a `WouldBlock` and the clearing of the flag advances the
 //! tick, so the flag stays set and the operation is tried again (no lost edge). A waker stored
@@ -78,7 +90,7 @@ use std::future::poll_fn;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd};
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
 
@@ -147,6 +159,22 @@ impl Source {
 /// The key of the reactor's eventfd in its epoll set (sources count up from 0).
 const KICK: u64 = u64::MAX;
 
+/// [`Reactor::turn`]: nobody holds it.
+const FREE: u8 = 0;
+/// [`Reactor::turn`]: a worker waits in the set (R5).
+const DRIVING: u8 = 1;
+/// [`Reactor::turn`]: a busy worker looks (D7).
+const LOOKING: u8 = 2;
+/// R5: how many times a worker about to drive tries for a turn held by a look, first
+/// spinning, then yielding, before it parks on its futex instead.
+const LOOK_WAIT_ROUNDS: u32 = 64;
+
+/// R9: how long the reactor thread stays out of the set once it saw busy workers look. An
+/// event that comes while every worker stops looking (blocked, or in a long job) waits about
+/// this long, twice at worst, where tokio's waits for a busy worker's next look however long
+/// that takes; shorter, the thread wakes more often for nothing while workers look.
+const STANDBY: std::time::Duration = std::time::Duration::from_micros(500);
+
 /// The process's reactor: its epoll set and the sources by key, and the turn that idle
 /// workers take to wait in the set themselves (R5–R8, `crate::drive`).
 struct Reactor {
@@ -155,13 +183,18 @@ struct Reactor {
     next_key: AtomicU64,
     /// R7: in the set, level-triggered; written to wake the worker that holds the turn.
     kick: EventFd,
-    /// R5: a worker holds the turn.
-    turn: AtomicBool,
+    /// R5: who holds the turn: nobody ([`FREE`]), a driving worker ([`DRIVING`]) or a busy
+    /// worker's look ([`LOOKING`], D7).
+    turn: AtomicU8,
     /// The reactor thread waits here for the turn to be given back (R7).
     turn_lock: Mutex<()>,
     turn_given: Condvar,
     /// A driving worker's `epoll_wait` failed: workers park as before.
     failed: AtomicBool,
+    /// R9: busy workers' looks so far.
+    looks: AtomicU64,
+    /// R9: turns given back by driving workers so far (each is told on `turn_given`).
+    drives: AtomicU64,
     /// The process that made the set: a child of `fork` shares it and its eventfd, and its
     /// workers must not take the parent's events.
     pid: u32,
@@ -197,7 +230,7 @@ impl Reactor {
                 // turn is looked at: a kick written after the look would otherwise be read
                 // here, unseen by the worker it was for.
                 let read = self.kick.read().is_ok();
-                if !driver && read && self.turn.load(Ordering::SeqCst) {
+                if !driver && read && self.turn.load(Ordering::SeqCst) == DRIVING {
                     // R7: maybe the driving worker's: written again (a new edge, which wakes
                     // it), and this thread stays out of the set until the turn is back.
                     let _ = self.kick.write(1);
@@ -224,7 +257,9 @@ impl Reactor {
     fn run(&self) {
         let mut events = vec![EpollEvent::empty(); 256];
         let mut wake = Vec::new();
+        let mut looks = self.looks.load(Ordering::Relaxed);
         loop {
+            self.stand_by(&mut looks);
             let n = match self.epoll.wait(&mut events, EpollTimeout::NONE) {
                 Ok(n) => n,
                 Err(nix::errno::Errno::EINTR) => continue,
@@ -242,7 +277,7 @@ impl Reactor {
                 // R7: out of the set until the turn is given back, or the kick it did not
                 // read would wake it again at once.
                 let mut held = self.turn_lock.lock().unwrap_or_else(|p| p.into_inner());
-                while self.turn.load(Ordering::SeqCst) {
+                while self.turn.load(Ordering::SeqCst) == DRIVING {
                     held = self
                         .turn_given
                         .wait(held)
@@ -255,51 +290,60 @@ impl Reactor {
 
 /// R5–R8: idle workers wait in the reactor's set, one at a time (`crate::drive`).
 impl crate::drive::Driver for Reactor {
-    /// R5; never after R8.
+    /// R5; never after R8. A busy worker's look (D7) holds the turn for one `epoll_wait`
+    /// that does not wait: the worker waits for it to end rather than park on its futex,
+    /// where no event would reach it (a while, then it parks there).
     fn try_take(&self) -> bool {
-        self.usable()
-            && self
+        if !self.usable() {
+            return false;
+        }
+        for round in 0..LOOK_WAIT_ROUNDS {
+            match self
                 .turn
-                .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
-                .is_ok()
+                .compare_exchange(FREE, DRIVING, Ordering::SeqCst, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(LOOKING) if round < LOOK_WAIT_ROUNDS / 2 => std::hint::spin_loop(),
+                Err(LOOKING) => std::thread::yield_now(),
+                Err(_) => return false,
+            }
+        }
+        false
     }
 
     /// R5, a look: what `try_take` would say, without taking the turn.
     fn is_free(&self) -> bool {
-        self.usable() && !self.turn.load(Ordering::Relaxed)
+        self.usable() && self.turn.load(Ordering::Relaxed) != DRIVING
     }
 
     /// R6: one `epoll_wait` in the reactor's set; the events' wakers are kept in this thread.
     fn wait(&self) -> Waited {
-        EVENTS.with_borrow_mut(|events| {
-            match self.epoll.wait(events, EpollTimeout::NONE) {
-                Ok(n) => TAKEN.with_borrow_mut(|taken| {
-                    let before = taken.len();
-                    self.take(&events[..n], true, taken);
-                    if taken.len() > before {
-                        Waited::Events
-                    } else {
-                        Waited::Nothing
-                    }
-                }),
-                Err(nix::errno::Errno::EINTR) => Waited::Nothing,
-                Err(e) => {
-                    self.failed.store(true, Ordering::Relaxed);
-                    crate::diag::emit(&format!(
-                        "umt-rt: idle workers stop waiting for I/O events themselves: \
-                         epoll_wait failed ({e}); the reactor thread alone waits for them"
-                    ));
-                    Waited::Failed
-                }
-            }
-        })
+        self.wait_for(EpollTimeout::NONE)
     }
 
-    /// R7: the reactor thread may be waiting for the turn.
+    /// D7 and R9: a busy worker's look, counted; `None` while the turn is held.
+    fn look(&self) -> Option<Waited> {
+        if !self.usable()
+            || self
+                .turn
+                .compare_exchange(FREE, LOOKING, Ordering::SeqCst, Ordering::Relaxed)
+                .is_err()
+        {
+            return None;
+        }
+        self.looks.fetch_add(1, Ordering::Relaxed);
+        let looked = self.wait_for(EpollTimeout::ZERO);
+        // Nobody waits for a look's turn (R7 and R9 wait for a driving worker's).
+        self.turn.store(FREE, Ordering::SeqCst);
+        Some(looked)
+    }
+
+    /// R7 and R9: the reactor thread may be waiting for the turn, or standing by.
     fn release(&self) {
-        self.turn.store(false, Ordering::SeqCst);
+        self.turn.store(FREE, Ordering::SeqCst);
+        self.drives.fetch_add(1, Ordering::SeqCst);
         let _held = crate::sync::lock_std(&self.turn_lock);
-        self.turn_given.notify_one();
+        self.turn_given.notify_all();
     }
 
     fn dispatch(&self) {
@@ -311,6 +355,54 @@ impl crate::drive::Driver for Reactor {
     fn kick(&self) {
         // Non-blocking: fails only when the counter is full, which wakes the waiter anyway.
         let _ = self.kick.write(1);
+    }
+}
+
+impl Reactor {
+    /// R9: while busy workers look (the count grew since `looks`, which is brought up to
+    /// date), the reactor thread stays out of the set, a [`STANDBY`] at a time, until a
+    /// stand-by passes with no look or a driving worker gives the turn back (it left the set,
+    /// and idle workers may be parked on their futexes, out of it).
+    fn stand_by(&self, looks: &mut u64) {
+        let drives = self.drives.load(Ordering::SeqCst);
+        let mut held = self.turn_lock.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let now = self.looks.load(Ordering::Relaxed);
+            if now == *looks || self.drives.load(Ordering::SeqCst) != drives {
+                return;
+            }
+            *looks = now;
+            held = self
+                .turn_given
+                .wait_timeout(held, STANDBY)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// R6 and D7: one `epoll_wait` in the set, turn held, for at most `timeout`; the events'
+    /// wakers are kept in this thread. A failure stops the workers' turns (R8).
+    fn wait_for(&self, timeout: EpollTimeout) -> Waited {
+        EVENTS.with_borrow_mut(|events| match self.epoll.wait(events, timeout) {
+            Ok(n) => TAKEN.with_borrow_mut(|taken| {
+                let before = taken.len();
+                self.take(&events[..n], true, taken);
+                if taken.len() > before {
+                    Waited::Events
+                } else {
+                    Waited::Nothing
+                }
+            }),
+            Err(nix::errno::Errno::EINTR) => Waited::Nothing,
+            Err(e) => {
+                self.failed.store(true, Ordering::Relaxed);
+                crate::diag::emit(&format!(
+                    "umt-rt: idle workers stop waiting for I/O events themselves: \
+                     epoll_wait failed ({e}); the reactor thread alone waits for them"
+                ));
+                Waited::Failed
+            }
+        })
     }
 }
 
@@ -334,10 +426,12 @@ fn reactor() -> io::Result<&'static Reactor> {
                 sources: Mutex::new(HashMap::new()),
                 next_key: AtomicU64::new(0),
                 kick,
-                turn: AtomicBool::new(false),
+                turn: AtomicU8::new(FREE),
                 turn_lock: Mutex::new(()),
                 turn_given: Condvar::new(),
                 failed: AtomicBool::new(false),
+                looks: AtomicU64::new(0),
+                drives: AtomicU64::new(0),
                 pid: std::process::id(),
             }));
             std::thread::Builder::new()

@@ -87,9 +87,11 @@ where
     F::Output: Send + 'static,
 {
     /// A2: queues the task, whose state the caller has just set to `SCHEDULED`: on the
-    /// calling worker's deque, or from outside the runtime (and always when `fifo`: its own
-    /// poller requeues it) on its shared queue, behind what waits there, so that a future that
-    /// wakes itself in a loop does not keep its worker from the others. A runtime that is
+    /// calling worker's deque, or from outside the runtime, from a worker's busy look for I/O
+    /// events (D7 of `drive.rs`), and always when `fifo` (its own poller requeues it), on the
+    /// runtime's queue of woken futures, behind what waits there, served first woken first
+    /// polled: a future that wakes itself in a loop does not keep its worker from the others,
+    /// and no connection of a busy server waits behind those woken after it. A runtime that is
     /// gone or shutting down cancels it instead.
     fn queue(self: Arc<Self>, fifo: bool) {
         let Some(reg) = self.reg.upgrade() else {
@@ -103,8 +105,10 @@ where
             Job::new(move || task.run())
         };
         with_current(|ctx| match ctx {
-            Some(ctx) if !fifo && Arc::ptr_eq(ctx.registry(), &reg) => ctx.push(job),
-            _ => reg.inject(job),
+            Some(ctx) if !fifo && ctx.queues_wakes_here() && Arc::ptr_eq(ctx.registry(), &reg) => {
+                ctx.push(job)
+            }
+            _ => reg.inject_wake(job),
         });
     }
 

@@ -44,6 +44,24 @@
 //!    slept waiting for a latch of its own, to which it goes back; further ones do, as any
 //!    push. No push makes a scheduling point meanwhile, so the worker cannot surrender with
 //!    wakers still in its hands.
+//! 7. **D7 — a busy look.** Between two jobs, a worker whose own deque is empty (it is about
+//!    to look for work elsewhere), or whose last look is 50 us old, takes the turn if nobody
+//!    holds it, takes the events that came without waiting ([`Driver::look`]), gives the turn
+//!    back, and wakes their futures onto the runtime's queue of woken futures, in their
+//!    events' order, waking idle cores for them. Workers take from that queue one future at a
+//!    time, first woken first polled, and every 61st job of a worker's main loop comes from
+//!    the shared queues before its own deque (tokio's workers look at their global queue as
+//!    often), so a worker whose deque never empties still serves them. While workers look,
+//!    the reactor thread stays out of the set (R9 of `async_io.rs`), so under load an event
+//!    costs no thread a wake-up: it waits for the next look. A leader whose core has no ready
+//!    worker and nothing queued looks too (L3 in `leader.rs`), so that a spare runs the
+//!    futures of events that came while every worker of the core blocked in the kernel.
+//!    (`serve --cold-files 0`, closed loop, 2 cores: the reactor thread woke 1.4 times per
+//!    request before, and umt served 0.84-0.90x tokio's requests without blocking and
+//!    1.92-1.97x with one request in 10 blocking; after, 0.96x and 2.09-2.13x.) Woken futures
+//!    one at a time, not the worker's deque or a batch in it: a deque is served newest first,
+//!    and under load the connections heard from last were served again and again before the
+//!    others (the same runs: p99 10-11 ms with batches, 3.3-3.9 ms one at a time, tokio's 13).
 //!
 //! Races:
 //! - **A notification between D1 and D3** (the lost wake-up): D2 and D4 are a Dekker pair,
@@ -61,6 +79,17 @@
 //! - **A kick that comes after the turn was given back** (the notifier read `driving` just
 //!   before D5) stays in the eventfd: the next waiter (the reactor thread, or the next worker
 //!   to drive) reads it and goes on. A stale kick costs one spurious wake-up, never a lost one.
+//! - **A look beside a worker going to park**: the look holds the turn, so the parking worker
+//!   (D1) finds it taken and parks on its futex; the looker wakes an idle core for each future
+//!   it queues, and any other new work notifies it as before. A look never takes a kick meant
+//!   for a driving worker (that worker holds the turn); a stale kick it reads was a hint, the
+//!   `notified` flag stays set. Loom:
+//!   `loom_tests::a_busy_look_keeps_no_notification_from_a_parking_worker`.
+//! - **Events while every worker is busy and none looks** (all blocked in the kernel, or in
+//!   long jobs): they wait in the set until the reactor thread's stand-by ends (R9: a
+//!   stand-by with no look, or a driving worker's turn given back) or a leader looks (L3),
+//!   never longer, and are never lost: an edge stays in epoll's ready list until a wait
+//!   reports it.
 //! - **Events seen by a worker whose wake was already in flight** (a waker took it out of the
 //!   pool meanwhile): it ends that wake (`Pools::woken`) and dispatches them; the waker's
 //!   notification stays for its next wait, which returns at once (a notification is a hint).
@@ -99,6 +128,10 @@ pub(crate) trait Driver: Sync {
     fn dispatch(&self);
     /// D4: makes the current or the next [`Driver::wait`] return.
     fn kick(&self);
+    /// D7: takes the turn if nobody holds it, takes the events that came without waiting
+    /// (as [`Driver::wait`] does), and gives the turn back; `None` if the turn was held. The
+    /// caller's [`Driver::dispatch`] wakes their futures.
+    fn look(&self) -> Option<Waited>;
 }
 
 /// The process's driver, once a feature started one.

@@ -961,6 +961,59 @@ mod loom_tests {
             lock(&self.state).1 = true;
             self.changed.notify_all();
         }
+
+        fn look(&self) -> Option<Waited> {
+            let mut s = lock(&self.state);
+            if s.0 {
+                return None;
+            }
+            // Turn held for the look, under the lock: nobody else sees it taken. A stale
+            // kick is read as the real one would be.
+            if std::mem::take(&mut s.1) {
+                return Some(Waited::Nothing);
+            }
+            Some(if s.2 > 0 {
+                s.2 -= 1;
+                Waited::Events
+            } else {
+                Waited::Nothing
+            })
+        }
+    }
+
+    /// D7 of `drive.rs`: a busy worker looks into the driver (it takes the turn for a moment
+    /// and may read a kick) while another worker goes to sleep and a spawner pushes a job and
+    /// notifies it: whatever the interleaving, the sleeper runs the job, with no wake left in
+    /// flight, and the turn ends free.
+    #[test]
+    fn a_busy_look_keeps_no_notification_from_a_parking_worker() {
+        loom::model(|| {
+            let pools = Arc::new(Pools::new(1, 2));
+            let model = ModelDriver::leaked();
+            let driver: &'static dyn Driver = model;
+            let jobs = Arc::new(AtomicUsize::new(0));
+            let mb = mailbox();
+            let worker = {
+                let (pools, jobs, mb) = (pools.clone(), jobs.clone(), mb.clone());
+                loom::thread::spawn(move || {
+                    let me = publish(&mb);
+                    while jobs.load(Ordering::SeqCst) == 0 {
+                        let no_handoff = |_| panic!("nobody surrendered");
+                        let recheck = || jobs.load(Ordering::SeqCst) > 0;
+                        pools.sleep(0, 0, &me, no_handoff, recheck, Some(driver));
+                    }
+                    jobs.fetch_sub(1, Ordering::SeqCst);
+                })
+            };
+            let looker = loom::thread::spawn(move || driver.look());
+            jobs.fetch_add(1, Ordering::SeqCst);
+            pools.wake_for_work(|_| receive(&mb).notify());
+            worker.join().unwrap();
+            looker.join().unwrap();
+            assert_eq!(pools.counts(0), (1, 1));
+            assert!(!pools.leader_view(0).1, "no wake left in flight");
+            assert!(driver.try_take(), "the turn was given back");
+        });
     }
 
     /// A worker goes to sleep (with the I/O driver, if `driven`) while a spawner pushes a job

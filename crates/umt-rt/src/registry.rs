@@ -147,6 +147,9 @@ pub(crate) struct Registry {
     pub(crate) slots: Box<[CachePadded<Slot>]>,
     /// Work pushed from outside the pool.
     pub(crate) injector: Injector<Job>,
+    /// Futures woken outside a worker's own deque (by I/O events, another thread, or
+    /// themselves), taken one at a time, first woken first polled (A2 of `async_task.rs`).
+    pub(crate) wakes: Injector<Job>,
     /// Per core, work only that core's workers may run (`broadcast`); not stolen.
     pub(crate) inboxes: Box<[Injector<Job>]>,
     /// Work offered outside the queues (a running loop's chunks: `offer.rs`).
@@ -229,6 +232,7 @@ impl Registry {
             config,
             slots,
             injector: Injector::new(),
+            wakes: Injector::new(),
             inboxes: (0..cores).map(|_| Injector::new()).collect(),
             offers: Offers::default(),
             monitor,
@@ -335,6 +339,16 @@ impl Registry {
         self.pools.wake_for_work(|w| self.notify(w));
     }
 
+    /// Queues a woken future's `job` on [`Registry::wakes`], and wakes a worker as
+    /// [`Registry::inject`] does.
+    pub(crate) fn inject_wake(&self, job: Job) {
+        {
+            let _held = crate::sync::Held::new();
+            self.wakes.push(job);
+        }
+        self.pools.wake_for_work(|w| self.notify(w));
+    }
+
     /// Queues `job` for the workers of `core` only, and wakes one if the core has none
     /// active. The fence pairs with S2 of `Pools::sleep`, as in [`Registry::inject`]: either a
     /// worker going to sleep sees the job (its recheck reads its core's inbox), or this sees
@@ -359,6 +373,7 @@ impl Registry {
     /// (a running loop with chunks left: `offer.rs`).
     pub(crate) fn has_work(&self) -> bool {
         !self.injector.is_empty()
+            || !self.wakes.is_empty()
             || (0..self.cores()).any(|core| {
                 self.stealable_slots(core, 0)
                     .any(|i| !self.slots[i].stealer.is_empty())
