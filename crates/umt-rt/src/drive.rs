@@ -50,8 +50,8 @@
 //!    back, and wakes their futures onto the runtime's queue of woken futures, in their
 //!    events' order, waking idle cores for them. Workers take from that queue one future at a
 //!    time, first woken first polled, and every 61st job of a worker's main loop comes from
-//!    the shared queues before its own deque (tokio's workers look at their global queue as
-//!    often), so a worker whose deque never empties still serves them. While workers look,
+//!    it before its own deque (tokio's workers look at their global queue as often), so a
+//!    worker whose deque never empties still serves them. While workers look,
 //!    the reactor thread stays out of the set (R9 of `async_io.rs`), so under load an event
 //!    costs no thread a wake-up: it waits for the next look. A leader whose core has no ready
 //!    worker and nothing queued looks too (L3 in `leader.rs`), so that a spare runs the
@@ -59,9 +59,11 @@
 //!    (`serve --cold-files 0`, closed loop, 2 cores: the reactor thread woke 1.4 times per
 //!    request before, and umt served 0.84-0.90x tokio's requests without blocking and
 //!    1.92-1.97x with one request in 10 blocking; after, 0.96x and 2.09-2.13x.) Woken futures
-//!    one at a time, not the worker's deque or a batch in it: a deque is served newest first,
-//!    and under load the connections heard from last were served again and again before the
-//!    others (the same runs: p99 10-11 ms with batches, 3.3-3.9 ms one at a time, tokio's 13).
+//!    one at a time, not into the looker's deque (served newest first: under load the
+//!    connections heard from last were served again and again before the others, p99 2.4x
+//!    tokio's) nor in batches (a batch waits in one worker's deque while that worker runs, or
+//!    blocks in, the first: p99 10-11 ms in the same runs, one at a time 3.3-3.9 ms, tokio's
+//!    13).
 //!
 //! Races:
 //! - **A notification between D1 and D3** (the lost wake-up): D2 and D4 are a Dekker pair,

@@ -119,7 +119,7 @@ impl Drop for TaskGuard<'_> {
     }
 }
 
-/// A worker's main loop takes every this-many-th job from the shared queues first
+/// A worker's main loop takes every this-many-th job from the woken futures first
 /// (`WorkerCtx::shared_first`).
 const SHARED_FIRST: u32 = 61;
 
@@ -138,10 +138,10 @@ enum Dispatch {
     KeepNext,
     /// Waking them, the first pushed: pushes wake idle cores, make no scheduling point.
     On,
-    /// Waking the futures of a busy look (D7 of `drive.rs`): they go to the runtime's shared
-    /// queue, in their events' order, and wake idle cores. This worker has work of its own
-    /// queued; its deque, newest first, would serve the last connection heard from before the
-    /// others.
+    /// Waking the futures of a busy look (D7 of `drive.rs`): they go to the runtime's queue of
+    /// woken futures, in their events' order, and wake idle cores. This worker has work of its
+    /// own queued; its deque, newest first, would serve the last connection heard from before
+    /// the others.
     Shared,
 }
 
@@ -562,10 +562,11 @@ impl WorkerCtx {
                 Steal::Empty => break,
             }
         }
-        // Woken futures one at a time, in the order they were woken: a batch in this
-        // worker's deque would be served newest first, and the connections woken first of a
-        // busy server would wait behind the others (closed-loop `serve`, 1 in 10 requests
-        // blocking: p99 3.7 ms one at a time against 11 ms in batches, tokio's 13).
+        // Woken futures one at a time, in the order they were woken: a batch moved into this
+        // worker's deque waits there while the worker runs the first, or blocks in it, and
+        // the connections in it wait behind the ones the other workers take after them
+        // (closed-loop `serve`, 1 in 10 requests blocking: p99 3.3-3.9 ms one at a time
+        // against 10-11 ms in batches, tokio's 13).
         if let Some(job) = self.take_wake() {
             return Some(job);
         }
@@ -584,11 +585,12 @@ impl WorkerCtx {
         })
     }
 
-    /// Every [`SHARED_FIRST`]-th job of the main loop comes from the shared queues first, the
-    /// woken futures' and the injector's, in turn: a worker whose own deque never empties (a
-    /// job that spawns the next) would leave them waiting for ever (tokio's workers look at
-    /// their global queue every 61 polls for the same reason). Not in waits for a latch,
-    /// whose own deque holds the job waited for.
+    /// Every [`SHARED_FIRST`]-th job of the main loop is the first woken future, if any,
+    /// before the own deque: a worker whose own deque never empties (a job that spawns the
+    /// next) would leave the futures woken by I/O waiting for ever (tokio's workers look at
+    /// their global queue every 61 polls for the same reason). Not the injector's jobs: a
+    /// batch of them may already be in the deque, and `spawn_fifo` starts them in order. Not
+    /// in waits for a latch, whose own deque holds the job waited for.
     fn shared_first(&self) -> Option<Job> {
         let tick = self.ticks.get().wrapping_add(1);
         self.ticks.set(tick);
@@ -596,18 +598,7 @@ impl WorkerCtx {
             return None;
         }
         self.look_for_events();
-        let injector = || loop {
-            match self.reg.injector.steal() {
-                Steal::Success(job) => return Some(job),
-                Steal::Retry => continue,
-                Steal::Empty => return None,
-            }
-        };
-        if (tick / SHARED_FIRST).is_multiple_of(2) {
-            self.take_wake().or_else(injector)
-        } else {
-            injector().or_else(|| self.take_wake())
-        }
+        self.take_wake()
     }
 
     /// The first woken future of [`Registry::wakes`], if any.
