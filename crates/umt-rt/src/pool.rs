@@ -903,7 +903,7 @@ mod loom_tests {
     /// whatever the interleaving, the job is run (a lost wake-up deadlocks, which loom reports).
     #[test]
     fn no_lost_wakeup_between_sleep_and_spawn() {
-        sleep_while_a_spawner_notifies(None);
+        sleep_while_a_spawner_notifies(None, false);
     }
 
     /// An I/O driver for the models: a wait returns on a kick (sticky, as an eventfd) or on
@@ -963,21 +963,22 @@ mod loom_tests {
         }
 
         fn look(&self) -> Option<Waited> {
-            let mut s = lock(&self.state);
-            if s.0 {
+            if !self.try_take() {
                 return None;
             }
-            // Turn held for the look, under the lock: nobody else sees it taken. A stale
-            // kick is read as the real one would be.
-            if std::mem::take(&mut s.1) {
-                return Some(Waited::Nothing);
-            }
-            Some(if s.2 > 0 {
+            // The turn is seen held between these two steps. A stale kick is read as the
+            // real one would be.
+            let mut s = lock(&self.state);
+            let looked = if std::mem::take(&mut s.1) {
+                Waited::Nothing
+            } else if s.2 > 0 {
                 s.2 -= 1;
                 Waited::Events
             } else {
                 Waited::Nothing
-            })
+            };
+            s.0 = false;
+            Some(looked)
         }
     }
 
@@ -987,40 +988,14 @@ mod loom_tests {
     /// flight, and the turn ends free.
     #[test]
     fn a_busy_look_keeps_no_notification_from_a_parking_worker() {
-        loom::model(|| {
-            let pools = Arc::new(Pools::new(1, 2));
-            let model = ModelDriver::leaked();
-            let driver: &'static dyn Driver = model;
-            let jobs = Arc::new(AtomicUsize::new(0));
-            let mb = mailbox();
-            let worker = {
-                let (pools, jobs, mb) = (pools.clone(), jobs.clone(), mb.clone());
-                loom::thread::spawn(move || {
-                    let me = publish(&mb);
-                    while jobs.load(Ordering::SeqCst) == 0 {
-                        let no_handoff = |_| panic!("nobody surrendered");
-                        let recheck = || jobs.load(Ordering::SeqCst) > 0;
-                        pools.sleep(0, 0, &me, no_handoff, recheck, Some(driver));
-                    }
-                    jobs.fetch_sub(1, Ordering::SeqCst);
-                })
-            };
-            let looker = loom::thread::spawn(move || driver.look());
-            jobs.fetch_add(1, Ordering::SeqCst);
-            pools.wake_for_work(|_| receive(&mb).notify());
-            worker.join().unwrap();
-            looker.join().unwrap();
-            assert_eq!(pools.counts(0), (1, 1));
-            assert!(!pools.leader_view(0).1, "no wake left in flight");
-            assert!(driver.try_take(), "the turn was given back");
-        });
+        sleep_while_a_spawner_notifies(Some(false), true);
     }
 
     /// A worker goes to sleep (with the I/O driver, if `driven`) while a spawner pushes a job
-    /// and notifies it (and, with `Some(true)`, an I/O event arrives too). Whatever the
-    /// interleaving, the worker runs the job, ends active with no wake left in flight, and
-    /// gives the turn back.
-    fn sleep_while_a_spawner_notifies(driven: Option<bool>) {
+    /// and notifies it (and, with `Some(true)`, an I/O event arrives too; with `looker`,
+    /// another thread looks into the driver, D7). Whatever the interleaving, the worker runs
+    /// the job, ends active with no wake left in flight, and gives the turn back.
+    fn sleep_while_a_spawner_notifies(driven: Option<bool>, looker: bool) {
         loom::model(move || {
             let pools = Arc::new(Pools::new(1, 2));
             let model = driven.map(|_| ModelDriver::leaked());
@@ -1042,9 +1017,15 @@ mod loom_tests {
             if let (Some(true), Some(model)) = (driven, model) {
                 model.post_event();
             }
+            let looker = driver
+                .filter(|_| looker)
+                .map(|d| loom::thread::spawn(move || d.look()));
             jobs.fetch_add(1, Ordering::SeqCst);
             pools.wake_for_work(|_| receive(&mb).notify());
             worker.join().unwrap();
+            if let Some(looker) = looker {
+                looker.join().unwrap();
+            }
             assert_eq!(pools.counts(0), (1, 1));
             assert_eq!(pools.idle_cores(), 0);
             assert!(!pools.leader_view(0).1, "no wake left in flight");
@@ -1059,14 +1040,14 @@ mod loom_tests {
     /// reports.
     #[test]
     fn a_notification_reaches_a_driving_worker() {
-        sleep_while_a_spawner_notifies(Some(false));
+        sleep_while_a_spawner_notifies(Some(false), false);
     }
 
     /// D6 and the race of events with a notification: the worker may wake for the event,
     /// leave the pool, and sleep again, or take both at once.
     #[test]
     fn events_and_a_notification_race_for_a_driving_worker() {
-        sleep_while_a_spawner_notifies(Some(true));
+        sleep_while_a_spawner_notifies(Some(true), false);
     }
 
     /// Two workers of one core both see oversubscription and try to surrender at once:
