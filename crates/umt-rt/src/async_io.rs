@@ -44,10 +44,13 @@
 //!    compares that count with the one it saw last: while it grows, the thread waits out of
 //!    the set, a `STANDBY` at a time, so an event that comes meanwhile wakes no thread and
 //!    waits for the next look. The stand-by ends when one passes with no look (the workers
-//!    park, block in the kernel, or run long jobs), or when a driving worker gives the turn
-//!    back (it leaves the set to run what it found, and the other idle workers are parked on
-//!    their futexes, out of it): an event then waits at most about two stand-bys, and is
-//!    never lost (an edge stays in epoll's ready list until a wait reports it). A look reads
+//!    park, block in the kernel, or run long jobs), when a driving worker gives the turn back
+//!    (it leaves the set to run what it found, and the other idle workers are parked on their
+//!    futexes, out of it), or when a leader finds its core with nothing to run
+//!    (`Driver::end_standby`): an event then waits about two stand-bys, plus however long
+//!    this thread waits for a CPU after its timer (milliseconds behind busy workers), and is
+//!    never lost (an edge stays in epoll's ready list until a wait reports it). The cost:
+//!    while workers look and no event comes, this thread wakes once a stand-by. A look reads
 //!    no kick of a driving worker's (that worker holds the turn), and nobody waits for a
 //!    look's turn: a worker about to drive (R5) waits the look out, the reactor thread's R7
 //!    waits only for a driving worker's turn.
@@ -169,10 +172,11 @@ const LOOKING: u8 = 2;
 /// spinning, then yielding, before it parks on its futex instead.
 const LOOK_WAIT_ROUNDS: u32 = 64;
 
-/// R9: how long the reactor thread stays out of the set once it saw busy workers look. An
-/// event that comes while every worker stops looking (blocked, or in a long job) waits about
-/// this long, twice at worst, where tokio's waits for a busy worker's next look however long
-/// that takes; shorter, the thread wakes more often for nothing while workers look.
+/// R9: how long the reactor thread stays out of the set at a time once it saw busy workers
+/// look. An event that comes while every worker stops looking (blocked, or in a long job)
+/// waits about twice this long, plus the thread's wait for a CPU, where tokio's waits for a
+/// busy worker's next look however long that takes; shorter, the thread wakes more often for
+/// nothing while workers look.
 const STANDBY: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// The process's reactor: its epoll set and the sources by key, and the turn that idle
@@ -181,7 +185,7 @@ struct Reactor {
     epoll: Epoll,
     sources: Mutex<HashMap<u64, Arc<Source>>>,
     next_key: AtomicU64,
-    /// R7: in the set, level-triggered; written to wake the worker that holds the turn.
+    /// R7: in the set, edge-triggered; written to wake the worker that holds the turn.
     kick: EventFd,
     /// R5: who holds the turn: nobody ([`FREE`]), a driving worker ([`DRIVING`]) or a busy
     /// worker's look ([`LOOKING`], D7).
@@ -193,8 +197,11 @@ struct Reactor {
     failed: AtomicBool,
     /// R9: busy workers' looks so far.
     looks: AtomicU64,
-    /// R9: turns given back by driving workers so far (each is told on `turn_given`).
+    /// R9: turns given back by driving workers so far, and stand-bys ended by leaders (each
+    /// told on `turn_given`).
     drives: AtomicU64,
+    /// R9: the reactor thread stands by.
+    standing_by: AtomicBool,
     /// The process that made the set: a child of `fork` shares it and its eventfd, and its
     /// workers must not take the parent's events.
     pid: u32,
@@ -346,6 +353,16 @@ impl crate::drive::Driver for Reactor {
         self.turn_given.notify_all();
     }
 
+    /// R9: counted as a turn given back, which ends a stand-by; a flag read first keeps the
+    /// polling leaders' calls (every few microseconds on an idle core) to a load.
+    fn end_standby(&self) {
+        if self.standing_by.load(Ordering::SeqCst) {
+            self.drives.fetch_add(1, Ordering::SeqCst);
+            let _held = crate::sync::lock_std(&self.turn_lock);
+            self.turn_given.notify_all();
+        }
+    }
+
     fn dispatch(&self) {
         let taken = TAKEN.with_borrow_mut(std::mem::take);
         taken.into_iter().for_each(crate::spawn::wake_foreign);
@@ -361,15 +378,19 @@ impl crate::drive::Driver for Reactor {
 impl Reactor {
     /// R9: while busy workers look (the count grew since `looks`, which is brought up to
     /// date), the reactor thread stays out of the set, a [`STANDBY`] at a time, until a
-    /// stand-by passes with no look or a driving worker gives the turn back (it left the set,
-    /// and idle workers may be parked on their futexes, out of it).
+    /// stand-by passes with no look, a driving worker gives the turn back (it left the set,
+    /// and idle workers may be parked on their futexes, out of it), or a leader ends it.
     fn stand_by(&self, looks: &mut u64) {
         let drives = self.drives.load(Ordering::SeqCst);
         let mut held = self.turn_lock.lock().unwrap_or_else(|p| p.into_inner());
+        // Raised before `drives` is looked at again, under the lock: a leader that misses
+        // the flag came before the look and its count is seen; one that sees it notifies
+        // under the lock, after this thread waits.
+        self.standing_by.store(true, Ordering::SeqCst);
         loop {
             let now = self.looks.load(Ordering::Relaxed);
             if now == *looks || self.drives.load(Ordering::SeqCst) != drives {
-                return;
+                break;
             }
             *looks = now;
             held = self
@@ -378,6 +399,7 @@ impl Reactor {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+        self.standing_by.store(false, Ordering::SeqCst);
     }
 
     /// R6 and D7: one `epoll_wait` in the set, turn held, for at most `timeout`; the events'
@@ -432,6 +454,7 @@ fn reactor() -> io::Result<&'static Reactor> {
                 failed: AtomicBool::new(false),
                 looks: AtomicU64::new(0),
                 drives: AtomicU64::new(0),
+                standing_by: AtomicBool::new(false),
                 pid: std::process::id(),
             }));
             std::thread::Builder::new()

@@ -294,12 +294,14 @@ impl Builder {
         self
     }
 
-    /// Idle workers wait for I/O events (default on): once a future uses
+    /// Workers wait for I/O events (default on): once a future uses
     /// [`async_io::Async`](crate::async_io::Async), an idle worker, one at a time, waits in
     /// the reactor's epoll set instead of parking, so a socket's event wakes the worker that
-    /// runs its future, with no hop through the reactor thread (which still covers the events
-    /// that come while every worker is busy or blocked). Off: workers park, and every event
-    /// goes through the reactor thread. Steps and races: `crates/umt-rt/src/drive.rs`.
+    /// runs its future, with no hop through the reactor thread; busy workers take the events
+    /// between their jobs, and the reactor thread covers those that come while no worker
+    /// waits or looks. Off: this runtime's workers park and never look (the reactor thread,
+    /// and other runtimes' workers, take the events). Steps and races:
+    /// `crates/umt-rt/src/drive.rs`.
     pub fn drive_io(mut self, on: bool) -> Self {
         self.drive_io = on;
         self

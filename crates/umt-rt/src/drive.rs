@@ -54,8 +54,12 @@
 //!    worker whose deque never empties still serves them. While workers look,
 //!    the reactor thread stays out of the set (R9 of `async_io.rs`), so under load an event
 //!    costs no thread a wake-up: it waits for the next look. A leader whose core has no ready
-//!    worker and nothing queued looks too (L3 in `leader.rs`), so that a spare runs the
-//!    futures of events that came while every worker of the core blocked in the kernel.
+//!    worker and nothing queued ends that stand-by ([`Driver::end_standby`], L3 in
+//!    `leader.rs`), so that the events of futures a spare would run reach the queue while
+//!    every worker of the core is blocked in the kernel. The leader does not look itself: at
+//!    `SCHED_IDLE`, preempted by the worker its first wake-up woke, it held the other futures
+//!    for milliseconds (found in review). Looks also happen while a worker waits for a latch
+//!    (its spin looks for work), as D6's dispatch does.
 //!    (`serve --cold-files 0`, closed loop, 2 cores: the reactor thread woke 1.4 times per
 //!    request before, and umt served 0.84-0.90x tokio's requests without blocking and
 //!    1.92-1.97x with one request in 10 blocking; after, 0.96x and 2.09-2.13x.) Woken futures
@@ -82,16 +86,18 @@
 //!   before D5) stays in the eventfd: the next waiter (the reactor thread, or the next worker
 //!   to drive) reads it and goes on. A stale kick costs one spurious wake-up, never a lost one.
 //! - **A look beside a worker going to park**: the look holds the turn, so the parking worker
-//!   (D1) finds it taken and parks on its futex; the looker wakes an idle core for each future
-//!   it queues, and any other new work notifies it as before. A look never takes a kick meant
+//!   (D1) finds it taken; it waits the look out (spinning, then yielding), and if the look
+//!   lasts (its thread preempted) parks on its futex; the looker wakes an idle core for each
+//!   future it queues, and any other new work notifies the parked worker as before. A look never takes a kick meant
 //!   for a driving worker (that worker holds the turn); a stale kick it reads was a hint, the
 //!   `notified` flag stays set. Loom:
 //!   `loom_tests::a_busy_look_keeps_no_notification_from_a_parking_worker`.
 //! - **Events while every worker is busy and none looks** (all blocked in the kernel, or in
 //!   long jobs): they wait in the set until the reactor thread's stand-by ends (R9: a
-//!   stand-by with no look, or a driving worker's turn given back) or a leader looks (L3),
-//!   never longer, and are never lost: an edge stays in epoll's ready list until a wait
-//!   reports it.
+//!   stand-by with no look, a driving worker's turn given back, or a leader whose core has
+//!   nothing to run), and are never lost: an edge stays in epoll's ready list until a wait
+//!   reports it. A future of this runtime could not run meanwhile anyway (no worker is free
+//!   to); one of another executor (a `block_on` thread) waits that long.
 //! - **Events seen by a worker whose wake was already in flight** (a waker took it out of the
 //!   pool meanwhile): it ends that wake (`Pools::woken`) and dispatches them; the waker's
 //!   notification stays for its next wait, which returns at once (a notification is a hint).
@@ -134,6 +140,9 @@ pub(crate) trait Driver: Sync {
     /// (as [`Driver::wait`] does), and gives the turn back; `None` if the turn was held. The
     /// caller's [`Driver::dispatch`] wakes their futures.
     fn look(&self) -> Option<Waited>;
+    /// D7: a leader's core has no ready worker and nothing queued: the driver's own thread, if
+    /// it stands by while busy workers look, waits for events again (cheap when it does not).
+    fn end_standby(&self);
 }
 
 /// The process's driver, once a feature started one.

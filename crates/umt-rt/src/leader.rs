@@ -259,8 +259,13 @@ impl<'r> Leader<'r> {
             look.quiet = false;
             return;
         }
-        let pending = reg.has_work_for(own) || (reg.config.drive_io && look_for_events(reg, own));
+        let pending = reg.has_work_for(own);
         if !pending && !reg.pools.has_surrendered(own) {
+            if reg.config.drive_io
+                && let Some(driver) = crate::drive::installed()
+            {
+                driver.end_standby();
+            }
             return;
         }
         // If a worker of the core started since `seen` (`Fill::Changed`), the drain may not
@@ -340,23 +345,6 @@ impl<'r> Leader<'r> {
             self.cpu_at_start = now_cpu;
         }
     }
-}
-
-/// L3 and D7 of `drive.rs`: a core with no ready worker and nothing queued takes the I/O
-/// events that came, if nobody holds the driver's turn: while busy workers look, the reactor
-/// thread stands by out of the set (R9 of `async_io.rs`), and with every worker of this core
-/// blocked, the events would otherwise wait for its stand-by to end before a spare runs their
-/// futures. Whether work is queued for the core now.
-fn look_for_events(reg: &Registry, core: usize) -> bool {
-    let Some(driver) = crate::drive::installed() else {
-        return false;
-    };
-    if driver.look() != Some(crate::drive::Waited::Events) {
-        return false;
-    }
-    // Not a worker's thread: the futures go to the shared queue, which wakes idle cores.
-    driver.dispatch();
-    reg.has_work_for(core)
 }
 
 /// Step L3 for `core`, seen with no ready worker while work is queued: gives it a running

@@ -962,6 +962,8 @@ mod loom_tests {
             self.changed.notify_all();
         }
 
+        fn end_standby(&self) {}
+
         fn look(&self) -> Option<Waited> {
             if !self.try_take() {
                 return None;

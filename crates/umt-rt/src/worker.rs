@@ -458,12 +458,14 @@ impl WorkerCtx {
         let Some(driver) = crate::drive::installed() else {
             return;
         };
-        let now = Instant::now();
-        let recent = |t: Instant| now.saturating_duration_since(t) < LOOK_GAP;
-        if !self.deque.is_empty() && self.last_look.get().is_some_and(recent) {
-            return;
+        if !self.deque.is_empty() {
+            let now = Instant::now();
+            let recent = |t: Instant| now.saturating_duration_since(t) < LOOK_GAP;
+            if self.last_look.get().is_some_and(recent) {
+                return;
+            }
+            self.last_look.set(Some(now));
         }
-        self.last_look.set(Some(now));
         if driver.look() == Some(crate::drive::Waited::Events) {
             self.dispatch.set(Dispatch::Shared);
             driver.dispatch();
@@ -546,8 +548,9 @@ impl WorkerCtx {
         self.deque.pop()
     }
 
-    /// Own deque, then the core's inbox, then the injector, then other workers' deques, then
-    /// the offers (a running loop's chunks: this worker joins it, `offer.rs`).
+    /// Own deque, then the core's inbox, then the woken futures (one), then the injector (a
+    /// batch), then other workers' deques, then the offers (a running loop's chunks: this
+    /// worker joins it, `offer.rs`).
     pub(crate) fn find_work(&self) -> Option<Job> {
         if let Some(job) = self.deque.pop() {
             return Some(job);

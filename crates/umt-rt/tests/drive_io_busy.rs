@@ -1,6 +1,6 @@
-//! A worker that never idles still serves I/O events: it takes them between its jobs (D7 in
-//! `src/drive.rs`) while the reactor thread may stand by (R9 in `src/async_io.rs`), and its
-//! main loop takes a job from the shared queues now and then before its own deque. One test
+//! A worker that never idles still serves I/O events: whoever takes the event (the worker
+//! between its jobs, D7 in `src/drive.rs`, or the reactor thread, R9 in `src/async_io.rs`),
+//! the worker's main loop takes a woken future now and then before its own deque. One test
 //! in this binary: the reactor and its turn are the process's.
 
 use std::io::{Read, Write};
@@ -69,8 +69,9 @@ fn a_future_woken_while_its_only_worker_never_idles_runs_before_the_busy_work_en
         // The worker is in the chain, its deque never empty, when the event comes.
         wait_for_jobs(&jobs, before + 100);
         client.write_all(&[round]).unwrap();
-        // The chain ends only once the future ran: without a look between jobs, or a job
-        // from the shared queues now and then, this waits for ever.
+        // The chain ends only once the future ran: its worker's deque never empties, so
+        // without a woken future taken before the deque now and then (whichever thread took
+        // the event: a look between jobs or the reactor thread), this waits for ever.
         let got = rx
             .recv_timeout(Duration::from_secs(60))
             .unwrap_or_else(|_| {
