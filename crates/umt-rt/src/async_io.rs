@@ -383,9 +383,11 @@ impl Reactor {
     fn stand_by(&self, looks: &mut u64) {
         let drives = self.drives.load(Ordering::SeqCst);
         let mut held = self.turn_lock.lock().unwrap_or_else(|p| p.into_inner());
-        // Raised before `drives` is looked at again, under the lock: a leader that misses
-        // the flag came before the look and its count is seen; one that sees it notifies
-        // under the lock, after this thread waits.
+        // Raised under the lock: a leader that sees it counts and notifies under the lock, so
+        // either this thread sees the count before it waits or the notification ends the
+        // wait. A leader that looked before it was raised ends nothing: its call is a hint,
+        // and the stand-by still ends once looks stop (a polling leader calls again within
+        // microseconds).
         self.standing_by.store(true, Ordering::SeqCst);
         loop {
             let now = self.looks.load(Ordering::Relaxed);
