@@ -88,11 +88,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::poll_fn;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd};
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};

@@ -39,7 +39,9 @@ impl AsyncTasks {
         })
     }
 
-    fn live(&self) -> crate::sync::Counted<std::sync::MutexGuard<'_, HashMap<u64, Arc<dyn Cancel>>>> {
+    fn live(
+        &self,
+    ) -> crate::sync::Counted<std::sync::MutexGuard<'_, HashMap<u64, Arc<dyn Cancel>>>> {
         crate::sync::lock_std(&self.live)
     }
 

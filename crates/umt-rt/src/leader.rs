@@ -317,8 +317,8 @@ impl<'r> Leader<'r> {
             // shared it. The core idles meanwhile, so the looks cost no worker any time.
             Loan::NoDonor => {
                 self.starved_looks += 1;
-                look.quiet &= self.reg.pools.active(self.own) == 0
-                    || self.starved_looks > MAX_STARVED_LOOKS;
+                look.quiet &=
+                    self.reg.pools.active(self.own) == 0 || self.starved_looks > MAX_STARVED_LOOKS;
             }
         }
     }

@@ -143,7 +143,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// Items left out of the loom build (`RUSTFLAGS="--cfg loom"`), which checks the handshakes of
-/// the eight files declared outside it and needs no thread, monitor or runtime: one gate.
+/// the files declared first below and needs no thread, monitor or runtime: one gate for the
+/// crate root's own items. Modules are gated one by one with `#[cfg(not(loom))]` instead:
+/// rustfmt does not look into a macro's body, so it would not format their files.
 macro_rules! not_loom {
     ($($item:item)*) => { $( #[cfg(not(loom))] $item )* };
 }
@@ -171,39 +173,69 @@ pub enum Yield {
     Idle,
 }
 
-not_loom! {
-    // Readiness through one epoll reactor: Linux's epoll (another OS would need kqueue).
-    #[cfg(target_os = "linux")]
-    #[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
-    pub mod async_io;
-    mod async_task;
-    mod broadcast;
-    mod builder;
-    mod config;
-    mod core_time;
-    mod deps;
-    mod diag;
-    mod env;
-    mod global;
-    pub mod io;
-    pub mod iter;
-    mod job;
-    mod join;
-    mod latch;
-    mod leader;
-    pub mod onload;
-    pub mod time;
-    mod registry;
-    mod runtime;
-    mod schedule;
-    mod scope;
-    mod sort;
-    mod spawn;
-    mod starter;
-    mod stats;
-    mod trace;
-    mod worker;
+// The runtime, left out of the loom build.
 
+// Readiness through one epoll reactor: Linux's epoll (another OS would need kqueue).
+#[cfg(target_os = "linux")]
+#[cfg_attr(docsrs, doc(cfg(target_os = "linux")))]
+#[cfg(not(loom))]
+pub mod async_io;
+#[cfg(not(loom))]
+mod async_task;
+#[cfg(not(loom))]
+mod broadcast;
+#[cfg(not(loom))]
+mod builder;
+#[cfg(not(loom))]
+mod config;
+#[cfg(not(loom))]
+mod core_time;
+#[cfg(not(loom))]
+mod deps;
+#[cfg(not(loom))]
+mod diag;
+#[cfg(not(loom))]
+mod env;
+#[cfg(not(loom))]
+mod global;
+#[cfg(not(loom))]
+pub mod io;
+#[cfg(not(loom))]
+pub mod iter;
+#[cfg(not(loom))]
+mod job;
+#[cfg(not(loom))]
+mod join;
+#[cfg(not(loom))]
+mod latch;
+#[cfg(not(loom))]
+mod leader;
+#[cfg(not(loom))]
+pub mod onload;
+#[cfg(not(loom))]
+mod registry;
+#[cfg(not(loom))]
+mod runtime;
+#[cfg(not(loom))]
+mod schedule;
+#[cfg(not(loom))]
+mod scope;
+#[cfg(not(loom))]
+mod sort;
+#[cfg(not(loom))]
+mod spawn;
+#[cfg(not(loom))]
+mod starter;
+#[cfg(not(loom))]
+mod stats;
+#[cfg(not(loom))]
+pub mod time;
+#[cfg(not(loom))]
+mod trace;
+#[cfg(not(loom))]
+mod worker;
+
+not_loom! {
     pub use async_task::block_on;
     pub use broadcast::BroadcastContext;
     pub use builder::{
@@ -235,8 +267,8 @@ not_loom! {
     /// ```
     pub mod advanced {
         pub use crate::schedule::{
-        AUTO_REEXPLORE, STEAL_CHUNK_TIME, af_chunk, chunk_sequence, fac2_chunk, guided_chunk,
-    };
+            AUTO_REEXPLORE, STEAL_CHUNK_TIME, af_chunk, chunk_sequence, fac2_chunk, guided_chunk,
+        };
         pub use crate::stats::coefficient_of_variation;
 
         /// A trace of the given records (sorted here by time), for `cpus` (a record's `core`
@@ -262,8 +294,8 @@ not_loom! {
         pub use crate::iter::{
             FromParallelIterator, IndexedParallelIterator, IntoParallelIterator,
             IntoParallelRefIterator, IntoParallelRefMutIterator, ParIter, ParallelBridge,
-            ParallelDrainFull, ParallelDrainRange, ParallelExtend, ParallelIterator, ParallelSlice, ParallelSliceMut,
-            ParallelString,
+            ParallelDrainFull, ParallelDrainRange, ParallelExtend, ParallelIterator, ParallelSlice,
+            ParallelSliceMut, ParallelString,
         };
     }
 
@@ -401,12 +433,14 @@ not_loom! {
                 let state = spawn::JoinState::new();
                 let done = state.clone();
                 let run = move || {
-                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        block_on(future)
-                    }));
+                    let r =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| block_on(future)));
                     done.complete(r.into());
                 };
-                if let Err(e) = std::thread::Builder::new().name("umt-async".into()).spawn(run) {
+                if let Err(e) = std::thread::Builder::new()
+                    .name("umt-async".into())
+                    .spawn(run)
+                {
                     diag::emit(&format!("umt-rt: cannot start a thread for a future: {e}"));
                     state.complete(spawn::Outcome::Cancelled);
                 }

@@ -338,7 +338,12 @@ impl InTurn {
     pub(crate) fn count(self, len: usize) -> usize {
         match self {
             InTurn::Uniform(k) => len.div_ceil(k.max(1)).max(1),
-            InTurn::Exponential(_) => (0..128).find(|&s| self.block(s, len).end >= len).unwrap_or(127) + 1,
+            InTurn::Exponential(_) => {
+                (0..128)
+                    .find(|&s| self.block(s, len).end >= len)
+                    .unwrap_or(127)
+                    + 1
+            }
         }
     }
 
@@ -556,7 +561,9 @@ impl Dispenser {
                 }
                 let left = &mut cursor.left;
                 left.end = left.end.min(wanted);
-                let end = left.end.min(left.start.saturating_add(self.limits.apply(left.len())));
+                let end = left
+                    .end
+                    .min(left.start.saturating_add(self.limits.apply(left.len())));
                 let chunk = left.start..end;
                 left.start = end;
                 Some(chunk).filter(|r| !r.is_empty())
@@ -659,7 +666,11 @@ impl Dispenser {
                     // Half, unless a half would be shorter than the limits' `min`: then
                     // all of it (the owner is busy with a chunk of its own).
                     let half = (hi - lo) / 2;
-                    let mid = if half >= self.limits.min { lo + half } else { lo };
+                    let mid = if half >= self.limits.min {
+                        lo + half
+                    } else {
+                        lo
+                    };
                     (lo..mid, mid..hi)
                 })
             })?;
@@ -1093,7 +1104,13 @@ mod tests {
     #[test]
     fn a_dynamic_loop_next_to_usize_max_is_handed_out_once() {
         let q = 1usize << 62;
-        let d = Dispenser::new(Schedule::Dynamic(q), usize::MAX, 2, 1, ChunkLimits::default());
+        let d = Dispenser::new(
+            Schedule::Dynamic(q),
+            usize::MAX,
+            2,
+            1,
+            ChunkLimits::default(),
+        );
         let (mut a, mut b) = (Cursor::new(0), Cursor::new(1));
         assert_eq!(d.next(&mut a), Some(0..q));
         assert_eq!(d.next(&mut b), Some(q..2 * q));
@@ -1122,7 +1139,10 @@ mod tests {
         seen[499] = 1;
         for _ in 0..20 {
             let r = d.next(&mut joiner).unwrap();
-            assert!(r.end == 500 || r.end == 1000 || seen[r.end] == 1, "{r:?}: from a back");
+            assert!(
+                r.end == 500 || r.end == 1000 || seen[r.end] == 1,
+                "{r:?}: from a back"
+            );
             for i in r {
                 seen[i] += 1;
             }
@@ -1158,7 +1178,16 @@ mod tests {
         a.running = a.running.map(|(_, t)| (1 << 40, t));
         assert_eq!(d.next(&mut a).map(|r| r.len()), Some(398usize.div_ceil(8)));
         // With `with_min_len(4)` the slow piece is 4.
-        let d = Dispenser::new(Schedule::StaticSteal, 800, 2, 0, ChunkLimits { min: 4, max: usize::MAX });
+        let d = Dispenser::new(
+            Schedule::StaticSteal,
+            800,
+            2,
+            0,
+            ChunkLimits {
+                min: 4,
+                max: usize::MAX,
+            },
+        );
         let mut b = Cursor::new(1);
         assert_eq!(d.next(&mut b), Some(400..404));
     }

@@ -91,10 +91,7 @@ impl Driver {
                         .unwrap_or_else(|p| p.into_inner())
                         .0
                 }
-                None => self
-                    .changed
-                    .wait(timers)
-                    .unwrap_or_else(|p| p.into_inner()),
+                None => self.changed.wait(timers).unwrap_or_else(|p| p.into_inner()),
             };
         }
     }

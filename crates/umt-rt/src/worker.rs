@@ -211,7 +211,8 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         .then(|| reg.monitor.handoff_flags())
         .flatten();
     if let Some(flags) = handoff_flags {
-        reg.monitor.set_handoff_flags(flags, umt_sys::HANDOFF_ENABLED);
+        reg.monitor
+            .set_handoff_flags(flags, umt_sys::HANDOFF_ENABLED);
     }
     let ctx = WorkerCtx {
         role: Role::Worker,

@@ -241,7 +241,12 @@ impl Deadline {
     }
 
     /// [`read_exact_at`], all of it by this deadline ([`IoError::TimedOut`] says how much came).
-    pub fn read_exact_at(&self, fd: &impl AsFd, buf: &mut [u8], offset: u64) -> Result<(), IoError> {
+    pub fn read_exact_at(
+        &self,
+        fd: &impl AsFd,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> Result<(), IoError> {
         read_exact_at_until(fd, buf, offset, Some(*self))
     }
 
@@ -429,7 +434,10 @@ fn poll_until(
     deadline: Option<Deadline>,
 ) -> Result<i16, IoError> {
     use nix::poll::{PollFd, PollFlags, PollTimeout};
-    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::from_bits_truncate(events))];
+    let mut fds = [PollFd::new(
+        fd.as_fd(),
+        PollFlags::from_bits_truncate(events),
+    )];
     loop {
         let timeout = match deadline {
             None => PollTimeout::NONE,
@@ -550,10 +558,7 @@ fn read_exact_at_until(
         let done = wanted - buf.len();
         match read_at_until(fd, buf, offset, deadline).map_err(|e| e.after(done))? {
             0 => {
-                return Err(IoError::UnexpectedEof {
-                    read: done,
-                    wanted,
-                });
+                return Err(IoError::UnexpectedEof { read: done, wanted });
             }
             n => {
                 buf = &mut buf[n..];

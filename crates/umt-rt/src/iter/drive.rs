@@ -406,7 +406,10 @@ mod tests {
             Schedule::Fac2,
             Schedule::Af,
         ] {
-            let offer = LoopOffer::new(Dispenser::new(schedule, 10, 2, 2, ChunkLimits::default()), 2);
+            let offer = LoopOffer::new(
+                Dispenser::new(schedule, 10, 2, 2, ChunkLimits::default()),
+                2,
+            );
             assert!(!offer.has_work(), "{schedule:?}: no target yet");
             let target = NoJoin;
             offer.set_target(&target);
@@ -433,7 +436,10 @@ mod tests {
             );
             offer.gate.close();
         }
-        let none = LoopOffer::new(Dispenser::new(Schedule::Dynamic(1), 10, 2, 0, ChunkLimits::default()), 0);
+        let none = LoopOffer::new(
+            Dispenser::new(Schedule::Dynamic(1), 10, 2, 0, ChunkLimits::default()),
+            0,
+        );
         none.set_target(&NoJoin);
         assert!(
             !none.has_work(),

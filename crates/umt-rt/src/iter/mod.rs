@@ -41,15 +41,22 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 pub use producer::{
-    Alternate, ArrayWindows, ArrayWindowsPart, TreeWalk, TreeWalkPart, Bridge, BridgePart, ByChunks, ByExactChunks, ByRChunks, ByRExactChunks, ByWindows, Chain, CharRange, Chunks, ChunksExact, ChunksExactMut, ChunksMut, Cloned, Copied,
-    Enumerate, Filter, FilterMap, FlatMapIter, Gathered, Indexed, Interleave, ItemChunks, FoldBlocks, FoldBlocksPart, TryFoldBlocks, TryFoldBlocksPart, Inspect, Map, MapInit, MapInitPart, Producer, RChunks, RChunksExact, RChunksExactMut, RChunksMut, Rev, RevPart, RangeInteger,
-    RangeInclusiveProducer, RangeProducer, RepeatN, Slice, SliceMut, Split, SplitMut, StepBy, TakeAny, TakeAnyIter, WhileSome, WhileSomeIter, SubSlices, SubSlicesMut, VecPart, VecProducer, Window, Windows,
-    RangeItem, Ranged, WideInteger, WideRange, Zip,
+    Alternate, ArrayWindows, ArrayWindowsPart, Bridge, BridgePart, ByChunks, ByExactChunks,
+    ByRChunks, ByRExactChunks, ByWindows, Chain, CharRange, Chunks, ChunksExact, ChunksExactMut,
+    ChunksMut, Cloned, Copied, Enumerate, Filter, FilterMap, FlatMapIter, FoldBlocks,
+    FoldBlocksPart, Gathered, Indexed, Inspect, Interleave, ItemChunks, Map, MapInit, MapInitPart,
+    Producer, RChunks, RChunksExact, RChunksExactMut, RChunksMut, RangeInclusiveProducer,
+    RangeInteger, RangeItem, RangeProducer, Ranged, RepeatN, Rev, RevPart, Slice, SliceMut, Split,
+    SplitMut, StepBy, SubSlices, SubSlicesMut, TakeAny, TakeAnyIter, TreeWalk, TreeWalkPart,
+    TryFoldBlocks, TryFoldBlocksPart, VecPart, VecProducer, WhileSome, WhileSomeIter, WideInteger,
+    WideRange, Window, Windows, Zip,
 };
 
 pub use collect::FromParallelIterator;
-pub use sources::{empty, once, repeat, repeat_n, split, walk_tree, walk_tree_postfix, walk_tree_prefix};
 pub use either::Either;
+pub use sources::{
+    empty, once, repeat, repeat_n, split, walk_tree, walk_tree_postfix, walk_tree_prefix,
+};
 
 /// Blocks per core of [`ParallelIterator::fold`]: enough for the loop that folds them to
 /// balance, few enough that combining the accumulators costs little.
@@ -360,7 +367,14 @@ impl<P: Producer> ParIter<P> {
                 ordered: how.ordered,
             };
             let shifted = || wanted().saturating_sub(start);
-            let result = drive(end - start, self.schedule, self.limits, site, block, &shifted);
+            let result = drive(
+                end - start,
+                self.schedule,
+                self.limits,
+                site,
+                block,
+                &shifted,
+            );
             done = Some(match done {
                 Some(before) => (how.combine)(before, result),
                 None => result,
@@ -415,9 +429,7 @@ impl<P: Producer> ParIter<P> {
 /// `init` for each part of the loop, made from the one shared copy (`T` need only be `Send`).
 fn clones_of<T: Send + Clone>(init: T) -> impl Fn() -> T + Sync {
     let init = std::sync::Mutex::new(init);
-    move || {
-        crate::sync::lock_std(&init).clone()
-    }
+    move || crate::sync::lock_std(&init).clone()
 }
 
 /// A parallel iterator: what rayon's `ParallelIterator` is, for generic code written against
@@ -492,10 +504,7 @@ pub trait ParallelIterator: Sized {
         T: Send + Clone,
         F: Fn(&mut T, Self::Item) -> R + Sync,
     {
-        self.map_init(
-            clones_of(init),
-            f,
-        )
+        self.map_init(clones_of(init), f)
     }
 
     /// Keeps the items for which `f` is true.
@@ -715,7 +724,10 @@ pub trait ParallelIterator: Sized {
 
     /// Changes each item in place with `f` and passes it on (rayon's `update`).
     #[allow(clippy::type_complexity)]
-    fn update<F>(self, f: F) -> ParIter<Map<Self::Producer, impl Fn(Self::Item) -> Self::Item + Sync>>
+    fn update<F>(
+        self,
+        f: F,
+    ) -> ParIter<Map<Self::Producer, impl Fn(Self::Item) -> Self::Item + Sync>>
     where
         F: Fn(&mut Self::Item) + Sync,
     {
@@ -796,10 +808,7 @@ pub trait ParallelIterator: Sized {
         T: Send + Clone,
         F: Fn(&mut T, Self::Item) + Sync,
     {
-        self.for_each_init(
-            clones_of(init),
-            f,
-        )
+        self.for_each_init(clones_of(init), f)
     }
 
     /// Combines the `Ok` (or `Some`) values of the items with `op`, in index order, from
@@ -997,10 +1006,7 @@ pub trait ParallelIterator: Sized {
         F: Fn(&mut T, Self::Item) -> Result<(), E> + Sync,
         E: Send,
     {
-        self.try_for_each_init(
-            clones_of(init),
-            f,
-        )
+        self.try_for_each_init(clones_of(init), f)
     }
 
     /// Some item for which `f` is true, if there is one: not necessarily the first (the loop
@@ -1054,7 +1060,10 @@ pub trait ParallelIterator: Sized {
         let it = self.into_parts();
         let producer = &it.producer;
         it.search_first(Location::caller(), |r, go_on| {
-            producer.items(r).take_while(|_| go_on()).find(|item| f(item))
+            producer
+                .items(r)
+                .take_while(|_| go_on())
+                .find(|item| f(item))
         })
     }
 
@@ -1246,10 +1255,9 @@ pub trait ParallelIterator: Sized {
         ID: Fn() -> T + Sync,
         F: Fn(T, Self::Item) -> T + Sync,
     {
-        self.into_parts()
-            .blocks(|p, blocks, limits, in_turn| {
-                FoldBlocks::new(p, identity, fold_op, blocks, limits, in_turn)
-            })
+        self.into_parts().blocks(|p, blocks, limits, in_turn| {
+            FoldBlocks::new(p, identity, fold_op, blocks, limits, in_turn)
+        })
     }
 
     /// [`fold`](ParallelIterator::fold) from a clone of `init` in each block.
@@ -1263,10 +1271,7 @@ pub trait ParallelIterator: Sized {
         T: Send + Clone,
         F: Fn(T, Self::Item) -> T + Sync,
     {
-        self.fold(
-            clones_of(init),
-            fold_op,
-        )
+        self.fold(clones_of(init), fold_op)
     }
 
     /// [`fold`](ParallelIterator::fold) with a fold that may fail: each block folds its
@@ -1311,10 +1316,9 @@ pub trait ParallelIterator: Sized {
             Err(e) => ControlFlow::Break(R::from_failure(e)),
         };
         let identity = move || R::from_ok(identity());
-        self.into_parts()
-            .blocks(|p, blocks, limits, in_turn| {
-                TryFoldBlocks::new(p, identity, step, blocks, limits, in_turn)
-            })
+        self.into_parts().blocks(|p, blocks, limits, in_turn| {
+            TryFoldBlocks::new(p, identity, step, blocks, limits, in_turn)
+        })
     }
 
     /// [`try_fold`](ParallelIterator::try_fold) from a clone of `init` in each block.
@@ -1335,10 +1339,7 @@ pub trait ParallelIterator: Sized {
         R: Fallible<Ok = T> + Send,
         F: Fn(T, Self::Item) -> R + Sync,
     {
-        self.try_fold(
-            clones_of(init),
-            fold_op,
-        )
+        self.try_fold(clones_of(init), fold_op)
     }
 
     /// Combines the items with `op`, in index order; `None` when there are none. `op` must be
@@ -1730,11 +1731,7 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
         T: Send + Clone,
         F: Fn(T, Self::Item) -> T + Sync,
     {
-        self.fold_chunks(
-            size,
-            clones_of(init),
-            fold_op,
-        )
+        self.fold_chunks(size, clones_of(init), fold_op)
     }
 
     /// Pairs each item with its index (not after `filter`).
@@ -1797,9 +1794,7 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
     fn interleave_shortest<O>(
         self,
         other: O,
-    ) -> ParIter<
-        Interleave<Window<Self::Producer>, Window<<O::Iter as ParallelIterator>::Producer>>,
-    >
+    ) -> ParIter<Interleave<Window<Self::Producer>, Window<<O::Iter as ParallelIterator>::Producer>>>
     where
         O: IntoParallelIterator<Item = Self::Item>,
         O::Iter: IndexedParallelIterator,
@@ -1910,7 +1905,8 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
     where
         F: Fn(Self::Item) -> bool + Sync,
     {
-        self.enumerate().filter_map(move |(i, item)| f(item).then_some(i))
+        self.enumerate()
+            .filter_map(move |(i, item)| f(item).then_some(i))
     }
 
     /// [`zip`](IndexedParallelIterator::zip) for iterators of the same length (rayon's
@@ -1931,7 +1927,10 @@ pub trait IndexedParallelIterator: ParallelIterator<Producer: Indexed> {
     {
         let other = other.into_par_iter();
         let (a, b) = (self.len(), other.len());
-        assert!(a == b, "zip_eq: the iterators' lengths differ ({a} and {b})");
+        assert!(
+            a == b,
+            "zip_eq: the iterators' lengths differ ({a} and {b})"
+        );
         self.zip(other)
     }
 
@@ -2479,8 +2478,7 @@ pub trait ParallelString {
     fn par_split<P: SplitPattern>(&self, separator: P) -> ParIter<VecProducer<&str>>;
     /// The pieces, each ended by a separator (the last one too if the string ends with it),
     /// as `str::split_terminator` cuts them.
-    fn par_split_terminator<P: SplitPattern>(&self, terminator: P)
-    -> ParIter<VecProducer<&str>>;
+    fn par_split_terminator<P: SplitPattern>(&self, terminator: P) -> ParIter<VecProducer<&str>>;
     /// The pieces, each with the separator that ends it, as `str::split_inclusive` cuts them.
     fn par_split_inclusive<P: SplitPattern>(&self, separator: P) -> ParIter<VecProducer<&str>>;
     /// The pieces between runs of ASCII whitespace, as `str::split_ascii_whitespace` cuts
@@ -2489,10 +2487,8 @@ pub trait ParallelString {
     /// The characters that match `pattern`, each as a `&str` (`str::matches`).
     fn par_matches<P: SplitPattern>(&self, pattern: P) -> ParIter<VecProducer<&str>>;
     /// The characters that match `pattern`, with their byte offsets (`str::match_indices`).
-    fn par_match_indices<P: SplitPattern>(
-        &self,
-        pattern: P,
-    ) -> ParIter<VecProducer<(usize, &str)>>;
+    fn par_match_indices<P: SplitPattern>(&self, pattern: P)
+    -> ParIter<VecProducer<(usize, &str)>>;
     /// The bytes, read in place (indexed, as rayon's).
     fn par_bytes(&self) -> ParIter<Copied<Slice<'_, u8>>>;
     /// The UTF-16 code units (`str::encode_utf16`).
@@ -2526,10 +2522,7 @@ impl ParallelString for str {
         ))
     }
 
-    fn par_split_terminator<P: SplitPattern>(
-        &self,
-        terminator: P,
-    ) -> ParIter<VecProducer<&str>> {
+    fn par_split_terminator<P: SplitPattern>(&self, terminator: P) -> ParIter<VecProducer<&str>> {
         ParIter::new(VecProducer::new(
             self.split_terminator(|c| terminator.is_separator(c))
                 .collect(),
@@ -2538,7 +2531,8 @@ impl ParallelString for str {
 
     fn par_split_inclusive<P: SplitPattern>(&self, separator: P) -> ParIter<VecProducer<&str>> {
         ParIter::new(VecProducer::new(
-            self.split_inclusive(|c| separator.is_separator(c)).collect(),
+            self.split_inclusive(|c| separator.is_separator(c))
+                .collect(),
         ))
     }
 

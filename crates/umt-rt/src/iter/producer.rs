@@ -294,8 +294,9 @@ where
 
     fn len(&self) -> usize {
         // At most `WIDE_INDICES` by the choice of `step`.
-        self.last
-            .map_or(0, |l| usize::try_from(l / self.step + 1).unwrap_or(usize::MAX))
+        self.last.map_or(0, |l| {
+            usize::try_from(l / self.step + 1).unwrap_or(usize::MAX)
+        })
     }
 
     unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
@@ -1438,9 +1439,8 @@ impl<P: Producer, ID, F> FoldBlocks<P, ID, F> {
             Some((t, each)) => (t.block(b / each, len), each, b / each * each),
             None => (0..len, self.blocks, 0),
         };
-        let at = |k: usize| {
-            within.start + (within.len() as u128 * k as u128 / count as u128) as usize
-        };
+        let at =
+            |k: usize| within.start + (within.len() as u128 * k as u128 / count as u128) as usize;
         at(b - first)..at(b - first + 1)
     }
 }
@@ -2415,7 +2415,8 @@ impl<P: Indexed> Iterator for RevPart<'_, P> {
             // SAFETY: the part's range mirrors the one its caller asked once (contract of
             // `Producer::iter`; the mirror images of disjoint ranges are disjoint), and its
             // pieces are disjoint: `left` only shrinks from its end.
-            self.piece.extend(unsafe { self.base.iter(piece, sealed::Token) });
+            self.piece
+                .extend(unsafe { self.base.iter(piece, sealed::Token) });
         }
         self.piece.pop()
     }

@@ -118,8 +118,7 @@ impl Bandit {
     /// with little I/O do not swing. With a step size, the weight is ignored. Rewards or
     /// weights that are not finite, weights not above 0, and arms out of range are ignored.
     pub fn update_weighted(&mut self, arm: usize, reward: f64, weight: f64) {
-        if arm >= self.counts.len() || !reward.is_finite() || !weight.is_finite() || weight <= 0.0
-        {
+        if arm >= self.counts.len() || !reward.is_finite() || !weight.is_finite() || weight <= 0.0 {
             return;
         }
         self.counts[arm] += 1;
@@ -210,7 +209,11 @@ mod tests {
         let mut b = Bandit::new(1, Pick::default(), 1);
         b.update_weighted(0, 1.0 / 10.0, 10.0);
         b.update_weighted(0, 1.0 / 1000.0, 1000.0);
-        assert!((b.means()[0] - 2.0 / 1010.0).abs() < 1e-12, "{:?}", b.means());
+        assert!(
+            (b.means()[0] - 2.0 / 1010.0).abs() < 1e-12,
+            "{:?}",
+            b.means()
+        );
         assert_eq!(b.counts(), [2]);
         b.update_weighted(0, 5.0, 0.0);
         b.update_weighted(0, 5.0, f64::NAN);

@@ -421,12 +421,21 @@ mod tests {
         let mut j = CpioJudge::default();
         let over = |r: Option<(f64, f64)>, forget| Judged::Over { reward: r, forget };
         // CPU only: the CPU-only form, weighted by CPU time.
-        assert_eq!(j.judge((0.0, 0.0), (2.0, 0.0)), over(Some((-0.5, 2.0)), false));
+        assert_eq!(
+            j.judge((0.0, 0.0), (2.0, 0.0)),
+            over(Some((-0.5, 2.0)), false)
+        );
         // The first I/O: the I/O form, and the means start over.
-        assert_eq!(j.judge((2.0, 0.0), (3.0, 10.0)), over(Some((-0.1, 10.0)), true));
+        assert_eq!(
+            j.judge((2.0, 0.0), (3.0, 10.0)),
+            over(Some((-0.1, 10.0)), true)
+        );
         // No I/O: the measurement from (3, 10) goes on; its CPU counts when I/O comes.
         assert_eq!(j.judge((3.0, 10.0), (4.0, 10.0)), Judged::Extend);
-        assert_eq!(j.judge((3.0, 10.0), (5.0, 20.0)), over(Some((-0.2, 10.0)), false));
+        assert_eq!(
+            j.judge((3.0, 10.0), (5.0, 20.0)),
+            over(Some((-0.2, 10.0)), false)
+        );
         // Nothing ran: not judged, no extension.
         assert_eq!(j.judge((5.0, 20.0), (5.0, 20.0)), over(None, false));
         // I/O stops for good: EXTEND extensions, then the CPU-only form again.
