@@ -82,6 +82,10 @@ pub(crate) struct WorkerCtx {
     last_look: Cell<Option<Instant>>,
     /// Jobs looked for by the main loop so far (`WorkerCtx::shared_first`).
     ticks: Cell<u32>,
+    /// Whether this worker's next [`WorkerCtx::find_work`] looks at the woken futures before
+    /// the injector and the other deques (it alternates): a future that wakes itself in a loop,
+    /// or a busy server's connections, keep that queue from ever emptying.
+    wakes_first: Cell<bool>,
     /// Whether a task runs on this worker's stack (H2: the signal handler reads it).
     in_task: Cell<bool>,
     /// Its handoff flags in the monitor, when the handoff is directed (H1).
@@ -229,6 +233,7 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         dispatch: Cell::new(Dispatch::Off),
         last_look: Cell::new(None),
         ticks: Cell::new(0),
+        wakes_first: Cell::new(true),
         in_task: Cell::new(false),
         handoff_flags,
     };
@@ -286,6 +291,7 @@ impl WorkerCtx {
             dispatch: Cell::new(Dispatch::Off),
             last_look: Cell::new(None),
             ticks: Cell::new(0),
+            wakes_first: Cell::new(true),
             in_task: Cell::new(false),
             handoff_flags: None,
         })
@@ -549,9 +555,9 @@ impl WorkerCtx {
         self.deque.pop()
     }
 
-    /// Own deque, then the core's inbox, then the woken futures (one), then the injector (a
-    /// batch), then other workers' deques, then the offers (a running loop's chunks: this
-    /// worker joins it, `offer.rs`).
+    /// Own deque, then the core's inbox, then the woken futures (one), the injector (a batch)
+    /// and the other workers' deques (the woken futures first and last in turn), then the
+    /// offers (a running loop's chunks: this worker joins it, `offer.rs`).
     pub(crate) fn find_work(&self) -> Option<Job> {
         if let Some(job) = self.deque.pop() {
             return Some(job);
@@ -570,8 +576,14 @@ impl WorkerCtx {
         // worker's deque waits there while the worker runs the first, or blocks in it, and
         // the connections in it wait behind the ones the other workers take after them
         // (closed-loop `serve`, 1 in 10 requests blocking: p99 3.3-3.9 ms one at a time
-        // against 10-11 ms in batches, tokio's 13).
-        if let Some(job) = self.take_wake() {
+        // against 10-11 ms in batches, tokio's 13). Every other time before the injector and
+        // the other deques, every other time after them: that queue may never empty (a
+        // future that wakes itself in a loop, a future that yields its turn, `coop.rs`, busy
+        // connections), and the tasks spawned from outside and those queued behind a blocked
+        // worker would wait for ever.
+        let wakes_first = self.wakes_first.get();
+        self.wakes_first.set(!wakes_first);
+        if wakes_first && let Some(job) = self.take_wake() {
             return Some(job);
         }
         loop {
@@ -581,12 +593,18 @@ impl WorkerCtx {
                 Steal::Empty => break,
             }
         }
+        if let Some(job) = self.steal() {
+            return Some(job);
+        }
+        if !wakes_first && let Some(job) = self.take_wake() {
+            return Some(job);
+        }
         // Not a leader running tasks: at `SCHED_IDLE`, preempted inside an offer's gate, it
         // would hold up the participant that closes it (`offer.rs`).
-        self.steal().or_else(|| match self.role {
+        match self.role {
             Role::Leader => None,
             Role::Worker => self.reg.offers.take(),
-        })
+        }
     }
 
     /// Every [`SHARED_FIRST`]-th job of the main loop is the first woken future, if any,
