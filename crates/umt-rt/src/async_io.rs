@@ -54,6 +54,13 @@
 //!    no kick of a driving worker's (that worker holds the turn), and nobody waits for a
 //!    look's turn: a worker about to drive (R5) waits the look out, the reactor thread's R7
 //!    waits only for a driving worker's turn.
+//! 10. **R10 — a spent turn.** In a poll by a umt runtime's worker, an operation first asks
+//!     whether the poll has had its turn (C2 of `crate::coop`, 50 us): if so it wakes its
+//!     future and returns `Pending` without trying, and the future waits behind the others
+//!     woken before it. A connection whose next request is always there when its handler
+//!     reads (its client on another CPU, or at a higher priority) never sees `WouldBlock`,
+//!     and without this kept its worker from every other connection. The next poll's first
+//!     operation tries: a future always makes progress.
 //!
 //! Races: an edge that arrives between a `WouldBlock` and the clearing of the flag advances the
 //! tick, so the flag stays set and the operation is tried again (no lost edge). A waker stored
@@ -577,6 +584,11 @@ impl<T: AsFd> Async<T> {
     /// R2 for direction `d`: runs `op` until it does not return `WouldBlock`.
     async fn retry<R>(&self, d: usize, mut op: impl FnMut(&T) -> io::Result<R>) -> io::Result<R> {
         poll_fn(|cx| {
+            // R10: a runtime's future that has had its turn lets the others run first.
+            if crate::coop::spent() {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
             loop {
                 let tick = match self.source.poll_ready(d, cx) {
                     Poll::Ready(tick) => tick,

@@ -130,7 +130,11 @@ where
             // aside (H3); only an abort of this very task waits for it.
             let mut slot = self.future.lock().unwrap_or_else(|p| p.into_inner());
             match slot.as_mut() {
-                Some(future) => catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))),
+                Some(future) => catch_unwind(AssertUnwindSafe(|| {
+                    // C1 of `coop.rs`: the future's I/O yields once the poll has had its turn.
+                    let _turn = crate::coop::begin(true);
+                    future.as_mut().poll(&mut cx)
+                })),
                 None => return,
             }
         };
@@ -273,6 +277,8 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
     });
     let waker = Waker::from(signal.clone());
     let mut cx = Context::from_waker(&waker);
+    // C1 of `coop.rs`: the only future of this thread has no turn to yield.
+    let _turn = crate::coop::begin(false);
     loop {
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
             return v;

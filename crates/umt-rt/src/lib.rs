@@ -189,6 +189,8 @@ mod builder;
 #[cfg(not(loom))]
 mod config;
 #[cfg(not(loom))]
+mod coop;
+#[cfg(not(loom))]
 mod core_time;
 #[cfg(not(loom))]
 mod deps;

@@ -602,6 +602,89 @@ fn a_future_that_yields_in_a_loop_lets_the_others_run() {
     setter.join();
 }
 
+/// Runs `hog` (which loops until `flag` is set, or gives up after a minute: a guard against a
+/// hang, not a time being measured, and returns whether the flag stopped it) alone on a
+/// one-worker runtime; once it has started, queues `setter` from outside the runtime, which
+/// sets the flag. Returns whether the flag stopped the hog.
+fn hog_then_setter<H>(
+    hog: impl FnOnce(Arc<AtomicBool>, mpsc::Sender<()>) -> H,
+    setter: impl FnOnce(&Runtime, Arc<AtomicBool>) -> umt_rt::JoinHandle<()>,
+) -> bool
+where
+    H: Future<Output = bool> + Send + 'static,
+{
+    let _serial = serial();
+    let rt = one_core_unmonitored();
+    let flag = Arc::new(AtomicBool::new(false));
+    let (started, on_start) = mpsc::channel();
+    let hog = rt.spawn_async(hog(flag.clone(), started));
+    on_start.recv().unwrap();
+    let setter = setter(&rt, flag);
+    let stopped = hog.join();
+    setter.join();
+    stopped
+}
+
+/// Whether a minute has gone by since `start` (the hogs' guard).
+fn given_up(start: std::time::Instant) -> bool {
+    start.elapsed() > std::time::Duration::from_secs(60)
+}
+
+#[test]
+fn a_future_that_yields_in_a_loop_lets_a_closure_spawned_from_outside_run() {
+    // The yielding future is always in the queue of woken futures; the closure is in the
+    // injector, which its only worker looks at before that queue every other time.
+    let stopped = hog_then_setter(
+        |flag, started| async move {
+            started.send(()).unwrap();
+            let start = std::time::Instant::now();
+            while !flag.load(Ordering::SeqCst) {
+                if given_up(start) {
+                    return false;
+                }
+                YieldOnce(false).await;
+            }
+            true
+        },
+        |rt, flag| rt.spawn(move || flag.store(true, Ordering::SeqCst)),
+    );
+    assert!(
+        stopped,
+        "the closure waited behind a future that yields in a loop"
+    );
+}
+
+#[test]
+fn a_future_whose_io_is_always_ready_yields_its_worker_to_the_others() {
+    use std::os::unix::net::UnixStream;
+    use umt_rt::async_io::Async;
+    // Each read finds the byte just written: the hog never sees `WouldBlock`, so without a
+    // turn (`coop.rs`) its poll never returns and the other future waits for the minute.
+    let stopped = hog_then_setter(
+        |flag, started| async move {
+            let (a, b) = UnixStream::pair().unwrap();
+            let (a, b) = (Async::new(a).unwrap(), Async::new(b).unwrap());
+            started.send(()).unwrap();
+            let start = std::time::Instant::now();
+            let mut byte = [0u8; 1];
+            while !flag.load(Ordering::SeqCst) {
+                if given_up(start) {
+                    return false;
+                }
+                a.write_all(&[7]).await.unwrap();
+                b.read_exact(&mut byte).await.unwrap();
+                assert_eq!(byte, [7]);
+            }
+            true
+        },
+        |rt, flag| rt.spawn_async(async move { flag.store(true, Ordering::SeqCst) }),
+    );
+    assert!(
+        stopped,
+        "a future whose I/O was always ready kept its only worker"
+    );
+}
+
 #[test]
 fn two_futures_waiting_on_one_descriptor_are_both_woken() {
     use std::time::Duration;
