@@ -126,6 +126,11 @@ struct ServeArgs {
     /// later): a handler back from its block gets its core at once.
     #[arg(long)]
     handoff: bool,
+    /// Closed loop: the client threads run at nice -10 (needs CAP_SYS_NICE: root), so a client
+    /// reads its answer as soon as it is written and a latency is the server's alone, not
+    /// also its thread's wait for a CPU shared with the server.
+    #[arg(long)]
+    clients_first: bool,
 }
 
 #[derive(Args, Clone)]
@@ -205,6 +210,14 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
         ));
     }
     serve::check_rate(a.rate, requests)?;
+    if a.clients_first {
+        if a.rate.is_some() {
+            return Err(BenchError::InvalidParam(
+                "serve: --clients-first is for the closed loop; leave out --rate".into(),
+            ));
+        }
+        serve::check_clients_first()?;
+    }
     let files = if a.cold_files > 0 && a.block_every > 0 {
         let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
         if let Some(fs) = memory_filesystem(&dir)
@@ -238,6 +251,7 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
         rate: a.rate,
         drive_io: !a.no_drive_io,
         handoff: a.handoff,
+        clients_first: a.clients_first,
     };
     let mut scenarios = vec![(
         format!("1 in {} blocks {} us", a.block_every, a.block_us),
@@ -308,6 +322,10 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
         a.work,
         match a.rate {
             Some(r) => format!("open loop at {r} requests/s (latency from when each was due)"),
+            None if a.clients_first => format!(
+                "closed loop, clients first (nice {})",
+                serve::CLIENTS_FIRST_NICE
+            ),
             None => "closed loop".to_string(),
         }
     );

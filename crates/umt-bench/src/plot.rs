@@ -527,6 +527,7 @@ mod tests {
                 rate,
                 drive_io: true,
                 handoff: false,
+                clients_first: false,
             },
             runs: Server::ALL
                 .iter()

@@ -82,6 +82,48 @@ pub struct ServeParams {
     /// umt's handoff (`Builder::handoff`): directed on the Bpf backend, a handler back from
     /// its block gets its core from the worker running there.
     pub handoff: bool,
+    /// Closed loop only: the client threads run at nice [`CLIENTS_FIRST_NICE`], so that a
+    /// client reads its answer as soon as the server writes it and a latency is the server's
+    /// alone, not also its client thread's wait for a CPU it shares with the server (clients
+    /// on machines of their own). Needs `CAP_SYS_NICE` ([`check_clients_first`]).
+    pub clients_first: bool,
+}
+
+/// The nice value of the client threads with [`ServeParams::clients_first`]: above any
+/// server thread's (0), so a client woken by its answer preempts the server's worker.
+pub const CLIENTS_FIRST_NICE: i32 = -10;
+
+/// Raises the calling thread's priority to [`CLIENTS_FIRST_NICE`].
+fn raise_client_priority() -> std::io::Result<()> {
+    // SAFETY: `gettid` has no preconditions; `setpriority` with `PRIO_PROCESS` and a thread
+    // id changes that thread's nice value on Linux (nice values are per thread) and touches
+    // no memory of ours.
+    let r = unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, CLIENTS_FIRST_NICE)
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Whether this process may run the clients first ([`ServeParams::clients_first`]): tried on
+/// a thread of its own, which then ends. The error says what to do.
+pub fn check_clients_first() -> Result<(), BenchError> {
+    let tried = std::thread::spawn(raise_client_priority).join();
+    match tried {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(BenchError::InvalidParam(format!(
+            "serve --clients-first: cannot raise the client threads' priority to nice \
+             {CLIENTS_FIRST_NICE} ({e}); it needs CAP_SYS_NICE: run as root, or leave the flag \
+             out"
+        ))),
+        Err(_) => Err(BenchError::InvalidParam(
+            "serve --clients-first: the priority check's thread panicked".into(),
+        )),
+    }
 }
 
 /// The servers compared.
@@ -349,11 +391,17 @@ fn client(
     go: &Barrier,
     t0: &std::sync::OnceLock<Instant>,
 ) -> std::io::Result<ClientSamples> {
+    let raised = if p.clients_first {
+        raise_client_priority()
+    } else {
+        Ok(())
+    };
     let stream = TcpStream::connect(addr).and_then(|s| s.set_nodelay(true).map(|()| s));
     // Everyone passes the barrier, a client that could not connect too.
     go.wait();
     // Set before the barrier by `run`; a client never sees it unset.
     let t0 = t0.get().copied().unwrap_or_else(Instant::now);
+    raised?;
     let mut stream = stream?;
     let mut lat = Vec::with_capacity(p.requests.min(1 << 20));
     let mut late = Vec::new();
@@ -419,6 +467,13 @@ pub fn run(
         ));
     }
     check_rate(p.rate, p.clients.saturating_mul(p.requests))?;
+    if p.clients_first && p.rate.is_some() {
+        return Err(BenchError::InvalidParam(
+            "serve: --clients-first is for the closed loop: an open loop's clients spin until \
+             each request is due, and above the server's priority they would take its CPUs"
+                .into(),
+        ));
+    }
     if p.blocking == Blocking::ColdRead
         && p.block_every > 0
         && files.is_none_or(|f| f.paths().is_empty())
@@ -497,6 +552,7 @@ mod tests {
             rate: None,
             drive_io: true,
             handoff: false,
+            clients_first: false,
         };
         let dir = tempfile::tempdir().unwrap();
         let files = Arc::new(
@@ -544,6 +600,7 @@ mod tests {
             rate: None,
             drive_io: true,
             handoff: false,
+            clients_first: false,
         };
         let blocking: Vec<u64> = (0..10)
             .flat_map(|r| (0..4).map(move |c| (r, c)))
@@ -565,6 +622,7 @@ mod tests {
             rate: Some(20_000.0),
             drive_io: true,
             handoff: false,
+            clients_first: false,
         };
         for s in [Server::UmtMonitor, Server::Tokio] {
             let r = run(s, p, None).unwrap();
@@ -583,6 +641,43 @@ mod tests {
                 run(Server::Tokio, p, None),
                 Err(BenchError::InvalidParam(_))
             ));
+        }
+    }
+
+    #[test]
+    fn clients_first_serves_the_closed_loop_where_allowed_and_refuses_the_open_loop() {
+        let p = ServeParams {
+            clients: 4,
+            requests: 30,
+            block_every: 5,
+            blocking: Blocking::Sleep(Duration::from_micros(100)),
+            work: 100,
+            cores: 2,
+            rate: None,
+            drive_io: true,
+            handoff: false,
+            clients_first: true,
+        };
+        let open = ServeParams {
+            rate: Some(20_000.0),
+            ..p
+        };
+        assert!(matches!(
+            run(Server::Tokio, open, None),
+            Err(BenchError::InvalidParam(_))
+        ));
+        match check_clients_first() {
+            Ok(()) => {
+                for s in Server::ALL {
+                    let r = run(s, p, None).unwrap();
+                    assert!(r.throughput > 0.0, "{r:?}");
+                }
+            }
+            // Without CAP_SYS_NICE the flag is refused before anything starts, saying why.
+            Err(e) => {
+                assert!(e.to_string().contains("CAP_SYS_NICE"), "{e}");
+                assert!(run(Server::Tokio, p, None).is_err());
+            }
         }
     }
 
