@@ -55,12 +55,12 @@
 //!    look's turn: a worker about to drive (R5) waits the look out, the reactor thread's R7
 //!    waits only for a driving worker's turn.
 //! 10. **R10 — a spent turn.** In a poll by a umt runtime's worker, an operation first asks
-//!     whether the poll has had its turn (C2 of `crate::coop`, 50 us): if so it wakes its
-//!     future and returns `Pending` without trying, and the future waits behind the others
-//!     woken before it. A connection whose next request is always there when its handler
-//!     reads (its client on another CPU, or at a higher priority) never sees `WouldBlock`,
-//!     and without this kept its worker from every other connection. The next poll's first
-//!     operation tries: a future always makes progress.
+//!     whether the poll has had its turn (C2 of `crate::coop`: 50 us, not counting the
+//!     poll's first operation nor the first write after a read): if so it wakes its future
+//!     and returns `Pending` without trying, and the future waits behind the others woken
+//!     before it. A connection whose next request is always there when its handler reads
+//!     (its client on another CPU, or at a higher priority) never sees `WouldBlock`, and
+//!     without this kept its worker from every other connection.
 //!
 //! Races: an edge that arrives between a `WouldBlock` and the clearing of the flag advances the
 //! tick, so the flag stays set and the operation is tried again (no lost edge). A waker stored
@@ -109,6 +109,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
+use crate::coop::{self, Op};
 use crate::drive::Waited;
 
 /// One direction (read or write) of a source.
@@ -583,9 +584,10 @@ impl<T: AsFd> Async<T> {
 
     /// R2 for direction `d`: runs `op` until it does not return `WouldBlock`.
     async fn retry<R>(&self, d: usize, mut op: impl FnMut(&T) -> io::Result<R>) -> io::Result<R> {
+        let kind = if d == READ { Op::Read } else { Op::Write };
         poll_fn(|cx| {
             // R10: a runtime's future that has had its turn lets the others run first.
-            if crate::coop::spent() {
+            if coop::spent(kind) {
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
@@ -594,6 +596,7 @@ impl<T: AsFd> Async<T> {
                     Poll::Ready(tick) => tick,
                     Poll::Pending => return Poll::Pending,
                 };
+                coop::tried(kind);
                 match op(self.get_ref()) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.source.clear(d, tick),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -277,7 +277,8 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
     });
     let waker = Waker::from(signal.clone());
     let mut cx = Context::from_waker(&waker);
-    // C1 of `coop.rs`: the only future of this thread has no turn to yield.
+    // C1 of `coop.rs`: no turn. Outside a worker it is the thread's only future; called
+    // inside a runtime future's poll, its futures' I/O does not yield the worker either.
     let _turn = crate::coop::begin(false);
     loop {
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {

@@ -7,15 +7,20 @@
 //! from every other future. Steps:
 //!
 //! 1. **C1 — a turn begins.** A worker that polls a runtime's future (`async_task`, A3)
-//!    starts a turn: the time the poll began, in a thread-local. `block_on` polls with no
-//!    turn: it is the only future of its thread.
-//! 2. **C2 — a turn is spent.** An I/O operation of `Async` (R2 of `async_io.rs`) asks
-//!    [`spent`] before it tries: once the poll has gone on for [`TURN`], the answer is yes,
-//!    the future wakes itself and returns `Pending`, and the task goes to the back of the
-//!    runtime's queue of woken futures (A2), behind those woken before it.
-//! 3. **C3 — one yield per turn.** The first `yes` starts a new turn: a future that polls
-//!    another after a `Pending` (`select`, `join`) or an executor nested in the poll (which
-//!    polls again at once when woken) makes progress instead of spinning on spent turns.
+//!    starts a turn: the time the poll began, in a thread-local, and no operation done yet.
+//!    `block_on` polls with no turn: outside a worker it is the only future of its thread
+//!    (called inside a runtime future's poll, what it polls does not yield either).
+//! 2. **C2 — a turn is spent.** An I/O operation of `Async` (R10 of `async_io.rs`) asks
+//!    [`spent`] before it tries. The answer is yes once the poll has gone on for [`TURN`],
+//!    except for the poll's first operation (every poll makes progress, however long it ran
+//!    or was preempted before it) and for the first write after a read (the answer to what
+//!    was read goes out before the next request is taken: work begun finishes first). On a
+//!    yes the future wakes itself and returns `Pending`, and the task goes to the back of the
+//!    runtime's queue of woken futures (A2), behind those woken before it. Each operation
+//!    tried is noted ([`tried`]).
+//! 3. **C3 — one yield per turn.** A yes starts a new turn: a future that polls another
+//!    after a `Pending` (`select`, `join`) or an executor nested in the poll (which polls
+//!    again at once when woken) makes progress instead of spinning on spent turns.
 //!
 //! Outside a runtime's poll (another executor's thread, a closure task) there is no turn and
 //! nothing yields.
@@ -28,70 +33,134 @@ use std::time::{Duration, Instant};
 /// busy connections per core, each waits for the others' turns rather than their whole runs.
 pub(crate) const TURN: Duration = Duration::from_micros(50);
 
+/// What an operation does to its descriptor, for C2's exceptions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// Takes something in: a read, an accept, a wait for readability.
+    Read,
+    /// Sends something out.
+    Write,
+}
+
+/// The current turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct State {
+    /// When it began.
+    began: Instant,
+    /// Whether an operation was tried in it.
+    tried: bool,
+    /// Whether a read was tried in it since its last write: the next write is its answer.
+    read: bool,
+}
+
 thread_local! {
-    /// When the current turn began; `None` outside a runtime's poll.
-    static BEGAN: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// The turn of the current poll; `None` outside a runtime's poll.
+    static TURN_NOW: Cell<Option<State>> = const { Cell::new(None) };
 }
 
 /// A turn in progress; dropping it restores what was there before (a poll nested in another).
 pub(crate) struct Turn {
-    before: Option<Instant>,
+    before: Option<State>,
 }
 
 /// C1: begins a turn for a runtime's poll (`polls`) or, for `block_on`, none.
 pub(crate) fn begin(polls: bool) -> Turn {
-    let now = polls.then(Instant::now);
+    let now = polls.then(|| State {
+        began: Instant::now(),
+        tried: false,
+        read: false,
+    });
     Turn {
-        before: BEGAN.with(|b| b.replace(now)),
+        before: TURN_NOW.with(|t| t.replace(now)),
     }
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        BEGAN.with(|b| b.set(self.before));
+        TURN_NOW.with(|t| t.set(self.before));
     }
 }
 
-/// C2 and C3: whether the current turn is spent; if so, a new one begins.
+/// C2 and C3: whether the current turn is spent before an operation `op`; if so, a new one
+/// begins.
 #[cfg_attr(
     not(target_os = "linux"),
     expect(dead_code, reason = "only `async_io`, Linux's, asks")
 )]
-pub(crate) fn spent() -> bool {
-    BEGAN.with(|b| match b.get() {
-        Some(t) => {
-            let now = Instant::now();
-            if now.saturating_duration_since(t) < TURN {
-                return false;
-            }
-            b.set(Some(now));
-            true
+pub(crate) fn spent(op: Op) -> bool {
+    TURN_NOW.with(|t| {
+        let Some(s) = t.get() else {
+            return false;
+        };
+        if !s.tried || (op == Op::Write && s.read) {
+            return false;
         }
-        None => false,
+        let now = Instant::now();
+        if now.saturating_duration_since(s.began) < TURN {
+            return false;
+        }
+        t.set(Some(State {
+            began: now,
+            tried: false,
+            read: false,
+        }));
+        true
     })
+}
+
+/// C2: notes that an operation `op` was tried in the current turn.
+#[cfg_attr(
+    not(target_os = "linux"),
+    expect(dead_code, reason = "only `async_io`, Linux's, asks")
+)]
+pub(crate) fn tried(op: Op) {
+    TURN_NOW.with(|t| {
+        if let Some(s) = t.get() {
+            t.set(Some(State {
+                tried: true,
+                read: op == Op::Read,
+                ..s
+            }));
+        }
+    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Backdates the current turn's start, so that it is spent.
+    fn backdate() {
+        TURN_NOW.with(|t| {
+            let s = t.get().unwrap();
+            let began = Instant::now().checked_sub(TURN * 2).unwrap();
+            t.set(Some(State { began, ..s }));
+        });
+    }
+
     #[test]
     fn no_turn_outside_a_poll_and_one_yield_per_turn() {
-        assert!(!spent(), "no turn outside a poll");
+        assert!(!spent(Op::Read), "no turn outside a poll");
         {
             let _turn = begin(true);
-            assert!(!spent(), "a fresh turn is not spent");
-            // Backdate the turn: it is spent once, then a new one begins (C3).
-            BEGAN.with(|b| b.set(Instant::now().checked_sub(TURN * 2)));
-            assert!(spent());
-            assert!(!spent());
+            backdate();
+            assert!(!spent(Op::Read), "a poll's first operation tries");
+            tried(Op::Write);
+            assert!(spent(Op::Write), "spent after the first operation");
+            assert!(!spent(Op::Read), "a new turn began");
+            tried(Op::Read);
+            backdate();
+            assert!(!spent(Op::Write), "the answer to a read goes out");
+            tried(Op::Write);
+            assert!(spent(Op::Write), "a second write does not");
             {
                 let _none = begin(false);
-                BEGAN.with(|b| assert_eq!(b.get(), None, "block_on polls with no turn"));
-                assert!(!spent());
+                TURN_NOW.with(|t| assert_eq!(t.get(), None, "block_on polls with no turn"));
+                tried(Op::Read);
+                assert!(!spent(Op::Read));
             }
-            BEGAN.with(|b| assert!(b.get().is_some(), "the outer turn is back"));
+            TURN_NOW.with(|t| assert!(t.get().is_some(), "the outer turn is back"));
         }
-        BEGAN.with(|b| assert_eq!(b.get(), None));
+        TURN_NOW.with(|t| assert_eq!(t.get(), None));
     }
 }

@@ -686,6 +686,50 @@ fn a_future_whose_io_is_always_ready_yields_its_worker_to_the_others() {
 }
 
 #[test]
+fn a_poll_that_computes_past_its_turn_before_its_first_read_still_reads() {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    use umt_rt::async_io::Async;
+    let _serial = serial();
+    let rt = one_core_unmonitored();
+    let (mut a, b) = UnixStream::pair().unwrap();
+    a.write_all(&[5]).unwrap();
+    let b = Async::new(b).unwrap();
+    // Each poll computes for longer than a turn (C2 of `coop.rs`: 50 us) before its first
+    // operation, a read of a byte already there: that operation tries, however long the
+    // poll ran before it, so the first poll reads it. Bounded, so that a read that yields
+    // every time fails the test instead of hanging it.
+    let polls = rt
+        .spawn_async(async move {
+            let mut polls = 0u32;
+            std::future::poll_fn(|cx| {
+                polls += 1;
+                let start = std::time::Instant::now();
+                while start.elapsed() < std::time::Duration::from_micros(200) {
+                    std::hint::spin_loop();
+                }
+                let mut byte = [0u8; 1];
+                let read = std::pin::pin!(b.read(&mut byte)).poll(cx);
+                match read {
+                    Poll::Ready(r) => {
+                        assert_eq!((r.unwrap(), byte), (1, [5]));
+                        Poll::Ready(Some(polls))
+                    }
+                    Poll::Pending if polls >= 1000 => Poll::Ready(None),
+                    Poll::Pending => Poll::Pending,
+                }
+            })
+            .await
+        })
+        .join();
+    assert_eq!(
+        polls,
+        Some(1),
+        "the read waited behind a turn spent before it"
+    );
+}
+
+#[test]
 fn two_futures_waiting_on_one_descriptor_are_both_woken() {
     use std::time::Duration;
     use umt_rt::async_io::Async;
