@@ -2,8 +2,8 @@
 //! parallel loop with chunks not yet handed out) registers an offer while it runs, and the
 //! core sees it as work through the same two questions it asks of its queues: "is there
 //! any?" (the leader's L3, a worker about to park) and "give me some" (a worker's
-//! `find_work`, after its deque, inbox, the injector and stealing). Steps O1–O4 and their
-//! races in `README.md`, "Offers".
+//! `find_work`, after its deque, inbox, the woken futures, the injector and stealing). Steps
+//! O1–O4 and their races in `README.md`, "Offers".
 //!
 //! An offer points into its owner's stack frame. The [`Gate`] makes that sound: a taker
 //! enters before it looks and leaves after, and the owner closes the gate, which waits for
