@@ -83,9 +83,12 @@ pub struct ServeParams {
     /// its block gets its core from the worker running there.
     pub handoff: bool,
     /// Closed loop only: the client threads run at nice [`CLIENTS_FIRST_NICE`], so that a
-    /// client reads its answer as soon as the server writes it and a latency is the server's
-    /// alone, not also its client thread's wait for a CPU it shares with the server (clients
-    /// on machines of their own). Needs `CAP_SYS_NICE` ([`check_clients_first`]).
+    /// client woken by its answer mostly preempts the server's thread and reads it at once:
+    /// a latency is then mostly the server's, not also its client thread's wait for a CPU it
+    /// shares with the server (nearer clients on machines of their own). Not exactly: the
+    /// kernel may still let the running thread finish its slice, and the clients' CPU time
+    /// now comes first, which costs a server pinned to its cores (umt's workers) more than
+    /// one whose threads may move (tokio's). Needs `CAP_SYS_NICE` ([`check_clients_first`]).
     pub clients_first: bool,
 }
 
@@ -467,12 +470,16 @@ pub fn run(
         ));
     }
     check_rate(p.rate, p.clients.saturating_mul(p.requests))?;
-    if p.clients_first && p.rate.is_some() {
-        return Err(BenchError::InvalidParam(
-            "serve: --clients-first is for the closed loop: an open loop's clients spin until \
-             each request is due, and above the server's priority they would take its CPUs"
-                .into(),
-        ));
+    if p.clients_first {
+        if p.rate.is_some() {
+            return Err(BenchError::InvalidParam(
+                "serve: --clients-first is for the closed loop: an open loop's clients spin \
+                 until each request is due, and above the server's priority they would take \
+                 its CPUs"
+                    .into(),
+            ));
+        }
+        check_clients_first()?;
     }
     if p.blocking == Blocking::ColdRead
         && p.block_every > 0
