@@ -100,7 +100,9 @@
 //! one on the calling thread. A future that calls something blocking inside `poll` (a
 //! `std::fs` read, a blocking driver, a page fault on a mapped file) blocks its worker, and
 //! the monitor gives the core to a spare that polls the core's other futures: no
-//! `spawn_blocking` to remember. [`JoinHandle::abort`] cancels any task.
+//! `spawn_blocking` to remember. [`JoinHandle::abort`] cancels any task. A future whose I/O
+//! (`async_io::Async`) is always ready when it asks still lets the others run: once a poll
+//! has gone on for 50 us, its next operation yields (as tokio's budget does, by time here).
 //!
 //! ```
 //! let rt = umt_rt::Runtime::new()?;
