@@ -210,14 +210,8 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
         ));
     }
     serve::check_rate(a.rate, requests)?;
-    if a.clients_first {
-        if a.rate.is_some() {
-            return Err(BenchError::InvalidParam(
-                "serve: --clients-first is for the closed loop; leave out --rate".into(),
-            ));
-        }
-        serve::check_clients_first()?;
-    }
+    // Before the cold files are made; `serve::run` checks again for its other callers.
+    serve::check_clients_first(a.clients_first, a.rate)?;
     let files = if a.cold_files > 0 && a.block_every > 0 {
         let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
         if let Some(fs) = memory_filesystem(&dir)

@@ -98,13 +98,10 @@ pub const CLIENTS_FIRST_NICE: i32 = -10;
 
 /// Raises the calling thread's priority to [`CLIENTS_FIRST_NICE`].
 fn raise_client_priority() -> std::io::Result<()> {
-    // SAFETY: `gettid` has no preconditions; `setpriority` with `PRIO_PROCESS` and a thread
-    // id changes that thread's nice value on Linux (nice values are per thread) and touches
-    // no memory of ours.
-    let r = unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, CLIENTS_FIRST_NICE)
-    };
+    let tid = nix::unistd::gettid().as_raw() as libc::id_t;
+    // SAFETY: `setpriority` with `PRIO_PROCESS` and a thread id changes that thread's nice
+    // value on Linux (nice values are per thread) and touches no memory of ours.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, CLIENTS_FIRST_NICE) };
     if r == 0 {
         Ok(())
     } else {
@@ -112,9 +109,21 @@ fn raise_client_priority() -> std::io::Result<()> {
     }
 }
 
-/// Whether this process may run the clients first ([`ServeParams::clients_first`]): tried on
-/// a thread of its own, which then ends. The error says what to do.
-pub fn check_clients_first() -> Result<(), BenchError> {
+/// Whether clients first ([`ServeParams::clients_first`]) may run with `rate`: a closed loop
+/// (`rate` is `None`) and the right to raise the clients' priority (tried on a thread of its
+/// own, which then ends). The error says what to do; `Ok` when `clients_first` is off.
+pub fn check_clients_first(clients_first: bool, rate: Option<f64>) -> Result<(), BenchError> {
+    if !clients_first {
+        return Ok(());
+    }
+    if rate.is_some() {
+        return Err(BenchError::InvalidParam(
+            "serve: --clients-first is for the closed loop (leave out --rate): an open loop's \
+             clients spin until each request is due, and above the server's priority they \
+             would take its CPUs"
+                .into(),
+        ));
+    }
     let tried = std::thread::spawn(raise_client_priority).join();
     match tried {
         Ok(Ok(())) => Ok(()),
@@ -470,17 +479,7 @@ pub fn run(
         ));
     }
     check_rate(p.rate, p.clients.saturating_mul(p.requests))?;
-    if p.clients_first {
-        if p.rate.is_some() {
-            return Err(BenchError::InvalidParam(
-                "serve: --clients-first is for the closed loop: an open loop's clients spin \
-                 until each request is due, and above the server's priority they would take \
-                 its CPUs"
-                    .into(),
-            ));
-        }
-        check_clients_first()?;
-    }
+    check_clients_first(p.clients_first, p.rate)?;
     if p.blocking == Blocking::ColdRead
         && p.block_every > 0
         && files.is_none_or(|f| f.paths().is_empty())
@@ -547,9 +546,9 @@ pub fn run(
 mod tests {
     use super::*;
 
-    #[test]
-    fn every_server_answers_every_request_correctly() {
-        let p = ServeParams {
+    /// A small closed loop: 4 clients, 50 requests each, one in 10 sleeping 200 us.
+    fn small() -> ServeParams {
+        ServeParams {
             clients: 4,
             requests: 50,
             block_every: 10,
@@ -560,7 +559,12 @@ mod tests {
             drive_io: true,
             handoff: false,
             clients_first: false,
-        };
+        }
+    }
+
+    #[test]
+    fn every_server_answers_every_request_correctly() {
+        let p = small();
         let dir = tempfile::tempdir().unwrap();
         let files = Arc::new(
             FileSet::create(&crate::scan::ScanParams {
@@ -654,16 +658,8 @@ mod tests {
     #[test]
     fn clients_first_serves_the_closed_loop_where_allowed_and_refuses_the_open_loop() {
         let p = ServeParams {
-            clients: 4,
-            requests: 30,
-            block_every: 5,
-            blocking: Blocking::Sleep(Duration::from_micros(100)),
-            work: 100,
-            cores: 2,
-            rate: None,
-            drive_io: true,
-            handoff: false,
             clients_first: true,
+            ..small()
         };
         let open = ServeParams {
             rate: Some(20_000.0),
@@ -673,7 +669,7 @@ mod tests {
             run(Server::Tokio, open, None),
             Err(BenchError::InvalidParam(_))
         ));
-        match check_clients_first() {
+        match check_clients_first(true, None) {
             Ok(()) => {
                 for s in Server::ALL {
                     let r = run(s, p, None).unwrap();

@@ -37,6 +37,10 @@ pub(crate) const TURN: Duration = Duration::from_micros(50);
 
 /// What an operation does to its descriptor, for C2's exceptions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(
+    not(target_os = "linux"),
+    expect(dead_code, reason = "only `async_io`, Linux's, asks")
+)]
 pub(crate) enum Op {
     /// Takes something in: a read, an accept, a wait for readability.
     Read,
@@ -49,10 +53,9 @@ pub(crate) enum Op {
 struct State {
     /// When it began.
     began: Instant,
-    /// Whether an operation was tried in it.
-    tried: bool,
-    /// Whether a read was tried in it since its last write: the next write is its answer.
-    read: bool,
+    /// The last operation tried in it: none yet (the next is the poll's first), or a read
+    /// (the next write is its answer).
+    last: Option<Op>,
 }
 
 thread_local! {
@@ -69,8 +72,7 @@ pub(crate) struct Turn {
 pub(crate) fn begin(polls: bool) -> Turn {
     let now = polls.then(|| State {
         began: Instant::now(),
-        tried: false,
-        read: false,
+        last: None,
     });
     Turn {
         before: TURN_NOW.with(|t| t.replace(now)),
@@ -94,8 +96,9 @@ pub(crate) fn spent(op: Op) -> bool {
         let Some(s) = t.get() else {
             return false;
         };
-        if !s.tried || (op == Op::Write && s.read) {
-            return false;
+        match (s.last, op) {
+            (None, _) | (Some(Op::Read), Op::Write) => return false,
+            _ => {}
         }
         let now = Instant::now();
         if now.saturating_duration_since(s.began) < TURN {
@@ -103,8 +106,7 @@ pub(crate) fn spent(op: Op) -> bool {
         }
         t.set(Some(State {
             began: now,
-            tried: false,
-            read: false,
+            last: None,
         }));
         true
     })
@@ -119,8 +121,7 @@ pub(crate) fn tried(op: Op) {
     TURN_NOW.with(|t| {
         if let Some(s) = t.get() {
             t.set(Some(State {
-                tried: true,
-                read: op == Op::Read,
+                last: Some(op),
                 ..s
             }));
         }
