@@ -20,6 +20,14 @@ use crate::spawn::{Abort, JoinHandle, JoinState, Outcome};
 use crate::task_state::{AfterPoll, TaskState};
 use crate::worker::with_current;
 
+/// A2: a future woken on a worker goes to that worker's deque (it runs next, its data still in
+/// the core's caches) unless this many wakes, each queued there by the future polled before,
+/// already led to the future that wakes it: then to the shared queue of woken futures. Two
+/// futures that wake each other would otherwise keep the deque from ever emptying, and the
+/// worker from the injector and the jobs below them (tokio bounds its LIFO slot the same way,
+/// at three polls).
+const LOCAL_WAKES: u8 = 31;
+
 /// The runtime's futures (A1, A5): every one not yet done, by id. The runtime owns them: a
 /// future that waits with no waker kept anywhere stays here until it is aborted or the
 /// runtime shuts down.
@@ -102,20 +110,23 @@ where
         if AsyncTasks::of(&reg).is_closed() {
             return self.finish(Outcome::Cancelled);
         }
-        let job = {
-            let task = self.clone();
-            Job::new(move || task.run())
-        };
         with_current(|ctx| match ctx {
-            Some(ctx) if !fifo && ctx.queues_wakes_here() && Arc::ptr_eq(ctx.registry(), &reg) => {
-                ctx.push(job)
+            Some(ctx)
+                if !fifo
+                    && ctx.queues_wakes_here()
+                    && ctx.wake_chain() < LOCAL_WAKES
+                    && Arc::ptr_eq(ctx.registry(), &reg) =>
+            {
+                let chain = ctx.wake_chain() + 1;
+                ctx.push(Job::new(move || self.run(chain)))
             }
-            _ => reg.inject_wake(job),
+            _ => reg.inject_wake(Job::new(move || self.run(0))),
         });
     }
 
-    /// A3: one poll, by the worker that took the task's job.
-    fn run(self: Arc<Self>) {
+    /// A3: one poll, by the worker that took the task's job; `chain` wakes, each queued on
+    /// this worker's deque by the future before, led to it (A2).
+    fn run(self: Arc<Self>, chain: u8) {
         if !self.state.start_poll() {
             // Cancelled at shutdown while it sat in a queue.
             return;
@@ -125,19 +136,21 @@ where
         }
         let waker = Waker::from(self.clone());
         let mut cx = Context::from_waker(&waker);
-        let polled = {
-            // Not counted (`sync::Held`): it is held while the future runs, which may step
-            // aside (H3); only an abort of this very task waits for it.
-            let mut slot = self.future.lock().unwrap_or_else(|p| p.into_inner());
-            match slot.as_mut() {
-                Some(future) => catch_unwind(AssertUnwindSafe(|| {
-                    // C1 of `coop.rs`: the future's I/O yields once the poll has had its turn.
-                    let _turn = crate::coop::begin(true);
-                    future.as_mut().poll(&mut cx)
-                })),
-                None => return,
-            }
-        };
+        // Not counted (`sync::Held`): it is held while the future runs, which may step aside
+        // (H3); only an abort of this very task waits for it.
+        let mut slot = self.future.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(future) = slot.as_mut() else { return };
+        // A2: the poll's wakes on this worker continue its chain.
+        let outer_chain = with_current(|ctx| ctx.map(|ctx| ctx.set_wake_chain(chain)));
+        let polled = catch_unwind(AssertUnwindSafe(|| {
+            // C1 of `coop.rs`: the future's I/O yields once the poll has had its turn.
+            let _turn = crate::coop::begin(true);
+            future.as_mut().poll(&mut cx)
+        }));
+        if let Some(outer) = outer_chain {
+            with_current(|ctx| ctx.map(|ctx| ctx.set_wake_chain(outer)));
+        }
+        drop(slot);
         match polled {
             Ok(Poll::Ready(v)) => self.finish(Outcome::Value(v)),
             Err(payload) => self.finish(Outcome::Panicked(payload)),

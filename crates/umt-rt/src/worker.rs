@@ -86,6 +86,9 @@ pub(crate) struct WorkerCtx {
     /// the injector and the other deques (it alternates): a future that wakes itself in a loop,
     /// or a busy server's connections, keep that queue from ever emptying.
     wakes_first: Cell<bool>,
+    /// How many wakes on this worker led to the future it polls now, each queued on its deque
+    /// by the one before (A2 of `README.md`); 0 outside a poll.
+    wake_chain: Cell<u8>,
     /// Whether a task runs on this worker's stack (H2: the signal handler reads it).
     in_task: Cell<bool>,
     /// Its handoff flags in the monitor, when the handoff is directed (H1).
@@ -234,6 +237,7 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         last_look: Cell::new(None),
         ticks: Cell::new(0),
         wakes_first: Cell::new(true),
+        wake_chain: Cell::new(0),
         in_task: Cell::new(false),
         handoff_flags,
     };
@@ -292,6 +296,7 @@ impl WorkerCtx {
             last_look: Cell::new(None),
             ticks: Cell::new(0),
             wakes_first: Cell::new(true),
+            wake_chain: Cell::new(0),
             in_task: Cell::new(false),
             handoff_flags: None,
         })
@@ -478,6 +483,16 @@ impl WorkerCtx {
             driver.dispatch();
             self.dispatch.set(Dispatch::Off);
         }
+    }
+
+    /// The length of the chain of wakes behind the future this worker polls now (A2).
+    pub(crate) fn wake_chain(&self) -> u8 {
+        self.wake_chain.get()
+    }
+
+    /// Sets [`WorkerCtx::wake_chain`] for a poll; returns the value to put back after it.
+    pub(crate) fn set_wake_chain(&self, chain: u8) -> u8 {
+        self.wake_chain.replace(chain)
     }
 
     /// Whether a future woken on this worker goes to its deque; not while it wakes those of

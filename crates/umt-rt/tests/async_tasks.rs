@@ -654,6 +654,88 @@ fn a_future_that_yields_in_a_loop_lets_a_closure_spawned_from_outside_run() {
     );
 }
 
+/// A baton two futures pass to each other: side `i` takes it when it is its turn, hands the
+/// turn to the other side and wakes it; once stopped, every pass returns at once.
+#[derive(Default)]
+struct Baton {
+    /// Whose turn it is, each side's waker while it waits, and whether it is stopped.
+    state: Mutex<(usize, [Option<Waker>; 2], bool)>,
+}
+
+impl Baton {
+    fn pass(self: &Arc<Self>, side: usize) -> impl Future<Output = ()> + Send + 'static {
+        let baton = self.clone();
+        std::future::poll_fn(move |cx| {
+            let mut state = baton.state.lock().unwrap();
+            if state.2 {
+                return Poll::Ready(());
+            }
+            if state.0 != side {
+                state.1[side] = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            state.0 = 1 - side;
+            let other = state.1[1 - side].take();
+            drop(state);
+            if let Some(other) = other {
+                other.wake();
+            }
+            Poll::Ready(())
+        })
+    }
+
+    fn stop(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.2 = true;
+        let wakers: Vec<Waker> = state.1.iter_mut().filter_map(Option::take).collect();
+        drop(state);
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.state.lock().unwrap().2
+    }
+}
+
+#[test]
+fn two_futures_that_wake_each_other_let_a_closure_spawned_from_outside_run() {
+    // Each wakes the other from its worker, which queues it on that worker's deque: without
+    // a bound on such a chain the deque never empties and the worker never reaches the
+    // injector, where the closure waits.
+    let stopped = hog_then_setter(
+        |flag, started| async move {
+            let baton = Arc::new(Baton::default());
+            let partner = {
+                let (baton, flag) = (baton.clone(), flag.clone());
+                umt_rt::spawn_async(async move {
+                    while !flag.load(Ordering::SeqCst) && !baton.is_stopped() {
+                        baton.pass(1).await;
+                    }
+                    baton.stop();
+                })
+            };
+            started.send(()).unwrap();
+            let start = std::time::Instant::now();
+            let mut stopped = true;
+            while !flag.load(Ordering::SeqCst) && !baton.is_stopped() {
+                if given_up(start) {
+                    stopped = false;
+                    break;
+                }
+                baton.pass(0).await;
+            }
+            baton.stop();
+            partner.await;
+            stopped
+        },
+        |rt, flag| rt.spawn(move || flag.store(true, Ordering::SeqCst)),
+    );
+    assert!(
+        stopped,
+        "the closure waited behind two futures that wake each other"
+    );
+}
+
 #[test]
 fn a_future_whose_io_is_always_ready_yields_its_worker_to_the_others() {
     use std::os::unix::net::UnixStream;
