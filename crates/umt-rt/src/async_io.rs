@@ -55,7 +55,7 @@
 //!    look's turn: a worker about to drive (R5) waits the look out, the reactor thread's R7
 //!    waits only for a driving worker's turn.
 //! 10. **R10 — a spent turn.** In a poll by a umt runtime's worker, an operation first asks
-//!     whether the poll has had its turn (C2 of `crate::coop`: 50 us, not counting the
+//!     whether the poll has had its turn (C2 of `crate::coop`: 50 us from its first, not counting the
 //!     poll's first operation nor the first write after a read): if so it wakes its future
 //!     and returns `Pending` without trying, and the future waits behind the others woken
 //!     before it. A connection whose next request is always there when its handler reads

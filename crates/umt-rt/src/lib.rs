@@ -102,7 +102,7 @@
 //! the monitor gives the core to a spare that polls the core's other futures: no
 //! `spawn_blocking` to remember. [`JoinHandle::abort`] cancels any task. A future whose I/O
 //! (`async_io::Async`) is always ready when it asks still lets the others run: once a poll
-//! has gone on for 50 us, its next operation yields (as tokio's budget does, by time here).
+//! has done I/O for 50 us, its next operation yields (as tokio's budget does, by time here).
 //!
 //! ```
 //! let rt = umt_rt::Runtime::new()?;
