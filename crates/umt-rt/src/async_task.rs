@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -18,7 +18,7 @@ use crate::latch::{Waiter, wait_until};
 use crate::registry::{Extension, Feature, Hooks, Registry};
 use crate::spawn::{Abort, JoinHandle, JoinState, Outcome};
 use crate::task_state::{AfterPoll, TaskState};
-use crate::worker::with_current;
+use crate::worker::{WorkerCtx, with_current};
 
 /// A2: a future woken on a worker goes to that worker's deque (it runs next, its data still in
 /// the core's caches) unless this many wakes, each queued there by the future polled before,
@@ -75,6 +75,15 @@ impl Extension for AsyncTasks {
     const FEATURE: Feature = Feature::Async;
 }
 
+/// `ctx`, if it is a worker of the runtime `reg` refers to. Its reference to the runtime then
+/// stands for an upgrade of `reg`: one per wake and per poll moved the runtime's reference
+/// count between the cores at every wake (a third of a pass of a baton between two futures,
+/// `--example wake_chain`). The allocation stays while `reg` lives, so the same address is the
+/// same runtime.
+fn worker_of<'a>(ctx: Option<&'a WorkerCtx>, reg: &Weak<Registry>) -> Option<&'a WorkerCtx> {
+    ctx.filter(|ctx| std::ptr::eq(Arc::as_ptr(ctx.registry()), reg.as_ptr()))
+}
+
 /// A future's task, without its types (shutdown cancels it).
 trait Cancel: Send + Sync {
     /// Cancels the task if it waits (or, once the workers are gone, if it is queued).
@@ -89,6 +98,9 @@ struct Task<F: Future> {
     join: Arc<JoinState<F::Output>>,
     reg: Weak<Registry>,
     id: u64,
+    /// A2: the chain of wakes behind the job queued now, written by its queuer before the
+    /// push that publishes the job, read by the job before its poll (one job at a time).
+    chain: AtomicU8,
 }
 
 impl<F> Task<F>
@@ -104,24 +116,51 @@ where
     /// and no connection of a busy server waits behind those woken after it. A runtime that is
     /// gone or shutting down cancels it instead.
     fn queue(self: Arc<Self>, fifo: bool) {
-        let Some(reg) = self.reg.upgrade() else {
-            return self.finish(Outcome::Cancelled);
-        };
-        if AsyncTasks::of(&reg).is_closed() {
-            return self.finish(Outcome::Cancelled);
-        }
-        with_current(|ctx| match ctx {
-            Some(ctx)
-                if !fifo
-                    && ctx.queues_wakes_here()
-                    && ctx.wake_chain() < LOCAL_WAKES
-                    && Arc::ptr_eq(ctx.registry(), &reg) =>
-            {
-                let chain = ctx.wake_chain() + 1;
-                ctx.push(Job::new(move || self.run(chain)))
+        with_current(|ctx| {
+            let ctx = worker_of(ctx, &self.reg);
+            let upgraded = if ctx.is_none() {
+                self.reg.upgrade()
+            } else {
+                None
+            };
+            let Some(reg) = ctx.map(WorkerCtx::registry).or(upgraded.as_ref()) else {
+                return self.finish(Outcome::Cancelled);
+            };
+            if AsyncTasks::of(reg).is_closed() {
+                return self.finish(Outcome::Cancelled);
             }
-            _ => reg.inject_wake(Job::new(move || self.run(0))),
-        });
+            match ctx {
+                Some(ctx) if !fifo && ctx.queues_wakes_here() && ctx.wake_chain() < LOCAL_WAKES => {
+                    self.chain.store(ctx.wake_chain() + 1, Ordering::Relaxed);
+                    ctx.push(self.into_job())
+                }
+                _ => {
+                    self.chain.store(0, Ordering::Relaxed);
+                    reg.inject_wake(self.into_job())
+                }
+            }
+        })
+    }
+
+    /// The task's job: the task's own reference, no allocation per wake. A job that never
+    /// runs keeps the task's allocation (A5).
+    fn into_job(self: Arc<Self>) -> Job {
+        /// Runs the job of `data`, a task's reference made by `into_job`.
+        unsafe fn execute<F>(data: *const ())
+        where
+            F: Future + Send + 'static,
+            F::Output: Send + 'static,
+        {
+            // SAFETY: `data` is the reference `into_job` leaked with `Arc::into_raw`, and a
+            // job runs once, so it is taken back once.
+            let task = unsafe { Arc::from_raw(data as *const Task<F>) };
+            let chain = task.chain.load(Ordering::Relaxed);
+            task.run(chain)
+        }
+        // SAFETY: `execute::<F>` takes the reference back as a `Task<F>`, what `data` is; the
+        // task is `Send + Sync` (its `Wake` impl, which needs both, compiles), so the job may
+        // run on any worker.
+        unsafe { Job::from_raw(Arc::into_raw(self) as *const (), execute::<F>) }
     }
 
     /// A3: one poll, by the worker that took the task's job; `chain` wakes, each queued on
@@ -159,10 +198,12 @@ where
                 // Waiting: the next wake queues it. A shutdown that began during the poll
                 // may have looked before it was idle: cancel it here then.
                 AfterPoll::Wait => {
-                    let closed = self
-                        .reg
-                        .upgrade()
-                        .is_none_or(|reg| AsyncTasks::of(&reg).is_closed());
+                    let closed = with_current(|ctx| match worker_of(ctx, &self.reg) {
+                        Some(ctx) => AsyncTasks::of(ctx.registry()).is_closed(),
+                        None => {
+                            (self.reg.upgrade()).is_none_or(|reg| AsyncTasks::of(&reg).is_closed())
+                        }
+                    });
                     if closed && self.state.cancel_idle(false) {
                         self.finish(Outcome::Cancelled);
                     }
@@ -250,6 +291,7 @@ where
         join: join.clone(),
         reg: Arc::downgrade(reg),
         id: tasks.next_id.fetch_add(1, Ordering::Relaxed),
+        chain: AtomicU8::new(0),
     });
     join.set_task(Arc::downgrade(&task) as Weak<dyn Abort>);
     tasks.live().insert(task.id, task.clone());
