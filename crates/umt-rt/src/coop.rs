@@ -16,14 +16,18 @@
 //! 2. **C2 — a turn is spent.** An I/O operation of `Async` (R10 of `async_io.rs`) asks
 //!    [`spent`] before it tries. The answer is yes once [`TURN`] has gone by since the poll's
 //!    first operation, except for that first operation (every poll makes progress, however
-//!    long it ran or was preempted before it) and for the first write after a read (the answer to what
-//!    was read goes out before the next request is taken: work begun finishes first). On a
+//!    long it ran or was preempted before it) and for the first write after a read (the
+//!    answer to what was read goes out before the next request is taken: work begun finishes
+//!    first). On a
 //!    yes the future wakes itself and returns `Pending`, and the task goes to the back of the
 //!    runtime's queue of woken futures (A2), behind those woken before it. Each operation
 //!    tried is noted ([`tried`]).
-//! 3. **C3 — one yield per turn.** A yes starts a new turn: a future that polls another
-//!    after a `Pending` (`select`, `join`) or an executor nested in the poll (which polls
-//!    again at once when woken) makes progress instead of spinning on spent turns.
+//! 3. **C3 — a spent turn stays spent.** Every later operation of the same poll is refused
+//!    too: a future that polls another after a `Pending` (a `select` loop, a proxy's two
+//!    directions) returns `Pending` as well, where a turn begun afresh at the second let a
+//!    loop over always-ready sockets go on for ever (a review found it). An executor nested
+//!    in the poll, which polls again at once when woken, would spin on refusals: after
+//!    [`REFUSALS`] in a row the next operation begins a new turn, so it makes progress.
 //!
 //! Outside a runtime's poll (another executor's thread, a closure task) there is no turn and
 //! nothing yields.
@@ -37,6 +41,10 @@ use std::time::{Duration, Instant};
 /// busy connections per core, each waits for the others' turns rather than their whole runs
 /// (a turn of 200 us or 1 ms gave a higher p99).
 pub(crate) const TURN: Duration = Duration::from_micros(50);
+
+/// C3: refusals in a row after which a poll that goes on anyway gets a new turn (an executor
+/// nested in it, polling again at once). More than the arms of any `select` a user writes.
+pub(crate) const REFUSALS: u8 = 64;
 
 /// What an operation does to its descriptor, for C2's exceptions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +67,8 @@ enum State {
     /// Operations tried since `began`, the first's time; `last` the latest (after a read, the
     /// next write is its answer).
     Trying { began: Instant, last: Op },
+    /// Spent: operations are refused until the poll ends (C3); `refused` so far in a row.
+    Spent { refused: u8 },
 }
 
 thread_local! {
@@ -85,8 +95,8 @@ impl Drop for Turn {
     }
 }
 
-/// C2 and C3: whether the current turn is spent before an operation `op`; if so, a new one
-/// begins.
+/// C2 and C3: whether the current turn is spent before an operation `op`, which then does
+/// not try; it stays spent for the rest of the poll, for up to [`REFUSALS`] refusals in a row.
 #[cfg_attr(
     not(target_os = "linux"),
     expect(dead_code, reason = "only `async_io`, Linux's, asks")
@@ -96,12 +106,23 @@ pub(crate) fn spent(op: Op) -> bool {
         let began = match (t.get(), op) {
             (None | Some(State::Fresh), _)
             | (Some(State::Trying { last: Op::Read, .. }), Op::Write) => return false,
+            (Some(State::Spent { refused }), _) => {
+                let again = refused < REFUSALS;
+                t.set(Some(if again {
+                    State::Spent {
+                        refused: refused + 1,
+                    }
+                } else {
+                    State::Fresh
+                }));
+                return again;
+            }
             (Some(State::Trying { began, .. }), _) => began,
         };
         if began.elapsed() < TURN {
             return false;
         }
-        t.set(Some(State::Fresh));
+        t.set(Some(State::Spent { refused: 1 }));
         true
     })
 }
@@ -115,7 +136,7 @@ pub(crate) fn tried(op: Op) {
     TURN_NOW.with(|t| {
         let began = match t.get() {
             None => return,
-            Some(State::Fresh) => Instant::now(),
+            Some(State::Fresh | State::Spent { .. }) => Instant::now(),
             Some(State::Trying { began, .. }) => began,
         };
         t.set(Some(State::Trying { began, last: op }));
@@ -138,21 +159,30 @@ mod tests {
     }
 
     #[test]
-    fn no_turn_outside_a_poll_and_one_yield_per_turn() {
+    fn no_turn_outside_a_poll_and_a_spent_turn_refuses_the_rest_of_the_poll() {
         assert!(!spent(Op::Read), "no turn outside a poll");
         {
             let _turn = begin(true);
             TURN_NOW.with(|t| assert_eq!(t.get(), Some(State::Fresh), "no clock read yet"));
             assert!(!spent(Op::Read), "a poll's first operation tries");
-            tried(Op::Write);
-            backdate();
-            assert!(spent(Op::Write), "spent a turn after the first operation");
-            assert!(!spent(Op::Read), "a new turn began");
             tried(Op::Read);
             backdate();
             assert!(!spent(Op::Write), "the answer to a read goes out");
             tried(Op::Write);
             assert!(spent(Op::Write), "a second write does not");
+            assert!(
+                spent(Op::Read),
+                "nor another descriptor's read, in the same poll"
+            );
+            for _ in 2..REFUSALS {
+                assert!(spent(Op::Read));
+            }
+            assert!(
+                !spent(Op::Read),
+                "after REFUSALS refusals in a row a new turn begins (a nested executor)"
+            );
+            tried(Op::Read);
+            TURN_NOW.with(|t| assert!(matches!(t.get(), Some(State::Trying { .. }))));
             {
                 let _none = begin(false);
                 TURN_NOW.with(|t| assert_eq!(t.get(), None, "block_on polls with no turn"));
