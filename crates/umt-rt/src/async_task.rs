@@ -21,8 +21,8 @@ use crate::task_state::{AfterPoll, TaskState};
 use crate::worker::{WorkerCtx, with_current};
 
 /// A2: a future woken on a worker goes to that worker's deque (it runs next, its data still in
-/// the core's caches) unless this many wakes, each queued there by the future polled before,
-/// already led to the future that wakes it: then to the shared queue of woken futures. Two
+/// the core's caches) unless a chain of this many futures, each woken onto a deque by the poll
+/// before, already led to the one that wakes it: then to the shared queue of woken futures. Two
 /// futures that wake each other would otherwise keep the deque from ever emptying, and the
 /// worker from the injector and the jobs below them (tokio bounds its LIFO slot the same way,
 /// at three polls).
@@ -158,13 +158,13 @@ where
             task.run(chain)
         }
         // SAFETY: `execute::<F>` takes the reference back as a `Task<F>`, what `data` is; the
-        // task is `Send + Sync` (its `Wake` impl, which needs both, compiles), so the job may
-        // run on any worker.
+        // task is `Send + Sync` (`run` makes a `Waker` of it, which requires both), so the job
+        // may run on any worker.
         unsafe { Job::from_raw(Arc::into_raw(self) as *const (), execute::<F>) }
     }
 
-    /// A3: one poll, by the worker that took the task's job; `chain` wakes, each queued on
-    /// this worker's deque by the future before, led to it (A2).
+    /// A3: one poll, by the worker that took the task's job; a chain of `chain` futures,
+    /// each woken onto a deque by the poll before, led to it (A2).
     fn run(self: Arc<Self>, chain: u8) {
         if !self.state.start_poll() {
             // Cancelled at shutdown while it sat in a queue.

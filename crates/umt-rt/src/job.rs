@@ -1,8 +1,10 @@
 //! A unit of work in the queues: a type-erased pointer and the function that runs it.
 //!
-//! Two kinds. A *boxed* job owns its closure on the heap (spawns). A *stack* job points to a
+//! Three kinds. A *boxed* job owns its closure on the heap (spawns). A *stack* job points to a
 //! `StackJob` in the frame of a `join` that waits for it (see `join.rs`), which saves an
-//! allocation per join.
+//! allocation per join. A *task* job is a counted reference to a future's task
+//! (`async_task.rs`), which saves an allocation per wake. A job has no destructor: one that
+//! never runs leaks what it owns.
 
 /// A job in a queue.
 pub(crate) struct Job {
@@ -10,9 +12,10 @@ pub(crate) struct Job {
     execute: unsafe fn(*const ()),
 }
 
-// SAFETY: jobs are only built from `Send` closures (every constructor requires `F: Send`), so
-// moving a job to another thread moves a `Send` closure, or a pointer to a `StackJob` of one,
-// whose frame stays alive until the job has run.
+// SAFETY: a job is built from a `Send` closure (`new`, `new_scoped` require `F: Send`), a
+// pointer to a `StackJob` of one, whose frame stays alive until the job has run, or (through
+// `from_raw`, whose contract says so) a reference to a `Send + Sync` task; moving any of them
+// to another thread is sound.
 unsafe impl Send for Job {}
 
 impl Job {
@@ -41,11 +44,13 @@ impl Job {
         }
     }
 
-    /// A job that runs `execute(data)`: how `join` makes a stack job.
+    /// A job that runs `execute(data)`: how `join` makes a stack job, and a future's task
+    /// its job.
     ///
     /// # Safety
     /// `execute` must be sound to call once with `data`, on any thread, until the job runs:
-    /// `data` points to a `Send` closure that outlives the job.
+    /// `data` points to a `Send` closure that outlives the job, or owns a reference to
+    /// something `Send + Sync` that `execute` takes back.
     pub(crate) unsafe fn from_raw(data: *const (), execute: unsafe fn(*const ())) -> Job {
         Job { data, execute }
     }

@@ -86,9 +86,15 @@ pub(crate) struct WorkerCtx {
     /// the injector and the other deques (it alternates): a future that wakes itself in a loop,
     /// or a busy server's connections, keep that queue from ever emptying.
     wakes_first: Cell<bool>,
-    /// How many wakes on this worker led to the future it polls now, each queued on its deque
-    /// by the one before (A2 of `README.md`); 0 outside a poll.
+    /// The length of the chain of futures, each woken onto a deque by the poll before, that
+    /// led to the future this worker polls now (A2 of `README.md`); 0 outside a poll (a
+    /// closure that a wait inside a poll runs sees the poll's).
     wake_chain: Cell<u8>,
+    /// Jobs [`WorkerCtx::find_work`] took in a row from the own deque, since it last found
+    /// it empty (`WorkerCtx::shared_first`).
+    own_run: Cell<u32>,
+    /// Which queue a starved tick looks at first (`WorkerCtx::shared_first`), in turn.
+    starved_first: Cell<u8>,
     /// Whether a task runs on this worker's stack (H2: the signal handler reads it).
     in_task: Cell<bool>,
     /// Its handoff flags in the monitor, when the handoff is directed (H1).
@@ -150,6 +156,17 @@ enum Dispatch {
     /// own queued; its deque, newest first, would serve the last connection heard from before
     /// the others.
     Shared,
+}
+
+/// `steal()` until it succeeds or finds its queue empty.
+fn until_decided(steal: impl Fn() -> Steal<Job>) -> Option<Job> {
+    loop {
+        match steal() {
+            Steal::Success(job) => return Some(job),
+            Steal::Retry => continue,
+            Steal::Empty => return None,
+        }
+    }
 }
 
 /// Starts the thread of slot `index`; its handle joins the registry's, for shutdown.
@@ -238,6 +255,8 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         ticks: Cell::new(0),
         wakes_first: Cell::new(true),
         wake_chain: Cell::new(0),
+        own_run: Cell::new(0),
+        starved_first: Cell::new(0),
         in_task: Cell::new(false),
         handoff_flags,
     };
@@ -297,6 +316,8 @@ impl WorkerCtx {
             ticks: Cell::new(0),
             wakes_first: Cell::new(true),
             wake_chain: Cell::new(0),
+            own_run: Cell::new(0),
+            starved_first: Cell::new(0),
             in_task: Cell::new(false),
             handoff_flags: None,
         })
@@ -575,8 +596,10 @@ impl WorkerCtx {
     /// offers (a running loop's chunks: this worker joins it, `offer.rs`).
     pub(crate) fn find_work(&self) -> Option<Job> {
         if let Some(job) = self.deque.pop() {
+            self.own_run.set(self.own_run.get().saturating_add(1));
             return Some(job);
         }
+        self.own_run.set(0);
         // A worker lent to another core leaves its home core's inbox (broadcast calls, which
         // must run on that core's CPU) to the workers there.
         let inbox = &self.reg.inboxes[self.core];
@@ -625,8 +648,13 @@ impl WorkerCtx {
     /// Every [`SHARED_FIRST`]-th job of the main loop is the first woken future, if any,
     /// before the own deque: a worker whose own deque never empties (a job that spawns the
     /// next) would leave the futures woken by I/O waiting for ever (tokio's workers look at
-    /// their global queue every 61 polls for the same reason). Not the injector's jobs: a
-    /// batch of them may already be in the deque, and `spawn_fifo` starts them in order. Not
+    /// their global queue every 61 polls for the same reason). When every job since the last
+    /// such tick came from the own deque, the worker is starving the others: it takes, in
+    /// turn first, the first woken future, the injector's first job or its own deque's oldest
+    /// (a future woken by the closure it spawned, again and again, kept a worker from the
+    /// injector and from the jobs below that pair for ever). Not the injector's otherwise: a
+    /// batch of its jobs may be in the deque, and `spawn_fifo` starts them in order (a batch
+    /// drains in fewer jobs than a tick's; one starving below a pair loses its order). Not
     /// in waits for a latch, whose own deque holds the job waited for.
     fn shared_first(&self) -> Option<Job> {
         let tick = self.ticks.get().wrapping_add(1);
@@ -635,18 +663,26 @@ impl WorkerCtx {
             return None;
         }
         self.look_for_events();
-        self.take_wake()
+        if self.own_run.replace(0) < SHARED_FIRST - 1 {
+            return self.take_wake();
+        }
+        let first = self.starved_first.get();
+        self.starved_first.set((first + 1) % 3);
+        (0..3).find_map(|k| match (first + k) % 3 {
+            0 => self.take_wake(),
+            1 => until_decided(|| self.reg.injector.steal()),
+            _ => self.take_oldest(),
+        })
+    }
+
+    /// The oldest job of the own deque, taken from its stealing end.
+    fn take_oldest(&self) -> Option<Job> {
+        until_decided(|| self.slot().stealer.steal())
     }
 
     /// The first woken future of [`Registry::wakes`], if any.
     fn take_wake(&self) -> Option<Job> {
-        loop {
-            match self.reg.wakes.steal() {
-                Steal::Success(job) => return Some(job),
-                Steal::Retry => continue,
-                Steal::Empty => return None,
-            }
-        }
+        until_decided(|| self.reg.wakes.steal())
     }
 
     fn steal(&self) -> Option<Job> {

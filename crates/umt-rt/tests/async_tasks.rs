@@ -736,6 +736,89 @@ fn two_futures_that_wake_each_other_let_a_closure_spawned_from_outside_run() {
     );
 }
 
+/// A one-shot signal: `set` wakes the future waiting for it.
+#[derive(Default)]
+struct Signal(Mutex<(bool, Option<Waker>)>);
+
+impl Signal {
+    fn set(&self) {
+        let waker = {
+            let mut state = self.0.lock().unwrap();
+            state.0 = true;
+            state.1.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    fn wait(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static {
+        let signal = self.clone();
+        std::future::poll_fn(move |cx| {
+            let mut state = signal.0.lock().unwrap();
+            if state.0 {
+                return Poll::Ready(());
+            }
+            state.1 = Some(cx.waker().clone());
+            Poll::Pending
+        })
+    }
+}
+
+/// A hog that hands each step to a closure on its worker, which wakes it: the closure is not
+/// a poll, so no chain of wakes grows, and the worker's deque never empties. Before the loop
+/// it runs `first` (which may queue a job below the pair).
+async fn spawn_and_await_loop(
+    flag: Arc<AtomicBool>,
+    started: mpsc::Sender<()>,
+    first: impl FnOnce(),
+) -> bool {
+    first();
+    started.send(()).unwrap();
+    let start = std::time::Instant::now();
+    while !flag.load(Ordering::SeqCst) {
+        if given_up(start) {
+            return false;
+        }
+        let signal = Arc::new(Signal::default());
+        let setter = signal.clone();
+        umt_rt::spawn_detached(move || setter.set());
+        signal.wait().await;
+    }
+    true
+}
+
+#[test]
+fn a_future_woken_by_the_closures_it_spawns_lets_a_closure_spawned_from_outside_run() {
+    let stopped = hog_then_setter(
+        |flag, started| spawn_and_await_loop(flag, started, || ()),
+        |rt, flag| rt.spawn(move || flag.store(true, Ordering::SeqCst)),
+    );
+    assert!(
+        stopped,
+        "the closure from outside waited behind a future woken by its own closures"
+    );
+}
+
+#[test]
+fn a_future_woken_by_the_closures_it_spawns_lets_the_job_below_them_run() {
+    // The flag's setter is queued on the worker's deque before the pair starts taking turns
+    // on top of it.
+    let stopped = hog_then_setter(
+        |flag, started| {
+            let below = flag.clone();
+            spawn_and_await_loop(flag, started, move || {
+                umt_rt::spawn_detached(move || below.store(true, Ordering::SeqCst))
+            })
+        },
+        |rt, _| rt.spawn(|| ()),
+    );
+    assert!(
+        stopped,
+        "the job below a future and its closures waited for ever"
+    );
+}
+
 #[test]
 fn a_future_whose_io_is_always_ready_yields_its_worker_to_the_others() {
     use std::os::unix::net::UnixStream;
@@ -764,6 +847,50 @@ fn a_future_whose_io_is_always_ready_yields_its_worker_to_the_others() {
     assert!(
         stopped,
         "a future whose I/O was always ready kept its only worker"
+    );
+}
+
+#[test]
+fn a_select_loop_over_always_ready_sockets_yields_its_worker_to_the_others() {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    use umt_rt::async_io::Async;
+    // Each round polls a read of `a` and, when that is refused, one of `b`; both always have
+    // a byte. A spent turn must refuse the second read too, or the loop never returns.
+    let stopped = hog_then_setter(
+        |flag, started| async move {
+            let (mut wa, a) = UnixStream::pair().unwrap();
+            let (mut wb, b) = UnixStream::pair().unwrap();
+            let (a, b) = (Async::new(a).unwrap(), Async::new(b).unwrap());
+            started.send(()).unwrap();
+            let start = std::time::Instant::now();
+            let (mut byte_a, mut byte_b) = ([0u8; 1], [0u8; 1]);
+            // Each socket holds one byte at every round's start.
+            wa.write_all(&[1]).unwrap();
+            wb.write_all(&[2]).unwrap();
+            while !flag.load(Ordering::SeqCst) {
+                if given_up(start) {
+                    return false;
+                }
+                let mut read_a = std::pin::pin!(a.read(&mut byte_a));
+                let mut read_b = std::pin::pin!(b.read(&mut byte_b));
+                let from_a = std::future::poll_fn(|cx| match read_a.as_mut().poll(cx) {
+                    Poll::Ready(r) => Poll::Ready((true, r)),
+                    Poll::Pending => read_b.as_mut().poll(cx).map(|r| (false, r)),
+                })
+                .await;
+                assert_eq!(from_a.1.unwrap(), 1);
+                if from_a.0 { &mut wa } else { &mut wb }
+                    .write_all(&[3])
+                    .unwrap();
+            }
+            true
+        },
+        |rt, flag| rt.spawn_async(async move { flag.store(true, Ordering::SeqCst) }),
+    );
+    assert!(
+        stopped,
+        "a select loop over always-ready sockets kept its only worker"
     );
 }
 
