@@ -585,9 +585,11 @@ impl<T: AsFd> Async<T> {
     /// R2 for direction `d`: runs `op` until it does not return `WouldBlock`.
     async fn retry<R>(&self, d: usize, mut op: impl FnMut(&T) -> io::Result<R>) -> io::Result<R> {
         let kind = if d == READ { Op::Read } else { Op::Write };
+        // C3's key of this descriptor and direction: the address is even (aligned), `d` 0 or 1.
+        let key = std::ptr::from_ref(self) as usize | d;
         poll_fn(|cx| {
             // R10: a runtime's future that has had its turn lets the others run first.
-            if coop::spent(kind) {
+            if coop::spent(kind, key) {
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }

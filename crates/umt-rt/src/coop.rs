@@ -22,12 +22,15 @@
 //!    yes the future wakes itself and returns `Pending`, and the task goes to the back of the
 //!    runtime's queue of woken futures (A2), behind those woken before it. Each operation
 //!    tried is noted ([`tried`]).
-//! 3. **C3 — a spent turn stays spent.** Every later operation of the same poll is refused
-//!    too: a future that polls another after a `Pending` (a `select` loop, a proxy's two
-//!    directions) returns `Pending` as well, where a turn begun afresh at the second let a
-//!    loop over always-ready sockets go on for ever (a review found it). An executor nested
-//!    in the poll, which polls again at once when woken, would spin on refusals: after
-//!    [`REFUSALS`] in a row the next operation begins a new turn, so it makes progress.
+//! 3. **C3 — a spent turn stays spent.** Later operations of the same poll are refused
+//!    too, except one on each other descriptor and direction (up to [`MET`] of them, counted
+//!    with the refused one): a `select` loop over two always-ready sockets returns `Pending`
+//!    once each has been asked (a turn begun afresh at the second let it go on for ever, a
+//!    review found), and a `join` polled in order still gives its second future an
+//!    operation each poll while the first's socket is always ready (refusing every later
+//!    operation starved it, the next review found). An executor nested in the poll, which
+//!    polls again at once when woken, would spin on refusals: after [`REFUSALS`] in a row
+//!    the next operation begins a new turn, so it makes progress.
 //!
 //! Outside a runtime's poll (another executor's thread, a closure task) there is no turn and
 //! nothing yields.
@@ -43,8 +46,12 @@ use std::time::{Duration, Instant};
 pub(crate) const TURN: Duration = Duration::from_micros(50);
 
 /// C3: refusals in a row after which a poll that goes on anyway gets a new turn (an executor
-/// nested in it, polling again at once). More than the arms of any `select` a user writes.
+/// nested in it, polling again at once).
 pub(crate) const REFUSALS: u8 = 64;
+
+/// C3: the descriptors and directions a spent turn keeps track of, the refused one included:
+/// each of the others may do one operation. Beyond them every operation is refused.
+pub(crate) const MET: usize = 4;
 
 /// What an operation does to its descriptor, for C2's exceptions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,8 +74,9 @@ enum State {
     /// Operations tried since `began`, the first's time; `last` the latest (after a read, the
     /// next write is its answer).
     Trying { began: Instant, last: Op },
-    /// Spent: operations are refused until the poll ends (C3); `refused` so far in a row.
-    Spent { refused: u8 },
+    /// Spent: operations are refused until the poll ends (C3); `refused` so far in a row;
+    /// `met`, the operations (their keys, 0 for none) refused or let through once since.
+    Spent { refused: u8, met: [usize; MET] },
 }
 
 thread_local! {
@@ -95,22 +103,31 @@ impl Drop for Turn {
     }
 }
 
-/// C2 and C3: whether the current turn is spent before an operation `op`, which then does
-/// not try; it stays spent for the rest of the poll, for up to [`REFUSALS`] refusals in a row.
+/// C2 and C3: whether the current turn is spent before an operation `op` on the descriptor
+/// and direction `key` (never 0), which then does not try; it stays spent for the rest of
+/// the poll, for up to [`REFUSALS`] refusals in a row, and lets each other key through once.
 #[cfg_attr(
     not(target_os = "linux"),
     expect(dead_code, reason = "only `async_io`, Linux's, asks")
 )]
-pub(crate) fn spent(op: Op) -> bool {
+pub(crate) fn spent(op: Op, key: usize) -> bool {
     TURN_NOW.with(|t| {
         let began = match (t.get(), op) {
             (None | Some(State::Fresh), _)
             | (Some(State::Trying { last: Op::Read, .. }), Op::Write) => return false,
-            (Some(State::Spent { refused }), _) => {
+            (Some(State::Spent { refused, mut met }), _) => {
+                if !met.contains(&key)
+                    && let Some(free) = met.iter_mut().find(|k| **k == 0)
+                {
+                    *free = key;
+                    t.set(Some(State::Spent { refused, met }));
+                    return false;
+                }
                 let again = refused < REFUSALS;
                 t.set(Some(if again {
                     State::Spent {
                         refused: refused + 1,
+                        met,
                     }
                 } else {
                     State::Fresh
@@ -122,7 +139,9 @@ pub(crate) fn spent(op: Op) -> bool {
         if began.elapsed() < TURN {
             return false;
         }
-        t.set(Some(State::Spent { refused: 1 }));
+        let mut met = [0; MET];
+        met[0] = key;
+        t.set(Some(State::Spent { refused: 1, met }));
         true
     })
 }
@@ -135,8 +154,9 @@ pub(crate) fn spent(op: Op) -> bool {
 pub(crate) fn tried(op: Op) {
     TURN_NOW.with(|t| {
         let began = match t.get() {
-            None => return,
-            Some(State::Fresh | State::Spent { .. }) => Instant::now(),
+            // A spent turn stays so: what it let through does not begin another.
+            None | Some(State::Spent { .. }) => return,
+            Some(State::Fresh) => Instant::now(),
             Some(State::Trying { began, .. }) => began,
         };
         t.set(Some(State::Trying { began, last: op }));
@@ -160,25 +180,35 @@ mod tests {
 
     #[test]
     fn no_turn_outside_a_poll_and_a_spent_turn_refuses_the_rest_of_the_poll() {
-        assert!(!spent(Op::Read), "no turn outside a poll");
+        const A: usize = 8;
+        const B: usize = 16;
+        assert!(!spent(Op::Read, A), "no turn outside a poll");
         {
             let _turn = begin(true);
             TURN_NOW.with(|t| assert_eq!(t.get(), Some(State::Fresh), "no clock read yet"));
-            assert!(!spent(Op::Read), "a poll's first operation tries");
+            assert!(!spent(Op::Read, A), "a poll's first operation tries");
             tried(Op::Read);
             backdate();
-            assert!(!spent(Op::Write), "the answer to a read goes out");
+            assert!(!spent(Op::Write, A + 1), "the answer to a read goes out");
             tried(Op::Write);
-            assert!(spent(Op::Write), "a second write does not");
-            assert!(
-                spent(Op::Read),
-                "nor another descriptor's read, in the same poll"
-            );
-            for _ in 2..REFUSALS {
-                assert!(spent(Op::Read));
+            assert!(spent(Op::Write, A + 1), "a second write does not");
+            assert!(spent(Op::Write, A + 1), "nor a third");
+            assert!(!spent(Op::Read, B), "another descriptor's read tries once");
+            tried(Op::Read);
+            assert!(spent(Op::Read, B), "and only once");
+            for other in 1..MET - 1 {
+                assert!(!spent(Op::Read, B + other * 8), "each other key once");
+            }
+            assert!(spent(Op::Read, 1024), "beyond MET keys, none");
+            let refused = TURN_NOW.with(|t| match t.get() {
+                Some(State::Spent { refused, .. }) => refused,
+                s => panic!("spent, not {s:?}"),
+            });
+            for _ in refused..REFUSALS {
+                assert!(spent(Op::Read, A));
             }
             assert!(
-                !spent(Op::Read),
+                !spent(Op::Read, A),
                 "after REFUSALS refusals in a row a new turn begins (a nested executor)"
             );
             tried(Op::Read);
@@ -187,7 +217,7 @@ mod tests {
                 let _none = begin(false);
                 TURN_NOW.with(|t| assert_eq!(t.get(), None, "block_on polls with no turn"));
                 tried(Op::Read);
-                assert!(!spent(Op::Read));
+                assert!(!spent(Op::Read, A));
             }
             TURN_NOW.with(|t| assert!(t.get().is_some(), "the outer turn is back"));
         }
