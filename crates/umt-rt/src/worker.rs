@@ -90,11 +90,14 @@ pub(crate) struct WorkerCtx {
     /// led to the future this worker polls now (A2 of `README.md`); 0 outside a poll (a
     /// closure that a wait inside a poll runs sees the poll's).
     wake_chain: Cell<u8>,
-    /// Jobs [`WorkerCtx::find_work`] took in a row from the own deque, since it last found
-    /// it empty (`WorkerCtx::shared_first`).
-    own_run: Cell<u32>,
+    /// Whether [`WorkerCtx::find_work`] found the own deque empty since the last
+    /// [`SHARED_FIRST`]-th job of the main loop (`WorkerCtx::shared_first`).
+    seen_empty: Cell<bool>,
+    /// Whether the own deque may hold a batch of the injector's jobs (moved there by
+    /// [`WorkerCtx::find_work`]; false once it finds the deque empty).
+    batch_below: Cell<bool>,
     /// Which queue a starved tick looks at first (`WorkerCtx::shared_first`), in turn.
-    starved_first: Cell<u8>,
+    starved_first: Cell<u32>,
     /// Whether a task runs on this worker's stack (H2: the signal handler reads it).
     in_task: Cell<bool>,
     /// Its handoff flags in the monitor, when the handoff is directed (H1).
@@ -255,7 +258,8 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         ticks: Cell::new(0),
         wakes_first: Cell::new(true),
         wake_chain: Cell::new(0),
-        own_run: Cell::new(0),
+        seen_empty: Cell::new(true),
+        batch_below: Cell::new(false),
         starved_first: Cell::new(0),
         in_task: Cell::new(false),
         handoff_flags,
@@ -316,7 +320,8 @@ impl WorkerCtx {
             ticks: Cell::new(0),
             wakes_first: Cell::new(true),
             wake_chain: Cell::new(0),
-            own_run: Cell::new(0),
+            seen_empty: Cell::new(true),
+            batch_below: Cell::new(false),
             starved_first: Cell::new(0),
             in_task: Cell::new(false),
             handoff_flags: None,
@@ -596,10 +601,10 @@ impl WorkerCtx {
     /// offers (a running loop's chunks: this worker joins it, `offer.rs`).
     pub(crate) fn find_work(&self) -> Option<Job> {
         if let Some(job) = self.deque.pop() {
-            self.own_run.set(self.own_run.get().saturating_add(1));
             return Some(job);
         }
-        self.own_run.set(0);
+        self.seen_empty.set(true);
+        self.batch_below.set(false);
         // A worker lent to another core leaves its home core's inbox (broadcast calls, which
         // must run on that core's CPU) to the workers there.
         let inbox = &self.reg.inboxes[self.core];
@@ -626,7 +631,10 @@ impl WorkerCtx {
         }
         loop {
             match self.reg.injector.steal_batch_and_pop(&self.deque) {
-                Steal::Success(job) => return Some(job),
+                Steal::Success(job) => {
+                    self.batch_below.set(!self.deque.is_empty());
+                    return Some(job);
+                }
                 Steal::Retry => continue,
                 Steal::Empty => break,
             }
@@ -648,14 +656,17 @@ impl WorkerCtx {
     /// Every [`SHARED_FIRST`]-th job of the main loop is the first woken future, if any,
     /// before the own deque: a worker whose own deque never empties (a job that spawns the
     /// next) would leave the futures woken by I/O waiting for ever (tokio's workers look at
-    /// their global queue every 61 polls for the same reason). When every job since the last
-    /// such tick came from the own deque, the worker is starving the others: it takes, in
-    /// turn first, the first woken future, the injector's first job or its own deque's oldest
-    /// (a future woken by the closure it spawned, again and again, kept a worker from the
-    /// injector and from the jobs below that pair for ever). Not the injector's otherwise: a
-    /// batch of its jobs may be in the deque, and `spawn_fifo` starts them in order (a batch
-    /// drains in fewer jobs than a tick's; one starving below a pair loses its order). Not
+    /// their global queue every 61 polls for the same reason). Not the injector's jobs: a
+    /// batch of them may already be in the deque, and `spawn_fifo` starts them in order. Not
     /// in waits for a latch, whose own deque holds the job waited for.
+    ///
+    /// A **starved** tick is one whose worker has not found its own deque empty since the
+    /// last (a future woken by the closure it spawned, again and again, kept its worker from
+    /// its core's inbox, the injector and the jobs below that pair for ever). It takes the
+    /// core's inbox first (unless the worker is lent), then, in turn first, the first woken
+    /// future, the injector's first job or the own deque's oldest; the last two only when no
+    /// batch of the injector's is in the deque (whose oldest end holds the batch's last job,
+    /// and which the injector's next job must not pass).
     fn shared_first(&self) -> Option<Job> {
         let tick = self.ticks.get().wrapping_add(1);
         self.ticks.set(tick);
@@ -663,12 +674,18 @@ impl WorkerCtx {
             return None;
         }
         self.look_for_events();
-        if self.own_run.replace(0) < SHARED_FIRST - 1 {
+        if self.seen_empty.replace(false) || self.deque.is_empty() {
             return self.take_wake();
         }
+        if self.lent_to().is_none()
+            && let Some(job) = until_decided(|| self.reg.inboxes[self.core].steal())
+        {
+            return Some(job);
+        }
+        let sources = if self.batch_below.get() { 1 } else { 3 };
         let first = self.starved_first.get();
-        self.starved_first.set((first + 1) % 3);
-        (0..3).find_map(|k| match (first + k) % 3 {
+        self.starved_first.set(first.wrapping_add(1));
+        (0..sources).find_map(|k| match (first + k) % sources {
             0 => self.take_wake(),
             1 => until_decided(|| self.reg.injector.steal()),
             _ => self.take_oldest(),

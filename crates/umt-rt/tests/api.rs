@@ -196,7 +196,40 @@ fn fifo_spawns_start_in_the_order_they_were_spawned_on_one_core() {
     assert_eq!(started.into_inner().unwrap(), (0..N).collect::<Vec<_>>());
 }
 
-/// The taskyield, strictly: on a one-core runtime, a task queued behind the caller runs
+/// A `spawn_fifo` task that spawns many plain tasks keeps its worker's deque from emptying
+/// for longer than a starved tick's span (`WorkerCtx::shared_first`), with the rest of the
+/// injector's batch below them: the fifo tasks still start in order.
+#[test]
+fn fifo_spawns_start_in_order_when_one_of_them_spawns_many_tasks() {
+    let rt = Runtime::builder()
+        .num_threads(1)
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    const N: usize = 40;
+    let order = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    rt.install(|| {
+        for i in 0..N {
+            let (order, tx) = (order.clone(), tx.clone());
+            rt.spawn_fifo(move || {
+                order.lock().unwrap().push(i);
+                if i == 0 {
+                    for _ in 0..200 {
+                        umt_rt::spawn_detached(|| std::hint::black_box(()));
+                    }
+                }
+                tx.send(()).unwrap();
+            });
+        }
+    });
+    for _ in 0..N {
+        rx.recv().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), (0..N).collect::<Vec<_>>());
+}
+
+/// The taskyield, strictly:/// The taskyield, strictly: on a one-core runtime, a task queued behind the caller runs
 /// inside `yield_now` (it could run nowhere else), and with nothing queued nothing runs.
 #[test]
 fn yield_now_runs_the_task_queued_behind_the_caller_on_one_core() {

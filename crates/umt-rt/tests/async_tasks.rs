@@ -820,6 +820,25 @@ fn a_future_woken_by_the_closures_it_spawns_lets_the_job_below_them_run() {
 }
 
 #[test]
+fn a_future_woken_by_the_closures_it_spawns_lets_a_broadcast_run() {
+    // A broadcast's call for the core waits in the core's inbox, which only its workers take.
+    let _serial = serial();
+    let rt = one_core_unmonitored();
+    let flag = Arc::new(AtomicBool::new(false));
+    let (started, on_start) = mpsc::channel();
+    let hog = rt.spawn_async(spawn_and_await_loop(flag.clone(), started, || ()));
+    on_start.recv().unwrap();
+    let stopped = std::thread::scope(|s| {
+        s.spawn(|| rt.broadcast(|_| flag.store(true, Ordering::SeqCst)));
+        hog.join()
+    });
+    assert!(
+        stopped,
+        "the broadcast waited in the inbox behind a future woken by its own closures"
+    );
+}
+
+#[test]
 fn a_future_whose_io_is_always_ready_yields_its_worker_to_the_others() {
     use std::os::unix::net::UnixStream;
     use umt_rt::async_io::Async;
@@ -891,6 +910,56 @@ fn a_select_loop_over_always_ready_sockets_yields_its_worker_to_the_others() {
     assert!(
         stopped,
         "a select loop over always-ready sockets kept its only worker"
+    );
+}
+
+#[test]
+fn a_join_polled_in_order_lets_its_second_future_read_while_the_first_is_always_ready() {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    use umt_rt::async_io::Async;
+    // `join` as `futures::join!` and `std::future::join!` poll: the first future always; its
+    // socket always has a byte, so it spends every turn. The second has one byte waiting: a
+    // spent turn still lets it read once per poll.
+    let _serial = serial();
+    let rt = one_core_unmonitored();
+    let read_b = rt.spawn_async(async move {
+        let (mut wa, a) = UnixStream::pair().unwrap();
+        let (mut wb, b) = UnixStream::pair().unwrap();
+        let (a, b) = (Async::new(a).unwrap(), Async::new(b).unwrap());
+        wa.write_all(&[1]).unwrap();
+        wb.write_all(&[2]).unwrap();
+        let b_done = AtomicBool::new(false);
+        let start = std::time::Instant::now();
+        let first = async {
+            let mut byte = [0u8; 1];
+            while !b_done.load(Ordering::SeqCst) && !given_up(start) {
+                a.read(&mut byte).await.unwrap();
+                wa.write_all(&[1]).unwrap();
+            }
+        };
+        let second = async {
+            let mut byte = [0u8; 1];
+            b.read(&mut byte).await.unwrap();
+            b_done.store(true, Ordering::SeqCst);
+        };
+        let (mut first, mut second) = (std::pin::pin!(first), std::pin::pin!(second));
+        let (mut first_done, mut second_done) = (false, false);
+        std::future::poll_fn(|cx| {
+            first_done = first_done || first.as_mut().poll(cx).is_ready();
+            second_done = second_done || second.as_mut().poll(cx).is_ready();
+            if first_done && second_done {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        !given_up(start)
+    });
+    assert!(
+        read_b.join(),
+        "the second future's ready read was refused on every poll"
     );
 }
 
