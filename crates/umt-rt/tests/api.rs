@@ -13,6 +13,15 @@ fn runtimes() -> Vec<Runtime> {
         .collect()
 }
 
+/// A runtime of one unmonitored worker: every task runs on it, in the runtime's order.
+fn one_worker() -> Runtime {
+    Runtime::builder()
+        .num_threads(1)
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap()
+}
+
 fn fib(n: u64) -> u64 {
     if n < 2 {
         return n;
@@ -74,11 +83,7 @@ fn outside_a_worker_there_is_no_current_worker() {
 #[test]
 fn num_threads_takes_the_first_cpus_of_the_mask() {
     let cpus = umt_sys::cpu::process_cpus().unwrap();
-    let rt = Runtime::builder()
-        .num_threads(1)
-        .monitor(BackendKind::Disabled)
-        .build()
-        .unwrap();
+    let rt = one_worker();
     assert_eq!(rt.cpus(), &cpus[..1]);
     assert_eq!(rt.install(umt_rt::current_num_threads), 1);
     assert_eq!(rt.install(umt_rt::current_thread_index), Some(0));
@@ -143,11 +148,7 @@ fn install_runs_on_a_worker_of_the_runtime() {
 /// the plain spawns from the same task come back newest first, beside them.
 #[test]
 fn fifo_spawns_start_in_the_order_they_were_spawned_on_one_core() {
-    let rt = Runtime::builder()
-        .num_threads(1)
-        .monitor(BackendKind::Disabled)
-        .build()
-        .unwrap();
+    let rt = one_worker();
     let order = std::sync::Arc::new(Mutex::new(Vec::new()));
     let (tx, rx) = std::sync::mpsc::channel();
     let log = |tag: &'static str, i: usize| {
@@ -201,11 +202,7 @@ fn fifo_spawns_start_in_the_order_they_were_spawned_on_one_core() {
 /// injector's batch below them: the fifo tasks still start in order.
 #[test]
 fn fifo_spawns_start_in_order_when_one_of_them_spawns_many_tasks() {
-    let rt = Runtime::builder()
-        .num_threads(1)
-        .monitor(BackendKind::Disabled)
-        .build()
-        .unwrap();
+    let rt = one_worker();
     const N: usize = 40;
     let order = std::sync::Arc::new(Mutex::new(Vec::new()));
     let (tx, rx) = std::sync::mpsc::channel();
@@ -233,11 +230,7 @@ fn fifo_spawns_start_in_order_when_one_of_them_spawns_many_tasks() {
 /// inside `yield_now` (it could run nowhere else), and with nothing queued nothing runs.
 #[test]
 fn yield_now_runs_the_task_queued_behind_the_caller_on_one_core() {
-    let rt = Runtime::builder()
-        .num_threads(1)
-        .monitor(BackendKind::Disabled)
-        .build()
-        .unwrap();
+    let rt = one_worker();
     rt.install(|| {
         let ran = std::sync::Arc::new(AtomicUsize::new(0));
         let seen = ran.clone();
