@@ -23,14 +23,14 @@
 //!    runtime's queue of woken futures (A2), behind those woken before it. Each operation
 //!    tried is noted ([`tried`]).
 //! 3. **C3 — a spent turn stays spent.** Later operations of the same poll are refused
-//!    too, except one on each other descriptor and direction (up to [`MET`] of them, counted
-//!    with the refused one): a `select` loop over two always-ready sockets returns `Pending`
+//!    too, except one on each other descriptor and direction (up to [`MET`] keys, the refused
+//!    one included): a `select` loop over two always-ready sockets returns `Pending`
 //!    once each has been asked (a turn begun afresh at the second let it go on for ever, a
 //!    review found), and a `join` polled in order still gives its second future an
 //!    operation each poll while the first's socket is always ready (refusing every later
 //!    operation starved it, the next review found). An executor nested in the poll, which
-//!    polls again at once when woken, would spin on refusals: after [`REFUSALS`] in a row
-//!    the next operation begins a new turn, so it makes progress.
+//!    polls again at once when woken, would spin on refusals: after [`REFUSALS`] in the
+//!    spent turn the next operation begins a new turn, so it makes progress.
 //!
 //! Outside a runtime's poll (another executor's thread, a closure task) there is no turn and
 //! nothing yields.
@@ -45,13 +45,15 @@ use std::time::{Duration, Instant};
 /// (a turn of 200 us or 1 ms gave a higher p99).
 pub(crate) const TURN: Duration = Duration::from_micros(50);
 
-/// C3: refusals in a row after which a poll that goes on anyway gets a new turn (an executor
-/// nested in it, polling again at once).
+/// C3: refusals in one spent turn after which a poll that goes on anyway gets a new turn (an
+/// executor nested in it, polling again at once).
 pub(crate) const REFUSALS: u8 = 64;
 
 /// C3: the descriptors and directions a spent turn keeps track of, the refused one included:
-/// each of the others may do one operation. Beyond them every operation is refused.
-pub(crate) const MET: usize = 4;
+/// each of the others may do one operation. Beyond them every operation is refused (a `join`
+/// of more futures, or of futures that each read and write, polled in order: the last ones
+/// wait while the first ones' sockets are always ready).
+pub(crate) const MET: usize = 16;
 
 /// What an operation does to its descriptor, for C2's exceptions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +76,7 @@ enum State {
     /// Operations tried since `began`, the first's time; `last` the latest (after a read, the
     /// next write is its answer).
     Trying { began: Instant, last: Op },
-    /// Spent: operations are refused until the poll ends (C3); `refused` so far in a row;
+    /// Spent: operations are refused until the poll ends (C3); `refused` so far;
     /// `met`, the operations (their keys, 0 for none) refused or let through once since.
     Spent { refused: u8, met: [usize; MET] },
 }
@@ -105,7 +107,7 @@ impl Drop for Turn {
 
 /// C2 and C3: whether the current turn is spent before an operation `op` on the descriptor
 /// and direction `key` (never 0), which then does not try; it stays spent for the rest of
-/// the poll, for up to [`REFUSALS`] refusals in a row, and lets each other key through once.
+/// the poll, for up to [`REFUSALS`] refusals, and lets each other key through once.
 #[cfg_attr(
     not(target_os = "linux"),
     expect(dead_code, reason = "only `async_io`, Linux's, asks")
@@ -209,7 +211,7 @@ mod tests {
             }
             assert!(
                 !spent(Op::Read, A),
-                "after REFUSALS refusals in a row a new turn begins (a nested executor)"
+                "after REFUSALS refusals a new turn begins (a nested executor)"
             );
             tried(Op::Read);
             TURN_NOW.with(|t| assert!(matches!(t.get(), Some(State::Trying { .. }))));

@@ -93,11 +93,8 @@ pub(crate) struct WorkerCtx {
     /// Whether [`WorkerCtx::find_work`] found the own deque empty since the last
     /// [`SHARED_FIRST`]-th job of the main loop (`WorkerCtx::shared_first`).
     seen_empty: Cell<bool>,
-    /// Whether the own deque may hold a batch of the injector's jobs (moved there by
-    /// [`WorkerCtx::find_work`]; false once it finds the deque empty).
-    batch_below: Cell<bool>,
     /// Which queue a starved tick looks at first (`WorkerCtx::shared_first`), in turn.
-    starved_first: Cell<u32>,
+    starved_first: Cell<u8>,
     /// Whether a task runs on this worker's stack (H2: the signal handler reads it).
     in_task: Cell<bool>,
     /// Its handoff flags in the monitor, when the handoff is directed (H1).
@@ -259,7 +256,6 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         wakes_first: Cell::new(true),
         wake_chain: Cell::new(0),
         seen_empty: Cell::new(true),
-        batch_below: Cell::new(false),
         starved_first: Cell::new(0),
         in_task: Cell::new(false),
         handoff_flags,
@@ -321,7 +317,6 @@ impl WorkerCtx {
             wakes_first: Cell::new(true),
             wake_chain: Cell::new(0),
             seen_empty: Cell::new(true),
-            batch_below: Cell::new(false),
             starved_first: Cell::new(0),
             in_task: Cell::new(false),
             handoff_flags: None,
@@ -596,7 +591,7 @@ impl WorkerCtx {
         self.deque.pop()
     }
 
-    /// Own deque, then the core's inbox, then the woken futures (one), the injector (a batch)
+    /// Own deque, then the core's inbox, then the woken futures (one), the injector (one)
     /// and the other workers' deques (the woken futures first and last in turn), then the
     /// offers (a running loop's chunks: this worker joins it, `offer.rs`).
     pub(crate) fn find_work(&self) -> Option<Job> {
@@ -604,7 +599,6 @@ impl WorkerCtx {
             return Some(job);
         }
         self.seen_empty.set(true);
-        self.batch_below.set(false);
         // A worker lent to another core leaves its home core's inbox (broadcast calls, which
         // must run on that core's CPU) to the workers there.
         let inbox = &self.reg.inboxes[self.core];
@@ -630,11 +624,8 @@ impl WorkerCtx {
             return Some(job);
         }
         loop {
-            match self.reg.injector.steal_batch_and_pop(&self.deque) {
-                Steal::Success(job) => {
-                    self.batch_below.set(!self.deque.is_empty());
-                    return Some(job);
-                }
+            match self.reg.injector.steal() {
+                Steal::Success(job) => return Some(job),
                 Steal::Retry => continue,
                 Steal::Empty => break,
             }
@@ -656,17 +647,16 @@ impl WorkerCtx {
     /// Every [`SHARED_FIRST`]-th job of the main loop is the first woken future, if any,
     /// before the own deque: a worker whose own deque never empties (a job that spawns the
     /// next) would leave the futures woken by I/O waiting for ever (tokio's workers look at
-    /// their global queue every 61 polls for the same reason). Not the injector's jobs: a
-    /// batch of them may already be in the deque, and `spawn_fifo` starts them in order. Not
-    /// in waits for a latch, whose own deque holds the job waited for.
+    /// their global queue every 61 polls for the same reason). Not in waits for a latch,
+    /// whose own deque holds the job waited for.
     ///
     /// A **starved** tick is one whose worker has not found its own deque empty since the
     /// last (a future woken by the closure it spawned, again and again, kept its worker from
     /// its core's inbox, the injector and the jobs below that pair for ever). It takes the
     /// core's inbox first (unless the worker is lent), then, in turn first, the first woken
-    /// future, the injector's first job or the own deque's oldest; the last two only when no
-    /// batch of the injector's is in the deque (whose oldest end holds the batch's last job,
-    /// and which the injector's next job must not pass).
+    /// future, the injector's first job or the own deque's oldest. The injector's jobs are
+    /// taken one at a time, never moved into a deque, so its first job is the next in
+    /// `spawn_fifo`'s order.
     fn shared_first(&self) -> Option<Job> {
         let tick = self.ticks.get().wrapping_add(1);
         self.ticks.set(tick);
@@ -682,10 +672,9 @@ impl WorkerCtx {
         {
             return Some(job);
         }
-        let sources = if self.batch_below.get() { 1 } else { 3 };
         let first = self.starved_first.get();
-        self.starved_first.set(first.wrapping_add(1));
-        (0..sources).find_map(|k| match (first + k) % sources {
+        self.starved_first.set((first + 1) % 3);
+        (0..3).find_map(|k| match (first + k) % 3 {
             0 => self.take_wake(),
             1 => until_decided(|| self.reg.injector.steal()),
             _ => self.take_oldest(),

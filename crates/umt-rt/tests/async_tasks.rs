@@ -774,7 +774,8 @@ async fn spawn_and_await_loop(
     first: impl FnOnce(),
 ) -> bool {
     first();
-    started.send(()).unwrap();
+    // Nobody may listen (a starter queued with others).
+    let _ = started.send(());
     let start = std::time::Instant::now();
     while !flag.load(Ordering::SeqCst) {
         if given_up(start) {
@@ -835,6 +836,59 @@ fn a_future_woken_by_the_closures_it_spawns_lets_a_broadcast_run() {
     assert!(
         stopped,
         "the broadcast waited in the inbox behind a future woken by its own closures"
+    );
+}
+
+#[test]
+fn a_future_woken_by_the_closures_it_spawns_lets_the_jobs_queued_after_its_starter_run() {
+    // While a gate holds the only worker, a closure that starts the pair and seven setters
+    // are queued from outside, in that order. The worker takes the starter first; the
+    // setters must not then wait below the pair, nor in the injector behind it.
+    let _serial = serial();
+    let rt = one_core_unmonitored();
+    let (flag, go) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (gate_started, on_gate) = mpsc::channel();
+    let gate = {
+        let go = go.clone();
+        rt.spawn(move || {
+            gate_started.send(()).unwrap();
+            while !go.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    on_gate.recv().unwrap();
+    let (hog_tx, hog_rx) = mpsc::channel();
+    let starter = {
+        let flag = flag.clone();
+        rt.spawn(move || {
+            let (started, _) = mpsc::channel();
+            hog_tx
+                .send(umt_rt::spawn_async(spawn_and_await_loop(
+                    flag,
+                    started,
+                    || (),
+                )))
+                .unwrap();
+        })
+    };
+    let setters: Vec<_> = (0..7)
+        .map(|_| {
+            let flag = flag.clone();
+            rt.spawn(move || flag.store(true, Ordering::SeqCst))
+        })
+        .collect();
+    go.store(true, Ordering::SeqCst);
+    gate.join();
+    starter.join();
+    let stopped = hog_rx.recv().unwrap().join();
+    setters.into_iter().for_each(|s| s.join());
+    assert!(
+        stopped,
+        "the setters waited behind a future woken by its own closures"
     );
 }
 
