@@ -127,9 +127,10 @@ impl Runtime {
     }
 
     /// [`spawn_detached`](Runtime::spawn_detached) through the runtime's shared queue, first
-    /// in, first out (rayon's `spawn_fifo`): the workers take its tasks in the order they were
-    /// queued, in batches, so on one worker they start in that order, and on several each
-    /// worker's batch does (their starts interleave). A worker's own tasks
+    /// in, first out (rayon's `spawn_fifo`): the workers take its tasks one at a time in the
+    /// order they were queued, so on one worker they start in that order, and on several
+    /// their starts interleave (a task put back by a worker that gives up its core may start
+    /// after later ones). A worker's own tasks
     /// ([`spawn`](Runtime::spawn) from a task) come before the shared queue's; rayon keeps a
     /// FIFO queue per worker instead.
     pub fn spawn_fifo<F>(&self, f: F)

@@ -237,8 +237,8 @@ impl<'scope> Scope<'scope> {
 
     /// [`spawn`](Scope::spawn) through the runtime's shared queue, first in, first out
     /// (rayon's `ScopeFifo::spawn_fifo`): on one worker the tasks start in the order they were
-    /// spawned; on several, each worker takes a batch of them in that order, so their starts
-    /// interleave ([`Runtime::spawn_fifo`](crate::Runtime::spawn_fifo)).
+    /// spawned; on several, the workers take them one at a time in that order, so their
+    /// starts interleave ([`Runtime::spawn_fifo`](crate::Runtime::spawn_fifo)).
     ///
     /// ```
     /// use std::sync::Mutex;

@@ -655,8 +655,9 @@ impl WorkerCtx {
     /// its core's inbox, the injector and the jobs below that pair for ever). It takes the
     /// core's inbox first (unless the worker is lent), then, in turn first, the first woken
     /// future, the injector's first job or the own deque's oldest. The injector's jobs are
-    /// taken one at a time, never moved into a deque, so its first job is the next in
-    /// `spawn_fifo`'s order.
+    /// taken one at a time, never moved into a deque in bulk, so its first job is the next
+    /// in `spawn_fifo`'s order (but for one put back by a worker that gives up its core,
+    /// `execute`).
     fn shared_first(&self) -> Option<Job> {
         let tick = self.ticks.get().wrapping_add(1);
         self.ticks.set(tick);

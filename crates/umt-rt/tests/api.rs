@@ -198,8 +198,8 @@ fn fifo_spawns_start_in_the_order_they_were_spawned_on_one_core() {
 }
 
 /// A `spawn_fifo` task that spawns many plain tasks keeps its worker's deque from emptying
-/// for longer than a starved tick's span (`WorkerCtx::shared_first`), with the rest of the
-/// injector's batch below them: the fifo tasks still start in order.
+/// for longer than a starved tick's span (`WorkerCtx::shared_first`), which then takes the
+/// injector's first job or the deque's oldest: the fifo tasks still start in order.
 #[test]
 fn fifo_spawns_start_in_order_when_one_of_them_spawns_many_tasks() {
     let rt = one_worker();
