@@ -968,41 +968,51 @@ fn a_select_loop_over_always_ready_sockets_yields_its_worker_to_the_others() {
 }
 
 #[test]
-fn a_join_polled_in_order_lets_its_second_future_read_while_the_first_is_always_ready() {
+fn a_join_polled_in_order_lets_its_last_future_read_while_the_others_are_always_ready() {
     use std::io::Write;
     use std::os::unix::net::UnixStream;
     use umt_rt::async_io::Async;
-    // `join` as `futures::join!` and `std::future::join!` poll: the first future always; its
-    // socket always has a byte, so it spends every turn. The second has one byte waiting: a
-    // spent turn still lets it read once per poll.
+    // `join` as `futures::join!` and `std::future::join!` poll: every future, in order. The
+    // first four read sockets that always have a byte, so they spend every turn; the last
+    // has one byte waiting: a spent turn still lets each other socket read once per poll.
+    const BUSY: usize = 4;
     let _serial = serial();
     let rt = one_core_unmonitored();
-    let read_b = rt.spawn_async(async move {
-        let (mut wa, a) = UnixStream::pair().unwrap();
-        let (mut wb, b) = UnixStream::pair().unwrap();
-        let (a, b) = (Async::new(a).unwrap(), Async::new(b).unwrap());
-        wa.write_all(&[1]).unwrap();
-        wb.write_all(&[2]).unwrap();
-        let b_done = AtomicBool::new(false);
+    let read_last = rt.spawn_async(async move {
+        let last_done = AtomicBool::new(false);
         let start = std::time::Instant::now();
-        let first = async {
+        let pairs: Vec<_> = (0..=BUSY)
+            .map(|_| {
+                let (mut w, r) = UnixStream::pair().unwrap();
+                w.write_all(&[1]).unwrap();
+                (w, Async::new(r).unwrap())
+            })
+            .collect();
+        let (last_pair, busy_pairs) = pairs.split_last().unwrap();
+        let mut futures: Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>>> = busy_pairs
+            .iter()
+            .map(|(w, r)| {
+                let last_done = &last_done;
+                Box::pin(async move {
+                    let mut byte = [0u8; 1];
+                    while !last_done.load(Ordering::SeqCst) && !given_up(start) {
+                        r.read(&mut byte).await.unwrap();
+                        (&*w).write_all(&[1]).unwrap();
+                    }
+                }) as std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>>
+            })
+            .collect();
+        futures.push(Box::pin(async {
             let mut byte = [0u8; 1];
-            while !b_done.load(Ordering::SeqCst) && !given_up(start) {
-                a.read(&mut byte).await.unwrap();
-                wa.write_all(&[1]).unwrap();
-            }
-        };
-        let second = async {
-            let mut byte = [0u8; 1];
-            b.read(&mut byte).await.unwrap();
-            b_done.store(true, Ordering::SeqCst);
-        };
-        let (mut first, mut second) = (std::pin::pin!(first), std::pin::pin!(second));
-        let (mut first_done, mut second_done) = (false, false);
+            last_pair.1.read(&mut byte).await.unwrap();
+            last_done.store(true, Ordering::SeqCst);
+        }));
+        let mut done = vec![false; futures.len()];
         std::future::poll_fn(|cx| {
-            first_done = first_done || first.as_mut().poll(cx).is_ready();
-            second_done = second_done || second.as_mut().poll(cx).is_ready();
-            if first_done && second_done {
+            for (f, d) in futures.iter_mut().zip(done.iter_mut()) {
+                *d = *d || f.as_mut().poll(cx).is_ready();
+            }
+            if done.iter().all(|d| *d) {
                 Poll::Ready(())
             } else {
                 Poll::Pending
@@ -1012,8 +1022,8 @@ fn a_join_polled_in_order_lets_its_second_future_read_while_the_first_is_always_
         !given_up(start)
     });
     assert!(
-        read_b.join(),
-        "the second future's ready read was refused on every poll"
+        read_last.join(),
+        "the last future's ready read was refused on every poll"
     );
 }
 
