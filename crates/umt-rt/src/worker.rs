@@ -599,15 +599,8 @@ impl WorkerCtx {
             return Some(job);
         }
         self.seen_empty.set(true);
-        // A worker lent to another core leaves its home core's inbox (broadcast calls, which
-        // must run on that core's CPU) to the workers there.
-        let inbox = &self.reg.inboxes[self.core];
-        while !inbox.is_empty() && self.lent_to().is_none() {
-            match inbox.steal() {
-                Steal::Success(job) => return Some(job),
-                Steal::Retry => continue,
-                Steal::Empty => break,
-            }
+        if let Some(job) = self.take_inbox() {
+            return Some(job);
         }
         // Woken futures one at a time, in the order they were woken: a batch moved into this
         // worker's deque waits there while the worker runs the first, or blocks in it, and
@@ -623,12 +616,8 @@ impl WorkerCtx {
         if wakes_first && let Some(job) = self.take_wake() {
             return Some(job);
         }
-        loop {
-            match self.reg.injector.steal() {
-                Steal::Success(job) => return Some(job),
-                Steal::Retry => continue,
-                Steal::Empty => break,
-            }
+        if let Some(job) = self.take_injected() {
+            return Some(job);
         }
         if let Some(job) = self.steal() {
             return Some(job);
@@ -668,18 +657,33 @@ impl WorkerCtx {
         if self.seen_empty.replace(false) || self.deque.is_empty() {
             return self.take_wake();
         }
-        if self.lent_to().is_none()
-            && let Some(job) = until_decided(|| self.reg.inboxes[self.core].steal())
-        {
+        if let Some(job) = self.take_inbox() {
             return Some(job);
         }
         let first = self.starved_first.get();
         self.starved_first.set((first + 1) % 3);
         (0..3).find_map(|k| match (first + k) % 3 {
             0 => self.take_wake(),
-            1 => until_decided(|| self.reg.injector.steal()),
+            1 => self.take_injected(),
             _ => self.take_oldest(),
         })
+    }
+
+    /// The first job of the core's inbox (broadcast calls, which must run on that core's
+    /// CPU), if any; none for a worker lent to another core, which leaves them to the workers
+    /// there.
+    fn take_inbox(&self) -> Option<Job> {
+        let inbox = &self.reg.inboxes[self.core];
+        if inbox.is_empty() || self.lent_to().is_some() {
+            return None;
+        }
+        until_decided(|| inbox.steal())
+    }
+
+    /// The injector's first job, if any: one at a time, so that it is always the next in
+    /// `spawn_fifo`'s order.
+    fn take_injected(&self) -> Option<Job> {
+        until_decided(|| self.reg.injector.steal())
     }
 
     /// The oldest job of the own deque, taken from its stealing end.
