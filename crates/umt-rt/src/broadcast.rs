@@ -3,7 +3,8 @@
 //! Each call is a task in its core's inbox (`Registry::inboxes`), which only that core's
 //! workers take from and nobody steals from; a core with no active worker gets one woken for
 //! it. The caller waits as for a scope (a worker runs other tasks meanwhile, its own core's
-//! call among them).
+//! call among them). The worker running a call is not lent to another core until it returns
+//! (M5 of `README.md`, "Lending"), so the call stays on its core's CPU.
 
 use std::sync::Arc;
 
@@ -39,7 +40,8 @@ impl BroadcastContext {
         self.num_threads
     }
 
-    /// The CPU this call runs on.
+    /// The CPU this call runs on, from its start to its end (a worker running a call is not
+    /// lent to another core meanwhile).
     pub fn cpu(&self) -> crate::CpuId {
         self.cpu
     }
@@ -58,11 +60,14 @@ where
     run_scope(Some(reg), |s| {
         for (core, slot) in results.iter_mut().enumerate() {
             let cpu = reg.config.cpus[core];
+            // Not lent to another core while the call runs (M5 of `README.md`, "Lending").
             s.spawn_on_core(core, move |_| {
-                *slot = Some(f(BroadcastContext {
-                    index: core,
-                    num_threads: cores,
-                    cpu,
+                *slot = Some(crate::worker::on_own_core(reg, || {
+                    f(BroadcastContext {
+                        index: core,
+                        num_threads: cores,
+                        cpu,
+                    })
                 }));
             });
         }

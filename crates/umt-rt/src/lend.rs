@@ -14,15 +14,20 @@ const HOME: usize = usize::MAX;
 const RETIRED: usize = usize::MAX - 1;
 /// [`Lend::to`] of a worker moving itself home: no leader lends it until it is there.
 const GOING_HOME: usize = usize::MAX - 2;
+/// [`Lend::to`] of a worker, home, that runs a call bound to its core's CPU (a `broadcast`
+/// call, M5): no leader lends it until the call returns.
+const STAYING: usize = usize::MAX - 3;
 
 /// Where one worker is lent, if anywhere.
 #[derive(Debug)]
 pub(crate) struct Lend {
-    /// [`HOME`], [`GOING_HOME`], [`RETIRED`], or the index of the core the worker is lent to.
+    /// [`HOME`], [`GOING_HOME`], [`STAYING`], [`RETIRED`], or the index of the core the
+    /// worker is lent to.
     to: AtomicUsize,
     /// Held by a leader while it lends this worker (M2), so two leaders never interleave their
-    /// moves of one thread. Leaders take it with `try_lock` only; the worker takes it once,
-    /// as it exits ([`Lend::retire`]), never while it runs tasks.
+    /// moves of one thread. Leaders take it with `try_lock` only; the worker takes it as it
+    /// exits ([`Lend::retire`]) and for a moment before a call bound to its core
+    /// ([`Lend::stay`]), never across a task.
     lending: Mutex<()>,
 }
 
@@ -37,7 +42,7 @@ impl Default for Lend {
 
 /// A core index or one of the states above.
 fn lent(to: usize) -> Option<usize> {
-    (to < GOING_HOME).then_some(to)
+    (to < STAYING).then_some(to)
 }
 
 impl Lend {
@@ -135,6 +140,28 @@ impl Lend {
             .to
             .compare_exchange(GOING_HOME, HOME, Ordering::AcqRel, Ordering::Acquire);
     }
+
+    /// M5, by the worker, before a call bound to its core's CPU: if it is home, no leader
+    /// lends it until [`Lend::unstay`], and it is on its own core. False if it is lent (or
+    /// exiting): it goes home (M4) and tries again. A leader's mark (M2) and this are both a
+    /// compare-and-swap from [`HOME`], so one of them fails.
+    ///
+    /// Under the [`Lend::lending`] lock: a lend in progress may have marked the worker lent
+    /// and seen it go home, but not yet moved it back (M2's look after the move); the lock
+    /// waits for that move, a few system calls, so the thread is where its mark says.
+    pub(crate) fn stay(&self) -> bool {
+        let _lending = crate::sync::lock(&self.lending);
+        self.to
+            .compare_exchange(HOME, STAYING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// M5, by the worker once the call returned: leaders may lend it again.
+    pub(crate) fn unstay(&self) {
+        let _ = self
+            .to
+            .compare_exchange(STAYING, HOME, Ordering::AcqRel, Ordering::Acquire);
+    }
 }
 
 #[cfg(all(test, loom))]
@@ -187,6 +214,48 @@ mod loom_tests {
             }
         });
     }
+
+    /// M5 against M2: a worker that stays runs its call on its own core, whatever a leader
+    /// lending it meanwhile does, and no guest count is left behind.
+    #[test]
+    fn loom_a_worker_that_stays_runs_home() {
+        loom::model(|| {
+            let lend = Arc::new(Lend::default());
+            let on = Arc::new(AtomicUsize::new(HOME));
+            let guests = Arc::new(AtomicUsize::new(0));
+            let leader = {
+                let (lend, on, guests) = (lend.clone(), on.clone(), guests.clone());
+                loom::thread::spawn(move || {
+                    lend.lend(
+                        1,
+                        &guests,
+                        || {
+                            on.store(1, Ordering::SeqCst);
+                            true
+                        },
+                        || on.store(HOME, Ordering::SeqCst),
+                    );
+                })
+            };
+            loop {
+                if lend.take_home().is_some() {
+                    on.store(HOME, Ordering::SeqCst);
+                    guests.fetch_sub(1, Ordering::SeqCst);
+                    lend.arrived();
+                }
+                if lend.stay() {
+                    break;
+                }
+                loom::thread::yield_now();
+            }
+            assert_eq!(on.load(Ordering::SeqCst), HOME, "the call starts away");
+            leader.join().unwrap();
+            assert_eq!(on.load(Ordering::SeqCst), HOME, "moved during the call");
+            lend.unstay();
+            assert_eq!(lend.to.load(Ordering::SeqCst), HOME);
+            assert_eq!(guests.load(Ordering::SeqCst), 0);
+        });
+    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -212,6 +281,19 @@ mod tests {
             "no lend before the worker is home"
         );
         lend.arrived();
+        assert_eq!(lend.take_home(), None);
+        // M5: a worker that stays is not lent, and is lent again once it stops staying.
+        assert!(lend.stay());
+        assert!(!lend.lend(1, &guests, || panic!("lent while it stays"), || {}));
+        assert_eq!(lend.take_home(), None, "a worker that stays is home");
+        assert_eq!(lend.lent_to(), None);
+        lend.unstay();
+        assert!(lend.lend(1, &guests, || true, || panic!("not moved home")));
+        assert!(!lend.stay(), "a lent worker goes home before it stays");
+        assert_eq!(lend.take_home(), Some(1));
+        lend.arrived();
+        assert!(lend.stay());
+        lend.unstay();
         assert_eq!(lend.take_home(), None);
         lend.retire();
         assert!(!lend.lend(1, &guests, || panic!("an exited worker moved"), || {}));

@@ -97,6 +97,8 @@ pub(crate) struct WorkerCtx {
     starved_first: Cell<u8>,
     /// Whether a task runs on this worker's stack (H2: the signal handler reads it).
     in_task: Cell<bool>,
+    /// Calls bound to this worker's core running on its stack (M5, [`WorkerCtx::staying`]).
+    stays: Cell<u32>,
     /// Its handoff flags in the monitor, when the handoff is directed (H1).
     handoff_flags: Option<umt_sys::HandoffFlags>,
 }
@@ -130,6 +132,29 @@ impl Drop for TaskGuard<'_> {
     fn drop(&mut self) {
         self.0.set_in_task(false);
     }
+}
+
+/// Ends a [`WorkerCtx::staying`] call, also when it unwinds: leaders may lend the worker
+/// again once the outermost ends.
+struct StayGuard<'a>(&'a WorkerCtx);
+
+impl Drop for StayGuard<'_> {
+    fn drop(&mut self) {
+        let stays = self.0.stays.get() - 1;
+        self.0.stays.set(stays);
+        if stays == 0 {
+            self.0.slot().lend.unstay();
+        }
+    }
+}
+
+/// Runs `f` on the calling worker's own core if it is a worker of `reg`, not lent meanwhile
+/// ([`WorkerCtx::staying`]); elsewhere just runs it.
+pub(crate) fn on_own_core<R>(reg: &Arc<Registry>, f: impl FnOnce() -> R) -> R {
+    with_current(|ctx| match ctx {
+        Some(ctx) if Arc::ptr_eq(&ctx.reg, reg) => ctx.staying(f),
+        _ => f(),
+    })
 }
 
 /// A worker's main loop takes every this-many-th job from the woken futures first
@@ -258,6 +283,7 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         seen_empty: Cell::new(true),
         starved_first: Cell::new(0),
         in_task: Cell::new(false),
+        stays: Cell::new(0),
         handoff_flags,
     };
     {
@@ -319,6 +345,7 @@ impl WorkerCtx {
             seen_empty: Cell::new(true),
             starved_first: Cell::new(0),
             in_task: Cell::new(false),
+            stays: Cell::new(0),
             handoff_flags: None,
         })
     }
@@ -910,6 +937,29 @@ impl WorkerCtx {
             lend.arrived();
             self.record(TraceKind::Home);
         }
+    }
+
+    /// M5 of `README.md`, "Lending": runs `f` on this worker's own core, where no leader
+    /// lends it until `f` returns (a `broadcast` call, bound to its core's CPU). A worker
+    /// lent when the call starts (a leader may lend it between taking the call from its
+    /// core's inbox and running it) goes home first. Nested calls keep the outermost's stay.
+    pub(crate) fn staying<R>(&self, f: impl FnOnce() -> R) -> R {
+        if self.role != Role::Worker || !self.reg.config.caps.lend {
+            return f();
+        }
+        if self.stays.get() == 0 {
+            let lend = &self.slot().lend;
+            loop {
+                self.go_home();
+                // Fails only if a leader lent it since `go_home`: home again, and again.
+                if lend.stay() || lend.lent_to().is_none() {
+                    break;
+                }
+            }
+        }
+        self.stays.set(self.stays.get() + 1);
+        let _stay = StayGuard(self);
+        f()
     }
 
     /// The core this worker is lent to (`lend.rs`), if any: never where the runtime does not

@@ -132,6 +132,112 @@ fn a_starved_core_borrows_a_runnable_worker_of_an_oversubscribed_one() {
     );
 }
 
+/// M5: a `broadcast` call is never lent. Core 1's call blocks in a pipe read (so core 1
+/// starts its spare, which takes a spinner's role), then spins; core 0's two workers block in
+/// reads, so core 0's leader borrows a runnable worker of core 1: the spinner, never the
+/// worker running the call, which sees core 1's CPU from its start to its end.
+#[test]
+fn a_broadcast_call_stays_on_its_core_while_another_core_borrows() {
+    let cpus = umt_sys::cpu::process_cpus().unwrap();
+    if cpus.len() < 2 {
+        eprintln!("skipped: needs two CPUs");
+        return;
+    }
+    let (c0, c1) = (cpus[0], cpus[1]);
+    let backend = monitored_backend();
+    let rt = Arc::new(
+        Runtime::builder()
+            .cores([c0, c1])
+            .max_workers_per_core(2)
+            .monitor(backend)
+            .leader_policy(LeaderPolicy::default_for(backend))
+            .build()
+            .unwrap(),
+    );
+    if skip_unmonitored(&rt) {
+        return;
+    }
+    if !rt.lends_workers() {
+        eprintln!(
+            "skipped: the {} backend's counts are not live here, so nothing is lent",
+            rt.backend()
+        );
+        return;
+    }
+    let st = Arc::new(State::default());
+    let readers: Vec<_> = (0..2).map(|_| std::io::pipe().unwrap()).collect();
+    let (q_rx, q_tx) = std::io::pipe().unwrap();
+    for (i, (rx, _)) in readers.iter().enumerate() {
+        *st.readers_rx[i].lock().unwrap() = Some(rx.try_clone().unwrap());
+    }
+    *st.q_rx.lock().unwrap() = Some(q_rx);
+    let mut release = Release {
+        st: st.clone(),
+        txs: readers
+            .iter()
+            .map(|(_, tx)| tx.try_clone().unwrap())
+            .collect(),
+        q: q_tx,
+        q_written: false,
+    };
+    // The caller of `broadcast` waits for both calls: another thread.
+    let caller = {
+        let (rt, st) = (rt.clone(), st.clone());
+        std::thread::spawn(move || {
+            rt.broadcast(|ctx| {
+                if ctx.index() == 1 {
+                    st.call(c1);
+                }
+                ctx.index()
+            })
+        })
+    };
+    wait_for(
+        "core 1's call started",
+        || st.call_started.load(Ordering::Acquire),
+        || format!("{:#?}", rt.stats()),
+    );
+    // Core 1's call is blocked in its read: roles for core 0's readers and core 1's spare.
+    let mut handles = Vec::new();
+    wait_for(
+        "a borrowed worker on core 0, or the call away from core 1",
+        || {
+            if !release.q_written
+                && st.extra.load(Ordering::Acquire)
+                && st.blocked.load(Ordering::Acquire) >= 2
+            {
+                release.q.write_all(b"q").unwrap();
+                release.q_written = true;
+            }
+            let filled =
+                st.reading.load(Ordering::Acquire) >= 2 && st.extra.load(Ordering::Acquire);
+            if !filled && st.outstanding.load(Ordering::Acquire) < 4 {
+                st.outstanding.fetch_add(1, Ordering::AcqRel);
+                let st = st.clone();
+                handles.push(rt.spawn(move || {
+                    st.role_beside_call(c0, c1);
+                    st.outstanding.fetch_sub(1, Ordering::AcqRel);
+                }));
+            }
+            st.lent_seen.load(Ordering::Acquire) > 0 || st.call_away.load(Ordering::Acquire)
+        },
+        || format!("{:#?}", rt.stats()),
+    );
+    let away = st.call_away.load(Ordering::Acquire);
+    drop(release);
+    for h in handles {
+        h.join();
+    }
+    let results = caller.join().unwrap();
+    assert_eq!(results, [0, 1]);
+    assert!(
+        !away && !st.call_away.load(Ordering::Acquire),
+        "core 1's broadcast call ran on another CPU: {:#?}",
+        rt.stats()
+    );
+    assert!(rt.stats().workers_lent >= 1, "{:#?}", rt.stats());
+}
+
 /// The CPUs thread `tid` may run on (`Cpus_allowed_list` of its `/proc` status).
 fn allowed_cpus(tid: i32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/self/task/{tid}/status"))
@@ -162,6 +268,9 @@ struct State {
     lent_seen: AtomicUsize,
     /// That spinner's thread.
     lent_tid: AtomicI32,
+    /// A broadcast call started on core 1, and whether it ever ran on another CPU.
+    call_started: AtomicBool,
+    call_away: AtomicBool,
 }
 
 impl State {
@@ -181,6 +290,31 @@ impl State {
                 }
             }
             std::hint::spin_loop();
+        }
+    }
+
+    /// Core 1's broadcast call: blocks in the read of `q`, then spins until the end, noting
+    /// whether it ever runs off `c1`.
+    fn call(&self, c1: usize) {
+        let mut rx = self.q_rx.lock().unwrap().take().unwrap();
+        let mut away = umt_sys::cpu::current_cpu().ok() != Some(c1);
+        self.call_started.store(true, Ordering::Release);
+        rx.read_exact(&mut [0u8; 1]).unwrap();
+        while !self.stop.load(Ordering::Acquire) {
+            away |= umt_sys::cpu::current_cpu().ok() != Some(c1);
+            if away {
+                self.call_away.store(true, Ordering::Release);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Beside core 1's call: core 0's readers, and one spinner on core 1.
+    fn role_beside_call(&self, c0: usize, c1: usize) {
+        match umt_sys::cpu::current_cpu().ok() {
+            Some(c) if c == c1 && !self.extra.swap(true, Ordering::AcqRel) => self.spin(c0),
+            Some(c) if c == c0 => self.role(c0, usize::MAX),
+            _ => {}
         }
     }
 
