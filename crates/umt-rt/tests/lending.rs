@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use umt_rt::{LeaderPolicy, Runtime};
+use umt_rt::{JoinHandle, LeaderPolicy, Runtime};
 
 mod common;
 use common::{monitored_backend, skip_unmonitored};
@@ -36,70 +36,22 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool, state: impl Fn() -> Stri
 /// them: a spinner finds itself on core 0's CPU while both readers are still blocked.
 #[test]
 fn a_starved_core_borrows_a_runnable_worker_of_an_oversubscribed_one() {
-    let cpus = umt_sys::cpu::process_cpus().unwrap();
-    if cpus.len() < 2 {
-        eprintln!("skipped: needs two CPUs");
+    let Some((rt, c0, c1)) = lending_runtime() else {
         return;
-    }
-    let (c0, c1) = (cpus[0], cpus[1]);
-    let backend = monitored_backend();
-    let rt = Runtime::builder()
-        .cores([c0, c1])
-        .max_workers_per_core(2)
-        .monitor(backend)
-        .leader_policy(LeaderPolicy::default_for(backend))
-        .build()
-        .unwrap();
-    if skip_unmonitored(&rt) {
-        return;
-    }
-    if !rt.lends_workers() {
-        eprintln!(
-            "skipped: the {} backend's counts are not live here, so nothing is lent",
-            rt.backend()
-        );
-        return;
-    }
+    };
     let st = Arc::new(State::default());
-    let readers: Vec<_> = (0..2).map(|_| std::io::pipe().unwrap()).collect();
-    let (q_rx, q_tx) = std::io::pipe().unwrap();
-    for (i, (rx, _)) in readers.iter().enumerate() {
-        *st.readers_rx[i].lock().unwrap() = Some(rx.try_clone().unwrap());
-    }
-    *st.q_rx.lock().unwrap() = Some(q_rx);
     // Whatever happens (a failed wait panics), the readers and spinners are let go, and the
     // runtime's drop does not wait for them forever.
-    let mut release = Release {
-        st: st.clone(),
-        txs: readers
-            .iter()
-            .map(|(_, tx)| tx.try_clone().unwrap())
-            .collect(),
-        q: q_tx,
-        q_written: false,
-    };
+    let mut release = pipes(&st);
     let mut handles = Vec::new();
     wait_for(
         "both readers on core 0 and both spinners on core 1",
         || {
-            // Core 1's blocker returns only once both readers of core 0 are blocked, so that
-            // core 1 has two ready workers only then, and core 0 borrows only then.
-            if !release.q_written
-                && st.extra.load(Ordering::Acquire)
-                && st.blocked.load(Ordering::Acquire) >= 2
-            {
-                release.q.write_all(b"q").unwrap();
-                release.q_written = true;
-            }
+            release.q_once_readers_blocked();
             let filled =
                 st.reading.load(Ordering::Acquire) >= 2 && st.spinners.load(Ordering::Acquire) >= 2;
-            if !filled && st.outstanding.load(Ordering::Acquire) < 4 {
-                st.outstanding.fetch_add(1, Ordering::AcqRel);
-                let st = st.clone();
-                handles.push(rt.spawn(move || {
-                    st.role(c0, c1);
-                    st.outstanding.fetch_sub(1, Ordering::AcqRel);
-                }));
+            if !filled {
+                st.queue_role(&rt, &mut handles, State::role, c0, c1);
             }
             filled || st.lent_seen.load(Ordering::Acquire) > 0
         },
@@ -138,48 +90,12 @@ fn a_starved_core_borrows_a_runnable_worker_of_an_oversubscribed_one() {
 /// worker running the call, which sees core 1's CPU from its start to its end.
 #[test]
 fn a_broadcast_call_stays_on_its_core_while_another_core_borrows() {
-    let cpus = umt_sys::cpu::process_cpus().unwrap();
-    if cpus.len() < 2 {
-        eprintln!("skipped: needs two CPUs");
+    let Some((rt, c0, c1)) = lending_runtime() else {
         return;
-    }
-    let (c0, c1) = (cpus[0], cpus[1]);
-    let backend = monitored_backend();
-    let rt = Arc::new(
-        Runtime::builder()
-            .cores([c0, c1])
-            .max_workers_per_core(2)
-            .monitor(backend)
-            .leader_policy(LeaderPolicy::default_for(backend))
-            .build()
-            .unwrap(),
-    );
-    if skip_unmonitored(&rt) {
-        return;
-    }
-    if !rt.lends_workers() {
-        eprintln!(
-            "skipped: the {} backend's counts are not live here, so nothing is lent",
-            rt.backend()
-        );
-        return;
-    }
-    let st = Arc::new(State::default());
-    let readers: Vec<_> = (0..2).map(|_| std::io::pipe().unwrap()).collect();
-    let (q_rx, q_tx) = std::io::pipe().unwrap();
-    for (i, (rx, _)) in readers.iter().enumerate() {
-        *st.readers_rx[i].lock().unwrap() = Some(rx.try_clone().unwrap());
-    }
-    *st.q_rx.lock().unwrap() = Some(q_rx);
-    let mut release = Release {
-        st: st.clone(),
-        txs: readers
-            .iter()
-            .map(|(_, tx)| tx.try_clone().unwrap())
-            .collect(),
-        q: q_tx,
-        q_written: false,
     };
+    let rt = Arc::new(rt);
+    let st = Arc::new(State::default());
+    let mut release = pipes(&st);
     // The caller of `broadcast` waits for both calls: another thread.
     let caller = {
         let (rt, st) = (rt.clone(), st.clone());
@@ -202,22 +118,11 @@ fn a_broadcast_call_stays_on_its_core_while_another_core_borrows() {
     wait_for(
         "a borrowed worker on core 0, or the call away from core 1",
         || {
-            if !release.q_written
-                && st.extra.load(Ordering::Acquire)
-                && st.blocked.load(Ordering::Acquire) >= 2
-            {
-                release.q.write_all(b"q").unwrap();
-                release.q_written = true;
-            }
+            release.q_once_readers_blocked();
             let filled =
                 st.reading.load(Ordering::Acquire) >= 2 && st.extra.load(Ordering::Acquire);
-            if !filled && st.outstanding.load(Ordering::Acquire) < 4 {
-                st.outstanding.fetch_add(1, Ordering::AcqRel);
-                let st = st.clone();
-                handles.push(rt.spawn(move || {
-                    st.role_beside_call(c0, c1);
-                    st.outstanding.fetch_sub(1, Ordering::AcqRel);
-                }));
+            if !filled {
+                st.queue_role(&rt, &mut handles, State::role_beside_call, c0, c1);
             }
             st.lent_seen.load(Ordering::Acquire) > 0 || st.call_away.load(Ordering::Acquire)
         },
@@ -236,6 +141,56 @@ fn a_broadcast_call_stays_on_its_core_while_another_core_borrows() {
         rt.stats()
     );
     assert!(rt.stats().workers_lent >= 1, "{:#?}", rt.stats());
+}
+
+/// A runtime on the first two CPUs, two workers each at most, that lends workers, and those
+/// CPUs; `None` (saying why) where it cannot run.
+fn lending_runtime() -> Option<(Runtime, usize, usize)> {
+    let cpus = umt_sys::cpu::process_cpus().unwrap();
+    if cpus.len() < 2 {
+        eprintln!("skipped: needs two CPUs");
+        return None;
+    }
+    let (c0, c1) = (cpus[0], cpus[1]);
+    let backend = monitored_backend();
+    let rt = Runtime::builder()
+        .cores([c0, c1])
+        .max_workers_per_core(2)
+        .monitor(backend)
+        .leader_policy(LeaderPolicy::default_for(backend))
+        .build()
+        .unwrap();
+    if skip_unmonitored(&rt) {
+        return None;
+    }
+    if !rt.lends_workers() {
+        eprintln!(
+            "skipped: the {} backend's counts are not live here, so nothing is lent",
+            rt.backend()
+        );
+        return None;
+    }
+    Some((rt, c0, c1))
+}
+
+/// The pipes of core 0's two readers and of `q`: their read ends in `st`, their write ends
+/// in the [`Release`] returned.
+fn pipes(st: &Arc<State>) -> Release {
+    let readers: Vec<_> = (0..2).map(|_| std::io::pipe().unwrap()).collect();
+    let (q_rx, q_tx) = std::io::pipe().unwrap();
+    for (i, (rx, _)) in readers.iter().enumerate() {
+        *st.readers_rx[i].lock().unwrap() = Some(rx.try_clone().unwrap());
+    }
+    *st.q_rx.lock().unwrap() = Some(q_rx);
+    Release {
+        st: st.clone(),
+        txs: readers
+            .iter()
+            .map(|(_, tx)| tx.try_clone().unwrap())
+            .collect(),
+        q: q_tx,
+        q_written: false,
+    }
 }
 
 /// The CPUs thread `tid` may run on (`Cpus_allowed_list` of its `/proc` status).
@@ -318,6 +273,26 @@ impl State {
         }
     }
 
+    /// Spawns a task that takes a role (`role`), unless a few are queued already: the test
+    /// keeps a few queued, not millions.
+    fn queue_role(
+        self: &Arc<Self>,
+        rt: &Runtime,
+        handles: &mut Vec<JoinHandle<()>>,
+        role: fn(&State, usize, usize),
+        c0: usize,
+        c1: usize,
+    ) {
+        if self.outstanding.load(Ordering::Acquire) < 4 {
+            self.outstanding.fetch_add(1, Ordering::AcqRel);
+            let st = self.clone();
+            handles.push(rt.spawn(move || {
+                role(&st, c0, c1);
+                st.outstanding.fetch_sub(1, Ordering::AcqRel);
+            }));
+        }
+    }
+
     /// A task takes the role its CPU still needs, or none.
     fn role(&self, c0: usize, c1: usize) {
         let mut b = [0u8; 1];
@@ -353,6 +328,21 @@ struct Release {
     txs: Vec<std::io::PipeWriter>,
     q: std::io::PipeWriter,
     q_written: bool,
+}
+
+impl Release {
+    /// Writes `q` (core 1's blocker returns) once both readers of core 0 are blocked and core
+    /// 1's other spinner runs: core 1 has two ready workers only then, and core 0 borrows
+    /// only then.
+    fn q_once_readers_blocked(&mut self) {
+        if !self.q_written
+            && self.st.extra.load(Ordering::Acquire)
+            && self.st.blocked.load(Ordering::Acquire) >= 2
+        {
+            self.q.write_all(b"q").unwrap();
+            self.q_written = true;
+        }
+    }
 }
 
 impl Drop for Release {
