@@ -3,8 +3,9 @@
 //! Each call is a task in its core's inbox (`Registry::inboxes`), which only that core's
 //! workers take from and nobody steals from; a core with no active worker gets one woken for
 //! it. The caller waits as for a scope (a worker runs other tasks meanwhile, its own core's
-//! call among them). The worker running a call is not lent to another core until it returns
-//! (M5 of `README.md`, "Lending"), so the call stays on its core's CPU.
+//! call among them). The worker running a call is not lent to another core until it returns,
+//! and does not give its core up at the call's start, which would put the call on its deque,
+//! where other cores steal (M5 of `README.md`, "Lending"): the call stays on its core's CPU.
 
 use std::sync::Arc;
 

@@ -382,7 +382,8 @@ enum Loan {
     /// A worker of another core now runs here.
     Lent,
     /// Another core has more than one ready worker, but none could be moved now (none
-    /// runnable at the look, or each being lent or exiting).
+    /// runnable at the look, or each lent, being lent, staying for a `broadcast` call (M5) or
+    /// exiting).
     Refused,
     /// No other core has more than one ready worker.
     NoDonor,
@@ -411,7 +412,7 @@ fn lend(reg: &Registry, own: usize) -> Loan {
             || slot.core != donor
             || tid == 0
             || !slot.monitored.load(Ordering::Relaxed)
-            || slot.lend.lent_to().is_some()
+            || !slot.lend.lendable()
         {
             continue;
         }

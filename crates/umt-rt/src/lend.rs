@@ -26,8 +26,8 @@ pub(crate) struct Lend {
     to: AtomicUsize,
     /// Held by a leader while it lends this worker (M2), so two leaders never interleave their
     /// moves of one thread. Leaders take it with `try_lock` only; the worker takes it as it
-    /// exits ([`Lend::retire`]) and for a moment before a call bound to its core
-    /// ([`Lend::stay`]), never across a task.
+    /// exits ([`Lend::retire`]) and before a call bound to its core ([`Lend::stay`]), never
+    /// across a task.
     lending: Mutex<()>,
 }
 
@@ -46,7 +46,14 @@ fn lent(to: usize) -> Option<usize> {
 }
 
 impl Lend {
-    /// The core the worker is lent to, or `None` if it is home (or on its way).
+    /// Whether a leader may lend the worker now: home, not staying (M5), not on its way
+    /// home nor exiting. A look before [`Lend::lend`], which decides under its lock.
+    pub(crate) fn lendable(&self) -> bool {
+        self.to.load(Ordering::Acquire) == HOME
+    }
+
+    /// The core the worker is lent to, or `None` if it is not lent (home, staying, on its way
+    /// home, or exiting).
     pub(crate) fn lent_to(&self) -> Option<usize> {
         lent(self.to.load(Ordering::Acquire))
     }
@@ -148,7 +155,8 @@ impl Lend {
     ///
     /// Under the [`Lend::lending`] lock: a lend in progress may have marked the worker lent
     /// and seen it go home, but not yet moved it back (M2's look after the move); the lock
-    /// waits for that move, a few system calls, so the thread is where its mark says.
+    /// waits for that move, so the thread is where its mark says. A few system calls, but
+    /// by a leader at `SCHED_IDLE`, which a busy core may keep waiting (`README.md`).
     pub(crate) fn stay(&self) -> bool {
         let _lending = crate::sync::lock(&self.lending);
         self.to

@@ -99,6 +99,9 @@ pub(crate) struct WorkerCtx {
     in_task: Cell<bool>,
     /// Calls bound to this worker's core running on its stack (M5, [`WorkerCtx::staying`]).
     stays: Cell<u32>,
+    /// Whether the job this worker is about to start came from its core's inbox (set by
+    /// [`WorkerCtx::take_inbox`], read at the job's start by [`WorkerCtx::execute`]).
+    from_inbox: Cell<bool>,
     /// Its handoff flags in the monitor, when the handoff is directed (H1).
     handoff_flags: Option<umt_sys::HandoffFlags>,
 }
@@ -284,6 +287,7 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         starved_first: Cell::new(0),
         in_task: Cell::new(false),
         stays: Cell::new(0),
+        from_inbox: Cell::new(false),
         handoff_flags,
     };
     {
@@ -346,6 +350,7 @@ impl WorkerCtx {
             starved_first: Cell::new(0),
             in_task: Cell::new(false),
             stays: Cell::new(0),
+            from_inbox: Cell::new(false),
             handoff_flags: None,
         })
     }
@@ -704,7 +709,9 @@ impl WorkerCtx {
         if inbox.is_empty() || self.lent_to().is_some() {
             return None;
         }
-        until_decided(|| inbox.steal())
+        let job = until_decided(|| inbox.steal());
+        self.from_inbox.set(job.is_some());
+        job
     }
 
     /// The injector's first job, if any: one at a time, so that it is always the next in
@@ -771,8 +778,14 @@ impl WorkerCtx {
     pub(crate) fn execute(&self, job: Job) -> bool {
         // Task start. A worker that surrenders here first puts the job back on its deque,
         // where others can steal it: a task must not wait, unseen, in a parked worker's hands
-        // while its core runs something long.
-        let job = if self.oversubscribed() {
+        // while its core runs something long. Not a job of its core's inbox (a `broadcast`
+        // call, bound to this core's CPU): on the deque, a worker of another core would steal
+        // it and run it there; back in the inbox, it would wait for a worker of this core,
+        // and the one that came back may be inside a long task (its every block woke this
+        // worker, which gave the call back again: one call waited 137 s under load). So the
+        // call runs now, beside that worker, and this worker surrenders at its end.
+        let from_inbox = self.from_inbox.replace(false);
+        let job = if !from_inbox && self.oversubscribed() {
             self.deque.push(job);
             if self.surrender() {
                 return false;

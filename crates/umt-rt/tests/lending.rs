@@ -143,6 +143,94 @@ fn a_broadcast_call_stays_on_its_core_while_another_core_borrows() {
     assert!(rt.stats().workers_lent >= 1, "{:#?}", rt.stats());
 }
 
+/// A `broadcast` call taken from its core's inbox by a worker whose core has another worker
+/// back from a block runs anyway: before, the worker gave its core up at the call's start and
+/// put the call on its deque, where a worker of the other core stole it and ran it on its
+/// own CPU (about 1 call in 20 here, lending or not). A task on core 1
+/// computes and sleeps by turns, so core 1's workers take turns (and yields, so that a call
+/// never waits for it to end); every call must see its core's CPU. The runs stop at a count or a deadline, whichever comes first: the deadline
+/// bounds the test on a slow machine and asserts nothing.
+#[test]
+fn broadcast_calls_run_on_their_cpu_while_their_core_changes_workers() {
+    for lend in [false, true] {
+        broadcast_beside_a_blocking_task(lend);
+    }
+}
+
+fn broadcast_beside_a_blocking_task(lend: bool) {
+    let cpus = umt_sys::cpu::process_cpus().unwrap();
+    if cpus.len() < 2 {
+        eprintln!("skipped: needs two CPUs");
+        return;
+    }
+    let (c0, c1) = (cpus[0], cpus[1]);
+    let backend = monitored_backend();
+    let rt = Runtime::builder()
+        .cores([c0, c1])
+        .max_workers_per_core(2)
+        .monitor(backend)
+        .leader_policy(LeaderPolicy::default_for(backend))
+        .lend_workers(lend)
+        .build()
+        .unwrap();
+    if skip_unmonitored(&rt) {
+        return;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let placed = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    // Tasks until one lands on core 1: it computes 200 us and sleeps 200 us by turns.
+    while !placed.load(Ordering::Acquire) {
+        let (stop, placed) = (stop.clone(), placed.clone());
+        handles.push(rt.spawn(move || {
+            if umt_sys::cpu::current_cpu().ok() == Some(c1) && !placed.swap(true, Ordering::AcqRel)
+            {
+                while !stop.load(Ordering::Acquire) {
+                    let t = Instant::now();
+                    while t.elapsed() < Duration::from_micros(200) {
+                        std::hint::spin_loop();
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                    // A call queued for core 1 waits for a worker of core 1: where the
+                    // monitor misses this task's blocks (Perf, under load) no spare comes,
+                    // and this task would keep it waiting for as long as it runs.
+                    umt_rt::yield_now();
+                }
+            }
+        }));
+        std::thread::yield_now();
+    }
+    let away = AtomicUsize::new(0);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut first_away = None;
+    for _ in 0..50_000 {
+        if Instant::now() > deadline {
+            break;
+        }
+        let calls = rt.broadcast(|ctx| {
+            let on = umt_sys::cpu::current_cpu().ok();
+            if on != Some(ctx.cpu()) {
+                away.fetch_add(1, Ordering::Relaxed);
+            }
+            (ctx.index(), ctx.cpu(), on)
+        });
+        if first_away.is_none() && calls.iter().any(|&(_, cpu, on)| on != Some(cpu)) {
+            first_away = Some(calls);
+        }
+    }
+    stop.store(true, Ordering::Release);
+    for h in handles {
+        h.join();
+    }
+    assert_eq!(
+        away.load(Ordering::Relaxed),
+        0,
+        "calls ran on another CPU (lending {lend}); the first: {first_away:?} (index, cpu, \
+         ran on)\n{:#?}",
+        rt.stats()
+    );
+}
+
 /// A runtime on the first two CPUs, two workers each at most, that lends workers, and those
 /// CPUs; `None` (saying why) where it cannot run.
 fn lending_runtime() -> Option<(Runtime, usize, usize)> {
