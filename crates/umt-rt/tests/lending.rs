@@ -158,24 +158,9 @@ fn broadcast_calls_run_on_their_cpu_while_their_core_changes_workers() {
 }
 
 fn broadcast_beside_a_blocking_task(lend: bool) {
-    let cpus = umt_sys::cpu::process_cpus().unwrap();
-    if cpus.len() < 2 {
-        eprintln!("skipped: needs two CPUs");
+    let Some((rt, _, c1)) = two_core_runtime(lend) else {
         return;
-    }
-    let (c0, c1) = (cpus[0], cpus[1]);
-    let backend = monitored_backend();
-    let rt = Runtime::builder()
-        .cores([c0, c1])
-        .max_workers_per_core(2)
-        .monitor(backend)
-        .leader_policy(LeaderPolicy::default_for(backend))
-        .lend_workers(lend)
-        .build()
-        .unwrap();
-    if skip_unmonitored(&rt) {
-        return;
-    }
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let placed = Arc::new(AtomicBool::new(false));
     let mut handles = Vec::new();
@@ -231,9 +216,9 @@ fn broadcast_beside_a_blocking_task(lend: bool) {
     );
 }
 
-/// A runtime on the first two CPUs, two workers each at most, that lends workers, and those
-/// CPUs; `None` (saying why) where it cannot run.
-fn lending_runtime() -> Option<(Runtime, usize, usize)> {
+/// A monitored runtime on the first two CPUs, two workers each at most, lending workers or
+/// not, and those CPUs; `None` (saying why) where it cannot run.
+fn two_core_runtime(lend: bool) -> Option<(Runtime, usize, usize)> {
     let cpus = umt_sys::cpu::process_cpus().unwrap();
     if cpus.len() < 2 {
         eprintln!("skipped: needs two CPUs");
@@ -246,11 +231,19 @@ fn lending_runtime() -> Option<(Runtime, usize, usize)> {
         .max_workers_per_core(2)
         .monitor(backend)
         .leader_policy(LeaderPolicy::default_for(backend))
+        .lend_workers(lend)
         .build()
         .unwrap();
     if skip_unmonitored(&rt) {
         return None;
     }
+    Some((rt, c0, c1))
+}
+
+/// A runtime on the first two CPUs, two workers each at most, that lends workers, and those
+/// CPUs; `None` (saying why) where it cannot run.
+fn lending_runtime() -> Option<(Runtime, usize, usize)> {
+    let (rt, c0, c1) = two_core_runtime(true)?;
     if !rt.lends_workers() {
         eprintln!(
             "skipped: the {} backend's counts are not live here, so nothing is lent",
