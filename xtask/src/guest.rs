@@ -5,7 +5,7 @@ use std::fs;
 use anyhow::{Context, Result, bail};
 
 use crate::kernel::{self, Kernel};
-use crate::vm::{self, GuestFile};
+use crate::vm::{self, GuestFile, Payload};
 use crate::{BuildArgs, VmArgs};
 
 /// Kernel log lines that fail `vm test`: lockdep, KASAN, BUG, WARN, RCU and panics.
@@ -99,7 +99,7 @@ pub(crate) fn known_upstream(report: &[&str]) -> Option<&'static str> {
     .then_some("io-wq wakes a sleeping wait queue under a raw spinlock (6.12, PREEMPT_RT)")
 }
 
-fn patched_kernel(vm: &VmArgs) -> Result<(Kernel, Vec<GuestFile>)> {
+fn patched_kernel(vm: &VmArgs, payload: Payload) -> Result<(Kernel, Vec<GuestFile>)> {
     let k = match &vm.kernel {
         Some(_) => bail!("`vm test` and `vm bench` build their kernels; drop --kernel"),
         None => kernel::build(&BuildArgs {
@@ -108,7 +108,7 @@ fn patched_kernel(vm: &VmArgs) -> Result<(Kernel, Vec<GuestFile>)> {
             ..Default::default()
         })?,
     };
-    let mut files = vm::workspace_payload()?;
+    let mut files = vm::workspace_payload(payload)?;
     if let Some(st) = &k.selftest {
         files.push(GuestFile {
             src: st.clone(),
@@ -205,7 +205,7 @@ pub(crate) fn test(vm_args: &VmArgs) -> Result<i32> {
     let mut vm_args = vm_args.clone();
     vm_args.tcg_threads.get_or_insert(vm::TcgThreads::Single);
     let vm_args = &vm_args;
-    let (k, files) = patched_kernel(vm_args)?;
+    let (k, files) = patched_kernel(vm_args, Payload::Libraries)?;
     // Lockdep makes the RT kernel slow too: the debug limits.
     let script = test_script(&files, vm_args.debug, vm_args.rt);
     let label = match (vm_args.debug, vm_args.rt) {
@@ -330,7 +330,7 @@ const SIGNAL_CONFIGS: [(&str, &str, &str); 3] = [
 /// 3. the backends compared on heat in the patched guest, beside the peers a user would pick
 ///    instead (io-uring, rayon, rayon with 4 threads per core).
 pub(crate) fn bench(vm_args: &VmArgs, repeat: u32) -> Result<i32> {
-    let (patched, files) = patched_kernel(vm_args)?;
+    let (patched, files) = patched_kernel(vm_args, Payload::Workspace)?;
     let stock = kernel::build(&BuildArgs {
         unpatched: true,
         debug: vm_args.debug,

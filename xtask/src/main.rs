@@ -6,12 +6,15 @@
 //! cargo xtask vm test [--debug|--rt]                     # selftests + workspace tests in the guest
 //! cargo xtask vm bench                                   # ping-pong and backends, in the guest
 //! cargo xtask layers [CRATE_SRC...]                      # imports keep each crate's layer table
+//! cargo xtask tests -p PKG... [--test NAME...] [-- ARGS]   # run `cargo test --workspace`'s
+//!                                                        # executables again, no rebuild
 //! ```
 //!
 //! Everything it builds lives under `target/xtask/`: the extracted and patched kernel trees,
 //! the build directories, the initramfs staging area and the guest logs. Nothing is written
 //! elsewhere, except that a missing `linux-source-6.12` package is installed with apt.
 
+mod built;
 mod guest;
 mod kernel;
 mod layers;
@@ -44,6 +47,21 @@ enum Command {
         /// The crates' source folders (default: crates/umt-sys/src, crates/umt-rt/src,
         /// crates/umt-bench/src).
         srcs: Vec<PathBuf>,
+    },
+    /// Run again the test executables `cargo test --workspace` built, for these packages,
+    /// without building them a second time (`cargo test -p PKG` would: cargo unifies features
+    /// over the selected packages). No doc tests. CI's runs on another monitor and under load.
+    Tests {
+        /// A package whose test executables run (repeatable).
+        #[arg(short = 'p', long = "package", value_name = "PKG", required = true)]
+        packages: Vec<String>,
+        /// Only this test target (`bpf_backend` for tests/bpf_backend.rs, `umt_rt` for the
+        /// library's unit tests; repeatable).
+        #[arg(long = "test", value_name = "NAME")]
+        tests: Vec<String>,
+        /// Arguments for each test executable (a filter, `--test-threads=1`).
+        #[arg(last = true)]
+        args: Vec<String>,
     },
 }
 
@@ -140,6 +158,11 @@ fn main() -> ExitCode {
         Command::Vm(VmCmd::Test { vm }) => guest::test(&vm),
         Command::Vm(VmCmd::Bench { vm, repeat }) => guest::bench(&vm, repeat),
         Command::Layers { srcs } => layers::run(&srcs),
+        Command::Tests {
+            packages,
+            tests,
+            args,
+        } => built::run_tests(&packages, &tests, &args),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),

@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 
 use crate::VmArgs;
-use crate::util::{have, run, run_logged, show, workspace_root, xtask_dir};
+use crate::built::cargo_executables;
+use crate::util::{have, run, run_logged, show, xtask_dir};
 
 const EXIT_MARKER: &str = "UMT-XTASK-EXIT=";
 const PROBE_MARKER: &str = "UMT-XTASK-PROBE-OK";
@@ -547,45 +548,39 @@ pub(crate) fn kernel_for(vm: &VmArgs) -> Result<PathBuf> {
     }
 }
 
-/// The workspace's release binaries and test executables, built for the guest.
-pub(crate) fn workspace_payload() -> Result<Vec<GuestFile>> {
-    let root = workspace_root();
+/// Which packages a guest gets: the workspace, or what `vm test` runs (umt-sys, umt-rt).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Payload {
+    /// Every package but xtask (`vm run`, `vm bench`).
+    Workspace,
+    /// umt-sys and umt-rt: their test executables and examples (`vm test`); no umt-bench,
+    /// whose release build (tokio, plotters, its tests) the tests do not use.
+    Libraries,
+}
+
+/// The release binaries, examples and test executables of `payload`, built for the guest.
+pub(crate) fn workspace_payload(payload: Payload) -> Result<Vec<GuestFile>> {
+    let selection: &[&str] = match payload {
+        Payload::Workspace => &["--workspace", "--exclude", "xtask"],
+        Payload::Libraries => &["-p", "umt-sys", "-p", "umt-rt"],
+    };
     let mut files = Vec::new();
     for args in [
-        &["build", "--release", "--workspace", "--bins", "--examples"][..],
-        &["test", "--release", "--workspace", "--no-run"][..],
+        &["build", "--release", "--bins", "--examples"][..],
+        &["test", "--release", "--no-run"][..],
     ] {
-        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cmd.args(args)
-            .args([
-                "--exclude",
-                "xtask",
-                "--message-format=json-render-diagnostics",
-            ])
-            .current_dir(&root)
-            .stderr(Stdio::inherit())
-            .stdout(Stdio::piped());
-        let mut child = cmd.spawn().with_context(|| show(&cmd))?;
-        let reader = std::io::BufReader::new(child.stdout.take().expect("piped"));
-        for msg in cargo_metadata::Message::parse_stream(reader) {
-            if let cargo_metadata::Message::CompilerArtifact(a) = msg? {
-                let Some(exe) = a.executable else { continue };
-                let pkg = a.package_id.repr.clone();
-                let pkg = package_name(&pkg);
-                let dest = if a.profile.test {
-                    format!("/work/tests/{pkg}-{}", a.target.name)
-                } else {
-                    format!("/work/bin/{}", a.target.name)
-                };
-                files.push(GuestFile {
-                    src: exe.into_std_path_buf(),
-                    dest,
-                    executable: true,
-                });
-            }
-        }
-        if !child.wait()?.success() {
-            bail!("`{}` failed", show(&cmd));
+        let args: Vec<&str> = args.iter().chain(selection).copied().collect();
+        for b in cargo_executables(&args)? {
+            let dest = if b.test {
+                format!("/work/tests/{}-{}", b.package, b.target)
+            } else {
+                format!("/work/bin/{}", b.target)
+            };
+            files.push(GuestFile {
+                src: b.exe,
+                dest,
+                executable: true,
+            });
         }
     }
     files.sort_by(|a, b| a.dest.cmp(&b.dest));
@@ -593,24 +588,10 @@ pub(crate) fn workspace_payload() -> Result<Vec<GuestFile>> {
     Ok(files)
 }
 
-/// `path+file:///…/crates/umt-sys#0.1.0` or `umt-sys 0.1.0 (path+…)` → `umt-sys`.
-fn package_name(repr: &str) -> String {
-    if let Some((_, rest)) = repr.rsplit_once('/')
-        && let Some((dir, fragment)) = rest.split_once('#')
-    {
-        // `#name@version` when the package name differs from its directory, else `#version`.
-        return match fragment.split_once('@') {
-            Some((name, _)) => name.to_string(),
-            None => dir.to_string(),
-        };
-    }
-    repr.split_whitespace().next().unwrap_or(repr).to_string()
-}
-
 /// `cargo xtask vm run -- CMD`.
 pub(crate) fn run_command(vm: &VmArgs, extra: &[PathBuf], cmd: &[String]) -> Result<i32> {
     let kernel = kernel_for(vm)?;
-    let mut files = workspace_payload()?;
+    let mut files = workspace_payload(Payload::Workspace)?;
     for src in extra {
         let name = src
             .file_name()
@@ -693,19 +674,6 @@ mod tests {
             report: "Oops".into(),
         };
         assert!(running.to_string().contains("while it ran the command"));
-    }
-
-    #[test]
-    fn package_names() {
-        assert_eq!(
-            package_name("path+file:///work/main/crates/umt-sys#0.1.0"),
-            "umt-sys"
-        );
-        assert_eq!(
-            package_name("path+file:///work/main/benches#umt-benches@0.1.0"),
-            "umt-benches"
-        );
-        assert_eq!(package_name("umt-rt 0.1.0 (path+file:///x)"), "umt-rt");
     }
 
     #[test]
