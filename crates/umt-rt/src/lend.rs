@@ -164,6 +164,11 @@ impl Lend {
             .is_ok()
     }
 
+    /// Whether the worker stays (M5): only the worker itself marks it so.
+    pub(crate) fn staying(&self) -> bool {
+        self.to.load(Ordering::Acquire) == STAYING
+    }
+
     /// M5, by the worker once the call returned: leaders may lend it again.
     pub(crate) fn unstay(&self) {
         let _ = self

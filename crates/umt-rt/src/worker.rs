@@ -97,8 +97,6 @@ pub(crate) struct WorkerCtx {
     starved_first: Cell<u8>,
     /// Whether a task runs on this worker's stack (H2: the signal handler reads it).
     in_task: Cell<bool>,
-    /// Calls bound to this worker's core running on its stack (M5, [`WorkerCtx::staying`]).
-    stays: Cell<u32>,
     /// Whether the job this worker is about to start came from its core's inbox (set by
     /// [`WorkerCtx::take_inbox`], read at the job's start by [`WorkerCtx::execute`]).
     from_inbox: Cell<bool>,
@@ -137,17 +135,13 @@ impl Drop for TaskGuard<'_> {
     }
 }
 
-/// Ends a [`WorkerCtx::staying`] call, also when it unwinds: leaders may lend the worker
-/// again once the outermost ends.
+/// Ends the outermost [`WorkerCtx::staying`] call, also when it unwinds: leaders may lend the
+/// worker again.
 struct StayGuard<'a>(&'a WorkerCtx);
 
 impl Drop for StayGuard<'_> {
     fn drop(&mut self) {
-        let stays = self.0.stays.get() - 1;
-        self.0.stays.set(stays);
-        if stays == 0 {
-            self.0.slot().lend.unstay();
-        }
+        self.0.slot().lend.unstay();
     }
 }
 
@@ -286,7 +280,6 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         seen_empty: Cell::new(true),
         starved_first: Cell::new(0),
         in_task: Cell::new(false),
-        stays: Cell::new(0),
         from_inbox: Cell::new(false),
         handoff_flags,
     };
@@ -349,7 +342,6 @@ impl WorkerCtx {
             seen_empty: Cell::new(true),
             starved_first: Cell::new(0),
             in_task: Cell::new(false),
-            stays: Cell::new(0),
             from_inbox: Cell::new(false),
             handoff_flags: None,
         })
@@ -960,17 +952,18 @@ impl WorkerCtx {
         if self.role != Role::Worker || !self.reg.config.caps.lend {
             return f();
         }
-        if self.stays.get() == 0 {
-            let lend = &self.slot().lend;
-            loop {
-                self.go_home();
-                // Fails only if a leader lent it since `go_home`: home again, and again.
-                if lend.stay() || lend.lent_to().is_none() {
-                    break;
-                }
+        let lend = &self.slot().lend;
+        // Only this worker marks itself staying: a nested call finds the outermost's mark.
+        if lend.staying() {
+            return f();
+        }
+        loop {
+            self.go_home();
+            // Fails only if a leader lent it since `go_home`: home again, and again.
+            if lend.stay() || lend.lent_to().is_none() {
+                break;
             }
         }
-        self.stays.set(self.stays.get() + 1);
         let _stay = StayGuard(self);
         f()
     }
