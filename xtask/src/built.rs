@@ -27,6 +27,8 @@ pub(crate) struct Built {
     pub(crate) test: bool,
     /// Its package's folder, where cargo runs its tests.
     pub(crate) package_dir: PathBuf,
+    /// Found up to date: not built by this command.
+    pub(crate) fresh: bool,
 }
 
 /// Runs `cargo ARGS --message-format=json-render-diagnostics` in the workspace (diagnostics
@@ -42,9 +44,15 @@ pub(crate) fn cargo_executables(args: &[&str]) -> Result<Vec<Built>> {
     let reader = std::io::BufReader::new(child.stdout.take().expect("piped"));
     let mut built = Vec::new();
     for msg in cargo_metadata::Message::parse_stream(reader) {
-        let cargo_metadata::Message::CompilerArtifact(a) =
-            msg.with_context(|| format!("reading the output of `{}`", show(&cmd)))?
-        else {
+        let msg = match msg {
+            Ok(msg) => msg,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e).with_context(|| format!("reading the output of `{}`", show(&cmd)));
+            }
+        };
+        let cargo_metadata::Message::CompilerArtifact(a) = msg else {
             continue;
         };
         let Some(exe) = a.executable else { continue };
@@ -59,6 +67,7 @@ pub(crate) fn cargo_executables(args: &[&str]) -> Result<Vec<Built>> {
             exe: exe.into_std_path_buf(),
             test: a.profile.test,
             package_dir,
+            fresh: a.fresh,
         });
     }
     if !child.wait()?.success() {
@@ -95,12 +104,34 @@ pub(crate) fn select<'a>(
         .collect()
 }
 
+/// Set (to anything but `0`) by CI: `cargo xtask tests` fails if it had to build a test
+/// executable, which would mean its stage no longer reuses the workspace's build.
+pub(crate) const REQUIRE_FRESH: &str = "XTASK_TESTS_REQUIRE_FRESH";
+
 /// `cargo xtask tests -p PKG... [--test NAME...] [-- ARGS]`: builds what `cargo test
 /// --workspace --no-run` builds (nothing, after a `cargo test --workspace`), then runs the
 /// chosen packages' test executables one after another from their package's folder, as
 /// `cargo test` does, with `args`; stops at the first that fails (exit status 101, as cargo).
 pub(crate) fn run_tests(packages: &[String], targets: &[String], args: &[String]) -> Result<i32> {
     let built = cargo_executables(&["test", "--workspace", "--no-run"])?;
+    let rebuilt: Vec<&str> = built
+        .iter()
+        .filter(|b| !b.fresh)
+        .map(|b| b.target.as_str())
+        .collect();
+    if !rebuilt.is_empty() {
+        eprintln!(
+            "xtask: built {} test executables or examples first: {}",
+            rebuilt.len(),
+            rebuilt.join(", ")
+        );
+        if std::env::var_os(REQUIRE_FRESH).is_some_and(|v| v != "0") {
+            bail!(
+                "{REQUIRE_FRESH} is set and `cargo test --workspace --no-run` built them: run \
+                 `cargo test --workspace` first, with the same environment (RUSTFLAGS, features)"
+            );
+        }
+    }
     for p in packages {
         if !built.iter().any(|b| b.test && &b.package == p) {
             bail!("no test executable of a package named `{p}` in the workspace");
@@ -120,9 +151,16 @@ pub(crate) fn run_tests(packages: &[String], targets: &[String], args: &[String]
             b.exe.display()
         );
         let mut cmd = Command::new(&b.exe);
+        // xtask's own package variables (`cargo run` set them) are not the test's.
+        for (k, _) in std::env::vars_os() {
+            if k.to_str().is_some_and(|k| k.starts_with("CARGO_PKG_")) {
+                cmd.env_remove(k);
+            }
+        }
         cmd.args(args)
             .current_dir(&b.package_dir)
             .env("CARGO_MANIFEST_DIR", &b.package_dir)
+            .env("CARGO_MANIFEST_PATH", b.package_dir.join("Cargo.toml"))
             .env("CARGO_PKG_NAME", &b.package);
         let status = cmd.status().with_context(|| show(&cmd))?;
         if !status.success() {
@@ -162,6 +200,7 @@ mod tests {
             exe: PathBuf::from(format!("/t/{target}")),
             test,
             package_dir: PathBuf::from("/p"),
+            fresh: true,
         }
     }
 

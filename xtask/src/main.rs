@@ -3,7 +3,7 @@
 //! ```text
 //! cargo xtask kernel build [--source PATH] [--debug|--rt]  # patched bzImage, cached by input hash
 //! cargo xtask vm run [--kernel PATH] [--cpus N] [--mem M] [--file EXE] -- CMD...
-//! cargo xtask vm test [--debug|--rt]                     # selftests + workspace tests in the guest
+//! cargo xtask vm test [--debug|--rt]                     # selftests + umt-sys/umt-rt tests in the guest
 //! cargo xtask vm bench                                   # ping-pong and backends, in the guest
 //! cargo xtask layers [CRATE_SRC...]                      # imports keep each crate's layer table
 //! cargo xtask tests -p PKG... [--test NAME...] [-- ARGS]   # run `cargo test --workspace`'s

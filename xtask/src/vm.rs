@@ -562,7 +562,8 @@ pub(crate) enum Payload {
 pub(crate) fn workspace_payload(payload: Payload) -> Result<Vec<GuestFile>> {
     let selection: &[&str] = match payload {
         Payload::Workspace => &["--workspace", "--exclude", "xtask"],
-        Payload::Libraries => &["-p", "umt-sys", "-p", "umt-rt"],
+        // With umt-rt's `json` feature, as the workspace builds it (its trace export tests).
+        Payload::Libraries => &["-p", "umt-sys", "-p", "umt-rt", "--features", "umt-rt/json"],
     };
     let mut files = Vec::new();
     for args in [
