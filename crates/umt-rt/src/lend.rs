@@ -296,13 +296,20 @@ mod tests {
         lend.arrived();
         assert_eq!(lend.take_home(), None);
         // M5: a worker that stays is not lent, and is lent again once it stops staying.
+        assert!(!lend.staying());
         assert!(lend.stay());
+        assert!(
+            lend.staying(),
+            "a nested call finds the mark (WorkerCtx::staying)"
+        );
         assert!(!lend.lend(1, &guests, || panic!("lent while it stays"), || {}));
         assert_eq!(lend.take_home(), None, "a worker that stays is home");
         assert_eq!(lend.lent_to(), None);
         lend.unstay();
+        assert!(!lend.staying());
         assert!(lend.lend(1, &guests, || true, || panic!("not moved home")));
         assert!(!lend.stay(), "a lent worker goes home before it stays");
+        assert!(!lend.staying());
         assert_eq!(lend.take_home(), Some(1));
         lend.arrived();
         assert!(lend.stay());
