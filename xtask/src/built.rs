@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail};
 use crate::util::{show, workspace_root};
 
 /// One executable cargo built.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Built {
     /// Its package's name (`umt-rt`).
     pub(crate) package: String,
@@ -77,7 +77,7 @@ pub(crate) fn cargo_executables(args: &[&str]) -> Result<Vec<Built>> {
 }
 
 /// `path+file:///…/crates/umt-sys#0.1.0` or `umt-sys 0.1.0 (path+…)` → `umt-sys`.
-pub(crate) fn package_name(repr: &str) -> String {
+fn package_name(repr: &str) -> String {
     if let Some((_, rest)) = repr.rsplit_once('/')
         && let Some((dir, fragment)) = rest.split_once('#')
     {
@@ -92,11 +92,7 @@ pub(crate) fn package_name(repr: &str) -> String {
 
 /// The test executables of `built` that belong to `packages` and, when `targets` is not
 /// empty, to one of those targets; in the order given.
-pub(crate) fn select<'a>(
-    built: &'a [Built],
-    packages: &[String],
-    targets: &[String],
-) -> Vec<&'a Built> {
+fn select<'a>(built: &'a [Built], packages: &[String], targets: &[String]) -> Vec<&'a Built> {
     built
         .iter()
         .filter(|b| b.test && packages.contains(&b.package))
@@ -106,7 +102,7 @@ pub(crate) fn select<'a>(
 
 /// Set (to anything but `0`) by CI: `cargo xtask tests` fails if it had to build a test
 /// executable, which would mean its stage no longer reuses the workspace's build.
-pub(crate) const REQUIRE_FRESH: &str = "XTASK_TESTS_REQUIRE_FRESH";
+const REQUIRE_FRESH: &str = "XTASK_TESTS_REQUIRE_FRESH";
 
 /// `cargo xtask tests -p PKG... [--test NAME...] [-- ARGS]`: builds what `cargo test
 /// --workspace --no-run` builds (nothing, after a `cargo test --workspace`), then runs the
