@@ -315,9 +315,13 @@ fn a_wakeup_comes_only_when_the_last_ready_thread_of_a_cpu_blocks() {
         return;
     };
     let c = *cpu::process_cpus().unwrap().last().unwrap();
-    let (mut rx, mut tx) = std::io::pipe().unwrap();
+    let (mut rx, tx) = std::io::pipe().unwrap();
     let (go_block, done) = (AtomicUsize::new(0), AtomicBool::new(false));
     std::thread::scope(|s| {
+        // Owned by this closure: if an assertion below fails, the writer closes as it unwinds,
+        // before the scope joins the reader, whose read then fails instead of waiting forever
+        // (the failure is reported, not a hang).
+        let mut tx = tx;
         let (bpf, go_block, done) = (&bpf, &go_block, &done);
         s.spawn(move || {
             cpu::pin_current_thread(c).unwrap();
