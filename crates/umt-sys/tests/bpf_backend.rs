@@ -316,19 +316,26 @@ fn a_wakeup_comes_only_when_the_last_ready_thread_of_a_cpu_blocks() {
     };
     let c = *cpu::process_cpus().unwrap().last().unwrap();
     let (mut rx, tx) = std::io::pipe().unwrap();
-    let (go_block, done) = (AtomicUsize::new(0), AtomicBool::new(false));
+    let waiter = cpu::current_tid();
+    // `go_block`: rounds the waiter asked for; `may_block`: rounds in which the waiter was seen
+    // asleep in its wait, so armed. Only then does the thread block: a drop that came before
+    // the arm sends no record (the wait sees it in the counters and returns at once), and the
+    // record is what this test is about.
+    let (go_block, may_block) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let done = AtomicBool::new(false);
     std::thread::scope(|s| {
-        // Owned by this closure: if an assertion below fails, the writer closes as it unwinds,
-        // before the scope joins the reader, whose read then fails instead of waiting forever
-        // (the failure is reported, not a hang).
+        // Owned by this closure: if an assertion below fails, the writer closes and `done` is
+        // set as it unwinds, before the scope joins the threads, whose read then fails and
+        // whose loops end instead of waiting forever (the failure is reported, not a hang).
         let mut tx = tx;
-        let (bpf, go_block, done) = (&bpf, &go_block, &done);
+        let _stop = SetOnDrop(&done);
+        let (bpf, go_block, may_block, done) = (&bpf, &go_block, &may_block, &done);
         s.spawn(move || {
             cpu::pin_current_thread(c).unwrap();
             bpf.register_current_thread().unwrap();
             let mut rounds = 0;
             while !done.load(Ordering::SeqCst) {
-                if go_block.load(Ordering::SeqCst) > rounds {
+                if may_block.load(Ordering::SeqCst) > rounds {
                     rounds += 1;
                     let mut b = [0u8; 1];
                     rx.read_exact(&mut b).unwrap();
@@ -336,6 +343,18 @@ fn a_wakeup_comes_only_when_the_last_ready_thread_of_a_cpu_blocks() {
                 std::hint::spin_loop();
             }
             bpf.unregister_current_thread().unwrap();
+        });
+        // Not registered, not pinned: its own sleeps count nowhere. After the waiter asks for a
+        // round, the waiter's next sleep is the wait (it arms, then sleeps in epoll_wait).
+        s.spawn(move || {
+            let mut rounds = 0;
+            while !done.load(Ordering::SeqCst) {
+                if go_block.load(Ordering::SeqCst) > rounds && thread_state(waiter) == 'S' {
+                    rounds += 1;
+                    may_block.store(rounds, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
         });
         wait_until("the thread counts", || bpf.ready(c) == 1, String::new);
         bpf.drain_cpu(c).unwrap();
@@ -346,9 +365,10 @@ fn a_wakeup_comes_only_when_the_last_ready_thread_of_a_cpu_blocks() {
         }
         assert_eq!(bpf.stats().wakeups, 0, "{:?}", bpf.stats());
         for round in 1..=2u64 {
-            // The only ready thread of `c` blocks: the waiter wakes, once.
+            // The only ready thread of `c` blocks while the waiter waits: it wakes, once.
             go_block.fetch_add(1, Ordering::SeqCst);
             assert!(bpf.wait_cpu(c, Some(Duration::from_secs(10))).unwrap());
+            assert_eq!(may_block.load(Ordering::SeqCst), round as usize);
             assert_eq!(bpf.ready(c), 0);
             assert_eq!(bpf.drain_cpu(c).unwrap(), 1, "one wake-up record");
             assert_eq!(bpf.stats().wakeups, round);
@@ -358,8 +378,16 @@ fn a_wakeup_comes_only_when_the_last_ready_thread_of_a_cpu_blocks() {
             wait_until("the thread runs again", || bpf.ready(c) == 1, String::new);
             bpf.drain_cpu(c).unwrap();
         }
-        done.store(true, Ordering::SeqCst);
     });
+}
+
+/// Sets its flag when dropped, unwinding included.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 /// The child side of [`without_privilege_bpf_is_unavailable_and_auto_falls_through`].
