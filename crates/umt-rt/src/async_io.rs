@@ -213,6 +213,29 @@ struct Reactor {
     /// The process that made the set: a child of `fork` shares it and its eventfd, and its
     /// workers must not take the parent's events.
     pid: u32,
+    /// [`FORKS`] when the set was made, if the handler that counts them is registered: then
+    /// a look at the process costs a load, not a `getpid` per busy look.
+    forks: Option<u64>,
+}
+
+/// Children of `fork` this process image is (the child handler of `pthread_atfork` adds one
+/// in each): a count that differs from a reactor's [`Reactor::forks`] means a child.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn count_fork() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Registers [`count_fork`] once; whether it is registered (`pthread_atfork` fails only out of
+/// memory, and then [`Reactor::usable`] asks for the process id instead).
+fn forks_counted() -> bool {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    *REGISTERED.get_or_init(|| {
+        // SAFETY: a child handler that only adds to an atomic, which is async-signal-safe, as
+        // a handler that runs in the child of a multithreaded process must be; no other
+        // handler. It stays registered for the life of the process, as the static it reads.
+        unsafe { libc::pthread_atfork(None, None, Some(count_fork)) == 0 }
+    })
 }
 
 thread_local! {
@@ -226,7 +249,13 @@ impl Reactor {
     /// Whether workers may take the turn at all: the driver has not failed (R8), and this is
     /// the process that made it (a `fork` child shares the set).
     fn usable(&self) -> bool {
-        !self.failed.load(Ordering::Relaxed) && self.pid == std::process::id()
+        // The child handler ran in the calling thread, the only one a child has, before its
+        // `fork` returned: a relaxed load sees it.
+        let same_process = match self.forks {
+            Some(forks) => FORKS.load(Ordering::Relaxed) == forks,
+            None => self.pid == std::process::id(),
+        };
+        !self.failed.load(Ordering::Relaxed) && same_process
     }
 
     fn sources(&self) -> crate::sync::Counted<MutexGuard<'_, HashMap<u64, Arc<Source>>>> {
@@ -466,6 +495,7 @@ fn reactor() -> io::Result<&'static Reactor> {
                 drives: AtomicU64::new(0),
                 standing_by: AtomicBool::new(false),
                 pid: std::process::id(),
+                forks: forks_counted().then(|| FORKS.load(Ordering::Relaxed)),
             }));
             std::thread::Builder::new()
                 .name("umt-reactor".into())
@@ -690,5 +720,35 @@ impl Async<std::net::TcpStream> {
     /// tasks while it waits) and registers the stream.
     pub async fn connect(addr: impl std::net::ToSocketAddrs) -> io::Result<Self> {
         Async::new(std::net::TcpStream::connect(addr)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drive::Driver;
+
+    /// R7's last race: a child of `fork` shares the set, and must never take the turn, look,
+    /// or call the set usable; the parent still may.
+    #[test]
+    fn a_fork_child_never_takes_the_turn() {
+        let r = reactor().unwrap();
+        assert!(r.usable());
+        // SAFETY: the child only loads atomics (the checks below take no lock and allocate
+        // nothing when they refuse) and leaves with `_exit`, which runs no handler.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let refused = !r.usable() && !r.is_free() && r.look().is_none() && !r.try_take();
+            // SAFETY: ends the child at once, as a child of a multithreaded process must.
+            unsafe { libc::_exit(if refused { 0 } else { 1 }) };
+        }
+        let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
+        assert_eq!(
+            status,
+            nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0),
+            "the child could use the parent's reactor"
+        );
+        assert!(r.usable());
     }
 }
