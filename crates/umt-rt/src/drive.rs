@@ -44,11 +44,12 @@
 //!    slept waiting for a latch of its own, to which it goes back; further ones do, as any
 //!    push. No push makes a scheduling point meanwhile, so the worker cannot surrender with
 //!    wakers still in its hands.
-//! 7. **D7 — a busy look.** Between two jobs, a worker whose own deque is empty (it is about
-//!    to look for work elsewhere), or whose last look is 50 us old, takes the turn if nobody
-//!    holds it, takes the events that came without waiting ([`Driver::look`]), gives the turn
-//!    back, and wakes their futures onto the runtime's queue of woken futures, in their
-//!    events' order, waking idle cores for them. Workers take from that queue one future at a
+//! 7. **D7 — a busy look.** Between two jobs, a worker with no work at hand (its own deque
+//!    and the queue of woken futures are empty: it is about to look for work elsewhere), or
+//!    whose last look is 50 us old, takes the turn if nobody holds it, takes the events that
+//!    came without waiting ([`Driver::look`]), gives the turn back, and wakes their futures
+//!    onto the runtime's queue of woken futures, in their events' order, waking idle cores
+//!    for them. Workers take from that queue one future at a
 //!    time, first woken first polled, and every 61st job of a worker's main loop comes from
 //!    it before its own deque (tokio's workers look at their global queue as often), so a
 //!    worker whose deque never empties still serves them. While workers look,

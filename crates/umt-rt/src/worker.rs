@@ -505,9 +505,9 @@ impl WorkerCtx {
 
     /// D7 of `drive.rs`: between two jobs, a worker of a runtime that drives I/O takes the
     /// events that came meanwhile, without waiting, if no other thread holds the turn, when
-    /// its own deque is empty (it is about to look for work elsewhere) or its last look is
-    /// [`LOOK_GAP`] old. Their futures go to the runtime's queue of woken futures
-    /// (`Dispatch::Shared`).
+    /// it has no work at hand (its own deque and the woken futures are empty: it is about to
+    /// look for work elsewhere) or its last look is [`LOOK_GAP`] old. Their futures go to the
+    /// runtime's queue of woken futures (`Dispatch::Shared`).
     fn look_for_events(&self) {
         if self.role != Role::Worker || !self.reg.config.drive_io {
             return;
@@ -515,7 +515,10 @@ impl WorkerCtx {
         let Some(driver) = crate::drive::installed() else {
             return;
         };
-        if !self.deque.is_empty() {
+        // Woken futures queued: the events a look would take now would queue behind them,
+        // first woken first served, so they can wait for the gap too (one `epoll_wait` per
+        // job otherwise, under load, where tokio's workers make one per many).
+        if !self.deque.is_empty() || !self.reg.wakes.is_empty() {
             let now = Instant::now();
             let recent = |t: Instant| now.saturating_duration_since(t) < LOOK_GAP;
             if self.last_look.get().is_some_and(recent) {
