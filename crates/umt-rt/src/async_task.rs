@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::job::Job;
-use crate::latch::{Waiter, wait_until};
+use crate::latch::{Waiter, wait_for_wake};
 use crate::registry::{Extension, Feature, Hooks, Registry};
 use crate::spawn::{Abort, JoinHandle, JoinState, Outcome};
 use crate::task_state::{AfterPoll, TaskState};
@@ -316,9 +316,17 @@ impl Wake for Signal {
     }
 }
 
-/// Runs `future` to completion on the calling thread and returns its output. On a worker of a
-/// runtime, the worker runs other tasks while the future waits (as [`join`](crate::join)
-/// does); any other thread sleeps until the future is woken. The future need not be `Send`.
+/// Runs `future` to completion on the calling thread and returns its output. The future need
+/// not be `Send`.
+///
+/// Between polls the thread waits for the future's wake-up. On a worker of a runtime with a
+/// monitor, it parks like any blocking call in a task, and the monitor's spare runs the
+/// core's other tasks meanwhile: tasks whose `block_on`s wait for each other all finish. On a
+/// worker of a runtime without a monitor (or with `max_workers_per_core(1)`), it runs other
+/// tasks meanwhile, on top of its own frame, as [`join`](crate::join) does, so that a
+/// runtime of one worker still runs the tasks the future waits for; a task run that way whose
+/// own `block_on` waits for what the outer future does next waits for ever, so avoid such
+/// chains there. Any other thread sleeps until the future is woken.
 ///
 /// ```
 /// let h = umt_rt::spawn_async(async { 6 * 7 });
@@ -339,7 +347,7 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
             return v;
         }
-        wait_until(&|| signal.woken.load(Ordering::Acquire));
+        wait_for_wake(&|| signal.woken.load(Ordering::Acquire));
         // A wake from here on sets it again: the next wait returns at once.
         signal.woken.store(false, Ordering::Release);
     }
@@ -368,8 +376,9 @@ impl crate::Runtime {
         spawn_async_on(self.registry(), future)
     }
 
-    /// Runs `future` on a worker of this runtime and returns its output: the worker runs
-    /// other tasks while the future waits, and tasks it spawns go to this runtime.
+    /// Runs `future` on a worker of this runtime and returns its output; tasks it spawns go to
+    /// this runtime. While the future waits, the core's other tasks run (on a spare, when the
+    /// runtime has a monitor; see [`block_on`](crate::block_on)).
     ///
     /// ```
     /// let rt = umt_rt::Runtime::new()?;

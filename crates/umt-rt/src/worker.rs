@@ -825,6 +825,39 @@ impl WorkerCtx {
         }
     }
 
+    /// Whether a `block_on` of this worker waits parked ([`WorkerCtx::wait_parked`]) rather
+    /// than running other tasks on top of its frame: a worker (not a leader) registered with
+    /// the runtime's monitor, whose core may have a spare (the limit is above one).
+    pub(crate) fn parks_in_block_on(&self) -> bool {
+        self.role == Role::Worker
+            && self.reg.monitored()
+            && self.slot().monitored.load(Ordering::Acquire)
+            && self.reg.pools.limit() > 1
+    }
+
+    /// B1–B3 of `README.md` ("`block_on` on a worker"): waits for `done()` without running
+    /// any task. A task run on top of a waiting frame could itself wait for what only that
+    /// frame, below it on the stack, would do next: both would wait for ever. The thread
+    /// parks instead, as any blocking call in a task does, and the monitor gives the core a
+    /// spare meanwhile, which runs the core's other tasks.
+    pub(crate) fn wait_parked(&self, done: &dyn Fn() -> bool) {
+        /// Looks at `done()` before parking: a future woken within microseconds (its task
+        /// ran on another core) costs no park and no spare.
+        const SPIN_ROUNDS: u32 = 64;
+        self.sched_point();
+        for _ in 0..SPIN_ROUNDS {
+            if done() {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        // Other notifications of this worker (a latch of its own, a hand-over) wake it too:
+        // it looks again and parks again.
+        while !done() {
+            self.park_notified();
+        }
+    }
+
     /// Waits for an I/O event (`crate::io`, steps W2 and W4): runs other work while `done()`
     /// is false (`done` also looks at the core's waits), and calls `block` when there is none.
     ///
