@@ -253,7 +253,7 @@ not_loom! {
     pub use runtime::Runtime;
     pub use schedule::{ParseScheduleError, Schedule};
     pub use scope::{NotTheBody, Scope, ScopeFifo};
-    pub use spawn::{JoinError, JoinHandle};
+    pub use spawn::{JoinError, JoinHandle, JoinResult};
     pub use stats::{CoreStats, Stats, WorkerStats};
     pub use trace::{CoreAccount, CoreState, Span, Trace, TraceKind, TraceRecord, TraceThread};
 

@@ -218,12 +218,25 @@ fn take_outcome<T>(state: &JoinState<T>) -> Result<T, JoinError> {
     }
 }
 
-impl<T> Future for JoinHandle<T> {
-    type Output = T;
+impl<T> JoinHandle<T> {
+    /// The task's result as a future, or why there is none: what awaiting a tokio
+    /// `JoinHandle` gives, where awaiting this handle itself re-raises a panic and panics on
+    /// a cancelled task. The `async` counterpart of [`JoinHandle::try_join`].
+    ///
+    /// ```
+    /// let rt = umt_rt::Runtime::new()?;
+    /// let h = rt.spawn_async(std::future::pending::<()>());
+    /// h.abort();
+    /// let why = rt.block_on(async move { h.result().await });
+    /// assert!(matches!(why, Err(umt_rt::JoinError::Cancelled)));
+    /// # Ok::<(), umt_rt::BuildError>(())
+    /// ```
+    pub fn result(self) -> JoinResult<T> {
+        JoinResult { handle: self }
+    }
 
-    /// Ready with the task's value; re-raises its panic, and panics with
-    /// [`JoinError::Cancelled`] if it was cancelled.
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+    /// Ready with the task's outcome once it is done; until then keeps `cx`'s waker.
+    fn poll_outcome(&self, cx: &mut Context<'_>) -> Poll<Result<T, JoinError>> {
         {
             let mut inner = self.state.lock();
             if !self.state.is_done() {
@@ -231,10 +244,36 @@ impl<T> Future for JoinHandle<T> {
                 return Poll::Pending;
             }
         }
-        Poll::Ready(match take_outcome(&self.state) {
+        Poll::Ready(take_outcome(&self.state))
+    }
+}
+
+impl<T> Future for JoinHandle<T> {
+    type Output = T;
+
+    /// Ready with the task's value; re-raises its panic, and panics with
+    /// [`JoinError::Cancelled`] if it was cancelled ([`JoinHandle::result`] gives both as
+    /// an error instead).
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        self.poll_outcome(cx).map(|outcome| match outcome {
             Ok(v) => v,
             Err(JoinError::Panicked(p)) => resume_unwind(p),
             Err(e @ JoinError::Cancelled) => resume_unwind(Box::new(e)),
         })
+    }
+}
+
+/// The future [`JoinHandle::result`] returns: the task's value, or why there is none.
+#[must_use = "futures do nothing unless awaited"]
+#[derive(Debug)]
+pub struct JoinResult<T> {
+    handle: JoinHandle<T>,
+}
+
+impl<T> Future for JoinResult<T> {
+    type Output = Result<T, JoinError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.handle.poll_outcome(cx)
     }
 }

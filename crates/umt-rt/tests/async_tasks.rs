@@ -479,6 +479,17 @@ fn tokio_awaits_umt_handles_and_umt_awaits_tokio_handles() {
     assert_eq!(sum, 42);
     let from_tokio = tokio_rt.spawn(async { 7 });
     assert_eq!(rt.block_on(async { from_tokio.await.unwrap() }), 7);
+    // `result()`: the outcome as tokio's handles give it, a value, a panic or a cancel, in
+    // tokio's executor and in umt's alike; the awaiting task does not panic.
+    let value = rt.spawn_async(async { 3 });
+    let panicked = rt.spawn_async(async { panic!("boom") });
+    let cancelled = rt.spawn_async(std::future::pending::<u8>());
+    cancelled.abort();
+    let (v, p) = tokio_rt.block_on(async { (value.result().await, panicked.result().await) });
+    assert_eq!(v.unwrap(), 3);
+    assert!(matches!(p, Err(JoinError::Panicked(_))));
+    let c = rt.block_on(async move { cancelled.result().await });
+    assert!(matches!(c, Err(JoinError::Cancelled)));
 }
 
 #[test]
