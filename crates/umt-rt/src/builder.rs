@@ -221,6 +221,8 @@ impl Builder {
 
     /// The monitor backend (default: `UMT_BACKEND` if set, `auto`, `kernel`, `bpf`, `perf` or
     /// `off`, else [`BackendKind::Auto`]; `Disabled` gives a classic one-worker-per-core pool).
+    /// A backend named here that the host cannot give fails [`Builder::build`]; one named by
+    /// `UMT_BACKEND` is said on the warning line and the monitor chosen as for `auto`.
     pub fn monitor(mut self, backend: BackendKind) -> Self {
         self.monitor = Some(backend);
         self
@@ -463,15 +465,31 @@ impl Builder {
         let backend = self.monitor.unwrap_or_else(|| {
             crate::env::default_backend(crate::env::var("UMT_BACKEND").as_deref(), &mut notes)
         });
-        let mut monitor = Monitor::builder()
-            .backend(backend)
-            .ring_pages(self.ring_pages);
-        if self.handoff {
-            // H1: the Bpf backend signals a worker to step aside; elsewhere (and where the
-            // kernel lacks the kfunc) the monitor opens without it and handoff yields.
-            monitor = monitor.directed_handoff(crate::handoff::HANDOFF_SIGNAL);
-        }
-        let monitor = monitor.build()?;
+        let open = |backend: BackendKind| {
+            let mut monitor = Monitor::builder()
+                .backend(backend)
+                .ring_pages(self.ring_pages);
+            if self.handoff {
+                // H1: the Bpf backend signals a worker to step aside; elsewhere (and where the
+                // kernel lacks the kfunc) the monitor opens without it and handoff yields.
+                monitor = monitor.directed_handoff(crate::handoff::HANDOFF_SIGNAL);
+            }
+            monitor.build()
+        };
+        let monitor = match open(backend) {
+            Ok(monitor) => monitor,
+            // A backend the environment named and this host cannot give: the monitor is
+            // chosen as for auto, said once, rather than no runtime at all (the global one
+            // would run every loop on its caller). `Builder::monitor` fails as asked.
+            Err(e) if self.monitor.is_none() && backend != BackendKind::Auto => {
+                notes.push((
+                    Warning::EnvBackend,
+                    format!("UMT_BACKEND={backend}: {e}; the monitor is chosen as for auto"),
+                ));
+                open(BackendKind::Auto)?
+            }
+            Err(e) => return Err(e.into()),
+        };
         let handoff_signal = match monitor.handoff() {
             umt_sys::Handoff::Active { signal } => {
                 match crate::handoff::install(signal, crate::worker::on_handoff_signal) {

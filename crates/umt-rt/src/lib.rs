@@ -121,7 +121,8 @@
 //! or `off`) and `UMT_SCHEDULE` (above). Without `UMT_NUM_THREADS`, a runtime runs on as many
 //! CPUs as the cgroup's CPU quota allows (a container's `--cpus`, a unit's `CPUQuota=`;
 //! [`umt_sys::cpu::cgroup_cpu_limit`]) when that is fewer than the affinity mask holds, and
-//! says so. Explicit [`Builder`] calls win; an unusable value is said once and left out.
+//! says so. Explicit [`Builder`] calls win; an unusable value is said once and left out (a
+//! `UMT_BACKEND` this host cannot give too: the monitor is then chosen as for `auto`).
 //!
 //! ## Seeing what the cores did, and using their idle time
 //!

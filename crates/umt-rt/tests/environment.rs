@@ -41,6 +41,19 @@ fn child(case: &str) {
             );
             assert!(said.iter().any(|l| l.contains("UMT_BACKEND")), "{said:?}");
         }
+        "unavailable" => {
+            // A backend this host cannot give: the runtimes still start, Auto's choice, and
+            // the global one runs loops on its workers, not on the caller.
+            let rt = Runtime::new().unwrap();
+            assert_eq!(rt.selection().requested, BackendKind::Auto);
+            assert!(umt_rt::spawn(umt_rt::current_thread_index).join().is_some());
+            let said = said.lock().unwrap();
+            assert!(
+                said.iter().any(|l| l.contains("UMT_BACKEND=")
+                    && l.contains("the monitor is chosen as for auto")),
+                "{said:?}"
+            );
+        }
         other => panic!("unknown case {other}"),
     }
 }
@@ -82,4 +95,12 @@ fn environment_shapes_the_default_runtime() {
         "unusable",
         &[("UMT_NUM_THREADS", "many"), ("UMT_BACKEND", "fastest")],
     );
+    // A valid name of a backend this host lacks (the patched kernel's, most places).
+    let lacking = [BackendKind::Kernel, BackendKind::Bpf, BackendKind::Perf]
+        .into_iter()
+        .find(|&b| umt_sys::Monitor::probe(b).is_err());
+    match lacking {
+        Some(b) => run("unavailable", &[("UMT_BACKEND", &b.to_string())]),
+        None => eprintln!("every backend is available here: the fallback is not tried"),
+    }
 }
