@@ -169,6 +169,59 @@ fn a_spare_joins_a_loop_whose_participant_blocked() {
     }
 }
 
+/// D1 of `iter/README.md`: on a monitored runtime of one core, a loop that could be split
+/// runs with one participant and its offer, not inline: when the participant blocks, the
+/// core's spare joins it. Index 0 reads a pipe that only index 1 writes; the participant
+/// takes index 0 first (`dynamic`, chunks of 1), so index 1 can only run on a joiner while
+/// the participant is blocked. After PATIENCE the test writes the byte itself, and fails.
+#[test]
+fn on_one_core_a_spare_joins_a_loop_whose_only_participant_blocked() {
+    let _serial = serial();
+    let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
+    let rt = Runtime::builder()
+        .cores([cpu])
+        .monitor(monitored_backend())
+        .build()
+        .unwrap();
+    if skip_unmonitored(&rt) {
+        return;
+    }
+    let (rx, tx) = std::io::pipe().unwrap();
+    let (rx, tx) = (Mutex::new(rx), Mutex::new(tx));
+    let byte = AtomicU8::new(0);
+    std::thread::scope(|s| {
+        let looper = s.spawn(|| {
+            rt.install(|| {
+                (0..2usize)
+                    .into_par_iter()
+                    .schedule(Schedule::Dynamic(1))
+                    .for_each(|i| {
+                        if i == 0 {
+                            let mut b = [0u8; 1];
+                            rx.lock().unwrap().read_exact(&mut b).unwrap();
+                            byte.store(b[0], Ordering::SeqCst);
+                        } else {
+                            tx.lock().unwrap().write_all(b"j").unwrap();
+                        }
+                    })
+            })
+        });
+        let t = Instant::now();
+        while !looper.is_finished() && t.elapsed() < PATIENCE {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if !looper.is_finished() {
+            tx.lock().unwrap().write_all(b"t").unwrap();
+        }
+        looper.join().unwrap();
+    });
+    assert_eq!(
+        byte.load(Ordering::SeqCst),
+        b'j',
+        "index 1 did not run while index 0 was blocked: the test released the reader"
+    );
+}
+
 /// `static`: each participant owns its block, so nothing joins the loop; the blocked
 /// participant's block waits for it, and no other worker runs an index on its core.
 #[test]
