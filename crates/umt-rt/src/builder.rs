@@ -100,7 +100,8 @@ pub enum BuildError {
          first join, scope or spawn outside a runtime"
     )]
     GlobalAlreadyBuilt,
-    /// [`Builder::num_threads`] with more threads than the process has CPUs.
+    /// [`Builder::num_threads`] with more threads than the process has CPUs. No longer
+    /// returned (the runtime runs on every CPU and says so); kept for code that matches it.
     #[error(
         "{asked} threads asked for, but this process may run on {available} CPUs: ask for at most {available}"
     )]
@@ -199,10 +200,24 @@ impl Runtime {
 }
 
 impl Builder {
+    /// A builder with every default: [`Runtime::builder()`] (rayon's
+    /// `ThreadPoolBuilder::new()`; [`ThreadPoolBuilder`](crate::ThreadPoolBuilder) names this
+    /// type).
+    ///
+    /// ```
+    /// let pool = umt_rt::ThreadPoolBuilder::new().num_threads(1).build()?;
+    /// assert_eq!(pool.install(umt_rt::current_num_threads), 1);
+    /// # Ok::<(), umt_rt::BuildError>(())
+    /// ```
+    pub fn new() -> Builder {
+        Builder::default()
+    }
+
     /// Runs on the first `n` CPUs of the process's affinity mask, one pinned worker each
     /// (rayon's `num_threads`; spares come on top of those, one core at a time). Instead of
-    /// [`Builder::cores`]; `0` is [`BuildError::NoCores`], more than the mask holds is
-    /// [`BuildError::TooManyThreads`].
+    /// [`Builder::cores`]; `0` is [`BuildError::NoCores`]; more than the mask holds runs on
+    /// every CPU of the mask and says so (rayon would start that many threads, which code
+    /// does to overlap its blocking: the spares do that here).
     ///
     /// When neither this nor [`Builder::cores`] is called: `UMT_NUM_THREADS` if set (as
     /// `RAYON_NUM_THREADS`; `0` means the default), else as many CPUs as the cgroup's CPU
@@ -428,10 +443,16 @@ impl Builder {
             (Some(_), Some(_)) => return Err(BuildError::CoresAndNumThreads),
             (Some(cpus), None) => cpus,
             (None, Some(n)) if n > allowed.len() => {
-                return Err(BuildError::TooManyThreads {
-                    asked: n,
-                    available: allowed.len(),
-                });
+                // rayon's pools oversubscribe: code written for one asks for more threads
+                // than cores to overlap its blocking, which the spares do here.
+                notes.push((
+                    Warning::NumThreads,
+                    format!(
+                        "num_threads({n}), but this process may run on {} CPUs: runs on all                          of them, one pinned worker each (spares take a blocked worker's core)",
+                        allowed.len()
+                    ),
+                ));
+                allowed.to_vec()
             }
             (None, Some(n)) => allowed[..n].to_vec(),
             (None, None) => crate::env::default_cpus(

@@ -33,6 +33,8 @@ pub(crate) enum Warning {
     Io,
     /// `UMT_NUM_THREADS` was left out or bounded.
     EnvNumThreads,
+    /// `Builder::num_threads` asked for more cores than the affinity mask holds.
+    NumThreads,
     /// `UMT_BACKEND` was left out.
     EnvBackend,
     /// The cgroup's CPU quota made the default core count smaller than the affinity mask.

@@ -293,6 +293,27 @@ not_loom! {
     #[doc = include_str!("coming_from_rayon.md")]
     pub mod coming_from_rayon {}
 
+    /// rayon's paths to the slice traits (`use rayon::slice::ParallelSliceMut;` becomes
+    /// `use umt_rt::slice::ParallelSliceMut;`); the prelude has them too.
+    pub mod slice {
+        pub use crate::iter::{ParallelSlice, ParallelSliceMut};
+    }
+
+    /// rayon's path to the string trait (`use umt_rt::str::ParallelString;`); the prelude has
+    /// it too.
+    pub mod str {
+        pub use crate::iter::ParallelString;
+    }
+
+    /// rayon's name for a pool: a [`Runtime`] (`ThreadPoolBuilder::new().num_threads(n)
+    /// .build()?` gives one, `pool.install(..)` runs in it).
+    pub type ThreadPool = Runtime;
+
+    /// rayon's name for the pool builder: a [`Builder`] (`ThreadPoolBuilder::new()` is
+    /// [`Runtime::builder()`]; [`Builder::thread_name`] takes the CPU and the worker's index
+    /// on its core, where rayon's takes one index).
+    pub type ThreadPoolBuilder = Builder;
+
     /// Everything a parallel loop needs, in one import: `use umt_rt::prelude::*;`.
     pub mod prelude {
         pub use crate::Schedule;

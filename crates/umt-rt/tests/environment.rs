@@ -17,8 +17,15 @@ fn child(case: &str) {
             let rt = Runtime::new().unwrap();
             assert_eq!(rt.cpus().len(), 1);
             assert_eq!(rt.backend(), BackendKind::Disabled);
-            // The global runtime too, as rayon's RAYON_NUM_THREADS.
+            // The global runtime too, as rayon's RAYON_NUM_THREADS; its loops run on its
+            // worker, not on the caller, as rayon's (D1 of `iter/README.md`).
             assert_eq!(umt_rt::current_num_threads(), 1);
+            use umt_rt::prelude::*;
+            let named = (0..1000usize)
+                .into_par_iter()
+                .filter(|_| umt_rt::current_thread_index() == Some(0))
+                .count();
+            assert_eq!(named, 1000);
             // Explicit calls win (Auto asked for: whatever it finds here, even nothing).
             let all = umt_sys::cpu::process_cpus().unwrap().len();
             let rt = Runtime::builder()
@@ -34,12 +41,23 @@ fn child(case: &str) {
             let all = umt_sys::cpu::process_cpus().unwrap().len();
             assert_eq!(rt.cpus().len(), all);
             assert_eq!(rt.selection().requested, BackendKind::Auto);
-            let said = said.lock().unwrap();
+            let lines = said.lock().unwrap();
             assert!(
-                said.iter().any(|l| l.contains("UMT_NUM_THREADS")),
-                "{said:?}"
+                lines.iter().any(|l| l.contains("UMT_NUM_THREADS")),
+                "{lines:?}"
             );
-            assert!(said.iter().any(|l| l.contains("UMT_BACKEND")), "{said:?}");
+            assert!(lines.iter().any(|l| l.contains("UMT_BACKEND")), "{lines:?}");
+            drop(lines);
+            // rayon code that oversubscribes: every CPU, said once.
+            let rt = Runtime::builder()
+                .num_threads(all + 3)
+                .monitor(BackendKind::Disabled)
+                .build()
+                .unwrap();
+            assert_eq!(rt.cpus().len(), all);
+            let lines = said.lock().unwrap();
+            let asked = format!("num_threads({})", all + 3);
+            assert!(lines.iter().any(|l| l.contains(&asked)), "{lines:?}");
         }
         "unavailable" => {
             // A backend this host cannot give: the runtimes still start, Auto's choice, and
