@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Waker};
 use umt_rt::{BackendKind, JoinError, Runtime};
 
 mod common;
-use common::{monitored_backend, skip_unmonitored};
+use common::{monitored_backend, one_core_monitored};
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
@@ -33,18 +33,6 @@ fn one_core_unmonitored() -> Runtime {
         .monitor(BackendKind::Disabled)
         .build()
         .unwrap()
-}
-
-/// A runtime of one core (the process's last CPU) with the monitor on, or `None` (the test
-/// skips, saying why) where none runs.
-fn one_core_monitored() -> Option<Runtime> {
-    let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
-    let rt = Runtime::builder()
-        .cores([cpu])
-        .monitor(monitored_backend())
-        .build()
-        .unwrap();
-    (!skip_unmonitored(&rt)).then_some(rt)
 }
 
 /// Sets its flag when dropped.

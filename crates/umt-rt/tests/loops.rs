@@ -177,15 +177,9 @@ fn a_spare_joins_a_loop_whose_participant_blocked() {
 #[test]
 fn on_one_core_a_spare_joins_a_loop_whose_only_participant_blocked() {
     let _serial = serial();
-    let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
-    let rt = Runtime::builder()
-        .cores([cpu])
-        .monitor(monitored_backend())
-        .build()
-        .unwrap();
-    if skip_unmonitored(&rt) {
+    let Some(rt) = common::one_core_monitored() else {
         return;
-    }
+    };
     let (rx, tx) = std::io::pipe().unwrap();
     let (rx, tx) = (Mutex::new(rx), Mutex::new(tx));
     let byte = AtomicU8::new(0);

@@ -38,6 +38,18 @@ pub fn skip_unmonitored(rt: &Runtime) -> bool {
     true
 }
 
+/// A runtime of one core (the process's last CPU) with the monitor on, or `None` (the test
+/// skips, saying why) where none runs.
+pub fn one_core_monitored() -> Option<Runtime> {
+    let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
+    let rt = Runtime::builder()
+        .cores([cpu])
+        .monitor(monitored_backend())
+        .build()
+        .unwrap();
+    (!skip_unmonitored(&rt)).then_some(rt)
+}
+
 /// Asserts that blocks reached `rt`: as events its drains handed out (Kernel in events mode,
 /// Perf), or in the live counts (Bpf, Kernel idle-only: they signal only a drop to zero, and a
 /// polling leader never sleeps to be woken).
