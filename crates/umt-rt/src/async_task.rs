@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::job::Job;
-use crate::latch::{Waiter, wait_for_wake};
+use crate::latch::{Waiter, wait_for_wake, wait_mark};
 use crate::registry::{Extension, Feature, Hooks, Registry};
 use crate::spawn::{Abort, JoinHandle, JoinState, Outcome};
 use crate::task_state::{AfterPoll, TaskState};
@@ -320,13 +320,14 @@ impl Wake for Signal {
 /// not be `Send`.
 ///
 /// Between polls the thread waits for the future's wake-up. On a worker of a runtime with a
-/// monitor, it parks like any blocking call in a task, and the monitor's spare runs the
-/// core's other tasks meanwhile: tasks whose `block_on`s wait for each other all finish. On a
-/// worker of a runtime without a monitor (or with `max_workers_per_core(1)`), it runs other
-/// tasks meanwhile, on top of its own frame, as [`join`](crate::join) does, so that a
-/// runtime of one worker still runs the tasks the future waits for; a task run that way whose
-/// own `block_on` waits for what the outer future does next waits for ever, so avoid such
-/// chains there. Any other thread sleeps until the future is woken.
+/// monitor, it runs the tasks its own future spawned onto that worker, then parks like any
+/// blocking call in a task, and the monitor's spare runs the core's other tasks meanwhile:
+/// tasks whose `block_on`s wait for each other finish (while the core may have spares). On a
+/// worker of a runtime without a monitor (or with `max_workers_per_core(1)`, or when no
+/// spare can come), it runs other tasks meanwhile, on top of its own frame, as
+/// [`join`](crate::join) does, so that the tasks the future waits for still run; a task run
+/// that way whose own `block_on` waits for what the outer future does next waits for ever,
+/// so avoid such chains there. Any other thread sleeps until the future is woken.
 ///
 /// ```
 /// let h = umt_rt::spawn_async(async { 6 * 7 });
@@ -343,11 +344,12 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
     // C1 of `coop.rs`: no turn. Outside a worker it is the thread's only future; called
     // inside a runtime future's poll, its futures' I/O does not yield the worker either.
     let _turn = crate::coop::begin(false);
+    let mark = wait_mark();
     loop {
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
             return v;
         }
-        wait_for_wake(&|| signal.woken.load(Ordering::Acquire));
+        wait_for_wake(&|| signal.woken.load(Ordering::Acquire), mark);
         // A wake from here on sets it again: the next wait returns at once.
         signal.woken.store(false, Ordering::Release);
     }

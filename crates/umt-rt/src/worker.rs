@@ -827,34 +827,71 @@ impl WorkerCtx {
 
     /// Whether a `block_on` of this worker waits parked ([`WorkerCtx::wait_parked`]) rather
     /// than running other tasks on top of its frame: a worker (not a leader) registered with
-    /// the runtime's monitor, whose core may have a spare (the limit is above one).
+    /// the runtime's monitor, whose core may have a spare (the limit is above one), in a
+    /// runtime that is not shutting down.
     pub(crate) fn parks_in_block_on(&self) -> bool {
         self.role == Role::Worker
             && self.reg.monitored()
             && self.slot().monitored.load(Ordering::Acquire)
             && self.reg.pools.limit() > 1
+            && !self.reg.terminate.load(Ordering::Acquire)
     }
 
-    /// B1–B3 of `README.md` ("`block_on` on a worker"): waits for `done()` without running
-    /// any task. A task run on top of a waiting frame could itself wait for what only that
-    /// frame, below it on the stack, would do next: both would wait for ever. The thread
-    /// parks instead, as any blocking call in a task does, and the monitor gives the core a
-    /// spare meanwhile, which runs the core's other tasks.
-    pub(crate) fn wait_parked(&self, done: &dyn Fn() -> bool) {
+    /// The length of this worker's own deque: a `block_on` notes it as it starts, and the
+    /// jobs above it are the ones its future's polls pushed (B1 of `README.md`).
+    pub(crate) fn deque_len(&self) -> usize {
+        self.deque.len()
+    }
+
+    /// Whether the core's leader may give it one more worker now (its limit and the
+    /// runtime's most spares allow one), as of a look without the core's lock.
+    fn spare_may_come(&self) -> bool {
+        let pools = &self.reg.pools;
+        pools.active(self.core) < pools.limit() && pools.spares() < pools.max_spares()
+    }
+
+    /// B1–B3 of `README.md` ("`block_on` on a worker"): waits for `done()` running only the
+    /// jobs its own future pushed (those above `mark` on the own deque, as `join` runs its
+    /// own half). A task of another origin run on top of a waiting frame could itself wait
+    /// for what only that frame, below it on the stack, would do next: both would wait for
+    /// ever. The thread parks instead, as any blocking call in a task does, and the monitor
+    /// gives the core a spare meanwhile, which runs the core's other tasks. It waits as
+    /// [`WorkerCtx::wait_until`] does (running any task) once the runtime shuts down, or
+    /// when work waits that no spare can take (the core at its limit, or no spare allowed):
+    /// then the race is back, but nothing else would run that work.
+    pub(crate) fn wait_parked(&self, done: &dyn Fn() -> bool, mark: usize) {
         /// Looks at `done()` before parking: a future woken within microseconds (its task
         /// ran on another core) costs no park and no spare.
         const SPIN_ROUNDS: u32 = 64;
+        /// How long a park lasts before the worker looks whether a spare can still come.
+        const SLICE: std::time::Duration = std::time::Duration::from_millis(5);
         self.sched_point();
-        for _ in 0..SPIN_ROUNDS {
-            if done() {
-                return;
+        loop {
+            // B1: the future's own jobs, newest first; the top is one of them while the
+            // deque is longer than at the start (thieves take from the bottom).
+            while self.deque.len() > mark && !done() {
+                match self.deque.pop() {
+                    Some(job) => {
+                        self.execute(job);
+                    }
+                    None => break,
+                }
             }
-            std::hint::spin_loop();
-        }
-        // Other notifications of this worker (a latch of its own, a hand-over) wake it too:
-        // it looks again and parks again.
-        while !done() {
-            self.park_notified();
+            for _ in 0..SPIN_ROUNDS {
+                if done() {
+                    return;
+                }
+                std::hint::spin_loop();
+            }
+            // B3: shutdown (no leader, no spare) or work no spare can take.
+            if self.reg.terminate.load(Ordering::Acquire)
+                || (!self.spare_may_come() && self.reg.has_work_for(self.core))
+            {
+                return self.wait_until(done);
+            }
+            // B2: other notifications of this worker (a latch of its own, a hand-over) wake
+            // it too, and Drop's: it looks again.
+            self.park_notified_until(Instant::now() + SLICE);
         }
     }
 

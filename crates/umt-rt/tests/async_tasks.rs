@@ -413,6 +413,42 @@ fn tasks_whose_block_on_waits_for_each_other_finish() {
     }
 }
 
+/// B1 and B3 of `src/README.md`: a `block_on` on a monitored worker runs the jobs its own
+/// future pushed, so it needs no spare for them (none is allowed here), and a runtime
+/// dropped while a task waits in `block_on` still ends (the wait stops parking at shutdown).
+#[test]
+fn block_on_runs_its_own_jobs_and_lets_its_runtime_end() {
+    let _serial = serial();
+    let (tx, rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    let test = std::thread::spawn(move || {
+        let Some(rt) = one_core_monitored() else {
+            let _ = done_tx.send(None);
+            return;
+        };
+        rt.set_max_spares(0);
+        let got = rt.block_on(async {
+            umt_rt::spawn_async(async { 20 }).await + umt_rt::spawn(|| 22).await
+        });
+        rt.spawn_detached(move || {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            tx.send(umt_rt::block_on(umt_rt::spawn(|| 1))).unwrap();
+        });
+        drop(rt);
+        let _ = done_tx.send(Some(got));
+    });
+    // A hang detector, not a speed bound.
+    match done_rx.recv_timeout(std::time::Duration::from_secs(120)) {
+        Ok(Some(got)) => {
+            assert_eq!(got, 42);
+            assert_eq!(rx.recv().unwrap(), 1);
+            test.join().unwrap();
+        }
+        Ok(None) => test.join().unwrap(),
+        Err(_) => panic!("block_on without a spare, or the runtime's drop, never returned"),
+    }
+}
+
 #[test]
 fn block_on_runs_futures_on_a_worker_and_outside_one() {
     let _serial = serial();
