@@ -100,8 +100,9 @@ pub enum BuildError {
          first join, scope or spawn outside a runtime"
     )]
     GlobalAlreadyBuilt,
-    /// [`Builder::num_threads`] with more threads than the process has CPUs. No longer
-    /// returned (the runtime runs on every CPU and says so); kept for code that matches it.
+    /// [`Builder::num_threads`] with more threads than the process has CPUs, on a runtime
+    /// without a monitor (with one, it runs on every CPU and says so: the spares stand in for
+    /// the threads beyond them).
     #[error(
         "{asked} threads asked for, but this process may run on {available} CPUs: ask for at most {available}"
     )]
@@ -217,7 +218,8 @@ impl Builder {
     /// (rayon's `num_threads`; spares come on top of those, one core at a time). Instead of
     /// [`Builder::cores`]; `0` is [`BuildError::NoCores`]; more than the mask holds runs on
     /// every CPU of the mask and says so (rayon would start that many threads, which code
-    /// does to overlap its blocking: the spares do that here).
+    /// does to overlap its blocking: the spares do that here), or, without a monitor (so
+    /// without spares), is [`BuildError::TooManyThreads`].
     ///
     /// When neither this nor [`Builder::cores`] is called: `UMT_NUM_THREADS` if set (as
     /// `RAYON_NUM_THREADS`; `0` means the default), else as many CPUs as the cgroup's CPU
@@ -439,6 +441,10 @@ impl Builder {
         let allowed = umt_sys::cpu::process_cpus()?;
         // What the environment decided, said once the runtime exists.
         let mut notes = Vec::new();
+        // `num_threads` beyond the mask: what was asked, for the check once the monitor is open.
+        let oversubscribed = self
+            .num_threads
+            .filter(|&n| self.cores.is_none() && n > allowed.len());
         let cpus = match (self.cores, self.num_threads) {
             (Some(_), Some(_)) => return Err(BuildError::CoresAndNumThreads),
             (Some(cpus), None) => cpus,
@@ -448,7 +454,8 @@ impl Builder {
                 notes.push((
                     Warning::NumThreads,
                     format!(
-                        "num_threads({n}), but this process may run on {} CPUs: runs on all                          of them, one pinned worker each (spares take a blocked worker's core)",
+                        "num_threads({n}), but this process may run on {} CPUs: runs on all \
+                         of them, one pinned worker each (spares take a blocked worker's core)",
                         allowed.len()
                     ),
                 ));
@@ -535,6 +542,14 @@ impl Builder {
         let fell_back = !monitor.is_active() && backend != BackendKind::Disabled;
         if fell_back && self.require_monitor {
             return Err(BuildError::MonitorRequired(monitor.selection().clone()));
+        }
+        // Without a monitor no spare comes: the threads asked for beyond the CPUs would not
+        // exist, and code that counts on them (n tasks that wait for each other) would hang.
+        if let Some(asked) = oversubscribed.filter(|_| !monitor.is_active()) {
+            return Err(BuildError::TooManyThreads {
+                asked,
+                available: allowed.len(),
+            });
         }
         let leader_policy = self
             .leader_policy

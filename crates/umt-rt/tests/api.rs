@@ -91,14 +91,31 @@ fn num_threads_takes_the_first_cpus_of_the_mask() {
         Runtime::builder().num_threads(0).build(),
         Err(umt_rt::BuildError::NoCores)
     ));
-    // More than the mask holds, as rayon code asks to oversubscribe: every CPU of it.
-    let rt = Runtime::builder()
+    // More than the mask holds, as rayon code asks to oversubscribe: every CPU of it when a
+    // monitor gives spares, an error without one.
+    let e = Runtime::builder()
         .num_threads(cpus.len() + 6)
         .monitor(BackendKind::Disabled)
         .build()
-        .unwrap();
-    assert_eq!(rt.cpus(), cpus);
-    drop(rt);
+        .unwrap_err();
+    assert!(
+        matches!(e, umt_rt::BuildError::TooManyThreads { asked, available } if asked == cpus.len() + 6 && available == cpus.len()),
+        "{e}"
+    );
+    match Runtime::builder()
+        .num_threads(cpus.len() + 6)
+        .monitor(BackendKind::Auto)
+        .build()
+    {
+        Ok(rt) => {
+            assert_ne!(rt.backend(), BackendKind::Disabled);
+            assert_eq!(rt.cpus(), cpus);
+        }
+        Err(e) => assert!(
+            matches!(e, umt_rt::BuildError::TooManyThreads { .. }),
+            "{e}"
+        ),
+    }
     assert!(matches!(
         Runtime::builder().num_threads(1).cores([cpus[0]]).build(),
         Err(umt_rt::BuildError::CoresAndNumThreads)
