@@ -214,7 +214,9 @@ struct Reactor {
     /// workers must not take the parent's events.
     pid: u32,
     /// [`FORKS`] when the set was made, if the handler that counts them is registered: then
-    /// a look at the process costs a load, not a `getpid` per busy look.
+    /// a look at the process costs a load, not a `getpid` per busy look. A child made without
+    /// the handlers (a raw `clone`, glibc's `_Fork`) passes that look; `try_take` also
+    /// compares the process id, so such a child may take a busy look's events, never the turn.
     forks: Option<u64>,
 }
 
@@ -338,7 +340,9 @@ impl crate::drive::Driver for Reactor {
     /// that does not wait: the worker waits for it to end rather than park on its futex,
     /// where no event would reach it (a while, then it parks there).
     fn try_take(&self) -> bool {
-        if !self.usable() {
+        // The process id too, here where a worker is about to wait in the set anyway: a child
+        // made without the `fork` handlers (a raw `clone`, glibc's `_Fork`) is not counted.
+        if !self.usable() || self.pid != std::process::id() {
             return false;
         }
         for round in 0..LOOK_WAIT_ROUNDS {

@@ -263,7 +263,8 @@ impl<T> Future for JoinHandle<T> {
     }
 }
 
-/// The future [`JoinHandle::result`] returns: the task's value, or why there is none.
+/// The future [`JoinHandle::result`] returns: the task's value, or why there is none. Polled
+/// again after it gave its result, it gives [`JoinError::Cancelled`].
 #[must_use = "futures do nothing unless awaited"]
 #[derive(Debug)]
 pub struct JoinResult<T> {

@@ -51,17 +51,13 @@ where
     let reg = crate::global::current_or_global();
     let cores = reg.as_ref().map_or(1, |r| r.cores());
     // D1: a loop that one participant can do alone runs inline, without tasks (one that is
-    // shorter than twice the limits' `min` too), unless it could be split and its runtime has
-    // one core: then it runs there (one participant) when the caller is no worker of it (the
-    // body runs on a worker, which the monitor watches and `current_thread_index` names) or
-    // when the runtime is monitored (the loop's offer lets a spare join while the participant
-    // blocks, D5). Inline on the caller it got no overlap on one core.
+    // shorter than twice the limits' `min` too), unless it could be split and its runtime,
+    // of one core, is monitored: then it runs there, one participant, whose blocks the
+    // monitor sees and whose loop's offer lets a spare join meanwhile (D5). Inline on the
+    // caller it got no overlap on one core. Unmonitored, it stays inline: nothing could join,
+    // and from outside it would queue behind whatever the one worker runs.
     let participants = limits.participants(len, cores);
-    let on_one_core = |r: &Arc<Registry>| {
-        limits.participants(len, 2) > 1
-            && (r.monitored()
-                || !with_current(|ctx| ctx.is_some_and(|c| Arc::ptr_eq(c.registry(), r))))
-    };
+    let on_one_core = |r: &Arc<Registry>| limits.participants(len, 2) > 1 && r.monitored();
     let Some(reg) = reg.filter(|r| participants > 1 || on_one_core(r)) else {
         // In chunks as long as the limits allow (the whole loop unless `with_max_len`).
         let step = limits.apply(len);
