@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::job::Job;
-use crate::latch::{Waiter, wait_for_wake, wait_mark};
+use crate::latch::{Waiter, wait_until};
 use crate::registry::{Extension, Feature, Hooks, Registry};
 use crate::spawn::{Abort, JoinHandle, JoinState, Outcome};
 use crate::task_state::{AfterPoll, TaskState};
@@ -316,18 +316,14 @@ impl Wake for Signal {
     }
 }
 
-/// Runs `future` to completion on the calling thread and returns its output. The future need
-/// not be `Send`.
+/// Runs `future` to completion on the calling thread and returns its output. On a worker of a
+/// runtime, the worker runs other tasks while the future waits (as [`join`](crate::join)
+/// does); any other thread sleeps until the future is woken. The future need not be `Send`.
 ///
-/// Between polls the thread waits for the future's wake-up. On a worker of a runtime with a
-/// monitor, it runs the tasks its own future spawned onto that worker, then parks like any
-/// blocking call in a task, and the monitor's spare runs the core's other tasks meanwhile:
-/// tasks whose `block_on`s wait for each other finish (while the core may have spares). On a
-/// worker of a runtime without a monitor (or with `max_workers_per_core(1)`, or when no
-/// spare can come), it runs other tasks meanwhile, on top of its own frame, as
-/// [`join`](crate::join) does, so that the tasks the future waits for still run; a task run
-/// that way whose own `block_on` waits for what the outer future does next waits for ever,
-/// so avoid such chains there. Any other thread sleeps until the future is woken.
+/// A task that the worker runs that way sits on top of the waiting frame until it returns:
+/// if it waits (in its own `block_on`, say) for what the future below it would do next, both
+/// wait for ever. So inside tasks, await rather than `block_on` what other tasks produce
+/// (`src/README.md`, beside the futures' steps A1–A5, says why the worker does not park).
 ///
 /// ```
 /// let h = umt_rt::spawn_async(async { 6 * 7 });
@@ -344,12 +340,11 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
     // C1 of `coop.rs`: no turn. Outside a worker it is the thread's only future; called
     // inside a runtime future's poll, its futures' I/O does not yield the worker either.
     let _turn = crate::coop::begin(false);
-    let mark = wait_mark();
     loop {
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
             return v;
         }
-        wait_for_wake(&|| signal.woken.load(Ordering::Acquire), mark);
+        wait_until(&|| signal.woken.load(Ordering::Acquire));
         // A wake from here on sets it again: the next wait returns at once.
         signal.woken.store(false, Ordering::Release);
     }
@@ -378,9 +373,8 @@ impl crate::Runtime {
         spawn_async_on(self.registry(), future)
     }
 
-    /// Runs `future` on a worker of this runtime and returns its output; tasks it spawns go to
-    /// this runtime. While the future waits, the core's other tasks run (on a spare, when the
-    /// runtime has a monitor; see [`block_on`](crate::block_on)).
+    /// Runs `future` on a worker of this runtime and returns its output: the worker runs
+    /// other tasks while the future waits, and tasks it spawns go to this runtime.
     ///
     /// ```
     /// let rt = umt_rt::Runtime::new()?;

@@ -73,31 +73,6 @@ impl Latch {
     }
 }
 
-/// Where a `block_on` starts (B1 of `README.md`): on a worker, the length of its own deque,
-/// above which the jobs its future pushes go.
-pub(crate) fn wait_mark() -> usize {
-    with_current(|ctx| ctx.map_or(0, |c| c.deque_len()))
-}
-
-/// `block_on`'s wait (B1–B3 of `README.md`): until `done()` is true, a worker of a monitored
-/// runtime runs the jobs its future pushed (above `mark`) and parks
-/// ([`crate::worker::WorkerCtx::wait_parked`]), and its core's spare runs the other tasks; a
-/// worker without a monitor runs other tasks meanwhile, as [`wait_until`]; other threads park.
-pub(crate) fn wait_for_wake(done: &dyn Fn() -> bool, mark: usize) {
-    if done() {
-        return;
-    }
-    with_current(|ctx| match ctx {
-        Some(ctx) if ctx.parks_in_block_on() => ctx.wait_parked(done, mark),
-        Some(ctx) => ctx.wait_until(done),
-        None => {
-            while !done() {
-                std::thread::park();
-            }
-        }
-    })
-}
-
 /// Blocks the calling thread until `done()` is true. Workers run other tasks meanwhile; other
 /// threads park, so whoever makes `done()` true must wake them (a [`Waiter`]).
 pub(crate) fn wait_until(done: &dyn Fn() -> bool) {

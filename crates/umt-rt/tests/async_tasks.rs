@@ -325,97 +325,10 @@ fn dropping_the_runtime_cancels_the_futures_that_wait() {
     assert_eq!(ready.join(), 3);
 }
 
-/// A one-shot value whose receiver is a future (std only: the dev tokio has no `sync`).
-#[derive(Clone, Default)]
-struct OneShot(Arc<Mutex<(Option<u32>, Option<Waker>)>>);
-
-impl OneShot {
-    fn send(&self, v: u32) {
-        let waker = {
-            let mut g = self.0.lock().unwrap();
-            g.0 = Some(v);
-            g.1.take()
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
-    }
-
-    fn recv(self) -> impl Future<Output = u32> {
-        std::future::poll_fn(move |cx| {
-            let mut g = self.0.lock().unwrap();
-            match g.0 {
-                Some(v) => Poll::Ready(v),
-                None => {
-                    g.1 = Some(cx.waker().clone());
-                    Poll::Pending
-                }
-            }
-        })
-    }
-}
-
-/// B1–B3 of `src/README.md`: a task's `block_on` on a monitored worker waits parked, and no
-/// task runs on top of its frame. On one core, task A waits in `block_on` for a value sent
-/// from outside, and task B, started while A waits, waits in `block_on` for what A sends
-/// next. Had A's worker run B on top of A's frame, B would wait for A, and A (below B on the
-/// stack) for B to return: both for ever (found by a user's trial). The spare runs B instead,
-/// and both finish once A gets its value.
-#[test]
-fn tasks_whose_block_on_waits_for_each_other_finish() {
-    let _serial = serial();
-    let Some(rt) = one_core_monitored() else {
-        return;
-    };
-    for pairs in [1usize, 3] {
-        let b_waits = Arc::new(AtomicUsize::new(0));
-        let mut feeds = Vec::new();
-        let mut handles = Vec::new();
-        for _ in 0..pairs {
-            let (a, b) = (OneShot::default(), OneShot::default());
-            feeds.push(a.clone());
-            let to_b = b.clone();
-            let first = rt.spawn_async(async move {
-                let v = umt_rt::block_on(a.recv());
-                to_b.send(v + 1);
-                v
-            });
-            let waits = b_waits.clone();
-            let second = rt.spawn_async(async move {
-                waits.fetch_add(1, Ordering::SeqCst);
-                umt_rt::block_on(b.recv())
-            });
-            handles.push((first, second));
-        }
-        // Every B waits (each A is waiting already: B started after it, on the same core).
-        while b_waits.load(Ordering::SeqCst) < pairs {
-            std::thread::yield_now();
-        }
-        for (i, a) in feeds.iter().enumerate() {
-            a.send(10 * i as u32);
-        }
-        // A hang detector, not a speed bound: a deadlock would wait for ever.
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let got: Vec<(u32, u32)> = handles
-                .into_iter()
-                .map(|(a, b)| (a.join(), b.join()))
-                .collect();
-            let _ = tx.send(got);
-        });
-        let Ok(got) = rx.recv_timeout(std::time::Duration::from_secs(120)) else {
-            // Dropping the runtime would wait for the stuck workers: fail instead.
-            std::mem::forget(rt);
-            panic!("tasks waiting in block_on for each other never finished ({pairs} pairs)");
-        };
-        let want: Vec<(u32, u32)> = (0..pairs as u32).map(|i| (10 * i, 10 * i + 1)).collect();
-        assert_eq!(got, want);
-    }
-}
-
-/// B1 and B3 of `src/README.md`: a `block_on` on a monitored worker runs the jobs its own
-/// future pushed, so it needs no spare for them (none is allowed here), and a runtime
-/// dropped while a task waits in `block_on` still ends (the wait stops parking at shutdown).
+/// On a monitored worker with no spare allowed, a `block_on` of a future that awaits what it
+/// spawned returns (the worker runs those tasks meanwhile), and a runtime dropped while a
+/// task waits in `block_on` for a task it spawned still ends. A guard for any wait that
+/// parks instead (`src/README.md`, after steps A1–A5): one such hung on both.
 #[test]
 fn block_on_runs_its_own_jobs_and_lets_its_runtime_end() {
     let _serial = serial();
