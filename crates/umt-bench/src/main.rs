@@ -607,8 +607,9 @@ struct Common {
     /// as io-uring does, instead of in place from the grid.
     #[arg(long)]
     staged_checkpoints: bool,
-    /// With --mpi, umt-rt runners with a monitor receive halos with MPI_Recv, which Open MPI
-    /// busy-polls (the monitor sees no block), instead of MPI_Test and a sleep between tests.
+    /// With heat's or fwi's --mpi, umt-rt runners with a monitor receive halos with MPI_Recv,
+    /// which Open MPI busy-polls (the monitor sees no block), instead of MPI_Test and a sleep
+    /// between tests.
     #[arg(long)]
     busy_mpi_recv: bool,
     /// Run on the first N CPUs of this process's affinity mask (default: all of them).
@@ -624,7 +625,7 @@ struct Common {
     /// Trace the umt-rt runtimes and write, per workload and runtime, an SVG timeline of
     /// every core (`WORKLOAD-RUNTIME.svg`: the state of each core over time) and a
     /// Chrome trace (`WORKLOAD-RUNTIME.json`, for https://ui.perfetto.dev) of its last repeat
-    /// into this directory (with --mpi, each rank its own: `WORKLOAD-RUNTIME-rankN.*`; with
+    /// into this directory (with heat's or fwi's --mpi, each rank its own: `WORKLOAD-RUNTIME-rankN.*`; with
     /// scale, each core count its own: `WORKLOAD-RUNTIME-Ncores.*`).
     #[arg(long, value_name = "DIR")]
     timeline: Option<PathBuf>,
