@@ -104,7 +104,8 @@ pub enum BuildError {
     /// without a monitor (with one, it runs on every CPU and says so: the spares stand in for
     /// the threads beyond them).
     #[error(
-        "{asked} threads asked for, but this process may run on {available} CPUs: ask for at most {available}"
+        "{asked} threads asked for, but this process may run on {}: ask for at most {available}, or run with a monitor (its spares stand in for the threads beyond the CPUs)",
+        crate::env::cpus_text(*.available)
     )]
     TooManyThreads {
         /// The number asked for.
@@ -216,15 +217,24 @@ impl Builder {
 
     /// Runs on the first `n` CPUs of the process's affinity mask, one pinned worker each
     /// (rayon's `num_threads`; spares come on top of those, one core at a time). Instead of
-    /// [`Builder::cores`]; `0` is [`BuildError::NoCores`]; more than the mask holds runs on
-    /// every CPU of the mask and says so (rayon would start that many threads, which code
-    /// does to overlap its blocking: the spares do that here), or, without a monitor (so
-    /// without spares), is [`BuildError::TooManyThreads`].
+    /// [`Builder::cores`]. `0` is the default, as if it was not called (as rayon's). More
+    /// than the mask holds runs on every CPU of the mask and says so (rayon would start that
+    /// many threads, which code does to overlap its blocking: the spares do that here), or,
+    /// without a monitor (so without spares), is [`BuildError::TooManyThreads`].
     ///
     /// When neither this nor [`Builder::cores`] is called: `UMT_NUM_THREADS` if set (as
-    /// `RAYON_NUM_THREADS`; `0` means the default), else as many CPUs as the cgroup's CPU
-    /// quota allows ([`umt_sys::cpu::cgroup_cpu_limit`], rounded up), else every CPU of the
-    /// mask. A value that cannot be used, or a quota that binds, is said once.
+    /// `RAYON_NUM_THREADS`, which is read when it is not; `0` means the default), else as
+    /// many CPUs as the cgroup's CPU quota allows ([`umt_sys::cpu::cgroup_cpu_limit`],
+    /// rounded up), else every CPU of the mask. A value that cannot be used, or a quota that
+    /// binds, is said once.
+    ///
+    /// ```
+    /// // A command-line option whose 0 means "the default", as rayon users write it.
+    /// let asked = 0;
+    /// let pool = umt_rt::ThreadPoolBuilder::new().num_threads(asked).build()?;
+    /// assert!(pool.current_num_threads() >= 1);
+    /// # Ok::<(), umt_rt::BuildError>(())
+    /// ```
     pub fn num_threads(mut self, n: usize) -> Self {
         self.num_threads = Some(n);
         self
@@ -383,7 +393,9 @@ impl Builder {
         self
     }
 
-    /// Names worker threads from their CPU and their index among the core's workers.
+    /// Names worker threads from their CPU and their index among the core's workers (each
+    /// core counts its own from 0: name them by both, as the default `umt-worker-{cpu}.{i}`
+    /// does; rayon's `|i| format!("name-{i}")` becomes `|cpu, i| format!("name-{cpu}.{i}")`).
     pub fn thread_name(
         mut self,
         f: impl Fn(CpuId, usize) -> String + Send + Sync + 'static,
@@ -441,11 +453,11 @@ impl Builder {
         let allowed = umt_sys::cpu::process_cpus()?;
         // What the environment decided, said once the runtime exists.
         let mut notes = Vec::new();
+        // rayon's `num_threads(0)`: the default, as if it had not been called.
+        let num_threads = self.num_threads.filter(|&n| n > 0);
         // `num_threads` beyond the mask: what was asked, for the check once the monitor is open.
-        let oversubscribed = self
-            .num_threads
-            .filter(|&n| self.cores.is_none() && n > allowed.len());
-        let cpus = match (self.cores, self.num_threads) {
+        let oversubscribed = num_threads.filter(|&n| self.cores.is_none() && n > allowed.len());
+        let cpus = match (self.cores, num_threads) {
             (Some(_), Some(_)) => return Err(BuildError::CoresAndNumThreads),
             (Some(cpus), None) => cpus,
             (None, Some(n)) if n > allowed.len() => {
@@ -454,9 +466,9 @@ impl Builder {
                 notes.push((
                     Warning::NumThreads,
                     format!(
-                        "num_threads({n}), but this process may run on {} CPUs: runs on all \
-                         of them, one pinned worker each (spares take a blocked worker's core)",
-                        allowed.len()
+                        "num_threads({n}), but this process may run on {}: runs on all of \
+                         them, one pinned worker each (spares take a blocked worker's core)",
+                        crate::env::cpus_text(allowed.len())
                     ),
                 ));
                 allowed.to_vec()
@@ -464,7 +476,9 @@ impl Builder {
             (None, Some(n)) => allowed[..n].to_vec(),
             (None, None) => crate::env::default_cpus(
                 &allowed,
-                crate::env::var("UMT_NUM_THREADS").as_deref(),
+                crate::env::num_threads_var()
+                    .as_ref()
+                    .map(|(name, text)| (*name, text.as_str())),
                 umt_sys::cpu::cgroup_cpu_limit(),
                 &mut notes,
             ),

@@ -1,6 +1,7 @@
 //! What a deployer sets without touching the code, read by the builder for what the code left
-//! unset: `UMT_NUM_THREADS` (as rayon's `RAYON_NUM_THREADS`), `UMT_BACKEND`, and the cgroup
-//! CPU quota (`cpu.max`) of a container or a systemd unit.
+//! unset: `UMT_NUM_THREADS` (as rayon's `RAYON_NUM_THREADS`, which is read when it is unset:
+//! a deployment written for the rayon build of a program keeps its thread count),
+//! `UMT_BACKEND`, and the cgroup CPU quota (`cpu.max`) of a container or a systemd unit.
 //!
 //! Explicit builder calls win over the environment; the environment wins over the quota. A
 //! value that cannot be used is said once (the runtime's warning line) and left out, never an
@@ -13,16 +14,33 @@ use crate::diag::Warning;
 /// Something to say once the runtime exists (its warnings are per runtime).
 pub(crate) type Note = (Warning, String);
 
+/// The variable that sets the number of cores, and its text: `UMT_NUM_THREADS`, else
+/// rayon's `RAYON_NUM_THREADS` (set or empty counts as unset).
+pub(crate) fn num_threads_var() -> Option<(&'static str, String)> {
+    ["UMT_NUM_THREADS", "RAYON_NUM_THREADS"]
+        .into_iter()
+        .find_map(|name| {
+            var(name)
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| (name, v))
+        })
+}
+
 /// The CPUs to run on when neither `Builder::cores` nor `Builder::num_threads` was called:
-/// `num_threads` (the text of `UMT_NUM_THREADS`) of the first `allowed`, else as many as the
-/// cgroup's CPU `quota` (in CPUs) rounds up to, else all of `allowed`.
+/// `num_threads` (the name and text of the variable that sets it, [`num_threads_var`]) of
+/// the first `allowed`, else as many as the cgroup's CPU `quota` (in CPUs) rounds up to,
+/// else all of `allowed`.
 pub(crate) fn default_cpus(
     allowed: &[CpuId],
-    num_threads: Option<&str>,
+    num_threads: Option<(&str, &str)>,
     quota: Option<f64>,
     notes: &mut Vec<Note>,
 ) -> Vec<CpuId> {
-    match num_threads.map(str::trim).filter(|v| !v.is_empty()) {
+    let name = num_threads.map_or("UMT_NUM_THREADS", |(name, _)| name);
+    match num_threads
+        .map(|(_, text)| text.trim())
+        .filter(|v| !v.is_empty())
+    {
         // 0 means "the default", as for rayon.
         Some("0") | None => {}
         Some(text) => match text.parse::<usize>() {
@@ -30,9 +48,8 @@ pub(crate) fn default_cpus(
                 notes.push((
                     Warning::EnvNumThreads,
                     format!(
-                        "UMT_NUM_THREADS={n}, but this process may run on {} CPUs: runs on all \
-                         of them",
-                        allowed.len()
+                        "{name}={n}, but this process may run on {}: runs on all of them",
+                        cpus_text(allowed.len())
                     ),
                 ));
                 return allowed.to_vec();
@@ -41,8 +58,8 @@ pub(crate) fn default_cpus(
             Err(_) => notes.push((
                 Warning::EnvNumThreads,
                 format!(
-                    "UMT_NUM_THREADS={text:?} ignored: not a number of threads (give a count, \
-                     or 0 for one per CPU)"
+                    "{name}={text:?} ignored: not a number of threads (give a count, or 0 for \
+                     one per CPU)"
                 ),
             )),
         },
@@ -81,6 +98,15 @@ pub(crate) fn default_backend(backend: Option<&str>, notes: &mut Vec<Note>) -> B
     }
 }
 
+/// "1 CPU", "4 CPUs".
+pub(crate) fn cpus_text(n: usize) -> String {
+    if n == 1 {
+        "1 CPU".to_owned()
+    } else {
+        format!("{n} CPUs")
+    }
+}
+
 /// The text of the environment variable `name`, if set (and valid UTF-8).
 pub(crate) fn var(name: &str) -> Option<String> {
     std::env::var(name).ok()
@@ -94,7 +120,8 @@ mod tests {
 
     fn cpus(num_threads: Option<&str>, quota: Option<f64>) -> (Vec<CpuId>, Vec<Warning>) {
         let mut notes = Vec::new();
-        let cpus = default_cpus(&MASK, num_threads, quota, &mut notes);
+        let var = num_threads.map(|text| ("UMT_NUM_THREADS", text));
+        let cpus = default_cpus(&MASK, var, quota, &mut notes);
         (cpus, notes.into_iter().map(|(w, _)| w).collect())
     }
 
@@ -116,6 +143,28 @@ mod tests {
             cpus(Some("two"), Some(2.0)),
             (vec![0, 2], vec![Warning::EnvNumThreads, Warning::CpuQuota])
         );
+    }
+
+    #[test]
+    fn a_warning_names_the_variable_it_read() {
+        let mut notes = Vec::new();
+        let cpus = default_cpus(&MASK, Some(("RAYON_NUM_THREADS", "9")), None, &mut notes);
+        assert_eq!(cpus, MASK.to_vec());
+        assert!(
+            notes[0]
+                .1
+                .starts_with("RAYON_NUM_THREADS=9, but this process may run on 4 CPUs"),
+            "{}",
+            notes[0].1
+        );
+        let cpus = default_cpus(
+            &MASK[..1],
+            Some(("RAYON_NUM_THREADS", "2")),
+            None,
+            &mut notes,
+        );
+        assert_eq!(cpus, vec![0]);
+        assert!(notes[1].1.contains("may run on 1 CPU:"), "{}", notes[1].1);
     }
 
     #[test]

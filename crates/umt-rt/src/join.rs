@@ -32,6 +32,45 @@ where
     )
 }
 
+/// What [`join_context`]'s closures are told: rayon's `FnContext`.
+#[derive(Debug, Clone, Copy)]
+pub struct FnContext {
+    migrated: bool,
+}
+
+impl FnContext {
+    /// Whether the closure runs on another thread than the one that called
+    /// [`join_context`]: the second one taken by another worker (stolen, or run by the
+    /// core's spare), or both, when the call came from outside the runtime.
+    pub fn migrated(&self) -> bool {
+        self.migrated
+    }
+}
+
+/// [`join`], with each closure told whether it runs on another thread than the caller
+/// ([`FnContext::migrated`]): rayon's `join_context`, for code that splits further only
+/// when its work was stolen.
+///
+/// ```
+/// let rt = umt_rt::Runtime::builder().num_threads(1).build()?;
+/// let (a, _) = rt.install(|| umt_rt::join_context(|cx| cx.migrated(), |_| ()));
+/// assert!(!a, "the first closure runs on the worker that called join_context");
+/// # Ok::<(), umt_rt::BuildError>(())
+/// ```
+pub fn join_context<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce(FnContext) -> RA + Send,
+    B: FnOnce(FnContext) -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    let caller = std::thread::current().id();
+    let context = move || FnContext {
+        migrated: std::thread::current().id() != caller,
+    };
+    join(move || a(context()), move || b(context()))
+}
+
 fn join_on_worker<A, B, RA, RB>(ctx: &WorkerCtx, a: A, b: B) -> (RA, RB)
 where
     A: FnOnce() -> RA + Send,

@@ -117,8 +117,9 @@
 //! ## The environment
 //!
 //! What the code leaves unset, a deployer can set: `UMT_NUM_THREADS` (cores, as rayon's
-//! `RAYON_NUM_THREADS`; `0` for one per CPU), `UMT_BACKEND` (`auto`, `kernel`, `bpf`, `perf`
-//! or `off`) and `UMT_SCHEDULE` (above). Without `UMT_NUM_THREADS`, a runtime runs on as many
+//! `RAYON_NUM_THREADS`, which is read when it is unset; `0` for one per CPU), `UMT_BACKEND`
+//! (`auto`, `kernel`, `bpf`, `perf` or `off`, also spelt `disabled` or `none`) and
+//! `UMT_SCHEDULE` (above). Without `UMT_NUM_THREADS`, a runtime runs on as many
 //! CPUs as the cgroup's CPU quota allows (a container's `--cpus`, a unit's `CPUQuota=`;
 //! [`umt_sys::cpu::cgroup_cpu_limit`]) when that is fewer than the affinity mask holds, and
 //! says so. Explicit [`Builder`] calls win; an unusable value is said once and left out (a
@@ -249,7 +250,7 @@ not_loom! {
     pub use config::{LeaderPolicy, ParseLeaderPolicyError};
     pub use deps::{Access, Mode};
     pub use diag::set_warning_hook;
-    pub use join::join;
+    pub use join::{FnContext, join, join_context};
     pub use onload::{Onload, OnloadContext, OnloadHandle, OnloadOptions};
     pub use runtime::Runtime;
     pub use schedule::{ParseScheduleError, Schedule};
@@ -311,8 +312,12 @@ not_loom! {
 
     /// rayon's name for the pool builder: a [`Builder`] (`ThreadPoolBuilder::new()` is
     /// [`Runtime::builder()`]; [`Builder::thread_name`] takes the CPU and the worker's index
-    /// on its core, where rayon's takes one index).
+    /// on its core, where rayon's takes one index: name threads by both).
     pub type ThreadPoolBuilder = Builder;
+
+    /// rayon's name for what building a pool may fail with: a [`BuildError`] (its message
+    /// says what to do).
+    pub type ThreadPoolBuildError = BuildError;
 
     /// Everything a parallel loop needs, in one import: `use umt_rt::prelude::*;`.
     pub mod prelude {
@@ -336,6 +341,27 @@ not_loom! {
                 _ => Yield::Idle,
             })
         })
+    }
+
+    /// rayon's `yield_local`: runs one task of the calling worker's own deque, if it has one
+    /// (no other queue is looked at, and no surrender checked: [`yield_now`] does both).
+    /// Returns `None` outside a worker thread.
+    pub fn yield_local() -> Option<Yield> {
+        worker::with_current(|ctx| {
+            let ctx = ctx?;
+            Some(match ctx.pop_local().map(|job| ctx.execute(job)) {
+                Some(true) => Yield::Executed,
+                _ => Yield::Idle,
+            })
+        })
+    }
+
+    /// The most cores a runtime of this process can have: the CPUs of its affinity mask
+    /// (1 if they cannot be read). rayon's `max_num_threads`: a larger
+    /// [`Builder::num_threads`] runs on that many, with spares standing in for the threads
+    /// beyond them when a worker blocks (see there).
+    pub fn max_num_threads() -> usize {
+        umt_sys::cpu::process_cpus().map_or(1, |cpus| cpus.len().max(1))
     }
 
     /// Creates a scope on the runtime of the calling worker and waits for its tasks (a nested

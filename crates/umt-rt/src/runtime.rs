@@ -73,6 +73,32 @@ impl Runtime {
         self.reg.monitor.selection()
     }
 
+    /// The number of cores (one active worker each) of this runtime: rayon's
+    /// `ThreadPool::current_num_threads`. Spares that stand in for blocked workers are not
+    /// counted: at most this many run at once.
+    pub fn current_num_threads(&self) -> usize {
+        self.reg.cores()
+    }
+
+    /// The index (`0..current_num_threads()`) of the core the calling worker of this runtime
+    /// serves, or `None` on any other thread (a worker of another runtime included): rayon's
+    /// `ThreadPool::current_thread_index`.
+    pub fn current_thread_index(&self) -> Option<usize> {
+        with_current(|ctx| {
+            ctx.filter(|ctx| Arc::ptr_eq(ctx.registry(), &self.reg))
+                .map(|ctx| ctx.core())
+        })
+    }
+
+    /// Whether the calling worker of this runtime has tasks of its own queued (its deque),
+    /// `None` on any other thread: rayon's `ThreadPool::current_thread_has_pending_tasks`.
+    pub fn current_thread_has_pending_tasks(&self) -> Option<bool> {
+        with_current(|ctx| {
+            ctx.filter(|ctx| Arc::ptr_eq(ctx.registry(), &self.reg))
+                .map(|ctx| ctx.has_pending_tasks())
+        })
+    }
+
     fn on_own_worker(&self) -> bool {
         with_current(|ctx| ctx.is_some_and(|ctx| Arc::ptr_eq(ctx.registry(), &self.reg)))
     }

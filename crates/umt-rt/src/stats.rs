@@ -130,11 +130,15 @@ pub struct CoreStats {
     /// [`WorkerStats::sched`]).
     pub cpu_time: Duration,
     /// Time none of its workers ran: [`Stats::elapsed`] less `cpu_time` (its leader, other
-    /// processes, or nothing ran).
+    /// processes, or nothing ran: on a machine shared with other work, much of it may be
+    /// time its workers were runnable and waited behind another process, which
+    /// `runqueue_wait` counts).
     pub idle_time: Duration,
-    /// Time its workers waited on the run queue while runnable: with workers pinned, the
-    /// time one waited for another of the core (exact oversubscription, from the kernel's
-    /// `schedstat`; `None` on a kernel without `CONFIG_SCHED_INFO`).
+    /// Time its workers waited on the run queue while runnable, summed over them (from the
+    /// kernel's `schedstat`; `None` on a kernel without `CONFIG_SCHED_INFO`): with workers
+    /// pinned, the time one waited for another of the core (exact oversubscription) or for
+    /// any other thread on that CPU, another process's included. Two workers waiting at once
+    /// count twice, so it can exceed [`Stats::elapsed`].
     pub runqueue_wait: Option<Duration>,
     /// Context switches of its workers by blocking (I/O, locks, parking).
     pub voluntary_switches: u64,

@@ -389,6 +389,11 @@ impl WorkerCtx {
         self.core
     }
 
+    /// Whether this worker's own deque holds jobs.
+    pub(crate) fn has_pending_tasks(&self) -> bool {
+        !self.deque.is_empty()
+    }
+
     /// Records `kind` with the ready count of the core it runs on, if the runtime traces.
     #[inline]
     /// Whether this runtime records a trace.

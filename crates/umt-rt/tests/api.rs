@@ -87,10 +87,24 @@ fn num_threads_takes_the_first_cpus_of_the_mask() {
     assert_eq!(rt.cpus(), &cpus[..1]);
     assert_eq!(rt.install(umt_rt::current_num_threads), 1);
     assert_eq!(rt.install(umt_rt::current_thread_index), Some(0));
-    assert!(matches!(
-        Runtime::builder().num_threads(0).build(),
-        Err(umt_rt::BuildError::NoCores)
-    ));
+    // rayon's `num_threads(0)`: the default (as if not called), the same CPUs as `new()`
+    // (both read the same environment).
+    let default = Runtime::builder().num_threads(0).build().unwrap();
+    assert_eq!(default.cpus(), Runtime::new().unwrap().cpus());
+    assert_eq!(default.current_num_threads(), default.cpus().len());
+    // rayon's pool methods: this runtime's index only on its own workers.
+    assert_eq!(rt.current_thread_index(), None);
+    assert_eq!(rt.install(|| rt.current_thread_index()), Some(0));
+    assert_eq!(rt.install(|| default.current_thread_index()), None);
+    assert_eq!(rt.current_thread_has_pending_tasks(), None);
+    let pending = rt.install(|| {
+        let before = rt.current_thread_has_pending_tasks();
+        // A join pushes its second half on the worker's own deque while the first runs.
+        let (during, _) = umt_rt::join(|| rt.current_thread_has_pending_tasks(), || ());
+        (before, during)
+    });
+    // One worker, no monitor: nobody else can take that half meanwhile.
+    assert_eq!(pending, (Some(false), Some(true)));
     // More than the mask holds, as rayon code asks to oversubscribe: every CPU of it when a
     // monitor gives spares, an error without one.
     let e = Runtime::builder()
@@ -367,6 +381,42 @@ fn join_panics_wait_for_the_other_side() {
         }));
         assert_eq!(*r.unwrap_err().downcast::<&str>().unwrap(), "b boom");
     }
+}
+
+/// rayon's pool calls a rayon user reaches for, under their names (a user's trial).
+#[test]
+fn rayons_pool_calls_have_their_counterparts() {
+    fn build(n: usize) -> Result<umt_rt::ThreadPool, umt_rt::ThreadPoolBuildError> {
+        umt_rt::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .monitor(BackendKind::Disabled)
+            .build()
+    }
+    let pool = build(1).unwrap();
+    assert_eq!(pool.current_num_threads(), 1);
+    let cpus = umt_sys::cpu::process_cpus().unwrap();
+    assert_eq!(umt_rt::max_num_threads(), cpus.len());
+    // join_context: the first closure stays on the calling worker; called from outside a
+    // runtime, both run on the global runtime's workers.
+    let (a, b) = pool.install(|| umt_rt::join_context(|cx| cx.migrated(), |_| 7));
+    assert_eq!((a, b), (false, 7));
+    let (a, b) = umt_rt::join_context(|cx| cx.migrated(), |cx| cx.migrated());
+    assert!(a && b);
+    // yield_local: runs a task of the worker's own deque, none from elsewhere.
+    assert_eq!(umt_rt::yield_local(), None);
+    let ran = AtomicUsize::new(0);
+    pool.install(|| {
+        assert_eq!(umt_rt::yield_local(), Some(Yield::Idle));
+        umt_rt::scope(|s| {
+            s.spawn(|_| {
+                ran.fetch_add(1, Ordering::SeqCst);
+            });
+            // One worker, no monitor: the task waits in this worker's deque.
+            assert_eq!(umt_rt::yield_local(), Some(Yield::Executed));
+            assert_eq!(ran.load(Ordering::SeqCst), 1);
+        });
+    });
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
 }
 
 #[test]

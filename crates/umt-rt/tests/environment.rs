@@ -1,4 +1,5 @@
-//! What a deployer sets without touching the code: `UMT_NUM_THREADS` and `UMT_BACKEND` shape
+//! What a deployer sets without touching the code: `UMT_NUM_THREADS` (or rayon's
+//! `RAYON_NUM_THREADS`) and `UMT_BACKEND` shape
 //! the default runtime (and the global one), explicit builder calls win, and a value that
 //! cannot be used is said once and left out. Each case runs this binary again with the
 //! variables set (tests of one process share its environment).
@@ -28,6 +29,15 @@ fn child(case: &str) {
                 .unwrap();
             assert_eq!(rt.cpus().len(), all);
             assert_eq!(rt.selection().requested, BackendKind::Auto);
+        }
+        "rayon-var" => {
+            // A deployment written for the rayon build of the program keeps its count.
+            let rt = Runtime::new().unwrap();
+            assert_eq!(rt.cpus().len(), 1);
+            assert_eq!(umt_rt::current_num_threads(), 1);
+            // rayon's `num_threads(0)` is that default too.
+            let rt = Runtime::builder().num_threads(0).build().unwrap();
+            assert_eq!(rt.cpus().len(), 1);
         }
         "unusable" => {
             let rt = Runtime::new().unwrap();
@@ -80,6 +90,7 @@ fn run(case: &str, vars: &[(&str, &str)]) {
     ])
     .env("UMT_ENV_CHILD", case)
     .env_remove("UMT_NUM_THREADS")
+    .env_remove("RAYON_NUM_THREADS")
     .env_remove("UMT_BACKEND");
     for (k, v) in vars {
         cmd.env(k, v);
@@ -103,6 +114,10 @@ fn environment_shapes_the_default_runtime() {
     run(
         "one-thread-off",
         &[("UMT_NUM_THREADS", "1"), ("UMT_BACKEND", "off")],
+    );
+    run(
+        "rayon-var",
+        &[("RAYON_NUM_THREADS", "1"), ("UMT_BACKEND", "off")],
     );
     run(
         "unusable",
