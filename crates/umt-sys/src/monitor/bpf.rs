@@ -241,6 +241,56 @@ mod imp {
         (0x55aa_0003, "bpf_task_release"),
     ];
 
+    /// The kernel's BTF type information (`/sys/kernel/btf/vmlinux`), parsed once per
+    /// process: the parse is most of what opening the backend costs (65 ms of a release
+    /// build's `Runtime::new`, 0.4-1 s of a debug build's, where loading the programs takes a
+    /// few), which a test suite that builds a runtime per test paid each time (a user's
+    /// trial). Kept for the life of the process once read; a failure is not kept, the next
+    /// open tries again.
+    fn kernel_btf() -> Result<&'static Btf> {
+        static BTF: std::sync::OnceLock<Btf> = std::sync::OnceLock::new();
+        if let Some(btf) = BTF.get() {
+            return Ok(btf);
+        }
+        let btf = Btf::from_sys_fs().map_err(|e| {
+            let mut text = format!("reading the kernel's BTF type information: {e}");
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                text.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            btf_fix(&text, Unavailable::new(BackendKind::Bpf, text.clone()))
+        })?;
+        // Two first opens at once: both parse, one copy is kept.
+        Ok(BTF.get_or_init(|| btf))
+    }
+
+    /// Why this process cannot load tracing programs, from its effective capabilities
+    /// (`CapEff` in `/proc/self/status`): it needs CAP_SYS_ADMIN, or CAP_BPF and
+    /// CAP_PERFMON (Linux >= 5.8). Said before the BTF is read, which an unprivileged
+    /// process paid on every open only to fail at the load (`Auto` tries Bpf first). `None`
+    /// where the capabilities cannot be read: the load then says.
+    fn missing_privilege() -> Option<String> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+        let caps = u64::from_str_radix(hex.trim(), 16).ok()?;
+        (!may_load_tracing(caps)).then(|| {
+            "loading tracing programs: this process has neither CAP_SYS_ADMIN nor both \
+             CAP_BPF and CAP_PERFMON"
+                .to_owned()
+        })
+    }
+
+    /// Whether a thread with the effective capabilities `caps` (a bit per capability) may
+    /// load and attach tracing programs: CAP_SYS_ADMIN, or both CAP_BPF and CAP_PERFMON.
+    fn may_load_tracing(caps: u64) -> bool {
+        const CAP_SYS_ADMIN: u32 = 21;
+        const CAP_PERFMON: u32 = 38;
+        const CAP_BPF: u32 = 39;
+        let has = |cap: u32| caps & (1u64 << cap) != 0;
+        has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))
+    }
+
     /// A copy of `object` whose kfunc calls carry the running kernel's BTF ids, or why it
     /// cannot have them. A call is the instruction `0x85` (BPF_JMP | BPF_CALL) with src_reg 2
     /// (BPF_PSEUDO_KFUNC_CALL), off 0 and the placeholder as its immediate (little-endian, as
@@ -394,15 +444,13 @@ mod imp {
         ) -> Result<BpfBackend> {
             let cpus = u32::try_from(possible).unwrap_or(u32::MAX);
             enough_descriptors(crate::cpu::online_cpus().map_or(possible, |c| c.len()))?;
-            let btf = Btf::from_sys_fs().map_err(|e| {
-                let mut text = format!("reading the kernel's BTF type information: {e}");
-                let mut source = std::error::Error::source(&e);
-                while let Some(s) = source {
-                    text.push_str(&format!(": {s}"));
-                    source = s.source();
-                }
-                btf_fix(&text, Unavailable::new(BackendKind::Bpf, text.clone()))
-            })?;
+            if let Some(missing) = missing_privilege() {
+                let u = Unavailable::new(BackendKind::Bpf, missing);
+                return Err(u
+                    .with_fix(format!("it needs CAP_BPF and CAP_PERFMON: {PRIVILEGE_FIX}"))
+                    .into());
+            }
+            let btf = kernel_btf()?;
             let namespace = pid_namespace()?;
             // In a PID namespace of its own the process's ids are not the kernel's: the
             // programs then find its threads through the namespace (`target_ns`).
@@ -416,7 +464,7 @@ mod imp {
             let mut handoff_state = Handoff::Off;
             let mut object = std::borrow::Cow::Borrowed(OBJECT);
             if let Some(signal) = handoff {
-                match resolve_kfuncs(OBJECT, &btf) {
+                match resolve_kfuncs(OBJECT, btf) {
                     Ok(patched) => {
                         object = std::borrow::Cow::Owned(patched);
                         handoff_state = Handoff::Active { signal };
@@ -429,7 +477,7 @@ mod imp {
                 _ => 0,
             };
             let mut ebpf = EbpfLoader::new()
-                .btf(Some(&btf))
+                .btf(Some(btf))
                 .map_max_entries("counts", cpus)
                 .map_max_entries("notes", cpus)
                 .map_max_entries("running", cpus)
@@ -452,13 +500,13 @@ mod imp {
                     .ok_or_else(|| internal(format!("program {name} missing")))?
                     .try_into()
                     .map_err(|e| internal(format!("program {name}: {e}")))?;
-                prog.load(tracepoint, &btf)
+                prog.load(tracepoint, btf)
                     .map_err(|e| load_error(&format!("loading {name}: {e:#}"), &e))?;
                 prog.attach()
                     .map_err(|e| load_error(&format!("attaching {name}: {e}"), &e))?;
             }
             if matches!(handoff_state, Handoff::Active { .. })
-                && let Err(why) = load_handoff(&mut ebpf, &btf)
+                && let Err(why) = load_handoff(&mut ebpf, btf)
             {
                 handoff_state = Handoff::Unavailable(why);
             }
@@ -968,6 +1016,27 @@ mod imp {
             }
             let changed = OBJECT.iter().zip(&patched).filter(|(a, b)| a != b).count();
             assert!((1..=12).contains(&changed), "{changed} bytes changed");
+        }
+
+        #[test]
+        fn tracing_programs_need_sys_admin_or_bpf_and_perfmon() {
+            assert!(!may_load_tracing(0));
+            assert!(may_load_tracing(u64::MAX));
+            assert!(may_load_tracing(1 << 21));
+            assert!(may_load_tracing((1 << 38) | (1 << 39)));
+            assert!(!may_load_tracing(1 << 39), "CAP_BPF alone");
+            assert!(!may_load_tracing(1 << 38), "CAP_PERFMON alone");
+        }
+
+        /// Opening the backend again (a runtime per test) does not parse the kernel's BTF
+        /// again.
+        #[test]
+        fn the_kernel_btf_is_parsed_once_per_process() {
+            let Ok(first) = kernel_btf() else {
+                eprintln!("skipped: no kernel BTF here");
+                return;
+            };
+            assert!(std::ptr::eq(first, kernel_btf().unwrap()));
         }
 
         #[test]
