@@ -384,7 +384,8 @@ impl Builder {
     /// Receives the panic of every task started with
     /// [`Runtime::spawn_detached`](crate::Runtime::spawn_detached) or
     /// [`spawn_detached`](crate::spawn_detached), which have nobody to re-raise it to. Without
-    /// one, each such panic is said on stderr; either way the runtime goes on.
+    /// one, each such panic is said on stderr; either way the runtime goes on (a panic in
+    /// the handler itself is caught and said once).
     pub fn panic_handler(
         mut self,
         handler: impl Fn(Box<dyn std::any::Any + Send>) + Send + Sync + 'static,

@@ -39,7 +39,7 @@ pub(crate) enum Warning {
     EnvBackend,
     /// The cgroup's CPU quota made the default core count smaller than the affinity mask.
     CpuQuota,
-    /// A start or exit handler panicked.
+    /// A start, exit or panic handler panicked.
     Handler,
     /// The directed handoff could not take its signal.
     Handoff,

@@ -372,7 +372,17 @@ where
         Job::new(move || {
             if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
                 match &reg.config.panic_handler {
-                    Some(handler) => handler(payload),
+                    // A handler that panics itself would unwind out of the worker's loop
+                    // and end the thread: its core's queue unserved, and with no monitor
+                    // nothing ever runs there again (a user's trial: one worker, every
+                    // later `install` hung). Said once; the worker goes on.
+                    Some(handler) => {
+                        if catch_unwind(AssertUnwindSafe(|| handler(payload))).is_err() {
+                            reg.warnings.warn(crate::diag::Warning::Handler, || {
+                                "the panic handler panicked; the worker goes on".to_owned()
+                            });
+                        }
+                    }
                     None => crate::diag::detached_panic(payload),
                 }
             }

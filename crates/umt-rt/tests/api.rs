@@ -552,6 +552,41 @@ fn detached_tasks_run_once_and_their_panics_reach_the_handler() {
     assert_eq!(rt.join(|| 1, || 2), (1, 2));
 }
 
+/// A panic handler that panics itself: its worker goes on (a user's trial: on one worker
+/// without a monitor, the worker's thread ended and every later `install` hung).
+#[test]
+fn a_panic_handler_that_panics_leaves_its_worker_running() {
+    let said = std::sync::Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = said.clone();
+    umt_rt::set_warning_hook(move |line| sink.lock().unwrap().push(line.to_owned()));
+    let handled = std::sync::Arc::new(AtomicUsize::new(0));
+    let rt = {
+        let handled = handled.clone();
+        Runtime::builder()
+            .num_threads(1)
+            .monitor(BackendKind::Disabled)
+            .panic_handler(move |_| {
+                handled.fetch_add(1, Ordering::SeqCst);
+                panic!("the handler itself panics");
+            })
+            .build()
+            .unwrap()
+    };
+    let worker = rt.install(std::thread::current).id();
+    for _ in 0..3 {
+        rt.spawn_detached(|| panic!("first"));
+        // Queued behind the panicking task on the one worker, and run by the same thread.
+        assert_eq!(rt.install(|| std::thread::current().id()), worker);
+    }
+    assert_eq!(handled.load(Ordering::SeqCst), 3);
+    drop(rt);
+    let said = said.lock().unwrap();
+    let lines = said
+        .iter()
+        .filter(|l| l.contains("the panic handler panicked"));
+    assert_eq!(lines.count(), 1, "said once: {said:?}");
+}
+
 /// This thread's stack size, as the thread library set it up.
 fn current_stack_size() -> usize {
     let mut attr = std::mem::MaybeUninit::<libc::pthread_attr_t>::uninit();
