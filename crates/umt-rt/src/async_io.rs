@@ -111,6 +111,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::coop::{self, Op};
 use crate::drive::Waited;
+use crate::fork::ForkMark;
 
 /// One direction (read or write) of a source.
 #[derive(Default)]
@@ -211,33 +212,11 @@ struct Reactor {
     /// R9: the reactor thread stands by.
     standing_by: AtomicBool,
     /// The process that made the set: a child of `fork` shares it and its eventfd, and its
-    /// workers must not take the parent's events.
-    pid: u32,
-    /// [`FORKS`] when the set was made, if the handler that counts them is registered: then
-    /// a look at the process costs a load, not a `getpid` per busy look. A child made without
-    /// the handlers (a raw `clone`, glibc's `_Fork`) passes that look; `try_take` also
-    /// compares the process id, so such a child may take a busy look's events, never the turn.
-    forks: Option<u64>,
-}
-
-/// Children of `fork` this process image is (the child handler of `pthread_atfork` adds one
-/// in each): a count that differs from a reactor's [`Reactor::forks`] means a child.
-static FORKS: AtomicU64 = AtomicU64::new(0);
-
-extern "C" fn count_fork() {
-    FORKS.fetch_add(1, Ordering::Relaxed);
-}
-
-/// Registers [`count_fork`] once; whether it is registered (`pthread_atfork` fails only out of
-/// memory, and then [`Reactor::usable`] asks for the process id instead).
-fn forks_counted() -> bool {
-    static REGISTERED: OnceLock<bool> = OnceLock::new();
-    *REGISTERED.get_or_init(|| {
-        // SAFETY: a child handler that only adds to an atomic, which is async-signal-safe, as
-        // a handler that runs in the child of a multithreaded process must be; no other
-        // handler. It stays registered for the life of the process, as the static it reads.
-        unsafe { libc::pthread_atfork(None, None, Some(count_fork)) == 0 }
-    })
+    /// workers must not take the parent's events. Looking costs a load, not a `getpid` per
+    /// busy look (`crate::fork`). A child made without the `pthread_atfork` handlers (a raw
+    /// `clone`, glibc's `_Fork`) passes that look; `try_take` also compares the process id,
+    /// so such a child may take a busy look's events, never the turn.
+    made: ForkMark,
 }
 
 thread_local! {
@@ -251,13 +230,7 @@ impl Reactor {
     /// Whether workers may take the turn at all: the driver has not failed (R8), and this is
     /// the process that made it (a `fork` child shares the set).
     fn usable(&self) -> bool {
-        // The child handler ran in the calling thread, the only one a child has, before its
-        // `fork` returned: a relaxed load sees it.
-        let same_process = match self.forks {
-            Some(forks) => FORKS.load(Ordering::Relaxed) == forks,
-            None => self.pid == std::process::id(),
-        };
-        !self.failed.load(Ordering::Relaxed) && same_process
+        !self.failed.load(Ordering::Relaxed) && !self.made.is_copy()
     }
 
     fn sources(&self) -> crate::sync::Counted<MutexGuard<'_, HashMap<u64, Arc<Source>>>> {
@@ -342,7 +315,7 @@ impl crate::drive::Driver for Reactor {
     fn try_take(&self) -> bool {
         // The process id too, here where a worker is about to wait in the set anyway: a child
         // made without the `fork` handlers (a raw `clone`, glibc's `_Fork`) is not counted.
-        if !self.usable() || self.pid != std::process::id() {
+        if !self.usable() || self.made.pid_differs() {
             return false;
         }
         for round in 0..LOOK_WAIT_ROUNDS {
@@ -498,8 +471,7 @@ fn reactor() -> io::Result<&'static Reactor> {
                 looks: AtomicU64::new(0),
                 drives: AtomicU64::new(0),
                 standing_by: AtomicBool::new(false),
-                pid: std::process::id(),
-                forks: forks_counted().then(|| FORKS.load(Ordering::Relaxed)),
+                made: ForkMark::here(),
             }));
             std::thread::Builder::new()
                 .name("umt-reactor".into())

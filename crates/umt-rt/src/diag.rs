@@ -43,6 +43,8 @@ pub(crate) enum Warning {
     Handler,
     /// The directed handoff could not take its signal.
     Handoff,
+    /// The runtime is used in a child of `fork`: its tasks run on the calling thread.
+    Forked,
 }
 
 /// The kinds already said, for one runtime.

@@ -10,6 +10,7 @@
 //! (`Kernel`). A program that builds its own runtime with the Kernel backend should make it
 //! the global one with `build_global`, or call the free functions only inside it.
 
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::builder::BuildError;
@@ -21,20 +22,69 @@ use crate::worker::with_current;
 /// on the calling thread.
 static GLOBAL: OnceLock<Option<Runtime>> = OnceLock::new();
 
-/// The global runtime, built with the defaults on first use.
+/// F3: the global runtime of a child of `fork` whose parent had one, built in the child
+/// with the defaults on first use there (the parent's threads are not in the child); a
+/// child of that child builds its own again. Leaked, as [`GLOBAL`] lives for the process: a
+/// pointer and not a lock, because a child's copy of a lock another thread of its parent
+/// held would stay locked.
+static FORKED: AtomicPtr<Forked> = AtomicPtr::new(std::ptr::null_mut());
+
+/// One process's global runtime, made in a `fork` child.
+struct Forked {
+    /// The process it was made in.
+    made: crate::fork::ForkMark,
+    runtime: Option<Runtime>,
+}
+
+/// The global runtime with the defaults, or `None` (said once on stderr).
+fn build_default() -> Option<Runtime> {
+    match Runtime::builder().build() {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            crate::diag::emit(&format!(
+                "the global runtime could not start ({e}): join, scope and spawn outside a \
+                 runtime run on the calling thread"
+            ));
+            None
+        }
+    }
+}
+
+/// The global runtime, built with the defaults on first use (in this process: a `fork`
+/// child builds its own, F3).
 pub(crate) fn get() -> Option<&'static Runtime> {
-    GLOBAL
-        .get_or_init(|| match Runtime::builder().build() {
-            Ok(rt) => Some(rt),
-            Err(e) => {
-                crate::diag::emit(&format!(
-                    "the global runtime could not start ({e}): join, scope and spawn outside a \
-                     runtime run on the calling thread"
-                ));
-                None
-            }
-        })
-        .as_ref()
+    let global = GLOBAL.get_or_init(build_default).as_ref();
+    match global {
+        Some(rt) if rt.registry().forked() => forked_global(),
+        _ => global,
+    }
+}
+
+/// F3: the global runtime of this `fork` child, made on first use.
+fn forked_global() -> Option<&'static Runtime> {
+    let seen = FORKED.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer in FORKED is a leaked `Forked`, never freed.
+    if let Some(f) = unsafe { seen.as_ref() }
+        && !f.made.is_copy()
+    {
+        return f.runtime.as_ref();
+    }
+    let made = Box::into_raw(Box::new(Forked {
+        made: crate::fork::ForkMark::here(),
+        runtime: build_default(),
+    }));
+    match FORKED.compare_exchange(seen, made, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: ours, leaked from here on (the one it replaced is the parent's, also
+        // leaked: its runtime's threads are not in this process).
+        Ok(_) => unsafe { (*made).runtime.as_ref() },
+        Err(_) => {
+            // Another thread of this child made one first: ours goes (its threads are
+            // joined), theirs is the one.
+            // SAFETY: `made` was never shared.
+            drop(unsafe { Box::from_raw(made) });
+            forked_global()
+        }
+    }
 }
 
 /// The runtime the free functions use: the calling worker's, else the global one (`None`:

@@ -203,6 +203,8 @@ mod diag;
 #[cfg(not(loom))]
 mod env;
 #[cfg(not(loom))]
+mod fork;
+#[cfg(not(loom))]
 mod global;
 #[cfg(not(loom))]
 pub mod io;

@@ -11,7 +11,7 @@ use umt_sys::Monitor;
 
 use crate::config::Config;
 use crate::core_time::CoreTime;
-use crate::diag::Warnings;
+use crate::diag::{Warning, Warnings};
 use crate::job::Job;
 use crate::lend::Lend;
 use crate::offer::Offers;
@@ -187,6 +187,9 @@ pub(crate) struct Registry {
     pub(crate) started: std::time::Instant,
     /// Where threads hand their trace records over (`Builder::trace`); `None` when off.
     pub(crate) trace: Option<crate::trace::Recorder>,
+    /// The process that built the runtime: a child of `fork` has none of its threads
+    /// ([`Registry::forked`]).
+    made: crate::fork::ForkMark,
 }
 
 impl std::fmt::Debug for Registry {
@@ -247,6 +250,7 @@ impl Registry {
             extensions: std::array::from_fn(|_| OnceLock::new()),
             started: std::time::Instant::now(),
             trace: config_trace.then(crate::trace::Recorder::new),
+            made: crate::fork::ForkMark::here(),
         }
     }
 
@@ -330,6 +334,9 @@ impl Registry {
     /// Pushes a job from outside the pool, and wakes a worker of a core that has none active
     /// ([`Pools::wake_for_work`]).
     pub(crate) fn inject(&self, job: Job) {
+        let Some(job) = self.unless_forked(job) else {
+            return;
+        };
         {
             // A push onto a shared queue is not interrupted for long (H3 of the directed
             // handoff): its readers wait for a slot being written by spinning.
@@ -339,9 +346,36 @@ impl Registry {
         self.pools.wake_for_work(|w| self.notify(w));
     }
 
+    /// Whether the calling process is a `fork` child of the one that built the runtime: it
+    /// has only the thread that called `fork`, none of the runtime's.
+    pub(crate) fn forked(&self) -> bool {
+        self.made.is_copy()
+    }
+
+    /// F1 (`README.md`, "A runtime in a child of fork"): `job` back, to queue, in the process
+    /// that built the runtime; in a `fork` child, where no worker would ever take it (a task,
+    /// an `install`, a loop's participants, all waited for by the caller for ever), it runs
+    /// here, on the calling thread, said once.
+    fn unless_forked(&self, job: Job) -> Option<Job> {
+        if !self.forked() {
+            return Some(job);
+        }
+        self.warnings.warn(Warning::Forked, || {
+            "this runtime was built before this process was forked: its threads are not in \
+             this process, so its tasks run on the calling thread, one at a time (build a \
+             runtime in the child for parallel work; the global runtime is built again there)"
+                .to_owned()
+        });
+        job.run();
+        None
+    }
+
     /// Queues a woken future's `job` on [`Registry::wakes`], and wakes a worker as
     /// [`Registry::inject`] does.
     pub(crate) fn inject_wake(&self, job: Job) {
+        let Some(job) = self.unless_forked(job) else {
+            return;
+        };
         {
             let _held = crate::sync::Held::new();
             self.wakes.push(job);
@@ -354,6 +388,9 @@ impl Registry {
     /// worker going to sleep sees the job (its recheck reads its core's inbox), or this sees
     /// it in the pool.
     pub(crate) fn inject_to_core(&self, core: usize, job: Job) {
+        let Some(job) = self.unless_forked(job) else {
+            return;
+        };
         {
             let _held = crate::sync::Held::new();
             self.inboxes[core].push(job);

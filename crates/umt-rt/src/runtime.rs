@@ -21,6 +21,11 @@ use crate::worker::with_current;
 ///
 /// Dropping it runs every queued task, then joins every thread and closes the monitor's
 /// descriptors.
+///
+/// In a child of `fork` none of its threads exists: work given to it there runs on the
+/// calling thread, one job at a time (said once), and dropping it returns at once; the
+/// global runtime is built again in the child. Build a runtime in the child for parallel
+/// work there.
 pub struct Runtime {
     reg: Arc<Registry>,
 }
@@ -264,6 +269,12 @@ impl Drop for Runtime {
     /// at their next turn, and release the monitor then.
     fn drop(&mut self) {
         let reg = &self.reg;
+        // F2: in a child of `fork` none of the threads to stop or join is here (joining one
+        // panicked in the standard library, a child that returned from `main` exited 101).
+        // The registry stays, as the parent's threads' references do in this copy of memory.
+        if reg.forked() {
+            return;
+        }
         // H6: whoever stepped aside finishes its task now, before anything below waits on
         // what it may hold.
         reg.handoff.resume_all();

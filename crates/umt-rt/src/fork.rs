@@ -1,0 +1,95 @@
+//! Whether the calling process is a child of `fork` of the one that made something: a
+//! runtime (whose threads a child does not have: a child has only the thread that called
+//! `fork`), or the I/O reactor (whose epoll set and eventfd a child shares with its parent).
+//!
+//! The child handler of `pthread_atfork` counts the forks this process image descends
+//! through, so the question costs a load. A child made without the handlers (a raw `clone`,
+//! glibc's `_Fork`) is not counted: [`ForkMark::pid_differs`] asks the kernel instead, for
+//! the checks that must hold whatever made the child.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Children of `fork` this process image is (the child handler adds one in each).
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn count_fork() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Registers [`count_fork`] once; whether it is registered (`pthread_atfork` fails only out of
+/// memory, and then [`ForkMark::is_copy`] asks for the process id instead).
+fn counted() -> bool {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    *REGISTERED.get_or_init(|| {
+        // SAFETY: a child handler that only adds to an atomic, which is async-signal-safe, as
+        // a handler that runs in the child of a multithreaded process must be; no other
+        // handler. It stays registered for the life of the process, as the static it reads.
+        unsafe { libc::pthread_atfork(None, None, Some(count_fork)) == 0 }
+    })
+}
+
+/// Which process made something: compare with [`ForkMark::is_copy`] later.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ForkMark {
+    /// The process id then.
+    pid: u32,
+    /// [`FORKS`] then, if the handler that counts them is registered.
+    forks: Option<u64>,
+}
+
+impl ForkMark {
+    /// The calling process, now. The handler is registered before the count is read: a fork
+    /// after this returns is counted.
+    pub(crate) fn here() -> ForkMark {
+        ForkMark {
+            pid: std::process::id(),
+            forks: counted().then(|| FORKS.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Whether the calling process is a child (of a child ...) of the one that made the mark,
+    /// by a `fork` that ran the handlers; by the process id where the handler could not be
+    /// registered. The child handler ran in the calling thread, the only one a child has,
+    /// before its `fork` returned: a relaxed load sees it.
+    pub(crate) fn is_copy(&self) -> bool {
+        match self.forks {
+            Some(forks) => FORKS.load(Ordering::Relaxed) != forks,
+            None => self.pid_differs(),
+        }
+    }
+
+    /// Whether the calling process is another than the one that made the mark, whatever made
+    /// it (a system call).
+    pub(crate) fn pid_differs(&self) -> bool {
+        self.pid != std::process::id()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child of `fork` sees the parent's mark as a copy; the parent does not.
+    #[test]
+    fn a_fork_child_sees_the_parents_mark_as_a_copy() {
+        let mark = ForkMark::here();
+        assert!(!mark.is_copy() && !mark.pid_differs());
+        // SAFETY: the child only loads atomics and calls getpid, and leaves with `_exit`,
+        // which runs no handler.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let seen = mark.is_copy() && mark.pid_differs() && !ForkMark::here().is_copy();
+            // SAFETY: ends the child at once, as a child of a multithreaded process must.
+            unsafe { libc::_exit(if seen { 0 } else { 1 }) };
+        }
+        let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
+        assert_eq!(
+            status,
+            nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0),
+            "the child did not see the mark as its parent's"
+        );
+        assert!(!mark.is_copy());
+    }
+}
