@@ -512,9 +512,17 @@ impl<T: AsFd + std::fmt::Debug> std::fmt::Debug for Async<T> {
 impl<T: AsFd> Async<T> {
     /// R1: sets `io` non-blocking and registers it with the reactor. Fails if the descriptor
     /// cannot be made non-blocking or watched by epoll (a regular file, which is always ready:
-    /// read it with plain blocking calls), or if the reactor cannot run.
+    /// read it with plain blocking calls), or if the reactor cannot run (in a child of
+    /// `fork` too: the reactor and its epoll set are the parent's, so a descriptor added
+    /// there would be watched for the parent).
     pub fn new(io: T) -> io::Result<Async<T>> {
         let reactor = reactor()?;
+        if reactor.made.pid_differs() {
+            return Err(io::Error::other(
+                "the I/O reactor belongs to the parent of this fork: async I/O is not \
+                 available in the child (exec a new program, or use blocking calls)",
+            ));
+        }
         let fd = io.as_fd();
         let flags = OFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFL)?);
         fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
@@ -632,7 +640,12 @@ impl<T: AsFd> Drop for Async<T> {
     /// R4: unregisters, then closes the descriptor (drops `T`).
     fn drop(&mut self) {
         if let Some(io) = self.io.take() {
-            if let Ok(reactor) = reactor() {
+            // Not in a child of `fork`: the epoll set is the parent's, whose entry for this
+            // descriptor (the same file, the same number) the delete would remove, and the
+            // parent would hear of it no more (a pre-fork server's listener).
+            if let Ok(reactor) = reactor()
+                && !reactor.made.pid_differs()
+            {
                 let _ = reactor.epoll.delete(io.as_fd());
                 reactor.sources().remove(&self.key);
             }

@@ -155,7 +155,10 @@ where
             // job runs once, so it is taken back once.
             let task = unsafe { Arc::from_raw(data as *const Task<F>) };
             let chain = task.chain.load(Ordering::Relaxed);
-            task.run(chain)
+            // F1 of `README.md`: in a child of `fork`, a task woken during its poll is polled
+            // again here, not queued: queueing runs it inside the queueing, one stack frame
+            // deeper per poll, until the stack overflows.
+            while task.clone().run(chain) {}
         }
         // SAFETY: `execute::<F>` takes the reference back as a `Task<F>`, what `data` is; the
         // task is `Send + Sync` (`run` makes a `Waker` of it, which requires both), so the job
@@ -164,21 +167,25 @@ where
     }
 
     /// A3: one poll, by the worker that took the task's job; a chain of `chain` futures,
-    /// each woken onto a deque by the poll before, led to it (A2).
-    fn run(self: Arc<Self>, chain: u8) {
+    /// each woken onto a deque by the poll before, led to it (A2). True when the caller is to
+    /// poll it again at once (F1: woken during its poll, in a child of `fork`).
+    fn run(self: Arc<Self>, chain: u8) -> bool {
         if !self.state.start_poll() {
             // Cancelled at shutdown while it sat in a queue.
-            return;
+            return false;
         }
         if self.join.is_aborted() {
-            return self.finish(Outcome::Cancelled);
+            self.finish(Outcome::Cancelled);
+            return false;
         }
         let waker = Waker::from(self.clone());
         let mut cx = Context::from_waker(&waker);
         // Not counted (`sync::Held`): it is held while the future runs, which may step aside
         // (H3); only an abort of this very task waits for it.
         let mut slot = self.future.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(future) = slot.as_mut() else { return };
+        let Some(future) = slot.as_mut() else {
+            return false;
+        };
         // A2: the poll's wakes on this worker continue its chain.
         let outer_chain = with_current(|ctx| ctx.map(|ctx| ctx.set_wake_chain(chain)));
         let polled = catch_unwind(AssertUnwindSafe(|| {
@@ -209,10 +216,16 @@ where
                     }
                 }
                 // Woken during the poll: its waker left the queueing to us.
-                AfterPoll::Queue => self.queue(true),
+                AfterPoll::Queue => {
+                    if self.reg.upgrade().is_some_and(|reg| reg.forked()) {
+                        return true;
+                    }
+                    self.queue(true)
+                }
                 AfterPoll::Ended => {}
             },
         }
+        false
     }
 
     /// A4: the end, by whoever owns the task's state: the future is dropped first (a

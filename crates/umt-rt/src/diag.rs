@@ -39,12 +39,14 @@ pub(crate) enum Warning {
     EnvBackend,
     /// The cgroup's CPU quota made the default core count smaller than the affinity mask.
     CpuQuota,
-    /// A start, exit or panic handler panicked.
+    /// A start or exit handler panicked.
     Handler,
     /// The directed handoff could not take its signal.
     Handoff,
     /// The runtime is used in a child of `fork`: its tasks run on the calling thread.
     Forked,
+    /// `Builder::panic_handler` panicked.
+    PanicHandler,
 }
 
 /// The kinds already said, for one runtime.
@@ -92,7 +94,9 @@ where
 pub(crate) fn emit(message: &str) {
     let hook = HOOK.read().unwrap_or_else(|e| e.into_inner()).clone();
     if let Some(hook) = hook {
-        hook(message);
+        // A hook that panics would unwind out of whichever thread warned (a worker, a
+        // leader): the warning is dropped instead, as one that cannot be shown is.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(message)));
     } else if tracing::dispatcher::has_been_set() {
         tracing::warn!("umt-rt: {message}");
     } else {

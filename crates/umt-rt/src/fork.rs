@@ -29,6 +29,12 @@ fn counted() -> bool {
     })
 }
 
+/// The forks this process image descends through, if the handler that counts them is
+/// registered (it is from the first call on).
+pub(crate) fn generation() -> Option<u64> {
+    counted().then(|| FORKS.load(Ordering::Relaxed))
+}
+
 /// Which process made something: compare with [`ForkMark::is_copy`] later.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ForkMark {
@@ -44,7 +50,7 @@ impl ForkMark {
     pub(crate) fn here() -> ForkMark {
         ForkMark {
             pid: std::process::id(),
-            forks: counted().then(|| FORKS.load(Ordering::Relaxed)),
+            forks: generation(),
         }
     }
 

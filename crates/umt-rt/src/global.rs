@@ -10,7 +10,7 @@
 //! (`Kernel`). A program that builds its own runtime with the Kernel backend should make it
 //! the global one with `build_global`, or call the free functions only inside it.
 
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::builder::BuildError;
@@ -50,10 +50,32 @@ fn build_default() -> Option<Runtime> {
     }
 }
 
+/// 1 + the fork generation ([`crate::fork::generation`]) of the process that began to build
+/// [`GLOBAL`], 0 before: a `fork` during that build leaves the child's copy of the `OnceLock`
+/// being built by a thread the child does not have, and `get_or_init` would wait for it for
+/// ever.
+static BUILD_BEGAN: AtomicU64 = AtomicU64::new(0);
+
 /// The global runtime, built with the defaults on first use (in this process: a `fork`
 /// child builds its own, F3).
 pub(crate) fn get() -> Option<&'static Runtime> {
-    let global = GLOBAL.get_or_init(build_default).as_ref();
+    let global = match GLOBAL.get() {
+        Some(global) => global.as_ref(),
+        None => {
+            let began = BUILD_BEGAN.load(Ordering::Acquire);
+            if began != 0 && crate::fork::generation().is_some_and(|now| now + 1 != began) {
+                return forked_global();
+            }
+            GLOBAL
+                .get_or_init(|| {
+                    if let Some(now) = crate::fork::generation() {
+                        BUILD_BEGAN.store(now + 1, Ordering::Release);
+                    }
+                    build_default()
+                })
+                .as_ref()
+        }
+    };
     match global {
         Some(rt) if rt.registry().forked() => forked_global(),
         _ => global,

@@ -356,10 +356,19 @@ impl Registry {
     /// that built the runtime; in a `fork` child, where no worker would ever take it (a task,
     /// an `install`, a loop's participants, all waited for by the caller for ever), it runs
     /// here, on the calling thread, said once.
+    #[inline]
     fn unless_forked(&self, job: Job) -> Option<Job> {
         if !self.forked() {
             return Some(job);
         }
+        self.run_forked(job);
+        None
+    }
+
+    /// F1, the child's side of [`Registry::unless_forked`], out of the queueing path.
+    #[cold]
+    #[inline(never)]
+    fn run_forked(&self, job: Job) {
         self.warnings.warn(Warning::Forked, || {
             "this runtime was built before this process was forked: its threads are not in \
              this process, so its tasks run on the calling thread, one at a time (build a \
@@ -367,7 +376,6 @@ impl Registry {
                 .to_owned()
         });
         job.run();
-        None
     }
 
     /// Queues a woken future's `job` on [`Registry::wakes`], and wakes a worker as

@@ -23,9 +23,10 @@ use crate::worker::with_current;
 /// descriptors.
 ///
 /// In a child of `fork` none of its threads exists: work given to it there runs on the
-/// calling thread, one job at a time (said once), and dropping it returns at once; the
-/// global runtime is built again in the child. Build a runtime in the child for parallel
-/// work there.
+/// calling thread, inside the call that gives it (said once), and dropping it returns at
+/// once; the global runtime is built again in the child. Build a runtime in the child for
+/// parallel work there (timers and async I/O stay the parent's: futures that wait for them
+/// never wake in a child; `src/README.md`, F1–F3, lists the limits).
 pub struct Runtime {
     reg: Arc<Registry>,
 }
@@ -389,7 +390,7 @@ where
                     // later `install` hung). Said once; the worker goes on.
                     Some(handler) => {
                         if catch_unwind(AssertUnwindSafe(|| handler(payload))).is_err() {
-                            reg.warnings.warn(crate::diag::Warning::Handler, || {
+                            reg.warnings.warn(crate::diag::Warning::PanicHandler, || {
                                 "the panic handler panicked; the worker goes on".to_owned()
                             });
                         }

@@ -12,11 +12,30 @@ use nix::unistd::Pid;
 use umt_rt::Runtime;
 use umt_rt::prelude::*;
 
+/// A future that wakes itself `left` times before it is ready.
+struct SelfWaking {
+    left: u32,
+}
+
+impl std::future::Future for SelfWaking {
+    type Output = u32;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<u32> {
+        if self.left == 0 {
+            return std::task::Poll::Ready(7);
+        }
+        self.left -= 1;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
+type Said = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
 /// What the child checks; the exit status says which failed (0: none).
-fn in_child(rt: Runtime) -> i32 {
-    let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let sink = said.clone();
-    umt_rt::set_warning_hook(move |line| sink.lock().unwrap().push(line.to_owned()));
+fn in_child(rt: Runtime, said: Said) -> i32 {
     // The global runtime, built again in this process: its loops run on its workers.
     let sum: u64 = (0..1000u64).into_par_iter().sum();
     if sum != 499_500 {
@@ -34,6 +53,7 @@ fn in_child(rt: Runtime) -> i32 {
     if rt.spawn(|| 6).join() != 6 {
         return 13;
     }
+    // A loop inside: on the child's global runtime (this thread is no worker).
     let inside: u64 = rt.install(|| (0..100u64).into_par_iter().map(|x| x * 2).sum());
     if inside != 9900 {
         return 14;
@@ -48,6 +68,11 @@ fn in_child(rt: Runtime) -> i32 {
     });
     if n.into_inner() != 4 {
         return 15;
+    }
+    // A future of the parent's runtime that wakes itself: polled again in a loop, not one
+    // stack frame deeper per wake (100 000 of them overflowed the stack).
+    if rt.spawn_async(SelfWaking { left: 100_000 }).join() != 7 {
+        return 17;
     }
     // Said once, whatever ran there.
     let forked = said
@@ -65,18 +90,27 @@ fn in_child(rt: Runtime) -> i32 {
 
 #[test]
 fn a_fork_child_runs_its_parents_runtime_work_and_builds_its_own_global_runtime() {
+    // Set before any runtime: a thread that warns holds the hook's lock, which a fork could
+    // copy held.
+    let said = Said::default();
+    let sink = said.clone();
+    umt_rt::set_warning_hook(move |line| sink.lock().unwrap().push(line.to_owned()));
     let rt = Runtime::builder().num_threads(2).build().unwrap();
     assert_eq!(rt.install(|| 1), 1);
     // The parent's global runtime exists, with its threads.
     let sum: u64 = (0..1000u64).into_par_iter().sum();
     assert_eq!(sum, 499_500);
+    // Every worker of both has started (and said what it had to): none is in the middle of
+    // it when the fork copies the process.
+    rt.broadcast(|_| ());
+    umt_rt::broadcast(|_| ());
     // SAFETY: the child runs Rust code that allocates and starts threads: glibc's `fork`
     // leaves malloc usable in the child, and the parent's runtime threads are idle here
     // (nothing of theirs holds a lock the child takes). The child leaves with `_exit`.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
-        let status = catch_unwind(AssertUnwindSafe(|| in_child(rt))).unwrap_or(2);
+        let status = catch_unwind(AssertUnwindSafe(|| in_child(rt, said))).unwrap_or(2);
         // SAFETY: ends the child without running the parent's exit handlers.
         unsafe { libc::_exit(status) };
     }

@@ -265,13 +265,16 @@ mod imp {
         Ok(BTF.get_or_init(|| btf))
     }
 
-    /// Why this process cannot load tracing programs, from its effective capabilities
-    /// (`CapEff` in `/proc/self/status`): it needs CAP_SYS_ADMIN, or CAP_BPF and
+    /// Why this thread cannot load tracing programs, from its effective capabilities
+    /// (`CapEff` in `/proc/thread-self/status`): it needs CAP_SYS_ADMIN, or CAP_BPF and
     /// CAP_PERFMON (Linux >= 5.8). Said before the BTF is read, which an unprivileged
     /// process paid on every open only to fail at the load (`Auto` tries Bpf first). `None`
     /// where the capabilities cannot be read: the load then says.
     fn missing_privilege() -> Option<String> {
-        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        // Capabilities are per thread: the calling thread's, which loads the programs.
+        let status = std::fs::read_to_string("/proc/thread-self/status")
+            .or_else(|_| std::fs::read_to_string("/proc/self/status"))
+            .ok()?;
         let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
         let caps = u64::from_str_radix(hex.trim(), 16).ok()?;
         (!may_load_tracing(caps)).then(|| {
