@@ -290,6 +290,7 @@ impl DyonBuilder {
             stop,
             thread,
             bandit: state,
+            made: crate::fork::ForkMark::here(),
         }
     }
 }
@@ -353,6 +354,8 @@ pub struct Dyon {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     bandit: Arc<std::sync::Mutex<Bandit>>,
+    /// The process that started the controller: a child of `fork` does not have its thread.
+    made: crate::fork::ForkMark,
 }
 
 impl Dyon {
@@ -370,6 +373,11 @@ impl Dyon {
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
+            if self.made.is_copy() {
+                // F2 of `../README.md`: not in this process; joining it would panic.
+                std::mem::forget(t);
+                return;
+            }
             t.thread().unpark();
             let _ = t.join();
         }
