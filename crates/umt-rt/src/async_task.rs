@@ -158,7 +158,10 @@ where
             // F1 of `README.md`: in a child of `fork`, a task woken during its poll is polled
             // again here, not queued: queueing runs it inside the queueing, one stack frame
             // deeper per poll, until the stack overflows.
-            while task.clone().run(chain) {}
+            let mut again = task.run(chain);
+            while let Some(task) = again {
+                again = task.run(chain);
+            }
         }
         // SAFETY: `execute::<F>` takes the reference back as a `Task<F>`, what `data` is; the
         // task is `Send + Sync` (`run` makes a `Waker` of it, which requires both), so the job
@@ -167,25 +170,23 @@ where
     }
 
     /// A3: one poll, by the worker that took the task's job; a chain of `chain` futures,
-    /// each woken onto a deque by the poll before, led to it (A2). True when the caller is to
-    /// poll it again at once (F1: woken during its poll, in a child of `fork`).
-    fn run(self: Arc<Self>, chain: u8) -> bool {
+    /// each woken onto a deque by the poll before, led to it (A2). The task back when the
+    /// caller is to poll it again at once (F1: woken during its poll, in a child of `fork`).
+    fn run(self: Arc<Self>, chain: u8) -> Option<Arc<Self>> {
         if !self.state.start_poll() {
             // Cancelled at shutdown while it sat in a queue.
-            return false;
+            return None;
         }
         if self.join.is_aborted() {
             self.finish(Outcome::Cancelled);
-            return false;
+            return None;
         }
         let waker = Waker::from(self.clone());
         let mut cx = Context::from_waker(&waker);
         // Not counted (`sync::Held`): it is held while the future runs, which may step aside
         // (H3); only an abort of this very task waits for it.
         let mut slot = self.future.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(future) = slot.as_mut() else {
-            return false;
-        };
+        let future = slot.as_mut()?;
         // A2: the poll's wakes on this worker continue its chain.
         let outer_chain = with_current(|ctx| ctx.map(|ctx| ctx.set_wake_chain(chain)));
         let polled = catch_unwind(AssertUnwindSafe(|| {
@@ -217,15 +218,21 @@ where
                 }
                 // Woken during the poll: its waker left the queueing to us.
                 AfterPoll::Queue => {
-                    if self.reg.upgrade().is_some_and(|reg| reg.forked()) {
-                        return true;
+                    // A process that never forked since the first runtime (the count is 0),
+                    // or a worker of this runtime (a child has none), looks no further: no
+                    // reference count touched per self-wake.
+                    if crate::fork::generation().is_some_and(|forks| forks != 0)
+                        && with_current(|ctx| worker_of(ctx, &self.reg).is_none())
+                        && self.reg.upgrade().is_some_and(|reg| reg.forked())
+                    {
+                        return Some(self);
                     }
                     self.queue(true)
                 }
                 AfterPoll::Ended => {}
             },
         }
-        false
+        None
     }
 
     /// A4: the end, by whoever owns the task's state: the future is dropped first (a

@@ -62,23 +62,33 @@ pub(crate) fn get() -> Option<&'static Runtime> {
     let global = match GLOBAL.get() {
         Some(global) => global.as_ref(),
         None => {
-            let began = BUILD_BEGAN.load(Ordering::Acquire);
-            if began != 0 && crate::fork::generation().is_some_and(|now| now + 1 != began) {
+            if began_elsewhere() {
                 return forked_global();
             }
-            GLOBAL
-                .get_or_init(|| {
-                    if let Some(now) = crate::fork::generation() {
-                        BUILD_BEGAN.store(now + 1, Ordering::Release);
-                    }
-                    build_default()
-                })
-                .as_ref()
+            // Before the `OnceLock` is marked as being built: a fork between the two would
+            // leave a child that waits for ever.
+            mark_build();
+            GLOBAL.get_or_init(build_default).as_ref()
         }
     };
     match global {
         Some(rt) if rt.registry().forked() => forked_global(),
         _ => global,
+    }
+}
+
+/// Whether a build of [`GLOBAL`] began in an ancestor of this `fork` child ([`BUILD_BEGAN`]):
+/// the child's copy of the `OnceLock` may be marked as being built by a thread it lacks.
+fn began_elsewhere() -> bool {
+    let began = BUILD_BEGAN.load(Ordering::Acquire);
+    began != 0 && crate::fork::generation().is_some_and(|now| now + 1 != began)
+}
+
+/// Says that this process begins to build [`GLOBAL`] (or may: a build found done or under
+/// way marks it too, harmlessly).
+fn mark_build() {
+    if let Some(now) = crate::fork::generation() {
+        BUILD_BEGAN.store(now + 1, Ordering::Release);
     }
 }
 
@@ -118,11 +128,16 @@ pub(crate) fn current_or_global() -> Option<Arc<Registry>> {
 
 /// Whether the global runtime exists already (built, or its build attempted).
 pub(crate) fn is_set() -> bool {
-    GLOBAL.get().is_some()
+    // A build that began in an ancestor counts as done: `set` would wait for it for ever.
+    GLOBAL.get().is_some() || began_elsewhere()
 }
 
 /// Makes `rt` the global runtime, unless there is one already.
 pub(crate) fn set(rt: Runtime) -> Result<(), BuildError> {
+    if began_elsewhere() {
+        return Err(BuildError::GlobalAlreadyBuilt);
+    }
+    mark_build();
     let mut slot = Some(rt);
     GLOBAL.get_or_init(|| slot.take());
     match slot {
