@@ -90,23 +90,25 @@ impl Runtime {
     /// serves, or `None` on any other thread (a worker of another runtime included): rayon's
     /// `ThreadPool::current_thread_index`.
     pub fn current_thread_index(&self) -> Option<usize> {
-        with_current(|ctx| {
-            ctx.filter(|ctx| Arc::ptr_eq(ctx.registry(), &self.reg))
-                .map(|ctx| ctx.core())
-        })
+        self.on_own_worker_do(|ctx| ctx.core())
     }
 
     /// Whether the calling worker of this runtime has tasks of its own queued (its deque),
     /// `None` on any other thread: rayon's `ThreadPool::current_thread_has_pending_tasks`.
     pub fn current_thread_has_pending_tasks(&self) -> Option<bool> {
+        self.on_own_worker_do(|ctx| ctx.has_pending_tasks())
+    }
+
+    /// `f` of the calling thread's worker context, if it is a worker of this runtime.
+    fn on_own_worker_do<R>(&self, f: impl FnOnce(&crate::worker::WorkerCtx) -> R) -> Option<R> {
         with_current(|ctx| {
             ctx.filter(|ctx| Arc::ptr_eq(ctx.registry(), &self.reg))
-                .map(|ctx| ctx.has_pending_tasks())
+                .map(f)
         })
     }
 
     fn on_own_worker(&self) -> bool {
-        with_current(|ctx| ctx.is_some_and(|ctx| Arc::ptr_eq(ctx.registry(), &self.reg)))
+        self.on_own_worker_do(|_| ()).is_some()
     }
 
     /// Runs `f` on a worker of this runtime and returns its result (directly when called from
