@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::job::Job;
-use crate::latch::{Waiter, wait_until};
+use crate::latch::{Waiter, wait_for_wake};
 use crate::registry::{Extension, Feature, Hooks, Registry};
 use crate::spawn::{Abort, JoinHandle, JoinState, Outcome};
 use crate::task_state::{AfterPoll, TaskState};
@@ -336,14 +336,24 @@ impl Wake for Signal {
     }
 }
 
-/// Runs `future` to completion on the calling thread and returns its output. On a worker of a
-/// runtime, the worker runs other tasks while the future waits (as [`join`](crate::join)
-/// does); any other thread sleeps until the future is woken. The future need not be `Send`.
+/// Runs `future` to completion on the calling thread and returns its output. The future need
+/// not be `Send`.
 ///
-/// A task that the worker runs that way sits on top of the waiting frame until it returns:
-/// if it waits (in its own `block_on`, say) for what the future below it would do next, both
-/// wait for ever. So inside tasks, await rather than `block_on` what other tasks produce
-/// (`src/README.md`, beside the futures' steps A1–A5, says why the worker does not park).
+/// Between polls the thread waits for the future's wake-up. On a worker of a runtime with a
+/// monitor, it parks, as any blocking call in a task does, after making another worker of
+/// its core active, which runs the core's other tasks meanwhile (the tasks this future
+/// spawned among them): so tasks whose `block_on`s wait for each other all finish, as a
+/// library's sync wrapper over async code (`fn get() -> T { block_on(get_async()) }`) called
+/// from tasks needs. Where no other worker can come (a runtime without a monitor,
+/// [`max_workers_per_core(1)`](crate::Builder::max_workers_per_core), every worker of the
+/// core already in use, the runtime at its [most spares](crate::Runtime::set_max_spares)
+/// while another worker of the core runs, a thread that cannot be started, or a runtime
+/// shutting down), the worker runs other
+/// tasks on top of its wait instead, as [`join`](crate::join) does, so that a runtime of one
+/// worker still runs what the future waits for; a task run that way that waits for what this
+/// future does next waits for ever, so there await rather than `block_on` what other tasks
+/// produce. Any other thread sleeps until the future is woken (steps B1–B4 of
+/// `src/README.md`).
 ///
 /// ```
 /// let h = umt_rt::spawn_async(async { 6 * 7 });
@@ -364,7 +374,7 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
         if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
             return v;
         }
-        wait_until(&|| signal.woken.load(Ordering::Acquire));
+        wait_for_wake(&|| signal.woken.load(Ordering::Acquire));
         // A wake from here on sets it again: the next wait returns at once.
         signal.woken.store(false, Ordering::Release);
     }

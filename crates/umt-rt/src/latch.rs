@@ -73,6 +73,25 @@ impl Latch {
     }
 }
 
+/// `block_on`'s wait (B1–B4 of `README.md`): until `done()` is true, a monitored worker parks
+/// and another worker of its core runs the core's tasks
+/// ([`crate::worker::WorkerCtx::wait_parked`]); other workers run tasks meanwhile, as
+/// [`wait_until`]; other threads park.
+pub(crate) fn wait_for_wake(done: &dyn Fn() -> bool) {
+    if done() {
+        return;
+    }
+    with_current(|ctx| match ctx {
+        Some(ctx) if ctx.parks_in_block_on() => ctx.wait_parked(done),
+        Some(ctx) => ctx.wait_until(done),
+        None => {
+            while !done() {
+                std::thread::park();
+            }
+        }
+    })
+}
+
 /// Blocks the calling thread until `done()` is true. Workers run other tasks meanwhile; other
 /// threads park, so whoever makes `done()` true must wake them (a [`Waiter`]).
 pub(crate) fn wait_until(done: &dyn Fn() -> bool) {

@@ -362,13 +362,13 @@ fn fill(reg: &Registry, core: usize, seen: u64, starter: &StartRequests) -> bool
             true
         }
         Fill::Reserved(k) => {
-            let asked = starter.request(core * reg.config.cap + k);
+            let asked = starter.request(core * reg.config.cap + k, None);
             if !asked {
-                reg.pools.unreserve(core);
+                reg.pools.unreserve(core, k);
             }
             asked
         }
-        Fill::Changed | Fill::Full => false,
+        Fill::Changed | Fill::Full | Fill::Others => false,
     }
 }
 

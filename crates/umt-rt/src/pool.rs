@@ -143,13 +143,17 @@ impl Notifier {
 
 #[derive(Debug, Default)]
 struct PoolInner {
-    /// Workers of this core that are not parked in the pool.
+    /// Workers of this core that are not parked in the pool, nor in `block_on` (B2 of
+    /// `README.md`).
     active: usize,
     /// Parked workers (indices into the runtime's worker slots), most recent last, each with
     /// whether it surrendered in the middle of a task (and so still has work in progress).
     parked: Vec<(usize, bool)>,
-    /// Workers created for this core.
+    /// Worker slots of this core handed out (started, or reserved and not yet started).
     created: usize,
+    /// Slots below `created` whose reservation was undone (the thread could not be
+    /// started): handed out again before a new one.
+    free: Vec<usize>,
     /// Times a worker of this core became active (woken, left the pool, or reserved); the
     /// leader compares it to tell whether a worker started running since it looked.
     activations: u64,
@@ -171,6 +175,10 @@ pub(crate) enum Fill {
     /// Every worker of the core is active (blocked) and the cap, the spare limit or the
     /// budget of spares allows no more.
     Full,
+    /// Only from [`Pools::replace`]: no worker may be added, but the core has other active
+    /// workers; the one parking in `block_on` stays out of the count and leaves the core to
+    /// them.
+    Others,
 }
 
 /// The bit of a core's leader in [`Pools::stealable`]: the last one (a core has at most 63
@@ -218,6 +226,7 @@ impl Pools {
                         active: 1,
                         parked: Vec::new(),
                         created: 1,
+                        free: Vec::new(),
                         activations: 0,
                         waking: 0,
                     }))
@@ -323,6 +332,21 @@ impl Pools {
         }
     }
 
+    /// B2: an active worker stops counting as active without entering the pool (it parks in
+    /// `block_on`). Its stealable bit stays: its deque may hold jobs, the core's other
+    /// workers take them.
+    #[cfg_attr(loom, allow(dead_code))] // its caller (replace) is not used in the loom build
+    fn step_out(&self, p: &mut PoolInner, core: usize) {
+        if p.active > 1 {
+            self.spares.fetch_sub(1, Ordering::Relaxed);
+        }
+        p.active -= 1;
+        self.active[core].store(p.active, Ordering::Relaxed);
+        if p.active == 0 {
+            self.idle_cores.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
     fn activate(&self, p: &mut PoolInner, core: usize, worker: usize) {
         if p.active == 0 {
             self.idle_cores.fetch_sub(1, Ordering::SeqCst);
@@ -358,22 +382,61 @@ impl Pools {
         if p.activations != seen {
             return Fill::Changed;
         }
+        self.fill_locked(&mut p, core, true)
+    }
+
+    /// B2 of `README.md`: `worker` of `core` parks in `block_on`. It stops counting as
+    /// active (as in the pool, but not findable by wakers, and its deque stays stealable),
+    /// and another worker of the core becomes active in its place, as [`Pools::fill`] gives
+    /// one, a worker parked for lack of work first: `Woke` (the caller notifies it) or
+    /// `Reserved` (the caller has it started, or [`Pools::unreserve`]s it). Where the
+    /// limits allow none: `Others` if the core has other active workers (the caller parks
+    /// and leaves the core to them), else `Full`, and the worker is active again, as before
+    /// the call. Never `Changed`.
+    #[cfg_attr(loom, allow(dead_code))] // its caller (worker.rs) is not in the loom build
+    pub(crate) fn replace(&self, core: usize, worker: usize) -> Fill {
+        let mut p = lock(&self.cores[core]);
+        self.step_out(&mut p, core);
+        match self.fill_locked(&mut p, core, false) {
+            Fill::Full if p.active > 0 => Fill::Others,
+            Fill::Full => {
+                self.activate(&mut p, core, worker);
+                Fill::Full
+            }
+            got => got,
+        }
+    }
+
+    /// B3 of `README.md`: `worker`, parked in `block_on` after [`Pools::replace`], is active
+    /// again, whatever the limits (it holds a task in progress).
+    #[cfg_attr(loom, allow(dead_code))] // its caller (worker.rs) is not in the loom build
+    pub(crate) fn back_from_block_on(&self, core: usize, worker: usize) {
+        let mut p = lock(&self.cores[core]);
+        self.activate(&mut p, core, worker);
+    }
+
+    /// [`Pools::fill`] under the core's lock. `surrendered_first`: which parked worker to
+    /// take (see [`Pools::take_parked`]).
+    fn fill_locked(&self, p: &mut PoolInner, core: usize, surrendered_first: bool) -> Fill {
         if p.active >= self.limit.load(Ordering::Relaxed)
             || (p.active > 0
                 && self.spares.load(Ordering::Relaxed) >= self.max_spares.load(Ordering::Relaxed))
         {
             return Fill::Full;
         }
-        if let Some(w) = Self::take_parked(&mut p) {
-            self.activate_waking(&mut p, core, w);
+        if let Some(w) = Self::take_parked(p, surrendered_first) {
+            self.activate_waking(p, core, w);
             return Fill::Woke(w);
         }
-        if p.created >= self.cap {
-            return Fill::Full;
-        }
-        let k = p.created;
-        p.created += 1;
-        self.activate_waking(&mut p, core, core * self.cap + k);
+        let k = match p.free.pop() {
+            Some(k) => k,
+            None if p.created < self.cap => {
+                p.created += 1;
+                p.created - 1
+            }
+            None => return Fill::Full,
+        };
+        self.activate_waking(p, core, core * self.cap + k);
         Fill::Reserved(k)
     }
 
@@ -384,13 +447,15 @@ impl Pools {
         self.fill(core, self.leader_view(core).0)
     }
 
-    /// Removes the parked worker the leader should wake: the latest that surrendered mid-task,
-    /// else the latest parked.
-    fn take_parked(p: &mut PoolInner) -> Option<usize> {
+    /// Removes the parked worker to wake: with `surrendered_first` (the leader's fill), the
+    /// latest that surrendered mid-task, else the latest parked; without (a worker parking
+    /// in `block_on`, which needs one that runs the core's queued work now, not its own task
+    /// first), the latest that did not surrender, else the latest parked.
+    fn take_parked(p: &mut PoolInner, surrendered_first: bool) -> Option<usize> {
         let i = p
             .parked
             .iter()
-            .rposition(|&(_, surrendered)| surrendered)
+            .rposition(|&(_, surrendered)| surrendered == surrendered_first)
             .or_else(|| p.parked.len().checked_sub(1))?;
         Some(p.parked.swap_remove(i).0)
     }
@@ -480,11 +545,13 @@ impl Pools {
         Some(w)
     }
 
-    /// Undoes a reservation of [`Pools::fill`] when the thread could not be started.
+    /// Undoes reservation `k` of [`Pools::fill`] or [`Pools::replace`] when its thread could
+    /// not be started. Its slot is handed out again first (other reservations may have come
+    /// after it: `created` stays).
     #[cfg_attr(loom, allow(dead_code))] // its callers (leader, starter) are not in the loom build
-    pub(crate) fn unreserve(&self, core: usize) {
+    pub(crate) fn unreserve(&self, core: usize, k: usize) {
         let mut p = lock(&self.cores[core]);
-        p.created -= 1;
+        p.free.push(k);
         if p.active > 1 {
             self.spares.fetch_sub(1, Ordering::Relaxed);
         }
@@ -494,13 +561,13 @@ impl Pools {
         if p.active == 0 {
             self.idle_cores.fetch_add(1, Ordering::SeqCst);
         }
-        self.stealable[core].fetch_and(!(1 << p.created), Ordering::Release);
+        self.stealable[core].fetch_and(!(1 << k), Ordering::Release);
     }
 
-    /// Active and created workers of `core`.
+    /// Active and created workers of `core` (reservations undone not counted).
     pub(crate) fn counts(&self, core: usize) -> (usize, usize) {
         let p = lock(&self.cores[core]);
-        (p.active, p.created)
+        (p.active, p.created - p.free.len())
     }
 
     /// Steps S1–S4 of `README.md`: `worker` of `core`, which found no work, parks in the pool
@@ -641,7 +708,7 @@ mod tests {
         assert_eq!(pools.fill(0, seen), Fill::Reserved(1));
         let (seen, in_flight) = pools.leader_view(0);
         assert!(in_flight);
-        pools.unreserve(0);
+        pools.unreserve(0, 1);
         assert_eq!(pools.leader_view(0), (seen, false));
         assert_eq!(pools.counts(0), (1, 1));
     }
@@ -692,12 +759,33 @@ mod tests {
     /// core `core`'s worker number `pick` (modulo those it applies to).
     #[derive(Debug, Clone)]
     enum Op {
-        Fill { core: usize, unreserve: bool },
-        Enter { core: usize, pick: usize },
-        Surrender { core: usize, pick: usize },
-        Leave { core: usize, pick: usize },
+        Fill {
+            core: usize,
+            unreserve: bool,
+        },
+        Enter {
+            core: usize,
+            pick: usize,
+        },
+        Surrender {
+            core: usize,
+            pick: usize,
+        },
+        Leave {
+            core: usize,
+            pick: usize,
+        },
         TakeFromIdleCore,
         Budget(usize),
+        BlockOn {
+            core: usize,
+            pick: usize,
+            unreserve: bool,
+        },
+        BackFromBlockOn {
+            core: usize,
+            pick: usize,
+        },
     }
 
     fn op() -> impl proptest::strategy::Strategy<Value = Op> {
@@ -709,6 +797,9 @@ mod tests {
             1 => (0..3usize, 0..8usize).prop_map(|(core, pick)| Op::Leave { core, pick }),
             1 => Just(Op::TakeFromIdleCore),
             1 => (0..5usize).prop_map(Op::Budget),
+            2 => (0..3usize, 0..8usize, any::<bool>())
+                .prop_map(|(core, pick, unreserve)| Op::BlockOn { core, pick, unreserve }),
+            1 => (0..3usize, 0..8usize).prop_map(|(core, pick)| Op::BackFromBlockOn { core, pick }),
         ]
     }
 
@@ -726,6 +817,8 @@ mod tests {
             // The model: each core's active and parked workers.
             let mut active: Vec<Vec<usize>> = (0..CORES).map(|c| vec![c * CAP]).collect();
             let mut parked: Vec<Vec<usize>> = vec![Vec::new(); CORES];
+            // Workers parked in `block_on` (B2): neither active nor in the pool.
+            let mut blocked_on: Vec<Vec<usize>> = vec![Vec::new(); CORES];
             let take = |v: &mut Vec<usize>, w: usize| {
                 let i = v.iter().position(|&x| x == w).expect("the model knows the worker");
                 v.swap_remove(i);
@@ -745,10 +838,13 @@ mod tests {
                                 active[core].push(w);
                                 pools.woken(core);
                             }
-                            Fill::Reserved(_) if unreserve => pools.unreserve(core),
+                            Fill::Reserved(k) if unreserve => pools.unreserve(core, k),
                             Fill::Reserved(k) => {
                                 active[core].push(core * CAP + k);
                                 pools.woken(core);
+                            }
+                            Fill::Others => {
+                                proptest::prop_assert!(false, "only replace says Others");
                             }
                             Fill::Changed | Fill::Full => {}
                         }
@@ -789,12 +885,71 @@ mod tests {
                     Op::Budget(n) => {
                         pools.set_max_spares(n);
                     }
-                    Op::Enter { .. } | Op::Surrender { .. } | Op::Leave { .. } => {}
+                    Op::BlockOn { core, pick, unreserve } if !active[core].is_empty() => {
+                        let w = active[core][pick % active[core].len()];
+                        let others = active[core].len() - 1;
+                        let got = pools.replace(core, w);
+                        // Out of the count first: the budget is looked at without it.
+                        if others > 0 && spares_before > pools.max_spares() {
+                            proptest::prop_assert_eq!(got, Fill::Others);
+                        }
+                        let parks = match got {
+                            Fill::Woke(x) => {
+                                proptest::prop_assert!(x != w);
+                                take(&mut parked[core], x);
+                                active[core].push(x);
+                                pools.woken(core);
+                                true
+                            }
+                            Fill::Reserved(k) if unreserve => {
+                                pools.unreserve(core, k);
+                                pools.back_from_block_on(core, w);
+                                false
+                            }
+                            Fill::Reserved(k) => {
+                                active[core].push(core * CAP + k);
+                                pools.woken(core);
+                                true
+                            }
+                            Fill::Changed => {
+                                proptest::prop_assert!(false, "replace never says Changed");
+                                false
+                            }
+                            Fill::Others => {
+                                proptest::prop_assert!(others > 0);
+                                true
+                            }
+                            Fill::Full => {
+                                proptest::prop_assert_eq!(others, 0);
+                                false
+                            }
+                        };
+                        if parks {
+                            take(&mut active[core], w);
+                            blocked_on[core].push(w);
+                        }
+                    }
+                    Op::BackFromBlockOn { core, pick } if !blocked_on[core].is_empty() => {
+                        let w = blocked_on[core][pick % blocked_on[core].len()];
+                        take(&mut blocked_on[core], w);
+                        active[core].push(w);
+                        pools.back_from_block_on(core, w);
+                    }
+                    Op::Enter { .. }
+                    | Op::Surrender { .. }
+                    | Op::Leave { .. }
+                    | Op::BlockOn { .. }
+                    | Op::BackFromBlockOn { .. } => {}
                 }
                 let want: usize = active.iter().map(|a| a.len().saturating_sub(1)).sum();
                 proptest::prop_assert_eq!(pools.spares(), want);
                 for (core, a) in active.iter().enumerate() {
                     proptest::prop_assert_eq!(pools.counts(core).0, a.len());
+                    proptest::prop_assert_eq!(pools.idle_cores() > 0, active.iter().any(Vec::is_empty));
+                    // B2: a worker parked in `block_on` keeps its deque in reach.
+                    for &w in &blocked_on[core] {
+                        proptest::prop_assert!(pools.stealable(core) & (1 << (w % CAP)) != 0);
+                    }
                 }
             }
         }
@@ -847,13 +1002,68 @@ mod tests {
         assert_eq!(pools.stealable(1), 0b0111);
         assert_eq!(pools.fill_now(1), Fill::Woke(5));
         assert_eq!(pools.fill_now(1), Fill::Reserved(3));
-        pools.unreserve(1);
+        pools.unreserve(1, 3);
         assert_eq!(
             pools.stealable(1),
             0b0111,
             "a spare that never started is not looked at"
         );
         assert_eq!(pools.stealable(0), 0b0001, "other cores are untouched");
+    }
+
+    /// B2 of `README.md`: a worker parking in `block_on` stops counting as active and wakes a
+    /// worker parked for lack of work before one that surrendered mid-task (which would run
+    /// its own task first); back, it counts again whatever the limit.
+    #[test]
+    fn a_worker_parking_in_block_on_hands_its_place_to_an_idle_one() {
+        let pools = Pools::new(1, 4);
+        // Workers 1 and 2 active, then 1 parks for lack of work and 2 surrenders.
+        assert_eq!(pools.fill_now(0), Fill::Reserved(1));
+        pools.woken(0);
+        assert_eq!(pools.fill_now(0), Fill::Reserved(2));
+        pools.woken(0);
+        assert_eq!(pools.enter(0, 1), None);
+        assert!(pools.try_surrender(0, 2));
+        assert_eq!(pools.counts(0), (1, 3));
+        assert_eq!(
+            pools.replace(0, 0),
+            Fill::Woke(1),
+            "the idle one, not the surrendered"
+        );
+        pools.woken(0);
+        assert_eq!(pools.counts(0), (1, 3), "0 is out, 1 is in");
+        assert_eq!(pools.stealable(0) & 1, 1, "0's deque stays in reach");
+        pools.set_limit(1);
+        pools.back_from_block_on(0, 0);
+        assert_eq!(pools.counts(0), (2, 3), "back whatever the limit");
+        // At the limit, 1 gets no replacement, but 0 is active: 1 leaves the core to it.
+        assert_eq!(pools.replace(0, 1), Fill::Others);
+        assert_eq!(pools.counts(0), (1, 3));
+        // At the cap with nobody else active, the worker stays: it must run the work itself.
+        let lone = Pools::new(1, 1);
+        assert_eq!(lone.replace(0, 0), Fill::Full);
+        assert_eq!(lone.counts(0), (1, 1));
+    }
+
+    /// A reservation undone after another was made frees its own slot, which the next
+    /// reservation gets, and leaves the other's bit alone (two workers of a core may reserve
+    /// at once since B2).
+    #[test]
+    fn a_reservation_undone_out_of_order_frees_its_own_slot() {
+        let pools = Pools::new(1, 4);
+        assert_eq!(pools.fill_now(0), Fill::Reserved(1));
+        assert_eq!(pools.replace(0, 0), Fill::Reserved(2));
+        pools.woken(0);
+        pools.unreserve(0, 1);
+        assert_eq!(
+            pools.stealable(0) & 0b110,
+            0b100,
+            "slot 2's bit stays, 1's goes"
+        );
+        assert_eq!(pools.counts(0), (1, 2), "worker 2 active, 0 in block_on");
+        assert_eq!(pools.fill_now(0), Fill::Reserved(1), "the freed slot first");
+        assert_eq!(pools.fill_now(0), Fill::Reserved(3));
+        assert_eq!(pools.fill_now(0), Fill::Full, "cap reached");
     }
 
     #[test]

@@ -48,26 +48,52 @@ pub(crate) struct Slot {
     pub(crate) tid: std::sync::atomic::AtomicI32,
     /// Whether a leader lent this worker to its own core (`lend.rs`).
     pub(crate) lend: Lend,
+    /// B2 of `README.md`: how many times this worker handed its place on in `block_on` (the
+    /// number of its latest such wait). Written by the worker only.
+    pub(crate) block_on_waits: AtomicU64,
+    /// B4: the number of the `block_on` wait whose replacement could not be started (0:
+    /// none). Set by the starter, which then notifies this worker.
+    pub(crate) replacement_failed: AtomicU64,
 }
 
 /// The leaders' end of the starter thread (`starter.rs`): requests to start the worker of a
 /// slot.
 #[derive(Clone)]
-pub(crate) struct StartRequests(std::sync::mpsc::Sender<usize>);
+pub(crate) struct StartRequests(std::sync::mpsc::Sender<StartRequest>);
+
+/// One request to the starter: the slot to start, and the worker parked in `block_on` that
+/// reserved it (B2 of `README.md`), to tell if it cannot be started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StartRequest {
+    /// The slot to start.
+    pub(crate) index: usize,
+    /// The slot of the worker waiting for it in `block_on`, and the number of that wait
+    /// (`Slot::block_on_waits`), if any.
+    pub(crate) for_block_on: Option<(usize, u64)>,
+}
 
 /// The request that stops the starter.
-pub(crate) const STOP_STARTER: usize = usize::MAX;
+pub(crate) const STOP_STARTER: StartRequest = StartRequest {
+    index: usize::MAX,
+    for_block_on: None,
+};
 
 impl StartRequests {
     /// The sending end of the starter's channel.
-    pub(crate) fn new(tx: std::sync::mpsc::Sender<usize>) -> StartRequests {
+    pub(crate) fn new(tx: std::sync::mpsc::Sender<StartRequest>) -> StartRequests {
         StartRequests(tx)
     }
 
-    /// Asks for the worker of slot `index` (already reserved in its core's pool) to be started.
-    /// Returns `false` when the starter is gone (the runtime is shutting down).
-    pub(crate) fn request(&self, index: usize) -> bool {
-        self.0.send(index).is_ok()
+    /// Asks for the worker of slot `index` (already reserved in its core's pool) to be started,
+    /// for the worker of slot `for_block_on` if it parks in `block_on` meanwhile. Returns
+    /// `false` when the starter is gone (the runtime is shutting down).
+    pub(crate) fn request(&self, index: usize, for_block_on: Option<(usize, u64)>) -> bool {
+        self.0
+            .send(StartRequest {
+                index,
+                for_block_on,
+            })
+            .is_ok()
     }
 
     /// Stops the starter once it has served every request sent before (shutdown: the leaders
@@ -223,6 +249,8 @@ impl Registry {
                     monitored: std::sync::atomic::AtomicBool::new(false),
                     tid: std::sync::atomic::AtomicI32::new(0),
                     lend: Lend::default(),
+                    block_on_waits: AtomicU64::new(0),
+                    replacement_failed: AtomicU64::new(0),
                 })
             })
             .collect();

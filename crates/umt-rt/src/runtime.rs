@@ -174,7 +174,8 @@ impl Runtime {
         spawn_detached_in(&self.reg, f, true);
     }
 
-    /// Sets the most workers per core the leaders keep active, blocked ones included, between
+    /// Sets the most workers per core the leaders keep active, blocked ones included (not
+    /// those parked in [`block_on`](crate::block_on), which hand their place on), between
     /// 1 (no spare: a blocked worker's core idles) and [`Builder::max_workers_per_core`], and
     /// returns what it set. A core that has more active workers keeps them until they park.
     /// [`crate::onload::DyonBuilder::start_spare_limit`] sets it from measurements.
@@ -190,7 +191,8 @@ impl Runtime {
     }
 
     /// Sets the most spare workers the leaders make active at once over all cores (a spare: a
-    /// core's active worker beyond its first, blocked ones included), and returns it.
+    /// core's active worker beyond its first, blocked ones included, not those parked in
+    /// [`block_on`](crate::block_on)), and returns it.
     /// Unlimited by default; at `0` the leaders wake or start no spare. It bounds the leaders
     /// only: a worker that becomes active by itself (its latch was set, it found work as it
     /// was parking) is not held back, so the count may pass the budget until such workers

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, channel};
 
-use crate::registry::{Registry, STOP_STARTER, StartRequests};
+use crate::registry::{Registry, STOP_STARTER, StartRequest, StartRequests};
 
 /// Starts the starter thread. It exits at [`StartRequests::stop`], or once every clone of the
 /// returned sender is dropped, after serving every request sent before.
@@ -29,8 +29,12 @@ pub(crate) fn start(reg: &Arc<Registry>) -> std::io::Result<StartRequests> {
     Ok(StartRequests::new(tx))
 }
 
-fn serve(reg: &Arc<Registry>, requests: Receiver<usize>) {
-    for index in requests.iter().take_while(|&i| i != STOP_STARTER) {
+fn serve(reg: &Arc<Registry>, requests: Receiver<StartRequest>) {
+    for StartRequest {
+        index,
+        for_block_on,
+    } in requests.iter().take_while(|&r| r != STOP_STARTER)
+    {
         let core = reg.slots[index].core;
         match crate::worker::start(reg, index) {
             Ok(()) => {
@@ -40,7 +44,15 @@ fn serve(reg: &Arc<Registry>, requests: Receiver<usize>) {
                 reg.warnings.warn(crate::diag::Warning::SpareStart, || {
                     format!("cannot start a spare worker, a blocked core stays idle: {e}")
                 });
-                reg.pools.unreserve(core);
+                reg.pools.unreserve(core, index % reg.config.cap);
+                // B4 of `README.md`: the worker parked in `block_on` for it runs the core's
+                // tasks itself instead.
+                if let Some((waiter, wait)) = for_block_on {
+                    reg.slots[waiter]
+                        .replacement_failed
+                        .store(wait, Ordering::Release);
+                    reg.notify(waiter);
+                }
             }
         }
     }

@@ -111,7 +111,8 @@ pub struct CoreStats {
     pub cpu: CpuId,
     /// Worker threads created for it.
     pub workers: usize,
-    /// Workers not parked in its idle pool.
+    /// Workers not parked in its idle pool, nor in `block_on` (whose place another worker
+    /// took: see [`block_on`](crate::block_on)).
     pub active_workers: usize,
     /// Its ready count: monitored workers running or runnable there, as of the last drain
     /// of its events (0 with the monitor off).

@@ -135,6 +135,18 @@ impl Drop for TaskGuard<'_> {
     }
 }
 
+/// B3 of `README.md`: a worker back from its park in `block_on` counts as active again, and
+/// its core's leader looks (a polling leader may sleep while the core has no active worker).
+struct BackFromBlockOn<'a>(&'a WorkerCtx);
+
+impl Drop for BackFromBlockOn<'_> {
+    fn drop(&mut self) {
+        let ctx = self.0;
+        ctx.reg.pools.back_from_block_on(ctx.core, ctx.index);
+        ctx.reg.poke_leader(ctx.core);
+    }
+}
+
 /// Ends the outermost [`WorkerCtx::staying`] call, also when it unwinds: leaders may lend the
 /// worker again.
 struct StayGuard<'a>(&'a WorkerCtx);
@@ -827,6 +839,100 @@ impl WorkerCtx {
             } else if !done() {
                 self.sleep(Some(done));
             }
+        }
+    }
+
+    /// B1 of `README.md` (`block_on` on a worker): whether this worker's `block_on` parks
+    /// while its future waits, leaving the core's other tasks to a worker it wakes for them,
+    /// rather than running them on top of its own frame: a monitored worker (whose runtime
+    /// has a starter for the worker it may need, and whose core's spare surrenders once it is
+    /// back), not a leader, while the runtime is not shutting down, and not in a child of
+    /// `fork` (F1: the runtime's other threads are not there).
+    pub(crate) fn parks_in_block_on(&self) -> bool {
+        self.role == Role::Worker
+            && self.monitored
+            && !self.reg.terminate.load(Ordering::Acquire)
+            && !self.reg.forked()
+    }
+
+    /// B1–B4 of `README.md`: waits for `done()` without running any task on top of the
+    /// waiting frame (a task run there could wait for what only that frame, below it on the
+    /// stack, does next: both would wait for ever). On its own core, where no leader lends it
+    /// meanwhile (M5), it looks at `done()` a few dozen times, then stops counting as active,
+    /// gives the core another worker (B2) and parks until `done()`; where it can give none
+    /// and the core has no other, once that worker cannot be started, or once the runtime
+    /// shuts down, it waits as `join` does (B4).
+    pub(crate) fn wait_parked(&self, done: &dyn Fn() -> bool) {
+        /// Looks at `done()` before parking: a future woken within microseconds (its task
+        /// ran on another core) costs no park and no other worker.
+        const SPIN_ROUNDS: u32 = 64;
+        self.sched_point();
+        self.staying(|| {
+            for _ in 0..SPIN_ROUNDS {
+                if done() {
+                    return;
+                }
+                std::hint::spin_loop();
+            }
+            let slot = self.slot();
+            let wait = slot.block_on_waits.load(Ordering::Relaxed) + 1;
+            slot.block_on_waits.store(wait, Ordering::Relaxed);
+            if !self.replace_me(wait) {
+                return self.wait_until(done);
+            }
+            // Active again however this ends (`done` is the caller's: it could panic).
+            let back = BackFromBlockOn(self);
+            if self.reg.trace.is_some() {
+                self.record(TraceKind::Park);
+                self.flush_trace();
+            }
+            // B3: the future's waker notifies this worker. Other notifications (a latch of a
+            // frame below, `Drop`'s, the starter's) make it look again.
+            let mut helps = false;
+            while !done() {
+                if self.reg.terminate.load(Ordering::Acquire)
+                    || slot.replacement_failed.load(Ordering::Acquire) == wait
+                {
+                    helps = true;
+                    break;
+                }
+                self.park_notified();
+            }
+            self.record(TraceKind::Unpark);
+            drop(back);
+            if helps {
+                self.wait_until(done);
+            }
+        })
+    }
+
+    /// B2 of `README.md`: this worker stops counting as active, and another worker of its core
+    /// becomes active in its place: a parked one, notified here, else a new one, which the
+    /// starter starts (and, if it cannot, tells this worker, naming `wait`: B4); where the
+    /// limits allow none but the core has other active workers, none, and they run the core.
+    /// Returns `false`, this worker active again, where the core would have nobody (every
+    /// slot in use and none parked) or the starter is gone.
+    fn replace_me(&self, wait: u64) -> bool {
+        let reg = &self.reg;
+        match reg.pools.replace(self.core, self.index) {
+            crate::pool::Fill::Woke(w) => {
+                reg.notify(w);
+                true
+            }
+            crate::pool::Fill::Reserved(k) => {
+                let index = self.core * reg.config.cap + k;
+                let asked = reg
+                    .starter
+                    .get()
+                    .is_some_and(|s| s.request(index, Some((self.index, wait))));
+                if !asked {
+                    reg.pools.unreserve(self.core, k);
+                    reg.pools.back_from_block_on(self.core, self.index);
+                }
+                asked
+            }
+            crate::pool::Fill::Others => true,
+            crate::pool::Fill::Changed | crate::pool::Fill::Full => false,
         }
     }
 

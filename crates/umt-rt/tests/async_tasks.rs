@@ -325,40 +325,189 @@ fn dropping_the_runtime_cancels_the_futures_that_wait() {
     assert_eq!(ready.join(), 3);
 }
 
-/// On a monitored worker with no spare allowed, a `block_on` of a future that awaits what it
-/// spawned returns (the worker runs those tasks meanwhile), and a runtime dropped while a
-/// task waits in `block_on` for a task it spawned still ends. A guard for any wait that
-/// parks instead (`src/README.md`, after steps A1–A5): one such hung on both.
+/// On one monitored core, a `block_on` of a future that awaits what it spawned returns, and a
+/// runtime dropped while a task waits in `block_on` for a task it spawned still ends: with a
+/// worker to hand the core to (B2 of `src/README.md`; no spare budget, which a parked
+/// `block_on` does not use) and with none (`max_workers_per_core(1)`: the wait runs those
+/// tasks itself, B4). A guard for any wait that parks: the first parked wait hung on both.
 #[test]
 fn block_on_runs_its_own_jobs_and_lets_its_runtime_end() {
     let _serial = serial();
-    let (tx, rx) = mpsc::channel();
-    let (done_tx, done_rx) = mpsc::channel();
-    let test = std::thread::spawn(move || {
-        let Some(rt) = one_core_monitored() else {
-            let _ = done_tx.send(None);
-            return;
+    for workers_per_core in [None, Some(1)] {
+        let (tx, rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel();
+        let test = std::thread::spawn(move || {
+            let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
+            let mut b = Runtime::builder().cores([cpu]).monitor(monitored_backend());
+            if let Some(n) = workers_per_core {
+                b = b.max_workers_per_core(n);
+            }
+            let rt = b.build().unwrap();
+            if common::skip_unmonitored(&rt) {
+                let _ = done_tx.send(None);
+                return;
+            }
+            rt.set_max_spares(0);
+            let got = rt.block_on(async {
+                umt_rt::spawn_async(async { 20 }).await + umt_rt::spawn(|| 22).await
+            });
+            rt.spawn_detached(move || {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                tx.send(umt_rt::block_on(umt_rt::spawn(|| 1))).unwrap();
+            });
+            drop(rt);
+            let _ = done_tx.send(Some(got));
+        });
+        // A hang detector, not a speed bound.
+        match done_rx.recv_timeout(std::time::Duration::from_secs(120)) {
+            Ok(Some(got)) => {
+                assert_eq!(got, 42);
+                assert_eq!(rx.recv().unwrap(), 1);
+                test.join().unwrap();
+            }
+            Ok(None) => test.join().unwrap(),
+            Err(_) => panic!(
+                "block_on ({workers_per_core:?} workers per core), or the runtime's drop, \
+                 never returned"
+            ),
+        }
+    }
+}
+
+/// A one-shot value whose receiver is a future (std only: the dev tokio has no `sync`).
+#[derive(Clone, Default)]
+struct OneShot(Arc<Mutex<(Option<u32>, Option<Waker>)>>);
+
+impl OneShot {
+    fn send(&self, v: u32) {
+        let waker = {
+            let mut g = self.0.lock().unwrap();
+            g.0 = Some(v);
+            g.1.take()
         };
-        rt.set_max_spares(0);
-        let got = rt.block_on(async {
-            umt_rt::spawn_async(async { 20 }).await + umt_rt::spawn(|| 22).await
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    fn recv(self) -> impl Future<Output = u32> {
+        std::future::poll_fn(move |cx| {
+            let mut g = self.0.lock().unwrap();
+            match g.0 {
+                Some(v) => Poll::Ready(v),
+                None => {
+                    g.1 = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+            }
+        })
+    }
+}
+
+/// B1–B4 of `src/README.md`: a task's `block_on` on a monitored worker waits parked, and no
+/// task runs on top of its frame. On one core, task A waits in `block_on` for a value sent
+/// from outside, and task B, started while A waits, waits in `block_on` for what A sends
+/// next. Had A's worker run B on top of A's frame, B would wait for A, and A (below B on the
+/// stack) for B to return: both for ever (found by a user's trial). The worker A's wait
+/// woke for its core runs B instead, and both finish once A gets its value.
+#[test]
+fn tasks_whose_block_on_waits_for_each_other_finish() {
+    let _serial = serial();
+    let Some(rt) = one_core_monitored() else {
+        return;
+    };
+    for pairs in [1usize, 3] {
+        let b_waits = Arc::new(AtomicUsize::new(0));
+        let mut feeds = Vec::new();
+        let mut handles = Vec::new();
+        for _ in 0..pairs {
+            let (a, b) = (OneShot::default(), OneShot::default());
+            feeds.push(a.clone());
+            let to_b = b.clone();
+            let first = rt.spawn_async(async move {
+                let v = umt_rt::block_on(a.recv());
+                to_b.send(v + 1);
+                v
+            });
+            let waits = b_waits.clone();
+            let second = rt.spawn_async(async move {
+                waits.fetch_add(1, Ordering::SeqCst);
+                umt_rt::block_on(b.recv())
+            });
+            handles.push((first, second));
+        }
+        // Every B waits (each A is waiting already: B started after it, on the same core).
+        while b_waits.load(Ordering::SeqCst) < pairs {
+            std::thread::yield_now();
+        }
+        for (i, a) in feeds.iter().enumerate() {
+            a.send(10 * i as u32);
+        }
+        // A hang detector, not a speed bound: a deadlock would wait for ever.
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let got: Vec<(u32, u32)> = handles
+                .into_iter()
+                .map(|(a, b)| (a.join(), b.join()))
+                .collect();
+            let _ = tx.send(got);
         });
-        rt.spawn_detached(move || {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-            tx.send(umt_rt::block_on(umt_rt::spawn(|| 1))).unwrap();
-        });
-        drop(rt);
-        let _ = done_tx.send(Some(got));
+        let Ok(got) = rx.recv_timeout(std::time::Duration::from_secs(120)) else {
+            // Dropping the runtime would wait for the stuck workers: fail instead.
+            std::mem::forget(rt);
+            panic!("tasks waiting in block_on for each other never finished ({pairs} pairs)");
+        };
+        let want: Vec<(u32, u32)> = (0..pairs as u32).map(|i| (10 * i, 10 * i + 1)).collect();
+        assert_eq!(got, want);
+    }
+}
+
+/// B1–B4 of `src/README.md` with closures, as a library's sync wrapper over async code is
+/// called (`fn get() { block_on(get_async()) }`): on one monitored core, task A waits in
+/// `block_on` for a timer and then sets a flag; task B, queued after it, waits in `block_on`
+/// for the flag. Run on top of A's frame, B would wait for ever (a user's trial).
+#[test]
+fn sync_wrappers_over_async_called_from_tasks_finish() {
+    let _serial = serial();
+    let Some(rt) = one_core_monitored() else {
+        return;
+    };
+    let flag = Arc::new(AtomicBool::new(false));
+    let a_waits = Arc::new(AtomicBool::new(false));
+    let (f1, f2, waits) = (flag.clone(), flag.clone(), a_waits.clone());
+    let a = rt.spawn(move || {
+        waits.store(true, Ordering::SeqCst);
+        umt_rt::block_on(umt_rt::time::sleep(std::time::Duration::from_millis(20)));
+        f1.store(true, Ordering::SeqCst);
+    });
+    // B is queued once A runs, so that the core's worker is A's.
+    while !a_waits.load(Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    let b = rt.spawn(move || {
+        umt_rt::block_on(std::future::poll_fn(|cx| {
+            if f2.load(Ordering::SeqCst) {
+                Poll::Ready(())
+            } else {
+                // A timer-less poll loop: woken again at once, as a flag-polling future is.
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+        }))
     });
     // A hang detector, not a speed bound.
-    match done_rx.recv_timeout(std::time::Duration::from_secs(120)) {
-        Ok(Some(got)) => {
-            assert_eq!(got, 42);
-            assert_eq!(rx.recv().unwrap(), 1);
-            test.join().unwrap();
-        }
-        Ok(None) => test.join().unwrap(),
-        Err(_) => panic!("block_on without a spare, or the runtime's drop, never returned"),
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        a.join();
+        b.join();
+        let _ = tx.send(());
+    });
+    if rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .is_err()
+    {
+        std::mem::forget(rt);
+        panic!("a sync wrapper's block_on run on top of another's never finished");
     }
 }
 
