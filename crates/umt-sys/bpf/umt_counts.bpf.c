@@ -35,6 +35,7 @@ typedef _Bool bool;
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
+static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static __u32 (*bpf_get_smp_processor_id)(void) = (void *)8;
 static long (*bpf_perf_event_output)(void *ctx, void *map, __u64 flags, void *data,
 				     __u64 size) = (void *)25;
@@ -79,8 +80,8 @@ struct task_struct {
 } __attribute__((preserve_access_index));
 
 /*
- * One per possible CPU, 64 bytes so that CPUs do not share a cache line. Must match
- * `CpuCounts` in the loader.
+ * One per possible CPU, 128 bytes (two cache lines, the first holding what every switch
+ * touches) so that CPUs do not share a line. Must match `CpuCounts` in the loader.
  */
 struct umt_cpu {
 	__s64 ready;		/* monitored threads running or runnable on this CPU */
@@ -91,6 +92,9 @@ struct umt_cpu {
 	__u64 notes;		/* cumulative: wake-ups sent for this CPU */
 	__u64 armed;		/* written by the process: 1 while a waiter sleeps for this CPU */
 	__u64 handoffs;		/* cumulative: handoff signals sent to a thread running here */
+	__u64 over_since;	/* ktime when the count last rose above one; 0 once it fell back */
+	__u64 over_ns;		/* cumulative: nanoseconds with more than one ready thread */
+	__u64 pad[6];
 };
 
 /* A thread's state word, in `slots`; every change is one compare-and-swap. */
@@ -284,13 +288,32 @@ static __attribute__((always_inline)) void dropped(void *ctx, struct umt_cpu *c,
 	bpf_perf_event_output(ctx, &notes, BPF_F_CURRENT_CPU, &n, sizeof(n));
 }
 
-/* Adds `delta` (+1 or -1) to `cpu`'s ready count. */
+/*
+ * Adds `delta` (+1 or -1) to `cpu`'s ready count, and keeps the time it spends above one:
+ * the rise from one to two stamps `over_since`, the fall from two to one adds the time since
+ * the stamp to `over_ns` and clears it. Each crossing is seen by exactly one caller (the
+ * count's fetch-and-add), but a rise and a fall made at once from two CPUs may swap their
+ * stamps: the fall then finds no stamp and adds nothing, and the rise's stamp stays while
+ * the count is one, until the next rise replaces it (readers look at it only above one).
+ */
 static __attribute__((always_inline)) void add_ready(void *ctx, __u32 cpu, __s64 delta)
 {
 	struct umt_cpu *c = cpu_counts(cpu);
+	__s64 old;
+	__u64 since;
 
-	if (c && __sync_fetch_and_add(&c->ready, delta) == 1 && delta < 0)
+	if (!c)
+		return;
+	old = __sync_fetch_and_add(&c->ready, delta);
+	if (delta < 0 && old == 1) {
 		dropped(ctx, c, cpu);
+	} else if (delta > 0 && old == 1) {
+		__sync_lock_test_and_set(&c->over_since, bpf_ktime_get_ns());
+	} else if (delta < 0 && old == 2) {
+		since = __sync_lock_test_and_set(&c->over_since, 0);
+		if (since)
+			__sync_fetch_and_add(&c->over_ns, bpf_ktime_get_ns() - since);
+	}
 }
 
 /* The cumulative counters of struct umt_cpu, for count(). */

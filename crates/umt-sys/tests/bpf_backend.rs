@@ -381,6 +381,62 @@ fn a_wakeup_comes_only_when_the_last_ready_thread_of_a_cpu_blocks() {
     });
 }
 
+/// The time a CPU has more than one ready registered thread is kept by the programs: none
+/// while one thread computes there, growing while two do, and fixed again once one of them
+/// leaves (`Monitor::oversubscribed`).
+#[test]
+fn the_time_above_one_ready_thread_is_kept_in_the_kernel() {
+    let _serial = serial();
+    let Some(bpf) = bpf_monitor() else {
+        return;
+    };
+    let c = *cpu::process_cpus().unwrap().last().unwrap();
+    let (second_may_stop, first_may_stop) = (AtomicBool::new(false), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let _stop = SetOnDrop(&first_may_stop);
+        let (bpf, second_may_stop, first_may_stop) = (&bpf, &second_may_stop, &first_may_stop);
+        let computes = move |stop: &'static str, flag: &AtomicBool| {
+            cpu::pin_current_thread(c).unwrap();
+            bpf.register_current_thread().unwrap();
+            while !flag.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+            bpf.unregister_current_thread().unwrap();
+            stop
+        };
+        s.spawn(move || computes("first", first_may_stop));
+        wait_until("one thread counts", || bpf.ready(c) == 1, String::new);
+        let over = || bpf.oversubscribed(c).expect("the Bpf backend keeps it");
+        assert_eq!(over(), Duration::ZERO, "one ready thread");
+        let second = s.spawn(move || {
+            let _stop = SetOnDrop(second_may_stop);
+            computes("second", second_may_stop)
+        });
+        wait_until("two threads count", || bpf.ready(c) == 2, String::new);
+        let mut seen = Duration::ZERO;
+        wait_until(
+            "the time above one grows",
+            || {
+                let now = over();
+                let grew = seen > Duration::ZERO && now > seen;
+                seen = seen.max(now);
+                grew
+            },
+            || format!("{:?}", over()),
+        );
+        second_may_stop.store(true, Ordering::SeqCst);
+        assert_eq!(second.join().unwrap(), "second");
+        wait_until("one thread counts again", || bpf.ready(c) == 1, String::new);
+        let kept = over();
+        assert!(kept >= seen, "{kept:?} < {seen:?}");
+        // One ready thread again: nothing more is added, however long it computes.
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(5));
+            assert_eq!(over(), kept);
+        }
+    });
+}
+
 /// Sets its flag when dropped, unwinding included.
 struct SetOnDrop<'a>(&'a AtomicBool);
 

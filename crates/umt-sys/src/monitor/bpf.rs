@@ -89,6 +89,9 @@ mod stub {
         pub(crate) fn totals(&self) -> Totals {
             match *self {}
         }
+        pub(crate) fn oversubscribed_ns(&self, _cpu: CpuId) -> u64 {
+            match *self {}
+        }
         pub(crate) fn exited(&self) -> Vec<i32> {
             match *self {}
         }
@@ -177,6 +180,10 @@ impl Backend for BpfBackend {
 
     fn totals(&self) -> Option<Totals> {
         Some(self.totals())
+    }
+
+    fn oversubscribed(&self, cpu: CpuId) -> Option<std::time::Duration> {
+        Some(std::time::Duration::from_nanos(self.oversubscribed_ns(cpu)))
     }
 
     fn handoff(&self, _asked: bool) -> Handoff {
@@ -353,7 +360,7 @@ mod imp {
     /// was given back and taken again cannot match the new word with an old one.
     const ST_GEN_SHIFT: u32 = 40;
 
-    /// `struct umt_cpu` of the program: one per possible CPU, one cache line each.
+    /// `struct umt_cpu` of the program: one per possible CPU, two cache lines each.
     #[repr(C, align(64))]
     pub(crate) struct CpuCounts {
         ready: AtomicI64,
@@ -364,9 +371,20 @@ mod imp {
         notes: AtomicU64,
         armed: AtomicU64,
         handoffs: AtomicU64,
+        /// `CLOCK_MONOTONIC` when `ready` last rose above one; 0 once it fell back.
+        over_since: AtomicU64,
+        /// Nanoseconds with `ready` above one, up to its last fall.
+        over_ns: AtomicU64,
     }
 
-    const _: () = assert!(std::mem::size_of::<CpuCounts>() == 64);
+    const _: () = assert!(std::mem::size_of::<CpuCounts>() == 128);
+
+    /// `CLOCK_MONOTONIC` in nanoseconds: the programs' `bpf_ktime_get_ns`.
+    fn monotonic_ns() -> u64 {
+        nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+            t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+        })
+    }
 
     /// The process-side registration table: which slot each registered thread has.
     #[derive(Default)]
@@ -800,6 +818,23 @@ mod imp {
             notes
         }
 
+        /// How long `cpu`'s ready count has been above one since the programs were loaded,
+        /// kept by the programs at each change of the count (`add_ready` of the program), the
+        /// episode under way included.
+        pub(crate) fn oversubscribed_ns(&self, cpu: CpuId) -> u64 {
+            let Some(c) = self.counts.get(cpu) else {
+                return 0;
+            };
+            let done = c.over_ns.load(Ordering::Acquire);
+            // A stamp left by a rise that swapped with a fall counts only above one.
+            let since = c.over_since.load(Ordering::Acquire);
+            if since != 0 && c.ready.load(Ordering::Acquire) > 1 {
+                done + monotonic_ns().saturating_sub(since)
+            } else {
+                done
+            }
+        }
+
         /// The counters summed over every CPU.
         pub(crate) fn totals(&self) -> Totals {
             let mut t = Totals::default();
@@ -827,6 +862,15 @@ mod imp {
                 let old = c.ready.fetch_add(delta, Ordering::SeqCst);
                 if delta < 0 && old == 1 {
                     c.drops.fetch_add(1, Ordering::SeqCst);
+                } else if delta > 0 && old == 1 {
+                    // As the program's `add_ready`: the time above one.
+                    c.over_since.swap(monotonic_ns(), Ordering::SeqCst);
+                } else if delta < 0 && old == 2 {
+                    let since = c.over_since.swap(0, Ordering::SeqCst);
+                    if since != 0 {
+                        c.over_ns
+                            .fetch_add(monotonic_ns().saturating_sub(since), Ordering::SeqCst);
+                    }
                 }
             }
         }
