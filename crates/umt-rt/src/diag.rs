@@ -78,10 +78,12 @@ static HOOK: RwLock<Option<Hook>> = RwLock::new(None);
 /// leader failed, a detached task panicked, `UMT_SCHEDULE` is invalid) to `hook`, for an
 /// application that logs through `log` or its own logger; each warning is one line, without
 /// the `umt-rt: ` prefix. Without a hook they go to the application's `tracing` subscriber if
-/// it installed one, else to stderr. A later call replaces the hook.
+/// it installed one, else to stderr. A later call replaces the hook; a hook that does nothing
+/// silences them (a command-line tool whose stderr is its user's terminal, say).
 ///
 /// ```
 /// umt_rt::set_warning_hook(|line| eprintln!("[my-app] umt-rt says: {line}"));
+/// // Or: umt_rt::set_warning_hook(|_| {}); to say nothing.
 /// ```
 pub fn set_warning_hook<F>(hook: F)
 where

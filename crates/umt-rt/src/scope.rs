@@ -227,6 +227,13 @@ impl<'scope> Scope<'scope> {
 
     /// Spawns a task into the scope. It may borrow anything that outlives the scope, and spawn
     /// more tasks through the `&Scope` it receives.
+    ///
+    /// The task is queued on the calling worker's deque: the caller goes on with what follows
+    /// (the body, say) and the task starts when a worker takes it, another core's by
+    /// stealing, or the caller once it is done. To overlap a blocking call with computation,
+    /// start the blocking side first (spawn the computation, then block; or
+    /// [`join`](crate::join) with the blocking side first): on one core a blocking task
+    /// spawned before computation in the body runs only after it.
     pub fn spawn<F>(&self, f: F)
     where
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
