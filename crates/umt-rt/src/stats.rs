@@ -120,8 +120,9 @@ pub struct CoreStats {
     /// Tasks run by its workers.
     pub tasks_run: u64,
     /// Time with more than one ready worker on its CPU (the price UMT pays). With the Bpf
-    /// monitor, exact: its programs add up the time the CPU's ready count spends above one
-    /// at every change of the count, in the kernel. With the others, as the leaders and
+    /// monitor, measured: its programs add up the time the CPU's ready count spends above
+    /// one at every change of the count, in the kernel (an episode still under way counts
+    /// once it ends). With the others, as the leaders and
     /// workers see it: a state counts from the drain that found it to the next one, so a
     /// short episode may count until the next drain, and one that begins and ends between
     /// two drains is missed; read it as an estimate there, and a trace (`Builder::trace`)

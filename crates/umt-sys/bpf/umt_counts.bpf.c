@@ -92,7 +92,7 @@ struct umt_cpu {
 	__u64 notes;		/* cumulative: wake-ups sent for this CPU */
 	__u64 armed;		/* written by the process: 1 while a waiter sleeps for this CPU */
 	__u64 handoffs;		/* cumulative: handoff signals sent to a thread running here */
-	__u64 over_since;	/* ktime when the count last rose above one; 0 once it fell back */
+	__u64 over_since;	/* ktime of the rise above one under way, 0, or a STAMP_ mark */
 	__u64 over_ns;		/* cumulative: nanoseconds with more than one ready thread */
 	__u64 pad[6];
 };
@@ -289,31 +289,64 @@ static __attribute__((always_inline)) void dropped(void *ctx, struct umt_cpu *c,
 }
 
 /*
- * Adds `delta` (+1 or -1) to `cpu`'s ready count, and keeps the time it spends above one:
- * the rise from one to two stamps `over_since`, the fall from two to one adds the time since
- * the stamp to `over_ns` and clears it. Each crossing is seen by exactly one caller (the
- * count's fetch-and-add), but a rise and a fall made at once from two CPUs may swap their
- * stamps: the fall then finds no stamp and adds nothing, and the rise's stamp stays while
- * the count is one, until the next rise replaces it (readers look at it only above one).
+ * `over_since` when the fall from two to one came before its rise wrote the stamp (a rise and
+ * a fall made at once from two CPUs), and when the process made the rise (it has no kernel
+ * clock): never a time `bpf_ktime_get_ns` gives.
+ */
+#define STAMP_FELL ((__u64)-1)
+#define STAMP_UNKNOWN ((__u64)-2)
+
+/*
+ * The rise of `c`'s ready count from one to two: stamps when. If the fall of this episode came
+ * first (it left STAMP_FELL), the episode is over: the stamp is taken back, unless a later
+ * rise replaced it meanwhile.
+ */
+static __attribute__((always_inline)) void rose(struct umt_cpu *c)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	if (__sync_lock_test_and_set(&c->over_since, now) == STAMP_FELL)
+		__sync_val_compare_and_swap(&c->over_since, now, 0);
+}
+
+/*
+ * The fall of `c`'s ready count from two to one: adds the time since the rise's stamp. A rise
+ * that has not stamped yet finds STAMP_FELL and takes its stamp back; one that stamps between
+ * the two steps here is taken instead. A stamp the process made (no time) adds nothing.
+ */
+static __attribute__((always_inline)) void fell(struct umt_cpu *c)
+{
+	__u64 since = __sync_lock_test_and_set(&c->over_since, 0), now;
+
+	if (!since) {
+		if (!__sync_val_compare_and_swap(&c->over_since, 0, STAMP_FELL))
+			return;
+		since = __sync_lock_test_and_set(&c->over_since, 0);
+	}
+	now = bpf_ktime_get_ns();
+	if (since != STAMP_FELL && since != STAMP_UNKNOWN && since && now > since)
+		__sync_fetch_and_add(&c->over_ns, now - since);
+}
+
+/*
+ * Adds `delta` (+1 or -1) to `cpu`'s ready count, and keeps the time it spends above one
+ * (rose(), fell(): each crossing of one is seen by exactly one caller, the count's
+ * fetch-and-add).
  */
 static __attribute__((always_inline)) void add_ready(void *ctx, __u32 cpu, __s64 delta)
 {
 	struct umt_cpu *c = cpu_counts(cpu);
 	__s64 old;
-	__u64 since;
 
 	if (!c)
 		return;
 	old = __sync_fetch_and_add(&c->ready, delta);
-	if (delta < 0 && old == 1) {
+	if (delta < 0 && old == 1)
 		dropped(ctx, c, cpu);
-	} else if (delta > 0 && old == 1) {
-		__sync_lock_test_and_set(&c->over_since, bpf_ktime_get_ns());
-	} else if (delta < 0 && old == 2) {
-		since = __sync_lock_test_and_set(&c->over_since, 0);
-		if (since)
-			__sync_fetch_and_add(&c->over_ns, bpf_ktime_get_ns() - since);
-	}
+	else if (delta > 0 && old == 1)
+		rose(c);
+	else if (delta < 0 && old == 2)
+		fell(c);
 }
 
 /* The cumulative counters of struct umt_cpu, for count(). */

@@ -371,20 +371,20 @@ mod imp {
         notes: AtomicU64,
         armed: AtomicU64,
         handoffs: AtomicU64,
-        /// `CLOCK_MONOTONIC` when `ready` last rose above one; 0 once it fell back.
+        /// The programs' `bpf_ktime_get_ns` at the rise above one under way, 0, or a mark
+        /// (`STAMP_FELL`, `STAMP_UNKNOWN`).
         over_since: AtomicU64,
-        /// Nanoseconds with `ready` above one, up to its last fall.
+        /// Nanoseconds with `ready` above one, over the episodes that ended.
         over_ns: AtomicU64,
     }
 
     const _: () = assert!(std::mem::size_of::<CpuCounts>() == 128);
 
-    /// `CLOCK_MONOTONIC` in nanoseconds: the programs' `bpf_ktime_get_ns`.
-    fn monotonic_ns() -> u64 {
-        nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
-            t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
-        })
-    }
+    /// `over_since` once a fall came before its rise's stamp (`STAMP_FELL` of the program).
+    const STAMP_FELL: u64 = u64::MAX;
+    /// `over_since` after a rise the process made: it has no kernel clock (its own
+    /// `CLOCK_MONOTONIC` may be offset by a time namespace), so that episode adds nothing.
+    const STAMP_UNKNOWN: u64 = u64::MAX - 1;
 
     /// The process-side registration table: which slot each registered thread has.
     #[derive(Default)]
@@ -819,20 +819,12 @@ mod imp {
         }
 
         /// How long `cpu`'s ready count has been above one since the programs were loaded,
-        /// kept by the programs at each change of the count (`add_ready` of the program), the
-        /// episode under way included.
+        /// over the episodes that ended, kept by the programs at each change of the count
+        /// (`add_ready` of the program). An episode under way counts once it ends.
         pub(crate) fn oversubscribed_ns(&self, cpu: CpuId) -> u64 {
-            let Some(c) = self.counts.get(cpu) else {
-                return 0;
-            };
-            let done = c.over_ns.load(Ordering::Acquire);
-            // A stamp left by a rise that swapped with a fall counts only above one.
-            let since = c.over_since.load(Ordering::Acquire);
-            if since != 0 && c.ready.load(Ordering::Acquire) > 1 {
-                done + monotonic_ns().saturating_sub(since)
-            } else {
-                done
-            }
+            self.counts
+                .get(cpu)
+                .map_or(0, |c| c.over_ns.load(Ordering::Acquire))
         }
 
         /// The counters summed over every CPU.
@@ -863,13 +855,23 @@ mod imp {
                 if delta < 0 && old == 1 {
                     c.drops.fetch_add(1, Ordering::SeqCst);
                 } else if delta > 0 && old == 1 {
-                    // As the program's `add_ready`: the time above one.
-                    c.over_since.swap(monotonic_ns(), Ordering::SeqCst);
+                    // The program's `rose`, with no time: this episode adds nothing.
+                    if c.over_since.swap(STAMP_UNKNOWN, Ordering::SeqCst) == STAMP_FELL {
+                        let _ = c.over_since.compare_exchange(
+                            STAMP_UNKNOWN,
+                            0,
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                        );
+                    }
                 } else if delta < 0 && old == 2 {
-                    let since = c.over_since.swap(0, Ordering::SeqCst);
-                    if since != 0 {
-                        c.over_ns
-                            .fetch_add(monotonic_ns().saturating_sub(since), Ordering::SeqCst);
+                    // The program's `fell`, adding nothing (no kernel clock here).
+                    if c.over_since.swap(0, Ordering::SeqCst) == 0
+                        && c.over_since
+                            .compare_exchange(0, STAMP_FELL, Ordering::SeqCst, Ordering::SeqCst)
+                            .is_err()
+                    {
+                        c.over_since.swap(0, Ordering::SeqCst);
                     }
                 }
             }

@@ -470,10 +470,12 @@ impl Monitor {
     }
 
     /// How long `cpu` has had more than one ready monitored thread since the monitor
-    /// started, where the backend measures it at every change of the count: the Bpf
-    /// backend's programs keep it in the kernel, exact to a context switch. `None` for the
-    /// other backends, whose counts change only at a drain (a caller estimates it from its
-    /// drains then).
+    /// started, over the episodes that ended, where the backend measures it at every change
+    /// of the count: the Bpf backend's programs keep it in the kernel, from the wake-up that
+    /// made a second thread ready to the block that left one. An episode under way counts
+    /// once it ends; one that a registration began or an unregistration ended (the process
+    /// has no kernel clock) counts nothing. `None` for the other backends, whose counts
+    /// change only at a drain (a caller estimates it from its drains then).
     ///
     /// ```no_run
     /// let m = umt_sys::Monitor::new(umt_sys::BackendKind::Bpf)?;
