@@ -368,7 +368,7 @@ fn fill(reg: &Registry, core: usize, seen: u64, starter: &StartRequests) -> bool
             }
             asked
         }
-        Fill::Changed | Fill::Full | Fill::Others => false,
+        Fill::Changed | Fill::Full => false,
     }
 }
 

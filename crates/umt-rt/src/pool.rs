@@ -175,10 +175,6 @@ pub(crate) enum Fill {
     /// Every worker of the core is active (blocked) and the cap, the spare limit or the
     /// budget of spares allows no more.
     Full,
-    /// Only from [`Pools::replace`]: no worker may be added, but the core has other active
-    /// workers; the one parking in `block_on` stays out of the count and leaves the core to
-    /// them.
-    Others,
 }
 
 /// The bit of a core's leader in [`Pools::stealable`]: the last one (a core has at most 63
@@ -390,21 +386,18 @@ impl Pools {
     /// and another worker of the core becomes active in its place, as [`Pools::fill`] gives
     /// one, a worker parked for lack of work first: `Woke` (the caller notifies it) or
     /// `Reserved` (the caller has it started, or [`Pools::unreserve`]s it). Where the
-    /// limits allow none: `Others` if the core has other active workers (the caller parks
-    /// and leaves the core to them), else `Full`, and the worker is active again, as before
-    /// the call. Never `Changed`.
+    /// limits allow none, `Full`, and the worker is active again, as before the call (it
+    /// runs the core's work itself: another active worker may be blocked in the kernel, or
+    /// a reservation that never starts). Never `Changed`.
     #[cfg_attr(loom, allow(dead_code))] // its caller (worker.rs) is not in the loom build
     pub(crate) fn replace(&self, core: usize, worker: usize) -> Fill {
         let mut p = lock(&self.cores[core]);
         self.step_out(&mut p, core);
-        match self.fill_locked(&mut p, core, false) {
-            Fill::Full if p.active > 0 => Fill::Others,
-            Fill::Full => {
-                self.activate(&mut p, core, worker);
-                Fill::Full
-            }
-            got => got,
+        let got = self.fill_locked(&mut p, core, false);
+        if got == Fill::Full {
+            self.activate(&mut p, core, worker);
         }
+        got
     }
 
     /// B3 of `README.md`: `worker`, parked in `block_on` after [`Pools::replace`], is active
@@ -843,9 +836,6 @@ mod tests {
                                 active[core].push(core * CAP + k);
                                 pools.woken(core);
                             }
-                            Fill::Others => {
-                                proptest::prop_assert!(false, "only replace says Others");
-                            }
                             Fill::Changed | Fill::Full => {}
                         }
                     }
@@ -891,7 +881,7 @@ mod tests {
                         let got = pools.replace(core, w);
                         // Out of the count first: the budget is looked at without it.
                         if others > 0 && spares_before > pools.max_spares() {
-                            proptest::prop_assert_eq!(got, Fill::Others);
+                            proptest::prop_assert_eq!(got, Fill::Full);
                         }
                         let parks = match got {
                             Fill::Woke(x) => {
@@ -915,14 +905,7 @@ mod tests {
                                 proptest::prop_assert!(false, "replace never says Changed");
                                 false
                             }
-                            Fill::Others => {
-                                proptest::prop_assert!(others > 0);
-                                true
-                            }
-                            Fill::Full => {
-                                proptest::prop_assert_eq!(others, 0);
-                                false
-                            }
+                            Fill::Full => false,
                         };
                         if parks {
                             take(&mut active[core], w);
@@ -1036,10 +1019,10 @@ mod tests {
         pools.set_limit(1);
         pools.back_from_block_on(0, 0);
         assert_eq!(pools.counts(0), (2, 3), "back whatever the limit");
-        // At the limit, 1 gets no replacement, but 0 is active: 1 leaves the core to it.
-        assert_eq!(pools.replace(0, 1), Fill::Others);
-        assert_eq!(pools.counts(0), (1, 3));
-        // At the cap with nobody else active, the worker stays: it must run the work itself.
+        // At the limit, 1 gets no replacement and stays active (0 may be blocked).
+        assert_eq!(pools.replace(0, 1), Fill::Full);
+        assert_eq!(pools.counts(0), (2, 3));
+        // At the cap with nobody else active, the same.
         let lone = Pools::new(1, 1);
         assert_eq!(lone.replace(0, 0), Fill::Full);
         assert_eq!(lone.counts(0), (1, 1));

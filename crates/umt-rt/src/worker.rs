@@ -859,18 +859,18 @@ impl WorkerCtx {
     /// waiting frame (a task run there could wait for what only that frame, below it on the
     /// stack, does next: both would wait for ever). On its own core, where no leader lends it
     /// meanwhile (M5), it looks at `done()` a few dozen times, then stops counting as active,
-    /// gives the core another worker (B2) and parks until `done()`; where it can give none
-    /// and the core has no other, once that worker cannot be started, or once the runtime
-    /// shuts down, it waits as `join` does (B4).
+    /// gives the core another worker (B2) and parks until `done()`; where it can give none,
+    /// once that worker cannot be started, or once the runtime shuts down, it waits as `join`
+    /// does (B4), no longer staying.
     pub(crate) fn wait_parked(&self, done: &dyn Fn() -> bool) {
         /// Looks at `done()` before parking: a future woken within microseconds (its task
         /// ran on another core) costs no park and no other worker.
         const SPIN_ROUNDS: u32 = 64;
         self.sched_point();
-        self.staying(|| {
+        let helps = self.staying(|| {
             for _ in 0..SPIN_ROUNDS {
                 if done() {
-                    return;
+                    return false;
                 }
                 std::hint::spin_loop();
             }
@@ -878,10 +878,10 @@ impl WorkerCtx {
             let wait = slot.block_on_waits.load(Ordering::Relaxed) + 1;
             slot.block_on_waits.store(wait, Ordering::Relaxed);
             if !self.replace_me(wait) {
-                return self.wait_until(done);
+                return true;
             }
             // Active again however this ends (`done` is the caller's: it could panic).
-            let back = BackFromBlockOn(self);
+            let _back = BackFromBlockOn(self);
             if self.reg.trace.is_some() {
                 self.record(TraceKind::Park);
                 self.flush_trace();
@@ -899,19 +899,18 @@ impl WorkerCtx {
                 self.park_notified();
             }
             self.record(TraceKind::Unpark);
-            drop(back);
-            if helps {
-                self.wait_until(done);
-            }
-        })
+            helps
+        });
+        if helps {
+            self.wait_until(done);
+        }
     }
 
     /// B2 of `README.md`: this worker stops counting as active, and another worker of its core
     /// becomes active in its place: a parked one, notified here, else a new one, which the
-    /// starter starts (and, if it cannot, tells this worker, naming `wait`: B4); where the
-    /// limits allow none but the core has other active workers, none, and they run the core.
-    /// Returns `false`, this worker active again, where the core would have nobody (every
-    /// slot in use and none parked) or the starter is gone.
+    /// starter starts (and, if it cannot, tells this worker, naming `wait`: B4). Returns
+    /// `false`, this worker active again, where the limits allow none (the core's limit or
+    /// cap, the runtime's most spares) or the starter is gone.
     fn replace_me(&self, wait: u64) -> bool {
         let reg = &self.reg;
         match reg.pools.replace(self.core, self.index) {
@@ -931,7 +930,6 @@ impl WorkerCtx {
                 }
                 asked
             }
-            crate::pool::Fill::Others => true,
             crate::pool::Fill::Changed | crate::pool::Fill::Full => false,
         }
     }
