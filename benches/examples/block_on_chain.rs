@@ -68,7 +68,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let sum = tokio.block_on(async move {
             let mut sum = 0;
             for i in 0..n {
-                sum += tokio::spawn(async move { i }).await.expect("a task panicked");
+                sum += tokio::spawn(async move { i })
+                    .await
+                    .expect("a task panicked");
             }
             sum
         });
