@@ -35,7 +35,6 @@ typedef _Bool bool;
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
-static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static __u32 (*bpf_get_smp_processor_id)(void) = (void *)8;
 static long (*bpf_perf_event_output)(void *ctx, void *map, __u64 flags, void *data,
 				     __u64 size) = (void *)25;
@@ -80,8 +79,8 @@ struct task_struct {
 } __attribute__((preserve_access_index));
 
 /*
- * One per possible CPU, 128 bytes (two cache lines, the first holding what every switch
- * touches) so that CPUs do not share a line. Must match `CpuCounts` in the loader.
+ * One per possible CPU, 64 bytes so that CPUs do not share a cache line. Must match
+ * `CpuCounts` in the loader.
  */
 struct umt_cpu {
 	__s64 ready;		/* monitored threads running or runnable on this CPU */
@@ -92,9 +91,6 @@ struct umt_cpu {
 	__u64 notes;		/* cumulative: wake-ups sent for this CPU */
 	__u64 armed;		/* written by the process: 1 while a waiter sleeps for this CPU */
 	__u64 handoffs;		/* cumulative: handoff signals sent to a thread running here */
-	__u64 over_since;	/* ktime of the rise above one under way, 0, or a STAMP_ mark */
-	__u64 over_ns;		/* cumulative: nanoseconds with more than one ready thread */
-	__u64 pad[6];
 };
 
 /* A thread's state word, in `slots`; every change is one compare-and-swap. */
@@ -288,65 +284,13 @@ static __attribute__((always_inline)) void dropped(void *ctx, struct umt_cpu *c,
 	bpf_perf_event_output(ctx, &notes, BPF_F_CURRENT_CPU, &n, sizeof(n));
 }
 
-/*
- * `over_since` when the fall from two to one came before its rise wrote the stamp (a rise and
- * a fall made at once from two CPUs), and when the process made the rise (it has no kernel
- * clock): never a time `bpf_ktime_get_ns` gives.
- */
-#define STAMP_FELL ((__u64)-1)
-#define STAMP_UNKNOWN ((__u64)-2)
-
-/*
- * The rise of `c`'s ready count from one to two: stamps when. If the fall of this episode came
- * first (it left STAMP_FELL), the episode is over: the stamp is taken back, unless a later
- * rise replaced it meanwhile.
- */
-static __attribute__((always_inline)) void rose(struct umt_cpu *c)
-{
-	__u64 now = bpf_ktime_get_ns();
-
-	if (__sync_lock_test_and_set(&c->over_since, now) == STAMP_FELL)
-		__sync_val_compare_and_swap(&c->over_since, now, 0);
-}
-
-/*
- * The fall of `c`'s ready count from two to one: adds the time since the rise's stamp. A rise
- * that has not stamped yet finds STAMP_FELL and takes its stamp back; one that stamps between
- * the two steps here is taken instead. A stamp the process made (no time) adds nothing.
- */
-static __attribute__((always_inline)) void fell(struct umt_cpu *c)
-{
-	__u64 since = __sync_lock_test_and_set(&c->over_since, 0), now;
-
-	if (!since) {
-		if (!__sync_val_compare_and_swap(&c->over_since, 0, STAMP_FELL))
-			return;
-		since = __sync_lock_test_and_set(&c->over_since, 0);
-	}
-	now = bpf_ktime_get_ns();
-	if (since != STAMP_FELL && since != STAMP_UNKNOWN && since && now > since)
-		__sync_fetch_and_add(&c->over_ns, now - since);
-}
-
-/*
- * Adds `delta` (+1 or -1) to `cpu`'s ready count, and keeps the time it spends above one
- * (rose(), fell(): each crossing of one is seen by exactly one caller, the count's
- * fetch-and-add).
- */
+/* Adds `delta` (+1 or -1) to `cpu`'s ready count. */
 static __attribute__((always_inline)) void add_ready(void *ctx, __u32 cpu, __s64 delta)
 {
 	struct umt_cpu *c = cpu_counts(cpu);
-	__s64 old;
 
-	if (!c)
-		return;
-	old = __sync_fetch_and_add(&c->ready, delta);
-	if (delta < 0 && old == 1)
+	if (c && __sync_fetch_and_add(&c->ready, delta) == 1 && delta < 0)
 		dropped(ctx, c, cpu);
-	else if (delta > 0 && old == 1)
-		rose(c);
-	else if (delta < 0 && old == 2)
-		fell(c);
 }
 
 /* The cumulative counters of struct umt_cpu, for count(). */

@@ -381,65 +381,6 @@ fn a_wakeup_comes_only_when_the_last_ready_thread_of_a_cpu_blocks() {
     });
 }
 
-/// The time a CPU has more than one ready registered thread is kept by the programs: none
-/// while one thread computes there, some once a second thread has woken there, computed
-/// beside it and blocked again, and nothing more once it stops (`Monitor::oversubscribed`).
-#[test]
-fn the_time_above_one_ready_thread_is_kept_in_the_kernel() {
-    let _serial = serial();
-    let Some(bpf) = bpf_monitor() else {
-        return;
-    };
-    let c = *cpu::process_cpus().unwrap().last().unwrap();
-    let (second_may_stop, first_may_stop) = (AtomicBool::new(false), AtomicBool::new(false));
-    std::thread::scope(|s| {
-        let _stop = SetOnDrop(&first_may_stop);
-        let (bpf, second_may_stop, first_may_stop) = (&bpf, &second_may_stop, &first_may_stop);
-        s.spawn(move || {
-            cpu::pin_current_thread(c).unwrap();
-            bpf.register_current_thread().unwrap();
-            while !first_may_stop.load(Ordering::SeqCst) {
-                std::hint::spin_loop();
-            }
-            bpf.unregister_current_thread().unwrap();
-        });
-        wait_until("one thread counts", || bpf.ready(c) == 1, String::new);
-        let over = || bpf.oversubscribed(c).expect("the Bpf backend keeps it");
-        assert_eq!(over(), Duration::ZERO, "one ready thread");
-        // The second wakes on `c` (the count rises to two: a stamp), computes beside the
-        // first, then sleeps (it falls to one: the time is added), round after round. Its
-        // registration's own rise, made by the process, adds nothing.
-        let second = s.spawn(move || {
-            let _stop = SetOnDrop(second_may_stop);
-            cpu::pin_current_thread(c).unwrap();
-            bpf.register_current_thread().unwrap();
-            while !second_may_stop.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(1));
-                let t = Instant::now();
-                while t.elapsed() < Duration::from_millis(2) {
-                    std::hint::spin_loop();
-                }
-            }
-            bpf.unregister_current_thread().unwrap();
-        });
-        wait_until(
-            "time above one is kept",
-            || over() > Duration::ZERO,
-            || format!("{:?}, ready {}", over(), bpf.ready(c)),
-        );
-        second_may_stop.store(true, Ordering::SeqCst);
-        second.join().unwrap();
-        wait_until("one thread counts again", || bpf.ready(c) == 1, String::new);
-        let kept = over();
-        assert!(kept > Duration::ZERO);
-        // One ready thread again: nothing more is added, however long it computes.
-        for _ in 0..3 {
-            std::thread::sleep(Duration::from_millis(5));
-            assert_eq!(over(), kept);
-        }
-    });
-}
-
 /// Sets its flag when dropped, unwinding included.
 struct SetOnDrop<'a>(&'a AtomicBool);
 

@@ -89,9 +89,6 @@ mod stub {
         pub(crate) fn totals(&self) -> Totals {
             match *self {}
         }
-        pub(crate) fn oversubscribed_ns(&self, _cpu: CpuId) -> u64 {
-            match *self {}
-        }
         pub(crate) fn exited(&self) -> Vec<i32> {
             match *self {}
         }
@@ -180,10 +177,6 @@ impl Backend for BpfBackend {
 
     fn totals(&self) -> Option<Totals> {
         Some(self.totals())
-    }
-
-    fn oversubscribed(&self, cpu: CpuId) -> Option<std::time::Duration> {
-        Some(std::time::Duration::from_nanos(self.oversubscribed_ns(cpu)))
     }
 
     fn handoff(&self, _asked: bool) -> Handoff {
@@ -360,7 +353,7 @@ mod imp {
     /// was given back and taken again cannot match the new word with an old one.
     const ST_GEN_SHIFT: u32 = 40;
 
-    /// `struct umt_cpu` of the program: one per possible CPU, two cache lines each.
+    /// `struct umt_cpu` of the program: one per possible CPU, one cache line each.
     #[repr(C, align(64))]
     pub(crate) struct CpuCounts {
         ready: AtomicI64,
@@ -371,20 +364,9 @@ mod imp {
         notes: AtomicU64,
         armed: AtomicU64,
         handoffs: AtomicU64,
-        /// The programs' `bpf_ktime_get_ns` at the rise above one under way, 0, or a mark
-        /// (`STAMP_FELL`, `STAMP_UNKNOWN`).
-        over_since: AtomicU64,
-        /// Nanoseconds with `ready` above one, over the episodes that ended.
-        over_ns: AtomicU64,
     }
 
-    const _: () = assert!(std::mem::size_of::<CpuCounts>() == 128);
-
-    /// `over_since` once a fall came before its rise's stamp (`STAMP_FELL` of the program).
-    const STAMP_FELL: u64 = u64::MAX;
-    /// `over_since` after a rise the process made: it has no kernel clock (its own
-    /// `CLOCK_MONOTONIC` may be offset by a time namespace), so that episode adds nothing.
-    const STAMP_UNKNOWN: u64 = u64::MAX - 1;
+    const _: () = assert!(std::mem::size_of::<CpuCounts>() == 64);
 
     /// The process-side registration table: which slot each registered thread has.
     #[derive(Default)]
@@ -818,15 +800,6 @@ mod imp {
             notes
         }
 
-        /// How long `cpu`'s ready count has been above one since the programs were loaded,
-        /// over the episodes that ended, kept by the programs at each change of the count
-        /// (`add_ready` of the program). An episode under way counts once it ends.
-        pub(crate) fn oversubscribed_ns(&self, cpu: CpuId) -> u64 {
-            self.counts
-                .get(cpu)
-                .map_or(0, |c| c.over_ns.load(Ordering::Acquire))
-        }
-
         /// The counters summed over every CPU.
         pub(crate) fn totals(&self) -> Totals {
             let mut t = Totals::default();
@@ -854,25 +827,6 @@ mod imp {
                 let old = c.ready.fetch_add(delta, Ordering::SeqCst);
                 if delta < 0 && old == 1 {
                     c.drops.fetch_add(1, Ordering::SeqCst);
-                } else if delta > 0 && old == 1 {
-                    // The program's `rose`, with no time: this episode adds nothing.
-                    if c.over_since.swap(STAMP_UNKNOWN, Ordering::SeqCst) == STAMP_FELL {
-                        let _ = c.over_since.compare_exchange(
-                            STAMP_UNKNOWN,
-                            0,
-                            Ordering::SeqCst,
-                            Ordering::SeqCst,
-                        );
-                    }
-                } else if delta < 0 && old == 2 {
-                    // The program's `fell`, adding nothing (no kernel clock here).
-                    if c.over_since.swap(0, Ordering::SeqCst) == 0
-                        && c.over_since
-                            .compare_exchange(0, STAMP_FELL, Ordering::SeqCst, Ordering::SeqCst)
-                            .is_err()
-                    {
-                        c.over_since.swap(0, Ordering::SeqCst);
-                    }
                 }
             }
         }

@@ -469,24 +469,6 @@ impl Monitor {
         self.backend.ready_counts(&self.cx)
     }
 
-    /// How long `cpu` has had more than one ready monitored thread since the monitor
-    /// started, over the episodes that ended, where the backend measures it at every change
-    /// of the count: the Bpf backend's programs keep it in the kernel, from the wake-up that
-    /// made a second thread ready to the block that left one. An episode under way counts
-    /// once it ends; one that a registration began or an unregistration ended (the process
-    /// has no kernel clock) counts nothing. `None` for the other backends, whose counts
-    /// change only at a drain (a caller estimates it from its drains then).
-    ///
-    /// ```no_run
-    /// let m = umt_sys::Monitor::new(umt_sys::BackendKind::Bpf)?;
-    /// m.register_current_thread()?;
-    /// println!("{:?}", m.oversubscribed(0)); // Some(0ns): one thread
-    /// # Ok::<(), umt_sys::Error>(())
-    /// ```
-    pub fn oversubscribed(&self, cpu: CpuId) -> Option<std::time::Duration> {
-        self.backend.oversubscribed(cpu)
-    }
-
     /// Whether the directed handoff runs ([`MonitorBuilder::directed_handoff`]), and if it
     /// was asked for and does not, why. Always [`Handoff::Off`] when not asked for.
     pub fn handoff(&self) -> Handoff {

@@ -110,12 +110,6 @@ pub(super) trait Backend: Send + Sync {
         None
     }
 
-    /// How long `cpu`'s ready count has been above one, where the backend measures it at
-    /// each change of the count (Bpf); `None` elsewhere.
-    fn oversubscribed(&self, _cpu: CpuId) -> Option<std::time::Duration> {
-        None
-    }
-
     /// Times a thread's state was re-read because records may have been lost.
     fn resyncs(&self) -> u64 {
         0
