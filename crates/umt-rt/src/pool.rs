@@ -343,6 +343,18 @@ impl Pools {
         }
     }
 
+    /// Undoes [`Pools::step_out`] (its stealable bit was kept).
+    #[cfg_attr(loom, allow(dead_code))] // its caller (replace) is not used in the loom build
+    fn step_back(&self, p: &mut PoolInner, core: usize) {
+        if p.active == 0 {
+            self.idle_cores.fetch_sub(1, Ordering::SeqCst);
+        } else {
+            self.spares.fetch_add(1, Ordering::Relaxed);
+        }
+        p.active += 1;
+        self.active[core].store(p.active, Ordering::Relaxed);
+    }
+
     fn activate(&self, p: &mut PoolInner, core: usize, worker: usize) {
         if p.active == 0 {
             self.idle_cores.fetch_sub(1, Ordering::SeqCst);
@@ -381,7 +393,7 @@ impl Pools {
         self.fill_locked(&mut p, core, true)
     }
 
-    /// B2 of `README.md`: `worker` of `core` parks in `block_on`. It stops counting as
+    /// B2 of `README.md`: a worker of `core` parks in `block_on`. It stops counting as
     /// active (as in the pool, but not findable by wakers, and its deque stays stealable),
     /// and another worker of the core becomes active in its place, as [`Pools::fill`] gives
     /// one, a worker parked for lack of work first: `Woke` (the caller notifies it) or
@@ -390,12 +402,13 @@ impl Pools {
     /// runs the core's work itself: another active worker may be blocked in the kernel, or
     /// a reservation that never starts). Never `Changed`.
     #[cfg_attr(loom, allow(dead_code))] // its caller (worker.rs) is not in the loom build
-    pub(crate) fn replace(&self, core: usize, worker: usize) -> Fill {
+    pub(crate) fn replace(&self, core: usize) -> Fill {
         let mut p = lock(&self.cores[core]);
         self.step_out(&mut p, core);
         let got = self.fill_locked(&mut p, core, false);
         if got == Fill::Full {
-            self.activate(&mut p, core, worker);
+            // Undone, not a new activation: a leader's look since stays valid.
+            self.step_back(&mut p, core);
         }
         got
     }
@@ -878,7 +891,7 @@ mod tests {
                     Op::BlockOn { core, pick, unreserve } if !active[core].is_empty() => {
                         let w = active[core][pick % active[core].len()];
                         let others = active[core].len() - 1;
-                        let got = pools.replace(core, w);
+                        let got = pools.replace(core);
                         // Out of the count first: the budget is looked at without it.
                         if others > 0 && spares_before > pools.max_spares() {
                             proptest::prop_assert_eq!(got, Fill::Full);
@@ -1009,7 +1022,7 @@ mod tests {
         assert!(pools.try_surrender(0, 2));
         assert_eq!(pools.counts(0), (1, 3));
         assert_eq!(
-            pools.replace(0, 0),
+            pools.replace(0),
             Fill::Woke(1),
             "the idle one, not the surrendered"
         );
@@ -1020,11 +1033,11 @@ mod tests {
         pools.back_from_block_on(0, 0);
         assert_eq!(pools.counts(0), (2, 3), "back whatever the limit");
         // At the limit, 1 gets no replacement and stays active (0 may be blocked).
-        assert_eq!(pools.replace(0, 1), Fill::Full);
+        assert_eq!(pools.replace(0), Fill::Full);
         assert_eq!(pools.counts(0), (2, 3));
         // At the cap with nobody else active, the same.
         let lone = Pools::new(1, 1);
-        assert_eq!(lone.replace(0, 0), Fill::Full);
+        assert_eq!(lone.replace(0), Fill::Full);
         assert_eq!(lone.counts(0), (1, 1));
     }
 
@@ -1035,7 +1048,7 @@ mod tests {
     fn a_reservation_undone_out_of_order_frees_its_own_slot() {
         let pools = Pools::new(1, 4);
         assert_eq!(pools.fill_now(0), Fill::Reserved(1));
-        assert_eq!(pools.replace(0, 0), Fill::Reserved(2));
+        assert_eq!(pools.replace(0), Fill::Reserved(2));
         pools.woken(0);
         pools.unreserve(0, 1);
         assert_eq!(

@@ -123,7 +123,10 @@ pub struct CoreStats {
     /// see it: a state counts from the drain that found it to the next one, so a short
     /// episode may count until the next drain, and one that begins and ends between two
     /// drains is missed. Read it as an estimate; a trace (`Builder::trace`) gives each core's
-    /// states exactly. (There is no "idle with work" estimate any more: with live counts it
+    /// states exactly. With live counts (the Bpf monitor, the kernel's idle-only mode) a core
+    /// is drained mostly when its count drops to zero, so most episodes fall between two
+    /// drains and it may read zero beside [`Stats::surrenders`] (a user's trial: 0 s beside
+    /// 20 surrenders). (There is no "idle with work" estimate any more: with live counts it
     /// was charged until the leader's next drain, which only a drop to zero causes, and
     /// showed cores 98 % busy as 35-49 % idle.)
     pub oversubscribed: Duration,

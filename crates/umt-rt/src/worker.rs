@@ -913,7 +913,7 @@ impl WorkerCtx {
     /// cap, the runtime's most spares) or the starter is gone.
     fn replace_me(&self, wait: u64) -> bool {
         let reg = &self.reg;
-        match reg.pools.replace(self.core, self.index) {
+        match reg.pools.replace(self.core) {
             crate::pool::Fill::Woke(w) => {
                 reg.notify(w);
                 true
