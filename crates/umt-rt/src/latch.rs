@@ -81,15 +81,14 @@ pub(crate) fn wait_for_wake(done: &dyn Fn() -> bool) {
     if done() {
         return;
     }
-    with_current(|ctx| match ctx {
-        Some(ctx) if ctx.parks_in_block_on() => ctx.wait_parked(done),
-        Some(ctx) => ctx.wait_until(done),
-        None => {
-            while !done() {
-                std::thread::park();
-            }
-        }
-    })
+    let parked = with_current(|ctx| {
+        ctx.filter(|ctx| ctx.parks_in_block_on())
+            .map(|ctx| ctx.wait_parked(done))
+            .is_some()
+    });
+    if !parked {
+        wait_until(done);
+    }
 }
 
 /// Blocks the calling thread until `done()` is true. Workers run other tasks meanwhile; other

@@ -313,26 +313,25 @@ impl Pools {
     }
 
     fn deactivate(&self, p: &mut PoolInner, core: usize, worker: usize, surrendered: bool) {
-        if p.active > 1 {
-            self.spares.fetch_sub(1, Ordering::Relaxed);
-        }
-        p.active -= 1;
-        self.active[core].store(p.active, Ordering::Relaxed);
+        self.count_out(p, core);
         p.parked.push((worker, surrendered));
-        if p.active == 0 {
-            self.idle_cores.fetch_add(1, Ordering::SeqCst);
-        }
         // A surrendered worker's deque may still hold jobs (the one it was about to run).
         if !surrendered {
             self.stealable[core].fetch_and(!self.bit(worker), Ordering::Release);
         }
     }
 
-    /// B2: an active worker stops counting as active without entering the pool (it parks in
-    /// `block_on`). Its stealable bit stays: its deque may hold jobs, the core's other
-    /// workers take them.
-    #[cfg_attr(loom, allow(dead_code))] // its caller (replace) is not used in the loom build
-    fn step_out(&self, p: &mut PoolInner, core: usize) {
+    fn activate(&self, p: &mut PoolInner, core: usize, worker: usize) {
+        self.count_in(p, core);
+        p.activations = p.activations.wrapping_add(1);
+        self.stealable[core].fetch_or(self.bit(worker), Ordering::Release);
+    }
+
+    /// One active worker fewer: the counts only (`active`, `spares`, `idle_cores`). Alone, B2
+    /// of `README.md`: a worker parking in `block_on` stops counting as active without
+    /// entering the pool, and its stealable bit stays (its deque may hold jobs, the core's
+    /// other workers take them).
+    fn count_out(&self, p: &mut PoolInner, core: usize) {
         if p.active > 1 {
             self.spares.fetch_sub(1, Ordering::Relaxed);
         }
@@ -343,9 +342,9 @@ impl Pools {
         }
     }
 
-    /// Undoes [`Pools::step_out`] (its stealable bit was kept).
-    #[cfg_attr(loom, allow(dead_code))] // its caller (replace) is not used in the loom build
-    fn step_back(&self, p: &mut PoolInner, core: usize) {
+    /// One active worker more: the counts only. Alone, it undoes [`Pools::count_out`]
+    /// without counting an activation.
+    fn count_in(&self, p: &mut PoolInner, core: usize) {
         if p.active == 0 {
             self.idle_cores.fetch_sub(1, Ordering::SeqCst);
         } else {
@@ -353,18 +352,6 @@ impl Pools {
         }
         p.active += 1;
         self.active[core].store(p.active, Ordering::Relaxed);
-    }
-
-    fn activate(&self, p: &mut PoolInner, core: usize, worker: usize) {
-        if p.active == 0 {
-            self.idle_cores.fetch_sub(1, Ordering::SeqCst);
-        } else {
-            self.spares.fetch_add(1, Ordering::Relaxed);
-        }
-        p.active += 1;
-        self.active[core].store(p.active, Ordering::Relaxed);
-        p.activations = p.activations.wrapping_add(1);
-        self.stealable[core].fetch_or(self.bit(worker), Ordering::Release);
     }
 
     /// A waker activates a worker that has not run yet (taken out of the pool, or reserved):
@@ -404,11 +391,11 @@ impl Pools {
     #[cfg_attr(loom, allow(dead_code))] // its caller (worker.rs) is not in the loom build
     pub(crate) fn replace(&self, core: usize) -> Fill {
         let mut p = lock(&self.cores[core]);
-        self.step_out(&mut p, core);
+        self.count_out(&mut p, core);
         let got = self.fill_locked(&mut p, core, false);
         if got == Fill::Full {
             // Undone, not a new activation: a leader's look since stays valid.
-            self.step_back(&mut p, core);
+            self.count_in(&mut p, core);
         }
         got
     }
@@ -558,15 +545,8 @@ impl Pools {
     pub(crate) fn unreserve(&self, core: usize, k: usize) {
         let mut p = lock(&self.cores[core]);
         p.free.push(k);
-        if p.active > 1 {
-            self.spares.fetch_sub(1, Ordering::Relaxed);
-        }
-        p.active -= 1;
-        self.active[core].store(p.active, Ordering::Relaxed);
+        self.count_out(&mut p, core);
         p.waking = p.waking.saturating_sub(1);
-        if p.active == 0 {
-            self.idle_cores.fetch_add(1, Ordering::SeqCst);
-        }
         self.stealable[core].fetch_and(!(1 << k), Ordering::Release);
     }
 
