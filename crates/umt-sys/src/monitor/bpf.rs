@@ -202,13 +202,14 @@ mod imp {
     use aya::maps::perf::{PerfEvent, PerfEventArray, PerfEventArrayBuffer};
     use aya::maps::{HashMap as BpfHashMap, MapData};
     use aya::programs::BtfTracePoint;
-    use aya::{Btf, Ebpf, EbpfLoader};
+    use aya::{Btf, Ebpf};
     use nix::sys::epoll::{EpollEvent, EpollFlags};
 
     use super::*;
     use crate::abi::Events;
     use crate::error::Error;
     use crate::event::Cause;
+    use crate::monitor::bpf_loader::{self, Settings};
     use crate::monitor::shared::Shared;
 
     /// The fix for a missing privilege.
@@ -242,27 +243,17 @@ mod imp {
     ];
 
     /// The kernel's BTF type information (`/sys/kernel/btf/vmlinux`), parsed once per
-    /// process: the parse is most of what opening the backend costs (65 ms of a release
-    /// build's `Runtime::new`, 0.4-1 s of a debug build's, where loading the programs takes a
-    /// few), which a test suite that builds a runtime per test paid each time (a user's
-    /// trial). Kept for the life of the process once read; a failure is not kept, the next
-    /// open tries again.
+    /// process (`bpf_loader.rs`); a failure says what to do.
     fn kernel_btf() -> Result<&'static Btf> {
-        static BTF: std::sync::OnceLock<Btf> = std::sync::OnceLock::new();
-        if let Some(btf) = BTF.get() {
-            return Ok(btf);
-        }
-        let btf = Btf::from_sys_fs().map_err(|e| {
+        crate::monitor::bpf_loader::kernel_btf().map_err(|e| {
             let mut text = format!("reading the kernel's BTF type information: {e}");
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
                 text.push_str(&format!(": {s}"));
                 source = s.source();
             }
-            btf_fix(&text, Unavailable::new(BackendKind::Bpf, text.clone()))
-        })?;
-        // Two first opens at once: both parse, one copy is kept.
-        Ok(BTF.get_or_init(|| btf))
+            btf_fix(&text, Unavailable::new(BackendKind::Bpf, text.clone())).into()
+        })
     }
 
     /// Why this thread cannot load tracing programs, from its effective capabilities
@@ -479,23 +470,15 @@ mod imp {
                 Handoff::Active { signal } => signal as u32,
                 _ => 0,
             };
-            let mut ebpf = EbpfLoader::new()
-                .btf(Some(btf))
-                .map_max_entries("counts", cpus)
-                .map_max_entries("notes", cpus)
-                .map_max_entries("running", cpus)
-                .map_max_entries("slots", BPF_MAX_THREADS)
-                .map_max_entries("in_task", BPF_MAX_THREADS)
-                .map_max_entries("threads", BPF_MAX_THREADS)
-                .override_global("target_tgid", &tgid, true)
-                .override_global("target_ns", &namespace, true)
-                .override_global("handoff_signal", &signal, true)
-                .override_global(
-                    "handoff_value",
-                    &u64::from(crate::monitor::handoff::HANDOFF_SIGNAL_VALUE),
-                    true,
-                )
-                .load(&object)
+            let settings = Settings {
+                tgid,
+                namespace,
+                signal,
+                value: u64::from(crate::monitor::handoff::HANDOFF_SIGNAL_VALUE),
+                cpus,
+                threads: BPF_MAX_THREADS,
+            };
+            let mut ebpf = bpf_loader::load(btf, settings, &object)
                 .map_err(|e| load_error(&format!("loading the programs: {e}"), &e))?;
             for (name, tracepoint) in PROGRAMS {
                 let prog: &mut BtfTracePoint = ebpf
@@ -1029,17 +1012,6 @@ mod imp {
             assert!(may_load_tracing((1 << 38) | (1 << 39)));
             assert!(!may_load_tracing(1 << 39), "CAP_BPF alone");
             assert!(!may_load_tracing(1 << 38), "CAP_PERFMON alone");
-        }
-
-        /// Opening the backend again (a runtime per test) does not parse the kernel's BTF
-        /// again.
-        #[test]
-        fn the_kernel_btf_is_parsed_once_per_process() {
-            let Ok(first) = kernel_btf() else {
-                eprintln!("skipped: no kernel BTF here");
-                return;
-            };
-            assert!(std::ptr::eq(first, kernel_btf().unwrap()));
         }
 
         #[test]

@@ -4,6 +4,8 @@
 
 #[cfg(target_os = "linux")]
 mod bpf;
+#[cfg(all(target_os = "linux", umt_bpf))]
+mod bpf_loader;
 mod handoff;
 #[cfg(target_os = "linux")]
 mod kernel;
