@@ -202,8 +202,9 @@ pub struct Sample {
     pub cpu_utilisation: f64,
     /// Bytes written or read by the workload's I/O.
     pub io_bytes: u64,
-    /// Time cores had more than one ready worker, over wall time times cores, in percent, as
-    /// umt-rt's leaders saw it (an estimate: see `umt_rt::CoreStats::oversubscribed`).
+    /// Time cores had more than one ready worker, over wall time times cores, in percent.
+    /// With the Bpf monitor its programs keep it; with the others it is what umt-rt's
+    /// leaders saw, an estimate (see `umt_rt::CoreStats::oversubscribed`).
     pub oversubscription_percent: f64,
     /// The disks' average queue depth during the run: the growth of their `time_in_queue`
     /// (`/sys/block/*/stat`, milliseconds weighted by requests in flight) over the wall time

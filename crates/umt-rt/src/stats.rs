@@ -119,16 +119,19 @@ pub struct CoreStats {
     pub ready_workers: i64,
     /// Tasks run by its workers.
     pub tasks_run: u64,
-    /// Time with more than one ready worker (the price UMT pays), as the leaders and workers
-    /// see it: a state counts from the drain that found it to the next one, so a short
-    /// episode may count until the next drain, and one that begins and ends between two
-    /// drains is missed. Read it as an estimate; a trace (`Builder::trace`) gives each core's
-    /// states exactly. With live counts (the Bpf monitor, the kernel's idle-only mode) a core
-    /// is drained mostly when its count drops to zero, so most episodes fall between two
-    /// drains and it may read zero beside [`Stats::surrenders`] (a user's trial: 0 s beside
-    /// 20 surrenders). (There is no "idle with work" estimate any more: with live counts it
-    /// was charged until the leader's next drain, which only a drop to zero causes, and
-    /// showed cores 98 % busy as 35-49 % idle.)
+    /// Time with more than one ready worker on its CPU (the price UMT pays). With the Bpf
+    /// monitor, kept by its programs at every change of the CPU's ready count, in the kernel
+    /// (umt-sys's `Monitor::oversubscribed`): each end of an episode within the few
+    /// instructions of the change that made it (a snapshot taken while a worker of the core
+    /// registers gives the last whole reading; where the process cannot read the kernel's
+    /// clock, the estimate below). With the others, as the leaders and workers
+    /// see it: a state counts from the
+    /// drain that found it to the next one, so a short episode may count until the next
+    /// drain, and one that begins and ends between two drains is missed; read it as an
+    /// estimate there, and a trace (`Builder::trace`) for each core's states. (There is no
+    /// "idle with work" estimate any more: with live counts it was charged until the leader's
+    /// next drain, which only a drop to zero causes, and showed cores 98 % busy as 35-49 %
+    /// idle.)
     pub oversubscribed: Duration,
     /// CPU time its workers used (exact, from the kernel: the sum of its workers'
     /// [`WorkerStats::sched`]).
@@ -294,7 +297,11 @@ pub(crate) fn snapshot(reg: &Registry) -> Stats {
                     .filter(|(c, _, _)| *c == core)
                     .map(|(_, w, _)| w.tasks_run)
                     .sum(),
-                oversubscribed: ns(&t.oversubscribed_ns),
+                // Kept by the monitor where it can (Bpf), else the drains' estimate.
+                oversubscribed: reg
+                    .monitor
+                    .oversubscribed(cpu)
+                    .unwrap_or_else(|| ns(&t.oversubscribed_ns)),
                 io: (!ios.is_empty()).then(|| ios.into_iter().sum()),
                 onload_cpu_time,
                 onload_io,

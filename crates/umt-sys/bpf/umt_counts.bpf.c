@@ -35,6 +35,7 @@ typedef _Bool bool;
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
+static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static __u32 (*bpf_get_smp_processor_id)(void) = (void *)8;
 static long (*bpf_perf_event_output)(void *ctx, void *map, __u64 flags, void *data,
 				     __u64 size) = (void *)25;
@@ -79,8 +80,8 @@ struct task_struct {
 } __attribute__((preserve_access_index));
 
 /*
- * One per possible CPU, 64 bytes so that CPUs do not share a cache line. Must match
- * `CpuCounts` in the loader.
+ * One per possible CPU, 128 bytes (two cache lines) so that CPUs do not share a line. Must
+ * match `CpuCounts` in the loader.
  */
 struct umt_cpu {
 	__s64 ready;		/* monitored threads running or runnable on this CPU */
@@ -91,6 +92,8 @@ struct umt_cpu {
 	__u64 notes;		/* cumulative: wake-ups sent for this CPU */
 	__u64 armed;		/* written by the process: 1 while a waiter sleeps for this CPU */
 	__u64 handoffs;		/* cumulative: handoff signals sent to a thread running here */
+	__s64 over;		/* time with more than one ready: see add_ready */
+	__u64 pad[7];
 };
 
 /* A thread's state word, in `slots`; every change is one compare-and-swap. */
@@ -284,13 +287,34 @@ static __attribute__((always_inline)) void dropped(void *ctx, struct umt_cpu *c,
 	bpf_perf_event_output(ctx, &notes, BPF_F_CURRENT_CPU, &n, sizeof(n));
 }
 
-/* Adds `delta` (+1 or -1) to `cpu`'s ready count. */
+/*
+ * Adds `delta` (+1 or -1) to `cpu`'s ready count, and keeps in `over` the time the count
+ * spends above one (monitor/README.md, "Time above one", O1-O4): a rise subtracts the clock
+ * before its fetch-and-add and adds it back unless it crossed from one to two; a fall that
+ * crossed from two to one adds the clock after its own. Crossings alternate in the order of
+ * the fetch-and-adds, whichever CPUs make them, so `over` is the sum of the episodes that
+ * ended minus the start of the one under way (negative while one is), plus the terms of the
+ * rises under way, not yet taken back (the reader refuses a word with two minus terms).
+ */
 static __attribute__((always_inline)) void add_ready(void *ctx, __u32 cpu, __s64 delta)
 {
 	struct umt_cpu *c = cpu_counts(cpu);
+	__s64 before, old;
 
-	if (c && __sync_fetch_and_add(&c->ready, delta) == 1 && delta < 0)
+	if (!c)
+		return;
+	if (delta > 0) {
+		before = bpf_ktime_get_ns();
+		__sync_fetch_and_add(&c->over, -before);
+		if (__sync_fetch_and_add(&c->ready, delta) != 1)
+			__sync_fetch_and_add(&c->over, before);
+		return;
+	}
+	old = __sync_fetch_and_add(&c->ready, delta);
+	if (old == 1)
 		dropped(ctx, c, cpu);
+	else if (old == 2)
+		__sync_fetch_and_add(&c->over, (__s64)bpf_ktime_get_ns());
 }
 
 /* The cumulative counters of struct umt_cpu, for count(). */

@@ -381,6 +381,109 @@ fn a_wakeup_comes_only_when_the_last_ready_thread_of_a_cpu_blocks() {
     });
 }
 
+/// The time a CPU has more than one ready registered thread is kept by the programs, at the
+/// context switches and wake-ups that change the count (`Monitor::oversubscribed`): none
+/// while one thread computes there and the other is blocked, growing once the blocked one is
+/// woken beside it, fixed again once it blocks again, and never more than the time that
+/// passed.
+#[test]
+fn the_time_above_one_ready_thread_is_kept_in_the_kernel() {
+    let _serial = serial();
+    let Some(bpf) = bpf_monitor() else {
+        return;
+    };
+    let began = Instant::now();
+    let c = *cpu::process_cpus().unwrap().last().unwrap();
+    let (mut wake_r, wake_w) = std::io::pipe().unwrap();
+    let (mut again_r, again_w) = std::io::pipe().unwrap();
+    let (first_may_stop, second_may_block, registered) = (
+        AtomicBool::new(false),
+        AtomicBool::new(false),
+        AtomicBool::new(false),
+    );
+    std::thread::scope(|s| {
+        // A failed assertion unwinds out of here: the flags set and the pipes' write ends
+        // dropped (the blocked thread's reads then fail) let both threads end, so the test
+        // fails rather than hangs.
+        let (mut wake_w, mut again_w) = (wake_w, again_w);
+        let _stop = SetOnDrop(&first_may_stop);
+        let _unblock = SetOnDrop(&second_may_block);
+        let (bpf, first_may_stop) = (&bpf, &first_may_stop);
+        let (second_may_block, registered) = (&second_may_block, &registered);
+        s.spawn(move || {
+            cpu::pin_current_thread(c).unwrap();
+            bpf.register_current_thread().unwrap();
+            while !first_may_stop.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+            bpf.unregister_current_thread().unwrap();
+        });
+        wait_until("one thread counts", || bpf.ready(c) == 1, String::new);
+        if bpf.oversubscribed(c).is_none() {
+            eprintln!("skipped: the kernel's clock cannot be read here (a time namespace)");
+            return;
+        }
+        let over = || bpf.oversubscribed(c).unwrap_or_default();
+        // A fall that made the count one may still be adding its time: two readings a
+        // moment apart that agree.
+        let settled = || loop {
+            let first = over();
+            std::thread::sleep(Duration::from_millis(1));
+            if over() == first {
+                break first;
+            }
+        };
+        assert_eq!(settled(), Duration::ZERO, "one ready thread");
+        let second = s.spawn(move || {
+            cpu::pin_current_thread(c).unwrap();
+            bpf.register_current_thread().unwrap();
+            registered.store(true, Ordering::SeqCst);
+            // Blocks: the programs count it out at the switch. (A read that fails is the
+            // test unwinding: the write end is gone.)
+            let mut byte = [0u8];
+            let _ = wake_r.read_exact(&mut byte);
+            while !second_may_block.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+            let _ = again_r.read_exact(&mut byte);
+            bpf.unregister_current_thread().unwrap();
+        });
+        wait_until(
+            "the second thread blocks",
+            || registered.load(Ordering::SeqCst) && bpf.ready(c) == 1,
+            || format!("ready {}", bpf.ready(c)),
+        );
+        // One ready thread: nothing is added while the other stays blocked.
+        let before = settled();
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(5));
+            assert_eq!(over(), before, "the second thread is blocked");
+        }
+        wake_w.write_all(&[1]).unwrap();
+        wait_until("the woken thread counts", || bpf.ready(c) == 2, String::new);
+        wait_until(
+            "the time above one grows",
+            || over() > before,
+            || format!("{:?}", over()),
+        );
+        second_may_block.store(true, Ordering::SeqCst);
+        wait_until("it blocks again", || bpf.ready(c) == 1, String::new);
+        let kept = settled();
+        assert!(kept > before, "{kept:?} <= {before:?}");
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(5));
+            assert_eq!(over(), kept, "the second thread is blocked again");
+        }
+        assert!(
+            kept <= began.elapsed(),
+            "{kept:?} above one in {:?}",
+            began.elapsed()
+        );
+        again_w.write_all(&[1]).unwrap();
+        second.join().unwrap();
+    });
+}
+
 /// Sets its flag when dropped, unwinding included.
 struct SetOnDrop<'a>(&'a AtomicBool);
 

@@ -89,6 +89,9 @@ mod stub {
         pub(crate) fn totals(&self) -> Totals {
             match *self {}
         }
+        pub(crate) fn oversubscribed_ns(&self, _cpu: CpuId) -> Option<u64> {
+            match *self {}
+        }
         pub(crate) fn exited(&self) -> Vec<i32> {
             match *self {}
         }
@@ -179,6 +182,11 @@ impl Backend for BpfBackend {
         Some(self.totals())
     }
 
+    fn oversubscribed(&self, cpu: CpuId) -> Option<std::time::Duration> {
+        self.oversubscribed_ns(cpu)
+            .map(std::time::Duration::from_nanos)
+    }
+
     fn handoff(&self, _asked: bool) -> Handoff {
         self.handoff()
     }
@@ -210,6 +218,7 @@ mod imp {
     use crate::error::Error;
     use crate::event::Cause;
     use crate::monitor::bpf_loader::{self, Settings};
+    use crate::monitor::over;
     use crate::monitor::shared::Shared;
 
     /// The fix for a missing privilege.
@@ -344,7 +353,7 @@ mod imp {
     /// was given back and taken again cannot match the new word with an old one.
     const ST_GEN_SHIFT: u32 = 40;
 
-    /// `struct umt_cpu` of the program: one per possible CPU, one cache line each.
+    /// `struct umt_cpu` of the program: one per possible CPU, two cache lines each.
     #[repr(C, align(64))]
     pub(crate) struct CpuCounts {
         ready: AtomicI64,
@@ -355,9 +364,64 @@ mod imp {
         notes: AtomicU64,
         armed: AtomicU64,
         handoffs: AtomicU64,
+        /// The time above one (`over.rs`): the ended episodes' nanoseconds, minus the start
+        /// of the one under way.
+        over: AtomicI64,
+        _pad: [u64; 7],
     }
 
-    const _: () = assert!(std::mem::size_of::<CpuCounts>() == 64);
+    const _: () = assert!(std::mem::size_of::<CpuCounts>() == 128);
+
+    /// The programs' clock (`bpf_ktime_get_ns`, the kernel's `CLOCK_MONOTONIC`), read by the
+    /// process: its own `CLOCK_MONOTONIC` less its time namespace's offset
+    /// ([`monotonic_offset_ns`]). `None` if the clock cannot be read.
+    // `time_t` and `c_long` are 32 bits wide on some targets.
+    #[allow(clippy::unnecessary_cast)]
+    fn kernel_clock(offset_ns: i64) -> Option<i64> {
+        let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).ok()?;
+        (t.tv_sec() as i64)
+            .checked_mul(1_000_000_000)?
+            .checked_add(t.tv_nsec() as i64)?
+            .checked_sub(offset_ns)
+    }
+
+    /// This process's time namespace's offset of `CLOCK_MONOTONIC`, in nanoseconds: 0
+    /// without time namespaces (no `/proc/self/ns/time`) or where `/proc/self/timens_offsets`
+    /// is absent; `None` where it cannot be known: the file describes the namespace of the
+    /// process's future children, which after `unshare(CLONE_NEWTIME)` is not its own (the
+    /// two namespace links then differ), or it does not parse.
+    fn monotonic_offset_ns() -> Option<i64> {
+        use std::os::unix::fs::MetadataExt;
+        // Without /proc (a sandbox) nothing can be told: not "no time namespaces".
+        std::fs::metadata("/proc/self/ns").ok()?;
+        let own = match std::fs::metadata("/proc/self/ns/time") {
+            Ok(m) => m.ino(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(0),
+            Err(_) => return None,
+        };
+        let children = std::fs::metadata("/proc/self/ns/time_for_children")
+            .ok()?
+            .ino();
+        if own != children {
+            return None;
+        }
+        match std::fs::read_to_string("/proc/self/timens_offsets") {
+            Ok(text) => parse_monotonic_offset(&text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(0),
+            Err(_) => None,
+        }
+    }
+
+    /// The `monotonic <secs> <nanosecs>` line of `timens_offsets`, in nanoseconds.
+    fn parse_monotonic_offset(text: &str) -> Option<i64> {
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some("monotonic"))?;
+        let mut fields = line.split_whitespace().skip(1);
+        let secs: i64 = fields.next()?.parse().ok()?;
+        let nanos: i64 = fields.next()?.parse().ok()?;
+        secs.checked_mul(1_000_000_000)?.checked_add(nanos)
+    }
 
     /// The process-side registration table: which slot each registered thread has.
     #[derive(Default)]
@@ -424,6 +488,15 @@ mod imp {
         /// Per possible CPU: `drops` when the whole-monitor drain last looked, and the
         /// counters it last reported.
         seen_all: Mutex<Vec<[u64; 4]>>,
+        /// Per possible CPU: the process's own changes of its count under way, and the last
+        /// whole reading of its time above one (`over.rs`).
+        over_side: Box<[(over::Changes, AtomicI64)]>,
+        /// The time namespace's offset of `CLOCK_MONOTONIC` ([`kernel_clock`]); `None`:
+        /// unknown, and no time above one is reported.
+        clock_offset: Option<i64>,
+        /// The clock could not be read at one of the process's changes: the words are off,
+        /// and no time above one is reported.
+        clock_failed: std::sync::atomic::AtomicBool,
     }
 
     impl BpfBackend {
@@ -552,6 +625,11 @@ mod imp {
                 handoff: handoff_state,
                 seen_cpu: (0..possible).map(|_| AtomicU64::new(0)).collect(),
                 seen_all: Mutex::new(vec![[0; 4]; possible]),
+                over_side: (0..possible)
+                    .map(|_| (over::Changes::default(), AtomicI64::new(0)))
+                    .collect(),
+                clock_offset: monotonic_offset_ns(),
+                clock_failed: std::sync::atomic::AtomicBool::new(false),
             })
         }
 
@@ -783,6 +861,33 @@ mod imp {
             notes
         }
 
+        /// How long `cpu`'s ready count has been above one since the programs were loaded,
+        /// the episode under way included (`over.rs`, O4-O5); `None` for a CPU out of range
+        /// or where the programs' clock cannot be read from here.
+        pub(crate) fn oversubscribed_ns(&self, cpu: CpuId) -> Option<u64> {
+            let offset = self.clock_offset?;
+            if self.clock_failed.load(Ordering::SeqCst) {
+                return None;
+            }
+            let (c, (changes, last)) = (self.counts.get(cpu)?, self.over_side.get(cpu)?);
+            // A clock that fails now says `None`; one that fails in the retries below reads
+            // 0, with which an open episode's word is refused and a closed one's is exact.
+            kernel_clock(offset)?;
+            let clock = || kernel_clock(offset).unwrap_or(0);
+            Some(over::read(&c.over, changes, last, clock))
+        }
+
+        /// The programs' clock for one of the process's changes of a count.
+        fn change_clock(&self) -> i64 {
+            match kernel_clock(self.clock_offset.unwrap_or(0)) {
+                Some(t) => t,
+                None => {
+                    self.clock_failed.store(true, Ordering::SeqCst);
+                    0
+                }
+            }
+        }
+
         /// The counters summed over every CPU.
         pub(crate) fn totals(&self) -> Totals {
             let mut t = Totals::default();
@@ -807,7 +912,11 @@ mod imp {
         /// counts as one, so a waiter's next arm sees it.
         fn add_ready(&self, cpu: CpuId, delta: i64) {
             if let Some(c) = self.counts.get(cpu) {
-                let old = c.ready.fetch_add(delta, Ordering::SeqCst);
+                let changes = self.over_side.get(cpu).map(|(changes, _)| changes);
+                let quiet = over::Changes::default();
+                let changes = changes.unwrap_or(&quiet);
+                let old =
+                    over::add_ready(&c.ready, &c.over, changes, delta, || self.change_clock());
                 if delta < 0 && old == 1 {
                     c.drops.fetch_add(1, Ordering::SeqCst);
                 }
@@ -1002,6 +1111,17 @@ mod imp {
             }
             let changed = OBJECT.iter().zip(&patched).filter(|(a, b)| a != b).count();
             assert!((1..=12).contains(&changed), "{changed} bytes changed");
+        }
+
+        /// A time namespace's offsets (`/proc/self/timens_offsets`): the monotonic line, in
+        /// nanoseconds, negative ones included; nothing usable reads as no offset.
+        #[test]
+        fn the_time_namespace_offset_is_read_from_its_monotonic_line() {
+            let text = "monotonic  -5 250\nboottime  7 0\n";
+            assert_eq!(parse_monotonic_offset(text), Some(-4_999_999_750));
+            assert_eq!(parse_monotonic_offset("boottime 1 0\n"), None);
+            assert_eq!(parse_monotonic_offset("monotonic x 0\n"), None);
+            assert_eq!(parse_monotonic_offset("monotonic 0 0\n"), Some(0));
         }
 
         #[test]

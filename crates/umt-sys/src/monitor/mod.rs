@@ -10,6 +10,8 @@ mod handoff;
 #[cfg(target_os = "linux")]
 mod kernel;
 mod ops;
+#[cfg_attr(not(all(target_os = "linux", umt_bpf)), allow(dead_code))]
+mod over;
 #[cfg(target_os = "linux")]
 mod perf;
 mod select;
@@ -469,6 +471,26 @@ impl Monitor {
     /// All ready counts, indexed by CPU id (one entry per possible CPU).
     pub fn ready_counts(&self) -> Vec<i64> {
         self.backend.ready_counts(&self.cx)
+    }
+
+    /// How long `cpu` has had more than one ready monitored thread since the monitor
+    /// started, where the backend keeps it at every change of the count: the Bpf backend's
+    /// programs do, in the kernel, each end of an episode within the few instructions of the
+    /// change that made it (the monitor README's "Time above one"). `None` for the other
+    /// backends, whose counts change only at a drain (a caller estimates it from its drains
+    /// then), for a CPU out of range, and where the kernel's clock cannot be read from the
+    /// process (a time namespace of its own that it has left for its children). A reading
+    /// taken while one of the process's own changes of that CPU's count is under way (a
+    /// thread registering there, preempted in the middle) gives the last whole one.
+    ///
+    /// ```no_run
+    /// let m = umt_sys::Monitor::new(umt_sys::BackendKind::Bpf)?;
+    /// m.register_current_thread()?;
+    /// println!("{:?}", m.oversubscribed(0)); // Some(0ns): one thread
+    /// # Ok::<(), umt_sys::Error>(())
+    /// ```
+    pub fn oversubscribed(&self, cpu: CpuId) -> Option<std::time::Duration> {
+        self.backend.oversubscribed(cpu)
     }
 
     /// Whether the directed handoff runs ([`MonitorBuilder::directed_handoff`]), and if it

@@ -110,6 +110,12 @@ pub(super) trait Backend: Send + Sync {
         None
     }
 
+    /// How long `cpu`'s ready count has been above one, where the backend keeps it at each
+    /// change of the count (Bpf); `None` elsewhere.
+    fn oversubscribed(&self, _cpu: CpuId) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Times a thread's state was re-read because records may have been lost.
     fn resyncs(&self) -> u64 {
         0
