@@ -164,21 +164,43 @@ fn an_idle_worker_takes_the_event_and_runs_the_future_it_wakes() {
     }
     // On: once the worker is idle it waits in the reactor's set, after the reactor thread,
     // so the event wakes it (epoll wakes the newest waiter), and it polls the future itself
-    // (D6), with no other thread in between.
+    // (D6), with no other thread in between. The reactor thread may still enter the set
+    // after the worker: the worker's wait drops its core's ready count to zero, and the
+    // leader then ends the reactor thread's stand-by (L3 in `leader.rs`), which on a busy
+    // machine can come after the test saw the worker waiting; that round's event goes to the
+    // reactor thread (drive.rs, races). Such rounds are counted, not failed; five rounds
+    // must go to a worker within fifty, and each of those runs the future it woke.
     let rt = umt_rt::Runtime::builder()
         .num_threads(1)
         .drive_io(true)
         .build()
         .unwrap();
-    for round in 0..5 {
+    let (mut by_worker, mut by_reactor) = (0, 0);
+    while by_worker < 5 {
+        assert!(
+            by_reactor < 45,
+            "{by_reactor} events went to the reactor thread while an idle worker waited in \
+             the set, {by_worker} to the worker"
+        );
         let (woken_on, polled_on) = one_request(&rt, &server, &mut client, a_worker_waits_in_epoll);
+        if woken_on == "umt-reactor" {
+            by_reactor += 1;
+            continue;
+        }
         assert!(
             woken_on.starts_with("umt-worker"),
-            "round {round}: woken on {woken_on} while an idle worker waited in the set"
+            "woken on {woken_on:?} while an idle worker waited in the set"
         );
         assert_eq!(
             woken_on, polled_on,
             "the worker that took the event runs it"
+        );
+        by_worker += 1;
+    }
+    if by_reactor > 0 {
+        eprintln!(
+            "{by_reactor} of {} events went to the reactor thread",
+            by_reactor + by_worker
         );
     }
 }
