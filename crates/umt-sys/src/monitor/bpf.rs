@@ -547,7 +547,6 @@ mod imp {
                 tgid,
                 namespace,
                 signal,
-                value: u64::from(crate::monitor::handoff::HANDOFF_SIGNAL_VALUE),
                 cpus,
                 threads: BPF_MAX_THREADS,
             };
@@ -911,10 +910,8 @@ mod imp {
         /// A change of `cpu`'s ready count made by the process (registration): a drop to zero
         /// counts as one, so a waiter's next arm sees it.
         fn add_ready(&self, cpu: CpuId, delta: i64) {
-            if let Some(c) = self.counts.get(cpu) {
-                let changes = self.over_side.get(cpu).map(|(changes, _)| changes);
-                let quiet = over::Changes::default();
-                let changes = changes.unwrap_or(&quiet);
+            // `over_side` has one entry per possible CPU, as `counts`.
+            if let (Some(c), Some((changes, _))) = (self.counts.get(cpu), self.over_side.get(cpu)) {
                 let old =
                     over::add_ready(&c.ready, &c.over, changes, delta, || self.change_clock());
                 if delta < 0 && old == 1 {

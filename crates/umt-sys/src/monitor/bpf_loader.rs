@@ -34,13 +34,14 @@ pub(crate) struct Settings {
     pub(crate) namespace: u32,
     /// `handoff_signal`: the directed handoff's signal, 0 when it is off.
     pub(crate) signal: u32,
-    /// `handoff_value`: the value the handoff's signal carries.
-    pub(crate) value: u64,
     /// Entries of the maps with one per possible CPU.
     pub(crate) cpus: u32,
     /// Entries of the maps with one per thread.
     pub(crate) threads: u32,
 }
+
+/// `handoff_value`: the value the handoff's signal carries, the same for every open.
+static HANDOFF_VALUE: u64 = crate::monitor::handoff::HANDOFF_SIGNAL_VALUE as u64;
 
 /// Sets every setting of `s`, and `btf`, on `loader` (by reference: a kept loader keeps the
 /// references until the next load replaces them).
@@ -60,7 +61,7 @@ fn apply<'l, 'a>(
         .override_global("target_tgid", &s.tgid, true)
         .override_global("target_ns", &s.namespace, true)
         .override_global("handoff_signal", &s.signal, true)
-        .override_global("handoff_value", &s.value, true)
+        .override_global("handoff_value", &HANDOFF_VALUE, true)
 }
 
 /// The kept loaders, and every [`Settings`] a kept loader was given (each distinct one once,
@@ -190,7 +191,6 @@ mod tests {
             tgid: -7,
             namespace: 3,
             signal: 0,
-            value: 1,
             cpus: 2,
             threads: 4,
         }
