@@ -149,6 +149,18 @@ impl<T> JoinState<T> {
     }
 }
 
+impl<T> Drop for JoinState<T> {
+    /// A value nobody took is dropped by whoever lets the state go last: the handle's owner, or
+    /// a worker finishing a detached task, which must go on to its next task. A panic in that
+    /// drop is dropped too, as tokio drops its tasks' outputs.
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(result) = inner.result.take() {
+            let _ = catch_unwind(AssertUnwindSafe(move || drop(result)));
+        }
+    }
+}
+
 /// Wakes `w`, another executor's waker (or one of ours called from a thread that must go on:
 /// the timer, the reactor, a worker between two tasks): a panic in it is not the caller's,
 /// and is dropped.

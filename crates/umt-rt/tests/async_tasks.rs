@@ -220,6 +220,61 @@ fn abort_lets_a_running_closure_finish_and_drops_its_result() {
     assert!(result_dropped.load(Ordering::SeqCst));
 }
 
+/// A value whose drop panics.
+struct PanicsInDrop;
+
+impl Drop for PanicsInDrop {
+    fn drop(&mut self) {
+        panic!("a task's value panicked in its drop (on purpose)");
+    }
+}
+
+/// A detached task's value is dropped by the worker that finishes it (its handle is gone); a
+/// panic in that drop must not end the worker. On one unmonitored core no other worker would
+/// ever run the next task (found by a review: the worker thread unwound and exited).
+#[test]
+fn a_detached_tasks_value_that_panics_in_its_drop_leaves_the_worker_serving() {
+    let _serial = serial();
+    let rt = one_core_unmonitored();
+    let wait = std::time::Duration::from_secs(60);
+    // A closure: its handle dropped while it runs.
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    drop(rt.spawn(move || {
+        go_rx.recv().unwrap();
+        PanicsInDrop
+    }));
+    go_tx.send(()).unwrap();
+    let (next_tx, next_rx) = mpsc::channel();
+    drop(rt.spawn(move || next_tx.send(()).unwrap()));
+    assert!(
+        next_rx.recv_timeout(wait).is_ok(),
+        "the worker died dropping a closure's value"
+    );
+    // A future: its handle dropped while it waits.
+    let go = OneShot::default();
+    drop(rt.spawn_async({
+        let go = go.clone();
+        async move {
+            go.recv().await;
+            PanicsInDrop
+        }
+    }));
+    go.send(1);
+    let (next_tx, next_rx) = mpsc::channel();
+    drop(rt.spawn_async(async move { next_tx.send(()).unwrap() }));
+    assert!(
+        next_rx.recv_timeout(wait).is_ok(),
+        "the worker died dropping a future's value"
+    );
+    // A handle dropped after its task ended drops the value on the caller's thread: the
+    // panic is dropped there too, as tokio does.
+    let h = rt.spawn(|| PanicsInDrop);
+    while !h.is_finished() {
+        std::thread::yield_now();
+    }
+    drop(h);
+}
+
 #[test]
 fn abort_drops_a_waiting_future_at_once() {
     let _serial = serial();
