@@ -171,6 +171,15 @@ proptest! {
             assert_eq!(taken, v.iter().take(n).collect::<Vec<_>>());
             let stepped: Vec<(usize, &i16)> = v.par_iter().schedule(s).step_by(step).enumerate().collect();
             assert_eq!(stepped, v.iter().step_by(step.max(1)).enumerate().collect::<Vec<_>>());
+            // A stepped side that ends first: `chain` and `interleave` ask it for empty
+            // ranges at its end (they once pointed past the slice).
+            let then_w: Vec<i16> =
+                v.par_iter().schedule(s).step_by(step).chain(w.par_iter()).copied().with_max_len(7).collect();
+            assert_eq!(then_w, v.iter().step_by(step.max(1)).chain(&w).copied().collect::<Vec<_>>());
+            let woven: Vec<i16> =
+                w.par_iter().schedule(s).step_by(step).interleave(v.par_iter()).copied().with_max_len(7).collect();
+            let w_stepped: Vec<i16> = w.iter().step_by(step.max(1)).copied().collect();
+            assert_eq!(woven, interleaved(&w_stepped, &v, false));
             let mut marked = v.clone();
             marked.par_iter_mut().schedule(s).skip(1).step_by(step).for_each(|x| *x = 0);
             let mut want = v.clone();
@@ -1846,6 +1855,52 @@ proptest! {
             Ok(())
         })?;
     }
+}
+
+/// `step_by` over sources that check their ranges (slices, exact chunks, windows), chained
+/// before a longer side, one item per part: every part of the longer side asks the stepped
+/// side for an empty range at its end (found by a review: the slice's range check panicked).
+#[test]
+fn a_stepped_side_is_asked_for_empty_ranges_at_its_end() {
+    let a = [1u32, 2, 3, 4, 5, 6, 7];
+    let b: Vec<u32> = (10..20).collect();
+    rt().install(|| {
+        let v: Vec<u32> = a
+            .par_iter()
+            .step_by(2)
+            .chain(b.par_iter())
+            .copied()
+            .with_max_len(1)
+            .collect();
+        assert_eq!(
+            v,
+            [1, 3, 5, 7].into_iter().chain(10..20).collect::<Vec<_>>()
+        );
+        let v: Vec<usize> = a
+            .par_chunks_exact(2)
+            .step_by(2)
+            .map(|c| c.len())
+            .chain(vec![9; 4])
+            .with_max_len(1)
+            .collect();
+        assert_eq!(v, [2, 2, 9, 9, 9, 9]);
+        let v: Vec<u32> = a
+            .par_windows(3)
+            .step_by(2)
+            .map(|w| w[0])
+            .chain(b.par_iter().copied())
+            .with_max_len(1)
+            .collect();
+        assert_eq!(v, [1, 3, 5].into_iter().chain(10..20).collect::<Vec<_>>());
+        let v: Vec<u32> = a
+            .par_iter()
+            .step_by(3)
+            .interleave(b.par_iter())
+            .copied()
+            .with_max_len(1)
+            .collect();
+        assert_eq!(v, [1, 10, 4, 11, 7, 12, 13, 14, 15, 16, 17, 18, 19]);
+    });
 }
 
 #[test]

@@ -300,7 +300,7 @@ where
     }
 
     unsafe fn iter(&self, r: Range<usize>, _: sealed::Token) -> Self::Iter<'_> {
-        let first = T::add(self.start, r.start as u128 * self.step);
+        let first = T::add(self.start, (r.start as u128).saturating_mul(self.step));
         match self.last {
             Some(last) if !r.is_empty() => {
                 // Index `r.end - 1`'s last value, within the range.
@@ -2462,7 +2462,9 @@ impl<P: Indexed> Producer for StepBy<P> {
     unsafe fn iter(&self, r: Range<usize>, token: sealed::Token) -> Self::Iter<'_> {
         // The base's indices from the first kept one to just past the last: the ones between
         // are made and dropped, each still asked once (the ranges of the chunks do not overlap).
-        let start = r.start * self.step;
+        // An empty `r` may sit at this producer's end (a `chain` or `interleave` asks its
+        // shorter side for `len..len`), past which `r.start * step` would point.
+        let start = r.start.saturating_mul(self.step).min(self.base.len());
         let end = if r.is_empty() {
             start
         } else {
