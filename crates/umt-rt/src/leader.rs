@@ -41,6 +41,13 @@ fn leader_main(reg: Arc<Registry>, starter: StartRequests, own: usize) {
         leader.borrow_if_starved(&mut look);
         leader.pace(&look);
     }
+    // Shutdown runs every task queued before it: one a following leader put back on its deque
+    // (its core had a ready worker) just as the workers made their last look runs here.
+    if let Some(ctx) = &leader.follower
+        && ctx.has_pending_tasks()
+    {
+        ctx.follow();
+    }
     leader.flush_trace();
 }
 

@@ -1205,7 +1205,8 @@ impl WorkerCtx {
         let monitor = &self.reg.monitor;
         if self.role == Role::Leader {
             self.drained(monitor.drain_cpu(self.cpu));
-            return monitor.ready(self.cpu) >= 1;
+            // At shutdown it runs what it took: the workers may have made their last look.
+            return monitor.ready(self.cpu) >= 1 && !self.reg.terminate.load(Ordering::Acquire);
         }
         if !self.monitored {
             return false;
