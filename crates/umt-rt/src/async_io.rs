@@ -61,6 +61,13 @@
 //!     before it. A connection whose next request is always there when its handler reads
 //!     (its client on another CPU, or at a higher priority) never sees `WouldBlock`, and
 //!     without this kept its worker from every other connection.
+//! 11. **R11 — one entry per waiting future.** R2 stores the waker under the wait's own
+//!     registration number, kept in the future; polled again with another waker it replaces
+//!     its entry, and when the future ends (done, or dropped: a `timeout`, a `select`, an
+//!     abort) its entry goes. Without this a wait given up left its waker behind until the
+//!     direction's next event: each kept its task alive, and on a quiet socket the list only
+//!     grew. A replaced or removed waker is dropped outside the source's lock: it may hold the
+//!     last reference to a task, whose future may hold another wait on the same source.
 //!
 //! Races: an edge that arrives between a `WouldBlock` and the clearing of the flag advances the
 //! tick, so the flag stays set and the operation is tried again (no lost edge). A waker stored
@@ -119,8 +126,11 @@ struct Direction {
     ready: bool,
     /// Events seen so far (R3), to tell whether one came since a look (R2).
     tick: u64,
-    /// Every future waiting on this direction (two tasks may wait on one socket).
-    wakers: Vec<Waker>,
+    /// Every future waiting on this direction (two tasks may wait on one socket), by the
+    /// number of its registration (R11).
+    wakers: Vec<(u64, Waker)>,
+    /// The next registration's number.
+    next: u64,
 }
 
 /// A registered descriptor's readiness.
@@ -137,17 +147,44 @@ impl Source {
         crate::sync::lock_std(&self.dirs)
     }
 
-    /// R2: `Ready(tick)` while direction `d` is ready, else stores the waker.
-    fn poll_ready(&self, d: usize, cx: &mut Context<'_>) -> Poll<u64> {
-        let mut dirs = self.lock();
-        let dir = &mut dirs[d];
-        if dir.ready {
-            return Poll::Ready(dir.tick);
-        }
-        if !dir.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-            dir.wakers.push(cx.waker().clone());
-        }
+    /// R2: `Ready(tick)` while direction `d` is ready, else stores the waker under the
+    /// future's registration `id` (R11: one entry per waiting future, its waker replaced when
+    /// it is polled with another; a new registration when it has none or an event took it).
+    fn poll_ready(&self, d: usize, cx: &mut Context<'_>, id: &mut Option<u64>) -> Poll<u64> {
+        let replaced = {
+            let mut dirs = self.lock();
+            let dir = &mut dirs[d];
+            if dir.ready {
+                return Poll::Ready(dir.tick);
+            }
+            match id.and_then(|id| dir.wakers.iter_mut().find(|(n, _)| *n == id)) {
+                Some((_, w)) if w.will_wake(cx.waker()) => None,
+                Some((_, w)) => Some(std::mem::replace(w, cx.waker().clone())),
+                None => {
+                    *id = Some(dir.next);
+                    dir.wakers.push((dir.next, cx.waker().clone()));
+                    dir.next += 1;
+                    None
+                }
+            }
+        };
+        // Dropped outside the lock: a waker's drop may end a task, whose future's drop may
+        // come back here (R11).
+        drop(replaced);
         Poll::Pending
+    }
+
+    /// R11: the future of registration `id` is gone (dropped, or done): its waker goes too.
+    fn forget(&self, d: usize, id: u64) {
+        let gone = {
+            let mut dirs = self.lock();
+            let wakers = &mut dirs[d].wakers;
+            wakers
+                .iter()
+                .position(|(n, _)| *n == id)
+                .map(|i| wakers.swap_remove(i))
+        };
+        drop(gone);
     }
 
     /// R2: the operation would block: not ready, unless an event came since `tick`.
@@ -165,6 +202,26 @@ impl Source {
         dir.ready = true;
         dir.tick += 1;
         std::mem::take(&mut dir.wakers)
+            .into_iter()
+            .map(|(_, w)| w)
+            .collect()
+    }
+}
+
+/// R11: a readiness wait's entry in its source, taken out when the wait's future ends, so
+/// that a wait given up (a `timeout`, a `select`, an abort) leaves no waker behind: it would
+/// keep its task alive until the next event, and a quiet socket's list would only grow.
+struct Registration<'a> {
+    source: &'a Source,
+    d: usize,
+    id: Option<u64>,
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            self.source.forget(self.d, id);
+        }
     }
 }
 
@@ -601,6 +658,11 @@ impl<T: AsFd> Async<T> {
         let kind = if d == READ { Op::Read } else { Op::Write };
         // C3's key of this descriptor and direction: the address is even (aligned), `d` 0 or 1.
         let key = std::ptr::from_ref(self) as usize | d;
+        let mut registration = Registration {
+            source: &self.source,
+            d,
+            id: None,
+        };
         poll_fn(|cx| {
             // R10: a runtime's future that has had its turn lets the others run first.
             if coop::spent(kind, key) {
@@ -608,7 +670,7 @@ impl<T: AsFd> Async<T> {
                 return Poll::Pending;
             }
             loop {
-                let tick = match self.source.poll_ready(d, cx) {
+                let tick = match self.source.poll_ready(d, cx, &mut registration.id) {
                     Poll::Ready(tick) => tick,
                     Poll::Pending => return Poll::Pending,
                 };

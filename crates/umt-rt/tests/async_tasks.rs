@@ -1367,3 +1367,78 @@ fn readable_waits_again_once_the_data_is_gone() {
     std::io::Write::write_all(&mut &writer, &[6]).unwrap();
     umt_rt::block_on(again).unwrap();
 }
+
+/// A waker that counts its wakes.
+#[derive(Default)]
+struct CountWakes(AtomicUsize);
+
+impl std::task::Wake for CountWakes {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// R11 of `async_io`: a readiness wait given up (dropped before its event) leaves no waker in
+/// its source, a wait polled again with another waker keeps one entry, and a wait still
+/// pending is woken by the next event. Polled by hand, outside any runtime (found by a
+/// review: each dropped wait's waker stayed until the socket's next event).
+#[test]
+fn a_readiness_wait_given_up_leaves_no_waker_behind() {
+    use std::io::Write;
+    use umt_rt::async_io::Async;
+    let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let a = Async::new(a).unwrap();
+    let mut buf = [0u8; 1];
+    let given_up: Vec<Arc<CountWakes>> = (0..1000).map(|_| Arc::default()).collect();
+    for w in &given_up {
+        let waker = Waker::from(w.clone());
+        let mut fut = std::pin::pin!(a.read(&mut buf));
+        assert!(
+            fut.as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending()
+        );
+    }
+    let kept = given_up.iter().filter(|w| Arc::strong_count(w) > 1).count();
+    assert_eq!(kept, 0, "{kept} wakers of dropped waits still held");
+    // One wait polled with many wakers in turn holds only the last.
+    let mut waiting = Box::pin(a.read(&mut buf));
+    let polled_with: Vec<Arc<CountWakes>> = (0..100).map(|_| Arc::default()).collect();
+    for w in &polled_with {
+        let waker = Waker::from(w.clone());
+        assert!(
+            waiting
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending()
+        );
+    }
+    let held = polled_with
+        .iter()
+        .filter(|w| Arc::strong_count(w) > 1)
+        .count();
+    assert_eq!(held, 1, "a wait polled 100 times holds {held} wakers");
+    let last = polled_with.last().unwrap();
+    assert!(
+        Arc::strong_count(last) > 1,
+        "the last waker is the one kept"
+    );
+    // The event wakes it (the reactor thread takes it).
+    b.write_all(b"x").unwrap();
+    let start = std::time::Instant::now();
+    while last.0.load(Ordering::SeqCst) == 0 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the event never woke the wait"
+        );
+        std::thread::yield_now();
+    }
+    let waker = Waker::from(last.clone());
+    assert!(matches!(
+        waiting.as_mut().poll(&mut Context::from_waker(&waker)),
+        Poll::Ready(Ok(1))
+    ));
+    drop(waiting);
+    assert_eq!(buf, *b"x");
+    assert!(given_up.iter().all(|w| w.0.load(Ordering::SeqCst) == 0));
+}
