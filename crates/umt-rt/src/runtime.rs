@@ -271,7 +271,10 @@ impl Drop for Runtime {
     /// get a CPU within 20 ms (`LEADER_EXIT_WAIT`): at `SCHED_IDLE` a leader runs only when its core
     /// has nothing else to run, and under load from other processes that can take a second
     /// or more (20 runtimes dropped under two `yes`: 36.8 s when every drop waited). Those exit
-    /// at their next turn, and release the monitor then.
+    /// at their next turn, and release the monitor then. A leader that runs tasks
+    /// ([`Builder::leader_runs_tasks`](crate::Builder::leader_runs_tasks)) and holds some when
+    /// the drop begins is waited for until it has run them, however long its turns take, as
+    /// the workers' tasks are.
     fn drop(&mut self) {
         let reg = &self.reg;
         // F2: in a child of `fork` none of the threads to stop or join is here (joining one
@@ -320,6 +323,18 @@ impl Drop for Runtime {
                 }
                 let _ = h.join();
             }
+        }
+        // With `leader_runs_tasks`, a leader that holds tasks (its core's leader bit: it runs
+        // them, or some are left on its deque) runs them before the features' last shutdown
+        // (`leader_main`), as the workers ran theirs above. Dropped from inside a leader's
+        // task, it cannot wait for itself.
+        let holding = || (0..reg.cores()).any(|core| reg.pools.leader_holds(core));
+        let on_leader = lock(&reg.leader_threads)
+            .iter()
+            .any(|h| h.thread().id() == me);
+        while !on_leader && holding() && lock(&reg.leader_threads).iter().any(|h| !h.is_finished())
+        {
+            std::thread::sleep(Duration::from_micros(100));
         }
         // A task that ran during shutdown may have made a feature after the first call (E3).
         reg.shut_down_extensions(true);

@@ -441,6 +441,70 @@ fn reuses_the_blocked_core_then_surrenders(policy: LeaderPolicy) {
     }
 }
 
+/// Leader-follower at shutdown: a task the leader runs when the drop begins has finished
+/// when the drop returns, as the workers' tasks have (the drop gave leaders 20 ms and went
+/// on; a review found that a task the leader put back on its deque as the workers made their
+/// last look then never ran). Task A blocks its worker in a pipe read, so the leader runs B,
+/// which A queued, and B blocks in a read of its own; the drop begins, A is released and its
+/// worker leaves, and B is released only once the drop has returned or a while has passed.
+#[test]
+fn a_dropped_runtime_waits_for_the_task_its_leader_runs() {
+    let _serial = serial();
+    let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
+    let rt = Runtime::builder()
+        .cores([cpu])
+        .monitor(monitored_backend())
+        .leader_runs_tasks(true)
+        .build()
+        .unwrap();
+    if skip_unmonitored(&rt) {
+        return;
+    }
+    let (mut a_rx, mut a_tx) = std::io::pipe().unwrap();
+    let (mut b_rx, mut b_tx) = std::io::pipe().unwrap();
+    let b_started = std::sync::Arc::new(AtomicI32::new(0));
+    let b_done = std::sync::Arc::new(AtomicBool::new(false));
+    {
+        let (b_started, b_done) = (b_started.clone(), b_done.clone());
+        rt.spawn_detached(move || {
+            umt_rt::spawn(move || {
+                let leader = std::thread::current()
+                    .name()
+                    .is_some_and(|n| n.starts_with("umt-leader"));
+                b_started.store(if leader { 1 } else { 2 }, Ordering::SeqCst);
+                let mut b = [0u8; 1];
+                let _ = b_rx.read_exact(&mut b);
+                b_done.store(true, Ordering::SeqCst);
+            });
+            let mut b = [0u8; 1];
+            let _ = a_rx.read_exact(&mut b);
+        });
+    }
+    wait_for("task B started", || b_started.load(Ordering::SeqCst) != 0);
+    assert_eq!(
+        b_started.load(Ordering::SeqCst),
+        1,
+        "task B ran on a worker, not on the leader"
+    );
+    let dropper = {
+        let b_done = b_done.clone();
+        std::thread::spawn(move || {
+            drop(rt);
+            b_done.load(Ordering::SeqCst)
+        })
+    };
+    a_tx.write_all(b"a").unwrap();
+    let start = Instant::now();
+    while !dropper.is_finished() && start.elapsed() < Duration::from_millis(300) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    b_tx.write_all(b"b").unwrap();
+    assert!(
+        dropper.join().unwrap(),
+        "the drop returned while the leader's task still ran"
+    );
+}
+
 /// Leader-follower: the leader finds its core with no ready worker while tasks are queued,
 /// and runs them itself: every filler runs during the block, and no spare is started.
 #[test]
