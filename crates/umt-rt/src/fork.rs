@@ -7,7 +7,6 @@
 //! glibc's `_Fork`) is not counted: [`ForkMark::pid_differs`] asks the kernel instead, for
 //! the checks that must hold whatever made the child.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Children of `fork` this process image is (the child handler adds one in each).
@@ -17,16 +16,55 @@ extern "C" fn count_fork() {
     FORKS.fetch_add(1, Ordering::Relaxed);
 }
 
+/// [`REGISTERED`]: nobody has tried yet.
+const UNTRIED: u64 = 0;
+/// [`REGISTERED`]: the handler is registered.
+const YES: u64 = 1;
+/// [`REGISTERED`]: `pthread_atfork` failed.
+const NO: u64 = 2;
+/// [`REGISTERED`], in its low two bits: a thread of the process whose id is in the bits
+/// above is registering it.
+const BUSY: u64 = 3;
+
+/// Whether [`count_fork`] is registered ([`UNTRIED`], [`YES`], [`NO`], or [`BUSY`] with the
+/// registering process's id). Not a `OnceLock`: a child forked while a thread of its parent
+/// registered would inherit a lock that no thread of its own ever releases, and wait for ever
+/// at its first question.
+static REGISTERED: AtomicU64 = AtomicU64::new(UNTRIED);
+
 /// Registers [`count_fork`] once; whether it is registered (`pthread_atfork` fails only out of
 /// memory, and then [`ForkMark::is_copy`] asks for the process id instead).
 fn counted() -> bool {
-    static REGISTERED: OnceLock<bool> = OnceLock::new();
-    *REGISTERED.get_or_init(|| {
+    claim(&REGISTERED, std::process::id(), || {
         // SAFETY: a child handler that only adds to an atomic, which is async-signal-safe, as
         // a handler that runs in the child of a multithreaded process must be; no other
         // handler. It stays registered for the life of the process, as the static it reads.
         unsafe { libc::pthread_atfork(None, None, Some(count_fork)) == 0 }
     })
+}
+
+/// One registration per process through `state`: the first caller of process `pid` runs
+/// `register`; while it runs, the others answer "not registered" (their callers then ask for
+/// the process id) and wait for nothing. A registration under way in another process is one
+/// a `fork` copied mid-way, whose thread the child does not have: the child takes it over.
+fn claim(state: &AtomicU64, pid: u32, register: impl FnOnce() -> bool) -> bool {
+    let busy = (u64::from(pid) << 2) | BUSY;
+    let mut seen = state.load(Ordering::Acquire);
+    loop {
+        match seen {
+            YES => return true,
+            NO => return false,
+            s if s == busy => return false,
+            // Untried, or a registration that a fork interrupted.
+            _ => match state.compare_exchange(seen, busy, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(now) => seen = now,
+            },
+        }
+    }
+    let ok = register();
+    state.store(if ok { YES } else { NO }, Ordering::Release);
+    ok
 }
 
 /// The forks this process image descends through, if the handler that counts them is
@@ -75,6 +113,32 @@ impl ForkMark {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The registration runs once; a caller that finds it under way in its own process
+    /// waits for nothing; one that finds it under way in another (a fork copied it) takes
+    /// it over.
+    #[test]
+    fn the_handler_is_registered_once_and_a_copied_registration_is_taken_over() {
+        let state = AtomicU64::new(UNTRIED);
+        let runs = std::cell::Cell::new(0);
+        let register = || {
+            runs.set(runs.get() + 1);
+            true
+        };
+        assert!(claim(&state, 7, register));
+        assert!(claim(&state, 7, register));
+        assert_eq!(runs.get(), 1);
+        // Under way in this process (pid 7): the others answer at once.
+        state.store((7 << 2) | BUSY, Ordering::Relaxed);
+        assert!(!claim(&state, 7, || unreachable!("registered twice")));
+        // Copied by a fork into process 8: the child registers its own.
+        assert!(claim(&state, 8, register));
+        assert_eq!(runs.get(), 2);
+        assert_eq!(state.load(Ordering::Relaxed), YES);
+        let failed = AtomicU64::new(UNTRIED);
+        assert!(!claim(&failed, 7, || false));
+        assert!(!claim(&failed, 7, || unreachable!("tried twice")));
+    }
 
     /// A child of `fork` sees the parent's mark as a copy; the parent does not.
     #[test]
