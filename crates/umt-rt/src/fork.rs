@@ -38,24 +38,37 @@ fn counted() -> bool {
     claim(&REGISTERED, std::process::id(), || {
         // SAFETY: a child handler that only adds to an atomic, which is async-signal-safe, as
         // a handler that runs in the child of a multithreaded process must be; no other
-        // handler. It stays registered for the life of the process, as the static it reads.
+        // handler (registered twice at worst: see `claim`). It stays registered for the life
+        // of the process, as the static it reads.
         unsafe { libc::pthread_atfork(None, None, Some(count_fork)) == 0 }
     })
 }
 
+/// How many times a caller yields while another thread of its process registers, before it
+/// registers too (a registration takes microseconds; a registering thread preempted, or a
+/// state that a `fork` copied into a process that reuses the registering one's id, would
+/// otherwise be waited for ever).
+const PATIENCE: u32 = 10_000;
+
 /// One registration per process through `state`: the first caller of process `pid` runs
-/// `register`; while it runs, the others answer "not registered" (their callers then ask for
-/// the process id) and wait for nothing. A registration under way in another process is one
-/// a `fork` copied mid-way, whose thread the child does not have: the child takes it over.
+/// `register`, and the others wait for its answer, yielding. A registration under way in
+/// another process is one a `fork` copied mid-way, whose thread the child does not have: the
+/// child takes it over, as does a caller whose wait outlasts [`PATIENCE`]. Registering twice
+/// only counts each later fork twice, which no reader minds (they compare counts for change).
 fn claim(state: &AtomicU64, pid: u32, register: impl FnOnce() -> bool) -> bool {
     let busy = (u64::from(pid) << 2) | BUSY;
+    let mut waits = 0;
     let mut seen = state.load(Ordering::Acquire);
     loop {
         match seen {
             YES => return true,
             NO => return false,
-            s if s == busy => return false,
-            // Untried, or a registration that a fork interrupted.
+            s if s == busy && waits < PATIENCE => {
+                waits += 1;
+                std::thread::yield_now();
+                seen = state.load(Ordering::Acquire);
+            }
+            // Untried, copied by a fork mid-way, or waited for long enough.
             _ => match state.compare_exchange(seen, busy, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => break,
                 Err(now) => seen = now,
@@ -114,9 +127,9 @@ impl ForkMark {
 mod tests {
     use super::*;
 
-    /// The registration runs once; a caller that finds it under way in its own process
-    /// waits for nothing; one that finds it under way in another (a fork copied it) takes
-    /// it over.
+    /// The registration runs once; a caller that finds it under way in its own process waits
+    /// for its answer, but not for ever; one that finds it under way in another (a fork
+    /// copied it) takes it over.
     #[test]
     fn the_handler_is_registered_once_and_a_copied_registration_is_taken_over() {
         let state = AtomicU64::new(UNTRIED);
@@ -128,13 +141,23 @@ mod tests {
         assert!(claim(&state, 7, register));
         assert!(claim(&state, 7, register));
         assert_eq!(runs.get(), 1);
-        // Under way in this process (pid 7): the others answer at once.
-        state.store((7 << 2) | BUSY, Ordering::Relaxed);
-        assert!(!claim(&state, 7, || unreachable!("registered twice")));
         // Copied by a fork into process 8: the child registers its own.
+        state.store((7 << 2) | BUSY, Ordering::Relaxed);
         assert!(claim(&state, 8, register));
         assert_eq!(runs.get(), 2);
         assert_eq!(state.load(Ordering::Relaxed), YES);
+        // Under way in this process for longer than any registration takes: registered again
+        // rather than waited for ever.
+        state.store((8 << 2) | BUSY, Ordering::Relaxed);
+        assert!(claim(&state, 8, register));
+        assert_eq!(runs.get(), 3);
+        // Under way in this process: the others wait for its answer.
+        state.store((8 << 2) | BUSY, Ordering::Relaxed);
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| claim(&state, 8, || unreachable!("registered twice")));
+            state.store(YES, Ordering::Release);
+            assert!(waiter.join().unwrap());
+        });
         let failed = AtomicU64::new(UNTRIED);
         assert!(!claim(&failed, 7, || false));
         assert!(!claim(&failed, 7, || unreachable!("tried twice")));
