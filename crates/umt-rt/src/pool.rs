@@ -307,13 +307,6 @@ impl Pools {
         }
     }
 
-    /// Whether `core`'s leader may hold jobs: it runs tasks, or some are left on its deque
-    /// ([`Pools::set_leader_stealable`]).
-    #[cfg_attr(loom, allow(dead_code))] // its caller (the runtime's drop) is not in the loom build
-    pub(crate) fn leader_holds(&self, core: usize) -> bool {
-        self.stealable(core) & (1 << LEADER_BIT) != 0
-    }
-
     /// Cores with no active worker. Read after a `SeqCst` fence by spawners.
     pub(crate) fn idle_cores(&self) -> usize {
         self.idle_cores.load(Ordering::SeqCst)

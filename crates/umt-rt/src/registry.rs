@@ -194,6 +194,9 @@ pub(crate) struct Registry {
     /// Per core, the workers of other cores lent to it (`lend.rs`): its ready count minus
     /// these is its own ready workers.
     pub(crate) guests: Box<[CachePadded<std::sync::atomic::AtomicUsize>]>,
+    /// Per core, whether its leader runs tasks now (`WorkerCtx::follow`): the drop waits for
+    /// it (see [`Registry::leader_holds`]).
+    pub(crate) leader_following: Box<[AtomicBool]>,
     /// The warnings already said (each kind once).
     pub(crate) warnings: Warnings,
     /// Handles of the workers and the starter thread, joined at shutdown.
@@ -260,6 +263,7 @@ impl Registry {
                 .map(|_| CachePadded::new(CoreTime::new()))
                 .collect(),
             guests: (0..cores).map(|_| CachePadded::default()).collect(),
+            leader_following: (0..cores).map(|_| AtomicBool::new(false)).collect(),
             config,
             slots,
             injector: Injector::new(),
@@ -333,6 +337,14 @@ impl Registry {
     #[inline]
     pub(crate) fn cores(&self) -> usize {
         self.config.cpus.len()
+    }
+
+    /// Whether `core`'s leader holds tasks: it runs them (`WorkerCtx::follow`), or some are
+    /// left on its deque, which it runs as it exits (`leader_main`). Not its bit in
+    /// [`Pools::stealable`], which stays set after thieves emptied the deque.
+    pub(crate) fn leader_holds(&self, core: usize) -> bool {
+        self.leader_following[core].load(Ordering::Acquire)
+            || !self.slots[self.leader_slot(core)].stealer.is_empty()
     }
 
     /// The slot of `core`'s leader.
@@ -432,8 +444,38 @@ impl Registry {
             self.inboxes[core].push(job);
         }
         std::sync::atomic::fence(Ordering::SeqCst);
+        // Shutdown: the core's workers may have made their last look and left, and a task
+        // that waits for this job (a broadcast from a task during the drop) would wait for
+        // ever. Its inbox goes to the shared queue, which whoever is left takes from, the
+        // waiting task's own worker included. With the fence, either this sees `terminate`,
+        // or a worker's last look, fenced after it saw `terminate`, sees the job (see
+        // "Races", a job for a core at shutdown, in `README.md`).
+        if self.terminate.load(Ordering::SeqCst) {
+            self.reroute_inbox(core);
+            return;
+        }
         if let Some(w) = self.pools.take_from_core(core) {
             self.notify(w);
+        }
+    }
+
+    /// Moves the jobs of `core`'s inbox to the shared queue (at shutdown: a job for a core
+    /// runs on any worker left), and wakes a worker for them.
+    pub(crate) fn reroute_inbox(&self, core: usize) {
+        let mut moved = false;
+        loop {
+            match self.inboxes[core].steal() {
+                crossbeam_deque::Steal::Success(job) => {
+                    let _held = crate::sync::Held::new();
+                    self.injector.push(job);
+                    moved = true;
+                }
+                crossbeam_deque::Steal::Retry => {}
+                crossbeam_deque::Steal::Empty => break,
+            }
+        }
+        if moved {
+            self.pools.wake_for_work(|w| self.notify(w));
         }
     }
 

@@ -289,7 +289,9 @@ impl Drop for Runtime {
         // Features first (onloaded work: what runs finishes, what waits goes back to its
         // waiters).
         reg.shut_down_extensions(false);
-        reg.terminate.store(true, Ordering::Release);
+        // SeqCst: a job queued for a core from here on goes to the shared queue (see
+        // `Registry::inject_to_core`).
+        reg.terminate.store(true, Ordering::SeqCst);
         // None steps aside from here on; one that checked just before waits 4 ms at most.
         reg.handoff.resume_all();
         // Leaders waiting on the monitor return at once, polling leaders that sleep until a
@@ -324,15 +326,17 @@ impl Drop for Runtime {
                 let _ = h.join();
             }
         }
-        // With `leader_runs_tasks`, a leader that holds tasks (its core's leader bit: it runs
-        // them, or some are left on its deque) runs them before the features' last shutdown
-        // (`leader_main`), as the workers ran theirs above. Dropped from inside a leader's
-        // task, it cannot wait for itself.
-        let holding = || (0..reg.cores()).any(|core| reg.pools.leader_holds(core));
-        let on_leader = lock(&reg.leader_threads)
-            .iter()
-            .any(|h| h.thread().id() == me);
-        while !on_leader && holding() && lock(&reg.leader_threads).iter().any(|h| !h.is_finished())
+        // With `leader_runs_tasks`, a leader that holds tasks (it runs them, or some are left
+        // on its deque) runs them before the features' last shutdown (`leader_main`), as the
+        // workers ran theirs above. Not when dropped from inside one of the runtime's own
+        // threads: a leader's task may wait for the dropping task, which would wait for it.
+        let inside = with_current(|ctx| ctx.is_some_and(|c| Arc::ptr_eq(c.registry(), reg)))
+            || lock(&reg.leader_threads)
+                .iter()
+                .any(|h| h.thread().id() == me);
+        while !inside
+            && (0..reg.cores()).any(|core| reg.leader_holds(core))
+            && lock(&reg.leader_threads).iter().any(|h| !h.is_finished())
         {
             std::thread::sleep(Duration::from_micros(100));
         }

@@ -238,3 +238,66 @@ fn drop_does_not_wait_for_leaders_that_cannot_run() {
         "and release the monitor's descriptors: {f}, {f0} before"
     );
 }
+
+/// A broadcast from a task while its runtime is dropped, once the drop has made the other
+/// core's worker leave: the call queued for that core runs on a worker still there, the
+/// broadcast returns every call's result, and the drop returns (it waited for ever: the call
+/// sat in the inbox of a core whose workers had left; found by a review). Worker threads are
+/// named `bcast-<cpu>.<k>` to tell this runtime's apart.
+#[test]
+fn a_broadcast_from_a_task_during_the_drop_runs_every_call_and_the_drop_returns() {
+    use std::sync::mpsc;
+    let _serial = serial();
+    let cpus = umt_sys::cpu::process_cpus().unwrap();
+    if cpus.len() < 2 {
+        eprintln!("skipped: needs two CPUs");
+        return;
+    }
+    let rt = Runtime::builder()
+        .cores(cpus[..2].iter().copied())
+        .monitor(BackendKind::Disabled)
+        .thread_name(|cpu, k| format!("bcast-{cpu}.{k}"))
+        .build()
+        .unwrap();
+    // Every core's worker started (a core's first starts when it first has work).
+    rt.broadcast(|_| ());
+    let (started_tx, started_rx) = mpsc::channel::<String>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel::<Vec<usize>>();
+    rt.spawn_detached(move || {
+        let me = std::thread::current().name().unwrap_or_default().to_owned();
+        started_tx.send(me).unwrap();
+        go_rx.recv().unwrap();
+        done_tx.send(umt_rt::broadcast(|ctx| ctx.index())).unwrap();
+    });
+    let me = started_rx.recv().unwrap();
+    let other = if me.starts_with(&format!("bcast-{}.", cpus[0])) {
+        cpus[1]
+    } else {
+        cpus[0]
+    };
+    let dropper = std::thread::spawn(move || drop(rt));
+    let prefix = format!("bcast-{other}.");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while thread_names().iter().any(|n| n.starts_with(&prefix)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the other core's worker never left"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    go_tx.send(()).unwrap();
+    let results = done_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the broadcast never returned");
+    assert_eq!(results, [0, 1]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !dropper.is_finished() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the drop never returned"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    dropper.join().unwrap();
+}
