@@ -150,8 +150,9 @@ impl<T> JoinState<T> {
 }
 
 impl<T> Drop for JoinState<T> {
-    /// A value nobody took is dropped by whoever lets the state go last: the handle's owner, or
-    /// a worker finishing a detached task, which must go on to its next task. A panic in that
+    /// A value nobody took is dropped by whoever lets the state go last: the handle's owner,
+    /// a worker finishing a detached task, which must go on to its next task, or a thread that
+    /// drops a future's last waker (the timer, the reactor, another executor). A panic in that
     /// drop is dropped too, as tokio drops its tasks' outputs.
     fn drop(&mut self) {
         let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
