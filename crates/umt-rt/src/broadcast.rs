@@ -6,9 +6,9 @@
 //! call among them). The worker running a call is not lent to another core until it returns,
 //! and does not give its core up at the call's start, which would put the call on its deque,
 //! where other cores steal (M5 of `README.md`, "Lending"): the call stays on its core's CPU.
-//! Except during the runtime's drop: a broadcast from a task still running then may find a
-//! core whose workers have left, and its calls go to the shared queue, run by a worker still
-//! there ("A job for a core at shutdown" in `README.md`).
+//! Except during the runtime's drop: any call still queued then goes to the shared queue and
+//! is run by whichever worker is left (a core's workers may have left, or be the dropping
+//! thread; "A job for a core at shutdown" in `README.md`).
 
 use std::sync::Arc;
 
@@ -45,8 +45,8 @@ impl BroadcastContext {
     }
 
     /// The CPU this call runs for, and on from its start to its end (a worker running a call
-    /// is not lent to another core meanwhile); a call made by a task while its runtime is
-    /// being dropped may run on another core's worker.
+    /// is not lent to another core meanwhile); a call still queued while its runtime is being
+    /// dropped may run on another core's worker.
     pub fn cpu(&self) -> crate::CpuId {
         self.cpu
     }

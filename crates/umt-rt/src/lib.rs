@@ -505,8 +505,8 @@ not_loom! {
 
     /// Calls `f` once per core of the calling worker's runtime (or of the global runtime outside
     /// one), each call on a worker of its core, and returns the results in core order (rayon's
-    /// `broadcast`: per-core setup, per-core statistics). From a task still running while its
-    /// runtime is dropped, a call may run on another core's worker: that core's may have left.
+    /// `broadcast`: per-core setup, per-core statistics). A call still queued while its
+    /// runtime is being dropped may run on another core's worker: that core's may have left.
     ///
     /// ```
     /// let cpus = umt_rt::broadcast(|ctx| (ctx.index(), umt_rt::current_cpu()));

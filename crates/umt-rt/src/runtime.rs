@@ -292,6 +292,13 @@ impl Drop for Runtime {
         // SeqCst: a job queued for a core from here on goes to the shared queue (see
         // `Registry::inject_to_core`).
         reg.terminate.store(true, Ordering::SeqCst);
+        // Jobs already queued for a core go to the shared queue too: the core's only worker
+        // may be this very thread (dropped from inside a task), or wait in a join for ever.
+        // A push that read `terminate` unset came before the store, so this sweep sees it.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        for core in 0..reg.cores() {
+            reg.reroute_inbox(core);
+        }
         // None steps aside from here on; one that checked just before waits 4 ms at most.
         reg.handoff.resume_all();
         // Leaders waiting on the monitor return at once, polling leaders that sleep until a

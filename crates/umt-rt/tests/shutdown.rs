@@ -301,3 +301,59 @@ fn a_broadcast_from_a_task_during_the_drop_runs_every_call_and_the_drop_returns(
     }
     dropper.join().unwrap();
 }
+
+/// A broadcast's call queued for a core whose only worker then drops the runtime from inside
+/// a task: the dropping worker joins the others, the broadcast's worker waits for the call,
+/// and no worker is left to make a last look at that core's queue; the drop moves every
+/// core's queue to the shared one, which the waiting worker takes from (found by a review:
+/// both waited for ever). Task B blocks its core's worker until A, on the other core, has
+/// started, then broadcasts; A drops the runtime a moment later.
+#[test]
+fn a_drop_from_inside_a_task_runs_the_calls_queued_for_its_core() {
+    use std::sync::mpsc;
+    let _serial = serial();
+    let cpus = umt_sys::cpu::process_cpus().unwrap();
+    if cpus.len() < 2 {
+        eprintln!("skipped: needs two CPUs");
+        return;
+    }
+    let rt = Runtime::builder()
+        .cores(cpus[..2].iter().copied())
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    // Every core's worker started (a core's first starts when it first has work).
+    rt.broadcast(|_| ());
+    let slot = std::sync::Arc::new(Mutex::new(None::<Runtime>));
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (queued_tx, queued_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel::<&'static str>();
+    {
+        let done_tx = done_tx.clone();
+        rt.spawn_detached(move || {
+            go_rx.recv().unwrap();
+            queued_tx.send(()).unwrap();
+            let calls = umt_rt::broadcast(|ctx| ctx.index());
+            assert_eq!(calls, [0, 1]);
+            done_tx.send("broadcast").unwrap();
+        });
+    }
+    {
+        let slot = slot.clone();
+        rt.spawn_detached(move || {
+            go_tx.send(()).unwrap();
+            queued_rx.recv().unwrap();
+            // The broadcast's calls are queued by now, or soon after: either way they run.
+            std::thread::sleep(Duration::from_millis(50));
+            let rt = slot.lock().unwrap().take();
+            drop(rt);
+            done_tx.send("drop").unwrap();
+        });
+    }
+    *slot.lock().unwrap() = Some(rt);
+    for _ in 0..2 {
+        done_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the broadcast or the drop never returned");
+    }
+}
