@@ -155,6 +155,8 @@ impl Source {
             let mut dirs = self.lock();
             let dir = &mut dirs[d];
             if dir.ready {
+                // The event that set the flag took every entry, this wait's too.
+                *id = None;
                 return Poll::Ready(dir.tick);
             }
             match id.and_then(|id| dir.wakers.iter_mut().find(|(n, _)| *n == id)) {

@@ -447,8 +447,8 @@ impl Registry {
         // Shutdown: the core's workers may have made their last look and left, and a task
         // that waits for this job (a broadcast from a task during the drop) would wait for
         // ever. Its inbox goes to the shared queue, which whoever is left takes from, the
-        // waiting task's own worker included. With the fence, either this sees `terminate`,
-        // or a worker's last look, fenced after it saw `terminate`, sees the job (see
+        // waiting task's own worker included. With the fences, either this sees `terminate`,
+        // or the drop's sweep of every inbox, after it stored `terminate`, sees the job (see
         // "Races", a job for a core at shutdown, in `README.md`).
         if self.terminate.load(Ordering::SeqCst) {
             self.reroute_inbox(core);

@@ -292,9 +292,10 @@ impl Drop for Runtime {
         // SeqCst: a job queued for a core from here on goes to the shared queue (see
         // `Registry::inject_to_core`).
         reg.terminate.store(true, Ordering::SeqCst);
-        // Jobs already queued for a core go to the shared queue too: the core's only worker
-        // may be this very thread (dropped from inside a task), or wait in a join for ever.
-        // A push that read `terminate` unset came before the store, so this sweep sees it.
+        // Jobs already queued for a core go to the shared queue too: the core's workers may
+        // have left, be this very thread (dropped from inside a task), wait in a join, or be
+        // lent away. A push that read `terminate` unset came before the store, so this sweep
+        // sees it (README, "Races": a job for a core at shutdown).
         std::sync::atomic::fence(Ordering::SeqCst);
         for core in 0..reg.cores() {
             reg.reroute_inbox(core);

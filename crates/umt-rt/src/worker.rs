@@ -446,19 +446,12 @@ impl WorkerCtx {
                 self.execute(job);
                 continue;
             }
-            if self.reg.terminate.load(Ordering::SeqCst) {
+            if self.reg.terminate.load(Ordering::Acquire) {
                 // Shutdown runs every task queued before it. The spin returns as soon as it
                 // sees `terminate`, possibly after its last look for work came before the
                 // jobs were queued (and `terminate` set): look once more after seeing it.
-                // That look takes from every core's inbox (a worker lent away skips its own,
-                // and the last of a core may be gone); the fence pairs with
-                // `Registry::inject_to_core`'s.
-                std::sync::atomic::fence(Ordering::SeqCst);
-                let last_look = || {
-                    self.find_work()
-                        .or_else(|| (0..self.reg.cores()).find_map(|c| self.take_inbox_of(c)))
-                };
-                match last_look() {
+                // (Jobs for one core are in the shared queue by then: `Runtime`'s drop.)
+                match self.find_work() {
                     Some(job) => {
                         self.execute(job);
                         continue;
@@ -727,16 +720,8 @@ impl WorkerCtx {
     /// CPU), if any; none for a worker lent to another core, which leaves them to the workers
     /// there.
     fn take_inbox(&self) -> Option<Job> {
-        if self.lent_to().is_some() {
-            return None;
-        }
-        self.take_inbox_of(self.core)
-    }
-
-    /// The first job of `core`'s inbox, if any (another core's only at shutdown).
-    fn take_inbox_of(&self, core: usize) -> Option<Job> {
-        let inbox = &self.reg.inboxes[core];
-        if inbox.is_empty() {
+        let inbox = &self.reg.inboxes[self.core];
+        if inbox.is_empty() || self.lent_to().is_some() {
             return None;
         }
         let job = until_decided(|| inbox.steal());

@@ -239,19 +239,14 @@ fn drop_does_not_wait_for_leaders_that_cannot_run() {
     );
 }
 
-/// A broadcast from a task while its runtime is dropped, once the drop has made the other
-/// core's worker leave: the call queued for that core runs on a worker still there, the
-/// broadcast returns every call's result, and the drop returns (it waited for ever: the call
-/// sat in the inbox of a core whose workers had left; found by a review). Worker threads are
-/// named `bcast-<cpu>.<k>` to tell this runtime's apart.
-#[test]
-fn a_broadcast_from_a_task_during_the_drop_runs_every_call_and_the_drop_returns() {
-    use std::sync::mpsc;
-    let _serial = serial();
+/// An unmonitored runtime on the process's first two CPUs (which it returns), each core's
+/// worker started (a core's first starts when it first has work), its workers named
+/// `bcast-<cpu>.<k>` to tell them from other runtimes'; `None` (skipped, said) on one CPU.
+fn two_cores_started() -> Option<(Runtime, Vec<umt_sys::CpuId>)> {
     let cpus = umt_sys::cpu::process_cpus().unwrap();
     if cpus.len() < 2 {
         eprintln!("skipped: needs two CPUs");
-        return;
+        return None;
     }
     let rt = Runtime::builder()
         .cores(cpus[..2].iter().copied())
@@ -259,8 +254,21 @@ fn a_broadcast_from_a_task_during_the_drop_runs_every_call_and_the_drop_returns(
         .thread_name(|cpu, k| format!("bcast-{cpu}.{k}"))
         .build()
         .unwrap();
-    // Every core's worker started (a core's first starts when it first has work).
     rt.broadcast(|_| ());
+    Some((rt, cpus))
+}
+
+/// A broadcast from a task while its runtime is dropped, once the drop has made the other
+/// core's worker leave: the call queued for that core runs on a worker still there, the
+/// broadcast returns every call's result, and the drop returns (it waited for ever: the call
+/// sat in the inbox of a core whose workers had left; found by a review).
+#[test]
+fn a_broadcast_from_a_task_during_the_drop_runs_every_call_and_the_drop_returns() {
+    use std::sync::mpsc;
+    let _serial = serial();
+    let Some((rt, cpus)) = two_cores_started() else {
+        return;
+    };
     let (started_tx, started_rx) = mpsc::channel::<String>();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let (done_tx, done_rx) = mpsc::channel::<Vec<usize>>();
@@ -312,18 +320,9 @@ fn a_broadcast_from_a_task_during_the_drop_runs_every_call_and_the_drop_returns(
 fn a_drop_from_inside_a_task_runs_the_calls_queued_for_its_core() {
     use std::sync::mpsc;
     let _serial = serial();
-    let cpus = umt_sys::cpu::process_cpus().unwrap();
-    if cpus.len() < 2 {
-        eprintln!("skipped: needs two CPUs");
+    let Some((rt, _)) = two_cores_started() else {
         return;
-    }
-    let rt = Runtime::builder()
-        .cores(cpus[..2].iter().copied())
-        .monitor(BackendKind::Disabled)
-        .build()
-        .unwrap();
-    // Every core's worker started (a core's first starts when it first has work).
-    rt.broadcast(|_| ());
+    };
     let slot = std::sync::Arc::new(Mutex::new(None::<Runtime>));
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let (queued_tx, queued_rx) = mpsc::channel::<()>();
