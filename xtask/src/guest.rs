@@ -69,16 +69,35 @@ const NOT_ON_RT: &[&str] = &["umt-sys-perf_backend"];
 /// ones ([`known_upstream`]).
 pub(crate) fn kernel_problems(console: &str) -> Vec<&str> {
     let lines: Vec<&str> = console.lines().collect();
-    lines
-        .iter()
-        .enumerate()
-        .filter(|(i, l)| {
-            BAD_KERNEL_LINES.iter().any(|bad| l.contains(bad))
-                && known_upstream(&lines[*i..]).is_none()
-        })
-        .map(|(_, l)| *l)
+    (0..lines.len())
+        .filter(|&i| counts_as_problem(&lines[i..]))
+        .map(|i| lines[i])
         .collect()
 }
+
+/// Whether the first of `from` starts a kernel report that fails `vm test`.
+fn counts_as_problem(from: &[&str]) -> bool {
+    from.first()
+        .is_some_and(|l| BAD_KERNEL_LINES.iter().any(|bad| l.contains(bad)))
+        && known_upstream(from).is_none()
+}
+
+/// The first report [`kernel_problems`] counts, from its first line through its trace's end
+/// (`---[ end trace`), at most [`REPORT_LINES`] lines: what a CI log needs to name the code
+/// path, where the console file stays on the machine that ran it.
+pub(crate) fn first_problem_report(console: &str) -> Option<String> {
+    let lines: Vec<&str> = console.lines().collect();
+    let start = (0..lines.len()).find(|&i| counts_as_problem(&lines[i..]))?;
+    let rest = &lines[start..lines.len().min(start + REPORT_LINES)];
+    let end = rest
+        .iter()
+        .position(|l| l.contains("---[ end trace"))
+        .map_or(rest.len(), |e| e + 1);
+    Some(rest[..end].join("\n"))
+}
+
+/// Lines [`first_problem_report`] prints at most: a lockdep report with its stacks fits.
+const REPORT_LINES: usize = 80;
 
 /// Whether the report that starts `report` (its first line, then what the kernel printed
 /// after it) is a known problem of the upstream kernel outside the UMT series, and which.
@@ -233,6 +252,9 @@ pub(crate) fn test(vm_args: &VmArgs) -> Result<i32> {
         eprintln!("xtask: the kernel reported problems:");
         for p in &problems {
             eprintln!("  {p}");
+        }
+        if let Some(report) = first_problem_report(&console) {
+            eprintln!("xtask: the first of them in full:\n{report}");
         }
         return Ok(1);
     }
@@ -457,6 +479,25 @@ mod tests {
         assert!(kernel_problems(iowq).is_empty());
         assert!(!kernel_problems(&iowq.replace("iou-wrk-968\n", "umt-worker-0\n")).is_empty());
         assert!(!kernel_problems(&iowq.replace("(&hash->wait)", "(&umt->lock)")).is_empty());
+    }
+
+    #[test]
+    fn the_first_counted_report_is_printed_through_its_trace() {
+        let log = "boot\n------------[ cut here ]------------\n\
+                   WARNING: CPU: 3 PID: 643 at kernel/locking/spinlock_rt.c:40 rt_spin_lock+0x5f/0x104\n\
+                   Call Trace:\n <TASK>\n futex_lock_pi+0x1/0x2\n </TASK>\n\
+                   ---[ end trace 0000000000000000 ]---\nafter\nWARNING: CPU: 1 second\n";
+        let r = first_problem_report(log).unwrap();
+        assert!(r.starts_with("WARNING: CPU: 3 PID: 643"));
+        assert!(r.contains("futex_lock_pi"));
+        assert!(r.ends_with("---[ end trace 0000000000000000 ]---"));
+        assert_eq!(first_problem_report("boot\nok\n"), None);
+        // Without its end, a report is cut at the limit.
+        let long = format!("BUG: x\n{}", "line\n".repeat(200));
+        assert_eq!(
+            first_problem_report(&long).unwrap().lines().count(),
+            REPORT_LINES
+        );
     }
 
     #[test]
