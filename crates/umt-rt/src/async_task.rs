@@ -90,6 +90,17 @@ trait Cancel: Send + Sync {
     fn cancel_at_shutdown(self: Arc<Self>, workers_gone: bool);
 }
 
+/// Who queues a task ([`Task::queue`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Queuer {
+    /// `spawn_async` (A1).
+    Spawner,
+    /// A waker (A2): its caller may hold locks that the future's drop takes.
+    Waker,
+    /// The task's own poller, which found it woken during the poll (A3).
+    Poller,
+}
+
 /// One spawned future and its state (A1).
 struct Task<F: Future> {
     state: TaskState,
@@ -108,14 +119,16 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    /// A2: queues the task, whose state the caller has just set to `SCHEDULED`: on the
-    /// calling worker's deque, or from outside the runtime, from a worker's busy look for I/O
-    /// events (D7 of `drive.rs`), and always when `fifo` (its own poller requeues it), on the
-    /// runtime's queue of woken futures, behind what waits there, served first woken first
-    /// polled: a future that wakes itself in a loop does not keep its worker from the others,
-    /// and no connection of a busy server waits behind those woken after it. A runtime that is
-    /// gone or shutting down cancels it instead.
-    fn queue(self: Arc<Self>, fifo: bool) {
+    /// A2: queues the task, whose state `by` has just set to `SCHEDULED`: on the calling
+    /// worker's deque, or from outside the runtime, from a worker's busy look for I/O events
+    /// (D7 of `drive.rs`), and always when its own poller requeues it, on the runtime's queue
+    /// of woken futures, behind what waits there, served first woken first polled: a future
+    /// that wakes itself in a loop does not keep its worker from the others, and no connection
+    /// of a busy server waits behind those woken after it. A5: a runtime that is shutting down
+    /// gets a waker's task on that queue, where a worker polls it or the last shutdown call
+    /// ends it, never in the waker's call; a spawner's or a poller's it cancels at once, as it
+    /// does anyone's once the runtime is gone.
+    fn queue(self: Arc<Self>, by: Queuer) {
         with_current(|ctx| {
             let ctx = worker_of(ctx, &self.reg);
             let upgraded = if ctx.is_none() {
@@ -126,11 +139,17 @@ where
             let Some(reg) = ctx.map(WorkerCtx::registry).or(upgraded.as_ref()) else {
                 return self.finish(Outcome::Cancelled);
             };
-            if AsyncTasks::of(reg).is_closed() {
+            let closed = AsyncTasks::of(reg).is_closed();
+            if closed && by != Queuer::Waker {
                 return self.finish(Outcome::Cancelled);
             }
             match ctx {
-                Some(ctx) if !fifo && ctx.queues_wakes_here() && ctx.wake_chain() < LOCAL_WAKES => {
+                Some(ctx)
+                    if by != Queuer::Poller
+                        && !closed
+                        && ctx.queues_wakes_here()
+                        && ctx.wake_chain() < LOCAL_WAKES =>
+                {
                     self.chain.store(ctx.wake_chain() + 1, Ordering::Relaxed);
                     ctx.push(self.into_job())
                 }
@@ -227,7 +246,7 @@ where
                     {
                         return Some(self);
                     }
-                    self.queue(true)
+                    self.queue(Queuer::Poller)
                 }
                 AfterPoll::Ended => {}
             },
@@ -269,7 +288,7 @@ where
     /// A2: an idle task is queued by its waker; a running one is left to its poller.
     fn wake_by_ref(self: &Arc<Self>) {
         if self.state.wake() {
-            self.clone().queue(false);
+            self.clone().queue(Queuer::Waker);
         }
     }
 }
@@ -315,7 +334,7 @@ where
     });
     join.set_task(Arc::downgrade(&task) as Weak<dyn Abort>);
     tasks.live().insert(task.id, task.clone());
-    task.queue(false);
+    task.queue(Queuer::Spawner);
     JoinHandle::new(join)
 }
 
