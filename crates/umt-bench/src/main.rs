@@ -290,6 +290,7 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
                     p999_us: med(&|x| x.p999_us),
                     p99_others_us: med(&|x| x.p99_others_us),
                     p99_late_us: a.rate.map(|_| med(&|x| x.p99_late_us.unwrap_or(f64::NAN))),
+                    monitor: r[0].monitor.clone(),
                 }
             })
             .collect();
@@ -323,6 +324,14 @@ fn run_serve(a: &ServeArgs) -> Result<(), BenchError> {
             None => "closed loop".to_string(),
         }
     );
+    // Which monitor umt ran with: without clang (Bpf) or root, silently Perf otherwise.
+    if let Some(m) = table
+        .iter()
+        .flat_map(|sc| &sc.runs)
+        .find_map(|r| r.monitor.as_deref())
+    {
+        say!("{}: {m}", Server::UmtMonitor.name());
+    }
     // Closed loop: throughput against tokio's; open loop (the same load for every server):
     // p99 against tokio's, and how late the clients sent (the measurement's own error).
     say!(

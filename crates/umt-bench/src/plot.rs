@@ -540,6 +540,7 @@ mod tests {
                     p999_us: 3000.0,
                     p99_others_us: 500.0 * (k + 1) as f64,
                     p99_late_us: rate.map(|_| 10.0),
+                    monitor: None,
                 })
                 .collect(),
         };

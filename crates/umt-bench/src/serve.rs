@@ -190,6 +190,9 @@ pub struct ServeRun {
     /// Open loop: the 99th percentile of how late the clients sent their requests (us after
     /// each was due), the measurement's own error: a latency below it means little.
     pub p99_late_us: Option<f64>,
+    /// umt with its monitor: the backend the runtime chose, and why not a better one
+    /// (`Runtime::selection`); `None` for the other servers.
+    pub monitor: Option<String>,
 }
 
 /// One scenario's runs: the median of each server.
@@ -222,6 +225,8 @@ fn parse(req: &[u8; REQUEST]) -> (u64, bool) {
 struct Running {
     addr: SocketAddr,
     stop: Box<dyn FnOnce() -> Result<(), BenchError>>,
+    /// [`ServeRun::monitor`].
+    monitor: Option<String>,
 }
 
 /// Starts `server`; it serves `p.clients` connections, each until its client closes it.
@@ -254,6 +259,7 @@ fn start_umt(
         .handoff(p.handoff)
         .build()
         .map_err(|e| BenchError::Runtime(format!("umt-rt: {e}")))?;
+    let monitor = monitor.then(|| rt.selection().to_string());
     let listener = Async::<std::net::TcpListener>::bind("127.0.0.1:0").map_err(net("bind"))?;
     let addr = listener.get_ref().local_addr().map_err(net("local_addr"))?;
     let acceptor = rt.spawn_async(async move {
@@ -289,6 +295,7 @@ fn start_umt(
             drop(rt);
             Ok(())
         }),
+        monitor,
     })
 }
 
@@ -348,6 +355,7 @@ fn start_tokio(
                 .map_err(|e| BenchError::Runtime(format!("tokio acceptor: {e}")))?
                 .map_err(net("accept"))
         }),
+        monitor: None,
     })
 }
 
@@ -519,6 +527,7 @@ pub fn run(
         }
     }
     let seconds = start.elapsed().as_secs_f64();
+    let monitor = running.monitor;
     (running.stop)()?;
     if let Some(why) = failed {
         return Err(BenchError::Net {
@@ -539,6 +548,7 @@ pub fn run(
         p999_us: quantile(&lat, 0.999),
         p99_others_us: quantile(&others, 0.99),
         p99_late_us: p.rate.map(|_| quantile(&late, 0.99)),
+        monitor,
     })
 }
 
@@ -579,6 +589,12 @@ mod tests {
             let r = run(s, p, None).unwrap();
             assert!(r.throughput > 0.0, "{r:?}");
             assert!(r.p50_us <= r.p99_us && r.p99_us <= r.p999_us, "{r:?}");
+            // Only umt with its monitor names one, and says which backend it got.
+            assert_eq!(r.monitor.is_some(), s == Server::UmtMonitor, "{r:?}");
+            assert!(
+                r.monitor.as_ref().is_none_or(|m| m.contains("backend")),
+                "{r:?}"
+            );
             let cold = ServeParams {
                 blocking: Blocking::ColdRead,
                 ..p
