@@ -606,18 +606,51 @@ impl<T> Drop for VecProducer<T> {
                 (!gap.is_empty()).then_some(gap)
             })
             .collect::<Vec<_>>();
-        for gap in gaps {
+        drop(Unhanded {
+            ptr: self.ptr,
+            cap: self.cap,
+            gaps: &gaps,
+            next: 0,
+        });
+    }
+}
+
+/// What a [`VecProducer`] still owns at its end: the items of `gaps[next..]` (handed out in
+/// no part), then the buffer. Dropping it drops them, and frees the buffer, even when an
+/// item's drop panics: the remaining gaps are dropped while that panic unwinds (a second
+/// panic then aborts, as in `Vec`'s own drop).
+struct Unhanded<'g, T> {
+    ptr: *mut T,
+    cap: usize,
+    gaps: &'g [Range<usize>],
+    next: usize,
+}
+
+impl<T> Drop for Unhanded<'_, T> {
+    fn drop(&mut self) {
+        while let Some(gap) = self.gaps.get(self.next).cloned() {
+            self.next += 1;
+            // Drops what follows if this gap's drop panics (this call would stop there).
+            let rest = Unhanded {
+                ptr: self.ptr,
+                cap: self.cap,
+                gaps: self.gaps,
+                next: self.next,
+            };
             // SAFETY: no part handed out covers `gap`, so its items are still in the buffer,
-            // initialised, and nobody else reads them.
+            // initialised, and nobody else reads them; each gap is dropped once (`next` moved
+            // past it first, and `rest` starts after it).
             unsafe {
                 std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
                     self.ptr.add(gap.start),
                     gap.len(),
                 ));
             }
+            std::mem::forget(rest);
         }
-        // SAFETY: `ptr` and `cap` come from a `Vec<T>` this producer owns; its length is now 0,
-        // every item having been moved out or dropped above.
+        // SAFETY: `ptr` and `cap` come from a `Vec<T>` the producer owned; its length is now
+        // 0, every item having been moved out or dropped above. Reached once: by this value,
+        // or by the `rest` of the gap whose drop panicked (which forgot nothing).
         drop(unsafe { Vec::from_raw_parts(self.ptr, 0, self.cap) });
     }
 }
@@ -2478,6 +2511,43 @@ impl<P: Indexed> Producer for StepBy<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counts its drops; the one made with `panics` panics in its drop.
+    struct Counted {
+        drops: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        panics: bool,
+    }
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.drops.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if self.panics {
+                panic!("an item's drop panicked (on purpose)");
+            }
+        }
+    }
+
+    /// A vector's items that no part took are dropped at the producer's end, every one, in
+    /// every gap, even when one of them panics in its drop (found by a review: the gaps after
+    /// the panicking one, and the buffer, were leaked).
+    #[test]
+    fn a_panicking_items_drop_leaves_no_other_item_undropped() {
+        let drops = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let items = (0..20)
+            .map(|i| Counted {
+                drops: drops.clone(),
+                panics: i == 1,
+            })
+            .collect();
+        let p = VecProducer::new(items);
+        // SAFETY: one part, taken once; its items are moved out and dropped here.
+        drop(unsafe { p.iter(5..10, sealed::Token) }.collect::<Vec<_>>());
+        assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 5);
+        // Gaps 0..5 (item 1 panics) and 10..20.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(p)));
+        assert!(r.is_err(), "the item's panic reaches the producer's owner");
+        assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 20);
+    }
 
     /// Step 5 of [`TreeWalk`]: a part of a walk that runs nested in an expansion of the same
     /// walk (a job run by a worker waiting inside `children_of`) does not wait for the nodes
