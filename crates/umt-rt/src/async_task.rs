@@ -259,7 +259,7 @@ where
     fn finish(&self, outcome: Outcome<F::Output>) {
         self.state.end();
         let future = crate::sync::lock_std(&self.future).take();
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(future)));
+        crate::diag::run_quietly(move || drop(future));
         if let Some(reg) = self.reg.upgrade()
             && let Some(tasks) = reg.extension::<AsyncTasks>()
         {

@@ -92,13 +92,38 @@ where
     *HOOK.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(hook));
 }
 
+/// Drops `payload`, a panic nobody will receive (a detached task's, a hook's, one after a
+/// scope's first). A payload whose own drop panics (`std::panic::panic_any` of such a value)
+/// is leaked instead: its panic would unwind out of the thread dropping it, a worker that
+/// must go on (tokio leaks such payloads too).
+pub(crate) fn drop_panic(payload: Box<dyn std::any::Any + Send>) {
+    if let Err(again) =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)))
+    {
+        std::mem::forget(again);
+    }
+}
+
+/// Runs `f`, user code whose panic nobody could receive (a value's drop at a detached task's
+/// end, another executor's waker, a hook); `false` if it panicked. The panic is dropped with
+/// [`drop_panic`].
+pub(crate) fn run_quietly(f: impl FnOnce()) -> bool {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(()) => true,
+        Err(payload) => {
+            drop_panic(payload);
+            false
+        }
+    }
+}
+
 /// One warning: to the hook, else to the application's `tracing` subscriber, else to stderr.
 pub(crate) fn emit(message: &str) {
     let hook = HOOK.read().unwrap_or_else(|e| e.into_inner()).clone();
     if let Some(hook) = hook {
         // A hook that panics would unwind out of whichever thread warned (a worker, a
         // leader): the warning is dropped instead, as one that cannot be shown is.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(message)));
+        run_quietly(|| hook(message));
     } else if tracing::dispatcher::has_been_set() {
         tracing::warn!("umt-rt: {message}");
     } else {
@@ -117,6 +142,7 @@ pub(crate) fn detached_panic(payload: Box<dyn std::any::Any + Send>) {
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a non-string payload".to_string());
+    drop_panic(payload);
     emit(&format!(
         "a detached task panicked: {what} (Builder::panic_handler receives these)"
     ));

@@ -420,7 +420,7 @@ where
                     // nothing ever runs there again (a user's trial: one worker, every
                     // later `install` hung). Said once; the worker goes on.
                     Some(handler) => {
-                        if catch_unwind(AssertUnwindSafe(|| handler(payload))).is_err() {
+                        if !crate::diag::run_quietly(|| handler(payload)) {
                             reg.warnings.warn(crate::diag::Warning::PanicHandler, || {
                                 "the panic handler panicked; the worker goes on".to_owned()
                             });

@@ -80,6 +80,10 @@ impl ScopeState {
         let mut slot = crate::sync::lock_std(&self.panic);
         if slot.is_none() {
             *slot = Some(p);
+        } else {
+            // Only the first is re-raised; the others go, on whichever worker failed.
+            drop(slot);
+            crate::diag::drop_panic(p);
         }
     }
 

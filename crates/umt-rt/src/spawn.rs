@@ -3,7 +3,7 @@
 
 use std::any::Any;
 use std::future::Future;
-use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::panic::resume_unwind;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -120,7 +120,7 @@ impl<T> JoinState<T> {
             // Dropped here, before whoever waits is woken (a panic in its drop is dropped too:
             // the completing thread may be a worker between two tasks).
             Outcome::Value(v) if self.is_aborted() => {
-                let _ = catch_unwind(AssertUnwindSafe(move || drop(v)));
+                crate::diag::run_quietly(move || drop(v));
                 Outcome::Cancelled
             }
             o => o,
@@ -157,7 +157,7 @@ impl<T> Drop for JoinState<T> {
     fn drop(&mut self) {
         let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
         if let Some(result) = inner.result.take() {
-            let _ = catch_unwind(AssertUnwindSafe(move || drop(result)));
+            crate::diag::run_quietly(move || drop(result));
         }
     }
 }
@@ -166,7 +166,7 @@ impl<T> Drop for JoinState<T> {
 /// the timer, the reactor, a worker between two tasks): a panic in it is not the caller's,
 /// and is dropped.
 pub(crate) fn wake_foreign(w: Waker) {
-    let _ = catch_unwind(AssertUnwindSafe(move || w.wake()));
+    crate::diag::run_quietly(move || w.wake());
 }
 
 impl<T> JoinHandle<T> {

@@ -318,7 +318,7 @@ fn call_handler(
     let Some(handler) = handler else {
         return;
     };
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(index))).is_err() {
+    if !crate::diag::run_quietly(|| handler(index)) {
         reg.warnings.warn(Warning::Handler, || {
             format!("the {which} handler panicked on worker {index}; the worker goes on")
         });

@@ -229,6 +229,24 @@ impl Drop for PanicsInDrop {
     }
 }
 
+/// A panic payload that panics when dropped.
+struct Bomb;
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        panic!("a panic's payload panicked in its drop (on purpose)");
+    }
+}
+
+/// A value whose drop panics with a [`Bomb`].
+struct PanicsWithABomb;
+
+impl Drop for PanicsWithABomb {
+    fn drop(&mut self) {
+        std::panic::panic_any(Bomb);
+    }
+}
+
 /// A detached task's value is dropped by the worker that finishes it (its handle is gone); a
 /// panic in that drop must not end the worker. On one unmonitored core no other worker would
 /// ever run the next task (found by a review: the worker thread unwound and exited).
@@ -265,6 +283,23 @@ fn a_detached_tasks_value_that_panics_in_its_drop_leaves_the_worker_serving() {
     assert!(
         next_rx.recv_timeout(wait).is_ok(),
         "the worker died dropping a future's value"
+    );
+    // A value whose drop panics with a payload whose own drop panics (`panic_any`): the
+    // payload is leaked, not dropped on the worker (where its panic would end the thread).
+    drop(rt.spawn(|| PanicsWithABomb));
+    let (next_tx, next_rx) = mpsc::channel();
+    drop(rt.spawn(move || next_tx.send(()).unwrap()));
+    assert!(
+        next_rx.recv_timeout(wait).is_ok(),
+        "the worker died dropping a panic's payload"
+    );
+    // The same payload from a detached task with no panic handler, which is said and dropped.
+    rt.spawn_detached(|| std::panic::panic_any(Bomb));
+    let (next_tx, next_rx) = mpsc::channel();
+    drop(rt.spawn(move || next_tx.send(()).unwrap()));
+    assert!(
+        next_rx.recv_timeout(wait).is_ok(),
+        "the worker died dropping a detached task's panic"
     );
     // A handle dropped after its task ended drops the value on the caller's thread: the
     // panic is dropped there too, as tokio does.

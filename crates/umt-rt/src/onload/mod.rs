@@ -290,9 +290,11 @@ impl<F: Fn(OnloadContext) + Send + Sync> Request for Shared<F> {
             None => Ok(()),
         };
         let mut state = lock(&self.state);
+        // A panic after the first is dropped, out of the lock: its drop is the user's code.
+        let mut later = result.err();
         if let State::Running { left, panic } = &mut *state {
-            if let Err(p) = result {
-                panic.get_or_insert(p);
+            if panic.is_none() {
+                *panic = later.take();
             }
             *left -= 1;
             if *left == 0 {
@@ -300,6 +302,10 @@ impl<F: Fn(OnloadContext) + Send + Sync> Request for Shared<F> {
                 *state = State::Done(panic);
                 self.changed.notify_all();
             }
+        }
+        drop(state);
+        if let Some(p) = later {
+            crate::diag::drop_panic(p);
         }
     }
 }
