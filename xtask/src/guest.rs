@@ -77,9 +77,12 @@ pub(crate) fn kernel_problems(console: &str) -> Vec<&str> {
 
 /// Whether the first of `from` starts a kernel report that fails `vm test`.
 fn counts_as_problem(from: &[&str]) -> bool {
-    from.first()
-        .is_some_and(|l| BAD_KERNEL_LINES.iter().any(|bad| l.contains(bad)))
-        && known_upstream(from).is_none()
+    from.first().is_some_and(|l| counts_as_problem_line(l)) && known_upstream(from).is_none()
+}
+
+/// Whether `line` is one of [`BAD_KERNEL_LINES`].
+fn counts_as_problem_line(line: &str) -> bool {
+    BAD_KERNEL_LINES.iter().any(|bad| line.contains(bad))
 }
 
 /// The first report [`kernel_problems`] counts, from its first line through its trace's end
@@ -107,15 +110,41 @@ const REPORT_LINES: usize = 80;
 ///   worker (`iou-wrk-*`) that finds hashed work stalled reports "sleeping function called
 ///   from invalid context" holding `&acct->lock` and `&hash->wait`. umt-rt's I/O tests
 ///   trigger it through buffered file writes on the ring; no UMT code is on its stack.
+/// - Linux 6.12's `put_task_struct()` on PREEMPT_RT: a task that drops the last reference to
+///   another task while it is itself blocked on an rt_mutex (`pi_blocked_on` set: the
+///   priority-inheritance chain walk of `task_blocks_on_rt_mutex()` drops its reference to a
+///   lock owner that has exited and been reaped meanwhile) frees it in place, and the free
+///   takes sleeping spinlocks, which lockdep reports as a WARNING at `rt_spin_lock`'s
+///   `lockdep_assert(!current->pi_blocked_on)`. Fixed upstream after 6.12 ("sched: Do not
+///   call __put_task_struct() on rt if pi_blocked_on is set", 2025: the free is deferred to
+///   RCU). The PI-futex selftests, whose threads block on PI mutexes and exit, can trigger
+///   it; the UMT hooks only count, and are not on its stack. Counted only with
+///   `__put_task_struct` on the report's own call trace.
 pub(crate) fn known_upstream(report: &[&str]) -> Option<&'static str> {
     let first = report.first()?;
     let after = &report[1..report.len().min(8)];
     let has = |s: &str| after.iter().any(|l| l.contains(s));
-    (first.contains("BUG: sleeping function called from invalid context")
+    if first.contains("BUG: sleeping function called from invalid context")
         && has("name: iou-wrk-")
         && has("(&acct->lock)")
-        && has("(&hash->wait)"))
-    .then_some("io-wq wakes a sleeping wait queue under a raw spinlock (6.12, PREEMPT_RT)")
+        && has("(&hash->wait)")
+    {
+        return Some("io-wq wakes a sleeping wait queue under a raw spinlock (6.12, PREEMPT_RT)");
+    }
+    // The whole report: its call trace comes after the registers.
+    let trace = &report[1..report.len().min(REPORT_LINES)];
+    let trace = trace
+        .iter()
+        .position(|l| l.contains("---[ end trace") || counts_as_problem_line(l))
+        .map_or(trace, |end| &trace[..end]);
+    (first.contains("WARNING: ")
+        && first.contains("kernel/locking/spinlock_rt.c")
+        && first.contains("rt_spin_lock")
+        && trace.iter().any(|l| l.contains("__put_task_struct")))
+    .then_some(
+        "put_task_struct frees a task while blocked on an rt_mutex (6.12, PREEMPT_RT; \
+         fixed upstream by deferring it)",
+    )
 }
 
 fn patched_kernel(vm: &VmArgs, payload: Payload) -> Result<(Kernel, Vec<GuestFile>)> {
@@ -479,6 +508,42 @@ mod tests {
         assert!(kernel_problems(iowq).is_empty());
         assert!(!kernel_problems(&iowq.replace("iou-wrk-968\n", "umt-worker-0\n")).is_empty());
         assert!(!kernel_problems(&iowq.replace("(&hash->wait)", "(&umt->lock)")).is_empty());
+    }
+
+    /// The report of 6.12's `put_task_struct()` on PREEMPT_RT, as lockdep prints it.
+    const PUT_TASK: &str = "------------[ cut here ]------------\n\
+        WARNING: CPU: 3 PID: 643 at kernel/locking/spinlock_rt.c:40 rt_spin_lock+0x5f/0x104\n\
+        Modules linked in:\n\
+        CPU: 3 UID: 0 PID: 643 Comm: umt_test Not tainted 6.12.117-umt #1\n\
+        RIP: 0010:rt_spin_lock+0x5f/0x104\n\
+        RSP: 0018:ffffc90000e3bc50 EFLAGS: 00010286\n\
+        RAX: 0000000000000000 RBX: ffff888100a1c000 RCX: 0000000000000000\n\
+        Call Trace:\n <TASK>\n ? __warn+0x8c/0x180\n rt_spin_lock+0x5f/0x104\n\
+        \x20free_unref_page+0x94/0x114\n vfree+0x30/0x40\n put_task_stack+0x60/0x6c\n\
+        \x20__put_task_struct+0x4c/0xd4\n rt_mutex_adjust_prio_chain+0x1a0/0x370\n\
+        \x20task_blocks_on_rt_mutex+0x188/0x1b4\n futex_lock_pi+0x1f0/0x3c0\n </TASK>\n\
+        ---[ end trace 0000000000000000 ]---\n";
+
+    #[test]
+    fn a_put_task_struct_under_pi_blocked_on_is_known_only_with_its_frame() {
+        assert!(kernel_problems(PUT_TASK).is_empty(), "{PUT_TASK}");
+        assert!(first_problem_report(PUT_TASK).is_none());
+        // The same WARNING from another path counts.
+        let other = PUT_TASK.replace("__put_task_struct", "umt_count");
+        assert_eq!(kernel_problems(&other).len(), 1);
+        // So does one whose frame is only in the next report's trace.
+        let cut = PUT_TASK.replace(" __put_task_struct+0x4c/0xd4\n", "");
+        let two = format!("{cut}{PUT_TASK}");
+        assert_eq!(kernel_problems(&two).len(), 1, "{two}");
+        assert!(
+            first_problem_report(&two)
+                .unwrap()
+                .starts_with("WARNING: CPU: 3")
+        );
+        // And a WARNING elsewhere with the frame.
+        let elsewhere =
+            PUT_TASK.replace("kernel/locking/spinlock_rt.c:40", "kernel/sched/umt.c:80");
+        assert_eq!(kernel_problems(&elsewhere).len(), 1);
     }
 
     #[test]
