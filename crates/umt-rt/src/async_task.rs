@@ -34,16 +34,26 @@ const LOCAL_WAKES: u8 = 31;
 pub(crate) struct AsyncTasks {
     live: Mutex<HashMap<u64, Arc<dyn Cancel>>>,
     next_id: AtomicU64,
-    /// Set at the first shutdown call: a future that waits is dropped, not queued.
-    closed: AtomicBool,
+    /// How far shutdown went (A5): [`OPEN`], [`CLOSED`] at the first call, [`LAST`] at the
+    /// call once the workers are joined.
+    phase: AtomicU8,
 }
+
+/// [`AsyncTasks::phase`]: no shutdown yet.
+const OPEN: u8 = 0;
+/// The first shutdown call began: a future that waits is cancelled, not queued, but by a
+/// waker's call.
+const CLOSED: u8 = 1;
+/// The call once the workers are joined began: nobody will run a queue any more, so a waker
+/// too cancels the task it wakes.
+const LAST: u8 = 2;
 
 impl AsyncTasks {
     fn of(reg: &Registry) -> &AsyncTasks {
         reg.extension_or_init(|| AsyncTasks {
             live: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
-            closed: AtomicBool::new(false),
+            phase: AtomicU8::new(OPEN),
         })
     }
 
@@ -54,7 +64,11 @@ impl AsyncTasks {
     }
 
     fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::SeqCst)
+        self.phase() != OPEN
+    }
+
+    fn phase(&self) -> u8 {
+        self.phase.load(Ordering::SeqCst)
     }
 }
 
@@ -63,7 +77,11 @@ impl Hooks for AsyncTasks {
     /// those that wait; the call once they are joined also cancels those left in a queue that
     /// nobody will run (also when it is the first: a task made the slot during shutdown).
     fn shut_down(&self, workers_gone: bool) {
-        self.closed.store(true, Ordering::SeqCst);
+        // Before the look at the tasks: a waker that reads the phase after it moved its task
+        // out of `IDLE` either sees `LAST` or had moved it before this call's claim, which
+        // then finds it `SCHEDULED` and ends it (A5).
+        self.phase
+            .fetch_max(if workers_gone { LAST } else { CLOSED }, Ordering::SeqCst);
         let tasks: Vec<_> = self.live().values().cloned().collect();
         for task in tasks {
             task.cancel_at_shutdown(workers_gone);
@@ -126,8 +144,9 @@ where
     /// that wakes itself in a loop does not keep its worker from the others, and no connection
     /// of a busy server waits behind those woken after it. A5: a runtime that is shutting down
     /// gets a waker's task on that queue, where a worker polls it or the last shutdown call
-    /// ends it, never in the waker's call; a spawner's or a poller's it cancels at once, as it
-    /// does anyone's once the runtime is gone.
+    /// ends it, not in the waker's call; a spawner's or a poller's it cancels at once, as it
+    /// does anyone's once that last call began (nobody would run the queue) or the runtime
+    /// is gone.
     fn queue(self: Arc<Self>, by: Queuer) {
         with_current(|ctx| {
             let ctx = worker_of(ctx, &self.reg);
@@ -139,8 +158,9 @@ where
             let Some(reg) = ctx.map(WorkerCtx::registry).or(upgraded.as_ref()) else {
                 return self.finish(Outcome::Cancelled);
             };
-            let closed = AsyncTasks::of(reg).is_closed();
-            if closed && by != Queuer::Waker {
+            let phase = AsyncTasks::of(reg).phase();
+            let closed = phase != OPEN;
+            if (closed && by != Queuer::Waker) || phase == LAST {
                 return self.finish(Outcome::Cancelled);
             }
             match ctx {
@@ -444,5 +464,89 @@ impl crate::Runtime {
         F::Output: Send,
     {
         self.install(|| block_on(future))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BackendKind, Runtime};
+    use std::sync::mpsc;
+
+    /// A part of two futures: the first of them dropped aborts the other and waits for its
+    /// end (structured cancellation).
+    struct AbortsAndJoinsTheOther {
+        other: Arc<Mutex<Option<JoinHandle<()>>>>,
+        first_dropped: Arc<AtomicBool>,
+    }
+
+    impl Drop for AbortsAndJoinsTheOther {
+        fn drop(&mut self) {
+            if self.first_dropped.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            let other = self.other.lock().unwrap().take();
+            if let Some(h) = other {
+                h.abort();
+                let _ = h.try_join();
+            }
+        }
+    }
+
+    /// A5: in the last shutdown call nobody runs a queue, so a wake-up then ends its task in
+    /// place. The feature made during shutdown (E3: a task's first future spawned as the
+    /// runtime drops) gets only that call, with its `IDLE` futures still there: the first of
+    /// two waiting futures to be ended aborts and joins the other, whose wake-up must not
+    /// queue it where no worker will take it (found by a review: the drop waited for ever).
+    /// Here the one worker is held by a closure, as one that left would be, and the call is
+    /// made directly.
+    #[test]
+    fn a_wake_in_the_last_shutdown_call_ends_its_task_in_place() {
+        let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
+        let rt = Runtime::builder()
+            .cores([cpu])
+            .monitor(BackendKind::Disabled)
+            .build()
+            .unwrap();
+        let slots = [Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None))];
+        let first_dropped = Arc::new(AtomicBool::new(false));
+        let handles: Vec<_> = (0..2)
+            .map(|i| {
+                let part = AbortsAndJoinsTheOther {
+                    other: slots[i].clone(),
+                    first_dropped: first_dropped.clone(),
+                };
+                rt.spawn_async(async move {
+                    let _part = part;
+                    std::future::pending::<()>().await
+                })
+            })
+            .collect();
+        let [a, b]: [JoinHandle<()>; 2] = handles.try_into().ok().unwrap();
+        // Both wait once the worker runs this; then it stays busy until released.
+        rt.spawn(|| ()).join();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let (held_tx, held_rx) = mpsc::channel::<()>();
+        drop(rt.spawn(move || {
+            held_tx.send(()).unwrap();
+            let _ = release_rx.recv();
+        }));
+        held_rx.recv().unwrap();
+        // Each future's part holds the other's handle; ours only check the outcome.
+        let (a_done, b_done) = (a.is_finished(), b.is_finished());
+        assert!(!a_done && !b_done);
+        *slots[0].lock().unwrap() = Some(b);
+        *slots[1].lock().unwrap() = Some(a);
+        // The first ended here joins the other: it must end in its waker's call.
+        AsyncTasks::of(rt.registry()).shut_down(true);
+        assert!(first_dropped.load(Ordering::SeqCst));
+        // The other was joined; the handle left (the first's, in the other's part) is done.
+        let left: Vec<_> = slots
+            .iter()
+            .filter_map(|s| s.lock().unwrap().take())
+            .collect();
+        assert_eq!(left.len(), 1);
+        assert!(left.iter().all(JoinHandle::is_finished));
+        release_tx.send(()).unwrap();
     }
 }
