@@ -102,7 +102,20 @@ where
         .unwrap_or_else(|| Err(Box::new("join: b did not run")));
     match (result_a, result_b) {
         (Ok(ra), Ok(rb)) => (ra, rb),
-        (Err(p), _) | (_, Err(p)) => resume_unwind(p),
+        // The other side goes before the panic is re-raised: dropped while it unwinds, a
+        // drop that panics too (a value's, a second payload's) would abort the process.
+        (Err(p), Ok(rb)) => {
+            crate::diag::run_quietly(move || drop(rb));
+            resume_unwind(p)
+        }
+        (Err(p), Err(q)) => {
+            crate::diag::drop_panic(q);
+            resume_unwind(p)
+        }
+        (Ok(ra), Err(p)) => {
+            crate::diag::run_quietly(move || drop(ra));
+            resume_unwind(p)
+        }
     }
 }
 

@@ -378,8 +378,10 @@ where
     let job = {
         let state = state.clone();
         Job::new(move || {
-            // An aborted task that has not started never runs.
+            // An aborted task that has not started never runs; what it captured is dropped
+            // here, on a worker that must go on whatever that drop does.
             let outcome = if state.is_aborted() {
+                crate::diag::run_quietly(move || drop(f));
                 Outcome::Cancelled
             } else {
                 catch_unwind(AssertUnwindSafe(f)).into()

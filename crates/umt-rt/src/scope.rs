@@ -133,8 +133,19 @@ where
         ));
     }
     // The body's own panic first, then the first task's.
+    // What is not re-raised goes first: dropped while the panic unwinds, a drop that
+    // panics too would abort the process.
     match (result, task_panic) {
-        (Err(p), _) | (Ok(_), Some(p)) => resume_unwind(p),
+        (Err(p), later) => {
+            if let Some(q) = later {
+                crate::diag::drop_panic(q);
+            }
+            resume_unwind(p)
+        }
+        (Ok(r), Some(p)) => {
+            crate::diag::run_quietly(move || drop(r));
+            resume_unwind(p)
+        }
         (Ok(r), None) => r,
     }
 }

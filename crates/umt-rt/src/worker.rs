@@ -207,7 +207,23 @@ fn until_decided(steal: impl Fn() -> Steal<Job>) -> Option<Job> {
 pub(crate) fn start(reg: &Arc<Registry>, index: usize) -> std::io::Result<()> {
     let slot = &reg.slots[index];
     let cfg = &reg.config;
-    let name = (cfg.thread_name)(cfg.cpus[slot.core], index % cfg.cap);
+    let (cpu, k) = (cfg.cpus[slot.core], index % cfg.cap);
+    // The application's naming runs here, on the starter thread for a spare: a panic in it,
+    // or a name with a NUL byte (which makes the standard library's spawn panic), gives the
+    // default name instead of ending the thread that starts the spares.
+    let mut named = None;
+    let ok = crate::diag::run_quietly(|| named = Some((cfg.thread_name)(cpu, k)));
+    let name = match named {
+        Some(name) if ok && !name.contains('\0') => name,
+        _ => {
+            reg.warnings.warn(Warning::Handler, || {
+                "the thread_name function panicked or gave a name with a NUL byte; workers \
+                 get the default name"
+                    .to_owned()
+            });
+            format!("umt-worker-{cpu}.{k}")
+        }
+    };
     let mut builder = std::thread::Builder::new().name(name);
     if let Some(bytes) = cfg.stack_size {
         builder = builder.stack_size(bytes);

@@ -383,6 +383,115 @@ fn join_panics_wait_for_the_other_side() {
     }
 }
 
+/// A panic payload that panics when dropped.
+struct Bomb;
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        panic!("a payload panicked in its drop (on purpose)");
+    }
+}
+
+/// Only one panic of a `join` or a scope is re-raised; the other side (a second panic's
+/// payload, or a value) is dropped before it, not while it unwinds, where a drop that panics
+/// too aborts the process (found in review: `join` of two panics, one payload a [`Bomb`]).
+#[test]
+fn what_a_join_or_scope_does_not_re_raise_is_dropped_before_the_panic() {
+    let rt = one_worker();
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        rt.join(
+            || std::panic::panic_any(1u32),
+            || -> () { std::panic::panic_any(Bomb) },
+        )
+    }));
+    assert_eq!(*r.unwrap_err().downcast::<u32>().unwrap(), 1);
+    // The value of the side that did not panic.
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        rt.join(|| PanicsWithABomb, || -> () { panic!("b boom") })
+    }));
+    assert_eq!(*r.unwrap_err().downcast::<&str>().unwrap(), "b boom");
+    // A scope: its body's panic is re-raised, a task's later panic dropped first.
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        rt.scope(|s| {
+            s.spawn(|_| std::panic::panic_any(Bomb));
+            s.wait().unwrap();
+            panic!("body boom")
+        })
+    }));
+    assert_eq!(*r.unwrap_err().downcast::<&str>().unwrap(), "body boom");
+    // Its body's value, when a task panicked.
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        rt.scope(|s| {
+            s.spawn(|_| panic!("task boom"));
+            PanicsWithABomb
+        })
+    }));
+    assert_eq!(*r.unwrap_err().downcast::<&str>().unwrap(), "task boom");
+    assert_eq!(rt.install(|| fib(12)), 144);
+}
+
+/// A value whose drop panics with a [`Bomb`].
+#[derive(Debug)]
+struct PanicsWithABomb;
+
+impl Drop for PanicsWithABomb {
+    fn drop(&mut self) {
+        std::panic::panic_any(Bomb);
+    }
+}
+
+/// A `thread_name` that panics, or gives a name the standard library refuses (a NUL byte),
+/// gives the default name: the runtime builds and serves, and no starter of spares dies.
+#[test]
+fn a_bad_thread_name_gives_the_default_name() {
+    for rt in [
+        Runtime::builder()
+            .num_threads(1)
+            .monitor(BackendKind::Disabled)
+            .thread_name(|_, _| "bad\0name".to_owned())
+            .build()
+            .unwrap(),
+        Runtime::builder()
+            .num_threads(1)
+            .monitor(BackendKind::Disabled)
+            .thread_name(|_, _| panic!("no name (on purpose)"))
+            .build()
+            .unwrap(),
+    ] {
+        let name = rt.install(|| std::thread::current().name().map(str::to_owned));
+        assert!(name.is_some_and(|n| n.starts_with("umt-worker-")));
+    }
+}
+
+/// An aborted closure that never started is dropped on the worker: a drop of what it captured
+/// that panics leaves the worker serving (found in review: the worker died, and on one core
+/// nothing ran again).
+#[test]
+fn an_aborted_closures_captures_that_panic_in_drop_leave_the_worker_serving() {
+    let rt = one_worker();
+    let (block_tx, block_rx) = std::sync::mpsc::channel::<()>();
+    let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+    drop(rt.spawn(move || {
+        started_tx.send(()).unwrap();
+        block_rx.recv().unwrap();
+    }));
+    started_rx.recv().unwrap();
+    let bomb = PanicsWithABomb;
+    let h = rt.spawn(move || {
+        let _keep = &bomb;
+    });
+    h.abort();
+    block_tx.send(()).unwrap();
+    let (next_tx, next_rx) = std::sync::mpsc::channel();
+    drop(rt.spawn(move || next_tx.send(()).unwrap()));
+    assert!(
+        next_rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .is_ok(),
+        "the worker died dropping an aborted closure"
+    );
+}
+
 /// rayon's pool calls a rayon user reaches for, under their names (a user's trial).
 #[test]
 fn rayons_pool_calls_have_their_counterparts() {

@@ -214,6 +214,12 @@ where
         }
         if let Err(panic) = outcome {
             dispenser.cut(0);
+            // This part's accumulators go first: dropped while the panic unwinds, one whose
+            // drop panics too would abort the process.
+            crate::diag::run_quietly(move || drop(current));
+            for (_, acc) in done {
+                crate::diag::run_quietly(move || drop(acc));
+            }
             resume_unwind(panic);
         }
         done.extend(current.map(|(start, _, acc)| (start, acc)));

@@ -170,6 +170,22 @@ struct Shared<F> {
     expired: Arc<AtomicU64>,
 }
 
+impl<F> Drop for Shared<F> {
+    /// The last reference may be an onload thread's, or the pool's, whose threads must go on:
+    /// the closure and a panic nobody collected are dropped under a catch (a payload whose own
+    /// drop panics is leaked, `diag::drop_panic`).
+    fn drop(&mut self) {
+        let state = std::mem::replace(
+            self.state.get_mut().unwrap_or_else(PoisonError::into_inner),
+            State::Collected,
+        );
+        let running = self.running.take();
+        // One at a time: the second dropped while the first's panic unwinds would abort.
+        crate::diag::run_quietly(move || drop(state));
+        crate::diag::run_quietly(move || drop(running));
+    }
+}
+
 impl<F> OnloadHandle<F> {
     /// Waits until the work ran on every core it got (`Ok`; a panic in it is raised here), or
     /// its deadline passed before it started (`Err(closure)`, unrun).
@@ -795,5 +811,52 @@ impl crate::Runtime {
     /// ([`crate::onload::Dyon`]) sets it from measurements.
     pub fn set_onload_partition(&self, cores: usize) {
         crate::onload::OnloadPool::of(self.registry()).set_dedicated(cores);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A panic payload that panics when dropped.
+    struct Bomb;
+
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            panic!("a payload panicked in its drop (on purpose)");
+        }
+    }
+
+    /// A value whose drop panics with a [`Bomb`].
+    struct PanicsWithABomb;
+
+    impl Drop for PanicsWithABomb {
+        fn drop(&mut self) {
+            std::panic::panic_any(Bomb);
+        }
+    }
+
+    /// A request's last reference may be an onload thread's: its end drops the closure and a
+    /// panic nobody collected without a panic escaping (found in review: with the handle
+    /// dropped, an onload thread died dropping a payload whose drop panicked, and later work
+    /// for its core never ran).
+    #[test]
+    fn a_requests_end_drops_its_closure_and_uncollected_panic_quietly() {
+        let captured = PanicsWithABomb;
+        let work = move |_: OnloadContext| {
+            let _keep = &captured;
+        };
+        let shared = Shared {
+            state: Mutex::new(State::Done(Some(Box::new(PanicsWithABomb)))),
+            changed: Condvar::new(),
+            running: OnceLock::from(work),
+            cores: None,
+            min: 1,
+            max: 1,
+            deadline: None,
+            expired: Arc::new(AtomicU64::new(0)),
+        };
+        let r = catch_unwind(AssertUnwindSafe(move || drop(shared)));
+        assert!(r.is_ok(), "a panic escaped the request's end");
     }
 }
