@@ -118,8 +118,8 @@ const REPORT_LINES: usize = 80;
 ///   `lockdep_assert(!current->pi_blocked_on)`. Fixed upstream after 6.12 ("sched: Do not
 ///   call __put_task_struct() on rt if pi_blocked_on is set", 2025: the free is deferred to
 ///   RCU). The PI-futex selftests, whose threads block on PI mutexes and exit, can trigger
-///   it; the UMT hooks only count, and are not on its stack. Counted only with
-///   `__put_task_struct` on the report's own call trace.
+///   it; the UMT hooks only count, and are not on its stack. Not counted only with
+///   `__put_task_struct` and the chain walk on the report's own call trace, and no UMT frame.
 pub(crate) fn known_upstream(report: &[&str]) -> Option<&'static str> {
     let first = report.first()?;
     let after = &report[1..report.len().min(8)];
@@ -137,10 +137,18 @@ pub(crate) fn known_upstream(report: &[&str]) -> Option<&'static str> {
         .iter()
         .position(|l| l.contains("---[ end trace") || counts_as_problem_line(l))
         .map_or(trace, |end| &trace[..end]);
+    // Its frames: what follows "Call Trace:" (the header names the task, `umt_test` too).
+    let frames = trace
+        .iter()
+        .position(|l| l.contains("Call Trace:"))
+        .map_or(&[][..], |at| &trace[at + 1..]);
+    let frame = |s: &str| frames.iter().any(|l| l.contains(s));
     (first.contains("WARNING: ")
         && first.contains("kernel/locking/spinlock_rt.c")
         && first.contains("rt_spin_lock")
-        && trace.iter().any(|l| l.contains("__put_task_struct")))
+        && frame("__put_task_struct")
+        && (frame("rt_mutex_adjust_prio_chain") || frame("task_blocks_on_rt_mutex"))
+        && !frame("umt"))
     .then_some(
         "put_task_struct frees a task while blocked on an rt_mutex (6.12, PREEMPT_RT; \
          fixed upstream by deferring it)",
@@ -540,6 +548,13 @@ mod tests {
                 .unwrap()
                 .starts_with("WARNING: CPU: 3")
         );
+        // Nor without the chain walk, or with a UMT frame on the stack.
+        let no_walk = PUT_TASK
+            .replace("rt_mutex_adjust_prio_chain", "do_exit")
+            .replace("task_blocks_on_rt_mutex", "do_group_exit");
+        assert_eq!(kernel_problems(&no_walk).len(), 1);
+        let umt = PUT_TASK.replace("futex_lock_pi+", "__umt_sched_block+");
+        assert_eq!(kernel_problems(&umt).len(), 1);
         // And a WARNING elsewhere with the frame.
         let elsewhere =
             PUT_TASK.replace("kernel/locking/spinlock_rt.c:40", "kernel/sched/umt.c:80");
