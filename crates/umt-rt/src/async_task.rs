@@ -143,10 +143,9 @@ where
     /// of woken futures, behind what waits there, served first woken first polled: a future
     /// that wakes itself in a loop does not keep its worker from the others, and no connection
     /// of a busy server waits behind those woken after it. A5: a runtime that is shutting down
-    /// gets a waker's task on that queue, where a worker polls it or the last shutdown call
-    /// ends it, not in the waker's call; a spawner's or a poller's it cancels at once, as it
-    /// does anyone's once that last call began (nobody would run the queue) or the runtime
-    /// is gone.
+    /// gets a waker's task on that queue, where a worker polls it, or the last shutdown call or
+    /// a joiner ends it, never in the waker's call; a spawner's or a poller's it cancels at
+    /// once, as it does anyone's once the runtime is gone.
     fn queue(self: Arc<Self>, by: Queuer) {
         with_current(|ctx| {
             let ctx = worker_of(ctx, &self.reg);
@@ -158,9 +157,8 @@ where
             let Some(reg) = ctx.map(WorkerCtx::registry).or(upgraded.as_ref()) else {
                 return self.finish(Outcome::Cancelled);
             };
-            let phase = AsyncTasks::of(reg).phase();
-            let closed = phase != OPEN;
-            if (closed && by != Queuer::Waker) || phase == LAST {
+            let closed = AsyncTasks::of(reg).is_closed();
+            if closed && by != Queuer::Waker {
                 return self.finish(Outcome::Cancelled);
             }
             match ctx {
@@ -322,6 +320,27 @@ where
     fn abort(self: Arc<Self>) {
         self.wake_by_ref();
     }
+
+    /// A5: claimed like the last shutdown step claims it (waiting or queued), and ended here.
+    fn end_unserved(self: Arc<Self>) {
+        if self.unserved() && self.state.cancel_idle(true) {
+            self.finish(Outcome::Cancelled);
+        }
+    }
+}
+
+impl<F> Task<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    /// Whether nobody but a joiner will end this task: its runtime is gone, or in its last
+    /// shutdown step (workers joined: no queue is run any more).
+    fn unserved(&self) -> bool {
+        self.reg
+            .upgrade()
+            .is_none_or(|reg| AsyncTasks::of(&reg).phase() == LAST)
+    }
 }
 
 impl<F> Cancel for Task<F>
@@ -473,8 +492,50 @@ mod tests {
     use crate::{BackendKind, Runtime};
     use std::sync::mpsc;
 
-    /// A part of two futures: the first of them dropped aborts the other and waits for its
-    /// end (structured cancellation).
+    /// A runtime of one unmonitored worker (the process's last CPU).
+    fn one_worker() -> Runtime {
+        let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
+        Runtime::builder()
+            .cores([cpu])
+            .monitor(BackendKind::Disabled)
+            .build()
+            .unwrap()
+    }
+
+    /// Holds the runtime's one worker until the returned sender is dropped or sends: as a
+    /// worker that left, it runs no queue.
+    fn hold_the_worker(rt: &Runtime) -> mpsc::Sender<()> {
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let (held_tx, held_rx) = mpsc::channel::<()>();
+        drop(rt.spawn(move || {
+            held_tx.send(()).unwrap();
+            let _ = release_rx.recv();
+        }));
+        held_rx.recv().unwrap();
+        release_tx
+    }
+
+    /// Two futures that never finish, each with `part(i)` in it; each tells `polled` at its
+    /// first poll.
+    fn two_waiting<P: Send + 'static>(
+        rt: &Runtime,
+        mut part: impl FnMut(usize) -> P,
+        polled: mpsc::Sender<()>,
+    ) -> Vec<JoinHandle<()>> {
+        (0..2)
+            .map(|i| {
+                let (part, polled) = (part(i), polled.clone());
+                rt.spawn_async(async move {
+                    let _part = part;
+                    let _ = polled.send(());
+                    std::future::pending::<()>().await
+                })
+            })
+            .collect()
+    }
+
+    /// The first of two futures to be dropped aborts the other and waits for its end
+    /// (structured cancellation).
     struct AbortsAndJoinsTheOther {
         other: Arc<Mutex<Option<JoinHandle<()>>>>,
         first_dropped: Arc<AtomicBool>,
@@ -493,60 +554,119 @@ mod tests {
         }
     }
 
-    /// A5: in the last shutdown call nobody runs a queue, so a wake-up then ends its task in
-    /// place. The feature made during shutdown (E3: a task's first future spawned as the
-    /// runtime drops) gets only that call, with its `IDLE` futures still there: the first of
-    /// two waiting futures to be ended aborts and joins the other, whose wake-up must not
-    /// queue it where no worker will take it (found by a review: the drop waited for ever).
-    /// Here the one worker is held by a closure, as one that left would be, and the call is
-    /// made directly.
+    /// A5: in the last shutdown step nobody runs a queue, so a joiner ends the task it waits
+    /// for. The feature made during shutdown (E3: a task's first futures spawned as the
+    /// runtime drops) gets only that step, with its futures still there: the first of two to
+    /// be ended aborts and joins the other, waiting or queued (found in review: the drop
+    /// waited for ever). The one worker is held by a closure, as one that left would be, and
+    /// the step is called directly.
     #[test]
-    fn a_wake_in_the_last_shutdown_call_ends_its_task_in_place() {
-        let cpu = *umt_sys::cpu::process_cpus().unwrap().last().unwrap();
-        let rt = Runtime::builder()
-            .cores([cpu])
-            .monitor(BackendKind::Disabled)
-            .build()
-            .unwrap();
-        let slots = [Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None))];
-        let first_dropped = Arc::new(AtomicBool::new(false));
+    fn a_join_in_the_last_shutdown_call_ends_the_task_it_waits_for() {
+        for polled_first in [true, false] {
+            let rt = one_worker();
+            let slots = [Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None))];
+            let first_dropped = Arc::new(AtomicBool::new(false));
+            let part = |i: usize| AbortsAndJoinsTheOther {
+                other: slots[i].clone(),
+                first_dropped: first_dropped.clone(),
+            };
+            let (polled_tx, polled_rx) = mpsc::channel();
+            let (handles, release) = if polled_first {
+                // Both polled once and waiting, then the worker held.
+                let handles = two_waiting(&rt, part, polled_tx);
+                polled_rx.recv().unwrap();
+                polled_rx.recv().unwrap();
+                (handles, hold_the_worker(&rt))
+            } else {
+                // Both queued and never polled.
+                let release = hold_the_worker(&rt);
+                (two_waiting(&rt, part, polled_tx), release)
+            };
+            let [a, b]: [JoinHandle<()>; 2] = handles.try_into().ok().unwrap();
+            // Each future's part holds the other's handle.
+            *slots[0].lock().unwrap() = Some(b);
+            *slots[1].lock().unwrap() = Some(a);
+            AsyncTasks::of(rt.registry()).shut_down(true);
+            assert!(first_dropped.load(Ordering::SeqCst));
+            // The other was joined; the handle left (the first's, in the other's part) is
+            // done.
+            let left: Vec<_> = slots
+                .iter()
+                .filter_map(|s| s.lock().unwrap().take())
+                .collect();
+            assert_eq!(left.len(), 1);
+            assert!(left.iter().all(JoinHandle::is_finished));
+            release.send(()).unwrap();
+        }
+    }
+
+    thread_local! {
+        /// Set while this thread is inside a `Waker::wake` that [`WakesTheOther`] made.
+        static IN_A_WAKE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// Part of a waiting future: when dropped, wakes the other such future (as a channel's end
+    /// that wakes its peer under the channel's lock), and records whether it was itself
+    /// dropped inside such a wake.
+    struct WakesTheOther {
+        other: Arc<Mutex<Option<Waker>>>,
+        mine: Arc<Mutex<Option<Waker>>>,
+        dropped_inside_a_wake: Arc<AtomicBool>,
+    }
+
+    impl Drop for WakesTheOther {
+        fn drop(&mut self) {
+            if IN_A_WAKE.with(|w| w.get()) {
+                self.dropped_inside_a_wake.store(true, Ordering::SeqCst);
+            }
+            let waker = self.other.lock().unwrap().take();
+            if let Some(w) = waker {
+                IN_A_WAKE.with(|f| f.set(true));
+                w.wake();
+                IN_A_WAKE.with(|f| f.set(false));
+            }
+        }
+    }
+
+    /// A5, the last shutdown step: a wake-up there queues its task too (where that step ends
+    /// it), never ending it inside the waker's call, whose caller may hold a lock the future's
+    /// drop takes (found in review: ending it in place there brought that deadlock back).
+    #[test]
+    fn a_wake_in_the_last_shutdown_call_lets_a_waker_hold_its_lock() {
+        let rt = one_worker();
+        let wakers = [Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None))];
+        let dropped_inside_a_wake = Arc::new(AtomicBool::new(false));
         let handles: Vec<_> = (0..2)
             .map(|i| {
-                let part = AbortsAndJoinsTheOther {
-                    other: slots[i].clone(),
-                    first_dropped: first_dropped.clone(),
+                let part = WakesTheOther {
+                    other: wakers[1 - i].clone(),
+                    mine: wakers[i].clone(),
+                    dropped_inside_a_wake: dropped_inside_a_wake.clone(),
                 };
                 rt.spawn_async(async move {
-                    let _part = part;
-                    std::future::pending::<()>().await
+                    let part = part;
+                    std::future::poll_fn(|cx| {
+                        *part.mine.lock().unwrap() = Some(cx.waker().clone());
+                        Poll::<()>::Pending
+                    })
+                    .await
                 })
             })
             .collect();
-        let [a, b]: [JoinHandle<()>; 2] = handles.try_into().ok().unwrap();
-        // Both wait once the worker runs this; then it stays busy until released.
+        while wakers.iter().any(|w| w.lock().unwrap().is_none()) {
+            std::thread::yield_now();
+        }
+        // Both polls have ended once the worker runs this: both futures wait.
         rt.spawn(|| ()).join();
-        let (release_tx, release_rx) = mpsc::channel::<()>();
-        let (held_tx, held_rx) = mpsc::channel::<()>();
-        drop(rt.spawn(move || {
-            held_tx.send(()).unwrap();
-            let _ = release_rx.recv();
-        }));
-        held_rx.recv().unwrap();
-        // Each future's part holds the other's handle; ours only check the outcome.
-        let (a_done, b_done) = (a.is_finished(), b.is_finished());
-        assert!(!a_done && !b_done);
-        *slots[0].lock().unwrap() = Some(b);
-        *slots[1].lock().unwrap() = Some(a);
-        // The first ended here joins the other: it must end in its waker's call.
+        let release = hold_the_worker(&rt);
         AsyncTasks::of(rt.registry()).shut_down(true);
-        assert!(first_dropped.load(Ordering::SeqCst));
-        // The other was joined; the handle left (the first's, in the other's part) is done.
-        let left: Vec<_> = slots
-            .iter()
-            .filter_map(|s| s.lock().unwrap().take())
-            .collect();
-        assert_eq!(left.len(), 1);
-        assert!(left.iter().all(JoinHandle::is_finished));
-        release_tx.send(()).unwrap();
+        for h in handles {
+            assert!(matches!(h.try_join(), Err(crate::JoinError::Cancelled)));
+        }
+        assert!(
+            !dropped_inside_a_wake.load(Ordering::SeqCst),
+            "a future was dropped inside the waker's call"
+        );
+        release.send(()).unwrap();
     }
 }

@@ -62,21 +62,31 @@ where
     let cores = reg.cores();
     let mut results: Vec<Option<R>> = (0..cores).map(|_| None).collect();
     let f = &f;
-    run_scope(Some(reg), |s| {
-        for (core, slot) in results.iter_mut().enumerate() {
-            let cpu = reg.config.cpus[core];
-            // Not lent to another core while the call runs (M5 of `README.md`, "Lending").
-            s.spawn_on_core(core, move |_| {
-                *slot = Some(crate::worker::on_own_core(reg, || {
-                    f(BroadcastContext {
-                        index: core,
-                        num_threads: cores,
-                        cpu,
-                    })
-                }));
-            });
+    let scoped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_scope(Some(reg), |s| {
+            for (core, slot) in results.iter_mut().enumerate() {
+                let cpu = reg.config.cpus[core];
+                // Not lent to another core while the call runs (M5 of `README.md`, "Lending").
+                s.spawn_on_core(core, move |_| {
+                    *slot = Some(crate::worker::on_own_core(reg, || {
+                        f(BroadcastContext {
+                            index: core,
+                            num_threads: cores,
+                            cpu,
+                        })
+                    }));
+                });
+            }
+        })
+    }));
+    if let Err(panic) = scoped {
+        // The other cores' results go before the panic: dropped while it unwinds, one whose
+        // drop panics too would abort the process.
+        for r in results {
+            crate::diag::run_quietly(move || drop(r));
         }
-    });
+        std::panic::resume_unwind(panic);
+    }
     results
         .into_iter()
         .map(|r| r.expect("the scope ran every call (a panic would have been re-raised)"))

@@ -47,6 +47,8 @@ pub(crate) enum Warning {
     Forked,
     /// `Builder::panic_handler` panicked.
     PanicHandler,
+    /// `Builder::thread_name` panicked or gave a name with a NUL byte.
+    ThreadName,
 }
 
 /// The kinds already said, for one runtime.

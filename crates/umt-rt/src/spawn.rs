@@ -59,6 +59,11 @@ impl<T> From<std::thread::Result<T>> for Outcome<T> {
 pub(crate) trait Abort: Send + Sync {
     /// Asks the task to stop (the flag is already set in its [`JoinState`]).
     fn abort(self: Arc<Self>);
+
+    /// A joiner is about to wait for the task: if nobody else will ever end it (its runtime's
+    /// workers are gone and it waits, or sits in a queue nobody runs), end it here, in the
+    /// joiner's frame (A5 of `README.md`).
+    fn end_unserved(self: Arc<Self>);
 }
 
 #[derive(Debug)]
@@ -211,6 +216,7 @@ impl<T> JoinHandle<T> {
 
     /// Waits for the task and returns its result, or why there is none.
     pub fn try_join(self) -> Result<T, JoinError> {
+        self.end_unserved();
         {
             let mut inner = self.state.lock();
             if !self.state.is_done() {
@@ -250,6 +256,7 @@ impl<T> JoinHandle<T> {
 
     /// Ready with the task's outcome once it is done; until then keeps `cx`'s waker.
     fn poll_outcome(&self, cx: &mut Context<'_>) -> Poll<Result<T, JoinError>> {
+        self.end_unserved();
         {
             let mut inner = self.state.lock();
             if !self.state.is_done() {
@@ -258,6 +265,21 @@ impl<T> JoinHandle<T> {
             }
         }
         Poll::Ready(take_outcome(&self.state))
+    }
+}
+
+impl<T> JoinHandle<T> {
+    /// A5: a future nobody will poll or end any more (its runtime in its last shutdown step)
+    /// is ended by its joiner: a future's drop during that step that joins another waiting
+    /// future would otherwise wait for the very step it runs in.
+    fn end_unserved(&self) {
+        if self.state.is_done() {
+            return;
+        }
+        let task = self.state.lock().task.as_ref().and_then(Weak::upgrade);
+        if let Some(task) = task {
+            task.end_unserved();
+        }
     }
 }
 

@@ -216,7 +216,7 @@ pub(crate) fn start(reg: &Arc<Registry>, index: usize) -> std::io::Result<()> {
     let name = match named {
         Some(name) if ok && !name.contains('\0') => name,
         _ => {
-            reg.warnings.warn(Warning::Handler, || {
+            reg.warnings.warn(Warning::ThreadName, || {
                 "the thread_name function panicked or gave a name with a NUL byte; workers \
                  get the default name"
                     .to_owned()

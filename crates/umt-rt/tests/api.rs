@@ -427,6 +427,20 @@ fn what_a_join_or_scope_does_not_re_raise_is_dropped_before_the_panic() {
         })
     }));
     assert_eq!(*r.unwrap_err().downcast::<&str>().unwrap(), "task boom");
+    // A broadcast: the other cores' results, when one core's call panicked.
+    let rt2 = Runtime::builder()
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        rt2.broadcast(|ctx| {
+            if ctx.index() == 0 {
+                panic!("core 0 boom")
+            }
+            PanicsWithABomb
+        })
+    }));
+    assert_eq!(*r.unwrap_err().downcast::<&str>().unwrap(), "core 0 boom");
     assert_eq!(rt.install(|| fib(12)), 144);
 }
 

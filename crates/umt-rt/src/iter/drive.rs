@@ -132,25 +132,35 @@ where
         });
         // D2: a worker of this runtime is participant 0 itself; any other thread only waits.
         let on_worker = with_current(|ctx| ctx.is_some_and(|c| Arc::ptr_eq(c.registry(), reg)));
-        crate::scope::run_scope(Some(reg), |s| {
-            if let Some(w) = &offered {
-                let _ = join.scope.set(s.handle());
-                w.reg.offers.add(w.offer.clone());
-            }
-            let first = usize::from(on_worker);
-            for p in first..participants {
-                let participate = &participate;
-                s.spawn(move |_| participate(p, false));
-            }
-            if on_worker {
-                participate(0, false);
-            }
-        });
+        let scoped = catch_unwind(AssertUnwindSafe(|| {
+            crate::scope::run_scope(Some(reg), |s| {
+                if let Some(w) = &offered {
+                    let _ = join.scope.set(s.handle());
+                    w.reg.offers.add(w.offer.clone());
+                }
+                let first = usize::from(on_worker);
+                for p in first..participants {
+                    let participate = &participate;
+                    s.spawn(move |_| participate(p, false));
+                }
+                if on_worker {
+                    participate(0, false);
+                }
+            })
+        }));
         // Closed by every participant that saw the loop handed out; the scope has waited for
-        // them all. Closed again here, and withdrawn, whether the scope returned or unwinds.
+        // them all. Closed again here, and withdrawn, whether the scope returned or panicked.
         drop(offered);
-        // D4: combine in index order.
         let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+        if let Err(panic) = scoped {
+            // What the other participants folded goes before the panic: dropped while it
+            // unwinds, an accumulator whose drop panics too would abort the process.
+            for (_, acc) in results {
+                crate::diag::run_quietly(move || drop(acc));
+            }
+            resume_unwind(panic);
+        }
+        // D4: combine in index order.
         results.sort_unstable_by_key(|r| r.0);
         results
             .into_iter()
