@@ -80,11 +80,25 @@ impl Hooks for AsyncTasks {
         // Before the look at the tasks: a waker that reads the phase after it moved its task
         // out of `IDLE` either sees `LAST` or had moved it before this call's claim, which
         // then finds it `SCHEDULED` and ends it (A5).
-        self.phase
+        let before = self
+            .phase
             .fetch_max(if workers_gone { LAST } else { CLOSED }, Ordering::SeqCst);
+        if workers_gone && before != LAST {
+            // Joiners look from now on (`JoinHandle::end_unserved`), until the runtime goes.
+            crate::spawn::UNSERVED_RUNTIMES.fetch_add(1, Ordering::SeqCst);
+        }
         let tasks: Vec<_> = self.live().values().cloned().collect();
         for task in tasks {
             task.cancel_at_shutdown(workers_gone);
+        }
+    }
+}
+
+impl Drop for AsyncTasks {
+    /// The runtime is gone: its futures were all ended in its last step (`LAST`).
+    fn drop(&mut self) {
+        if *self.phase.get_mut() == LAST {
+            crate::spawn::UNSERVED_RUNTIMES.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }

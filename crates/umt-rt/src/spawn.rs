@@ -5,7 +5,7 @@ use std::any::Any;
 use std::future::Future;
 use std::panic::resume_unwind;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 
@@ -65,6 +65,11 @@ pub(crate) trait Abort: Send + Sync {
     /// joiner's frame (A5 of `README.md`).
     fn end_unserved(self: Arc<Self>);
 }
+
+/// How many runtimes are in their last shutdown step (A5 of `README.md`): while none is, a
+/// joiner looks no further than this one load (no lock, no reference count moved per poll of
+/// a handle).
+pub(crate) static UNSERVED_RUNTIMES: AtomicUsize = AtomicUsize::new(0);
 
 #[derive(Debug)]
 pub(crate) struct JoinState<T> {
@@ -273,7 +278,7 @@ impl<T> JoinHandle<T> {
     /// is ended by its joiner: a future's drop during that step that joins another waiting
     /// future would otherwise wait for the very step it runs in.
     fn end_unserved(&self) {
-        if self.state.is_done() {
+        if self.state.is_done() || UNSERVED_RUNTIMES.load(Ordering::SeqCst) == 0 {
             return;
         }
         let task = self.state.lock().task.as_ref().and_then(Weak::upgrade);
