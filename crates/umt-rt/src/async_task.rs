@@ -169,11 +169,11 @@ where
                 None
             };
             let Some(reg) = ctx.map(WorkerCtx::registry).or(upgraded.as_ref()) else {
-                return self.finish(Outcome::Cancelled);
+                return self.end_claimed();
             };
             let closed = AsyncTasks::of(reg).is_closed();
             if closed && by != Queuer::Waker {
-                return self.finish(Outcome::Cancelled);
+                return self.end_claimed();
             }
             match ctx {
                 Some(ctx)
@@ -191,6 +191,16 @@ where
                 }
             }
         })
+    }
+
+    /// A5: ends the task the caller has just made `SCHEDULED`, if nobody claimed it since (a
+    /// joiner in the last shutdown step, the step itself): one end, by one owner, so that
+    /// the handle completes only once the future's drop is done (found in review: a poller
+    /// and a joiner both ended it).
+    fn end_claimed(&self) {
+        if self.state.cancel_idle(true) {
+            self.finish(Outcome::Cancelled);
+        }
     }
 
     /// The task's job: the task's own reference, no allocation per wake. A job that never
@@ -257,13 +267,16 @@ where
                 // Waiting: the next wake queues it. A shutdown that began during the poll
                 // may have looked before it was idle: cancel it here then.
                 AfterPoll::Wait => {
-                    let closed = with_current(|ctx| match worker_of(ctx, &self.reg) {
-                        Some(ctx) => AsyncTasks::of(ctx.registry()).is_closed(),
-                        None => {
-                            (self.reg.upgrade()).is_none_or(|reg| AsyncTasks::of(&reg).is_closed())
-                        }
+                    // `None`: the runtime is gone.
+                    let phase = with_current(|ctx| match worker_of(ctx, &self.reg) {
+                        Some(ctx) => Some(AsyncTasks::of(ctx.registry()).phase()),
+                        None => self.reg.upgrade().map(|reg| AsyncTasks::of(&reg).phase()),
                     });
-                    if closed && self.state.cancel_idle(false) {
+                    // In the last step a waker may have queued it since, where nobody will
+                    // run it: claimed queued too then (found in review: a joiner already
+                    // waiting for it waited for ever).
+                    let last = phase.is_none_or(|p| p == LAST);
+                    if phase != Some(OPEN) && self.state.cancel_idle(last) {
                         self.finish(Outcome::Cancelled);
                     }
                 }
@@ -577,6 +590,24 @@ mod tests {
     #[test]
     fn a_join_in_the_last_shutdown_call_ends_the_task_it_waits_for() {
         for polled_first in [true, false] {
+            // Run aside: a regression waits for ever, and fails here instead.
+            let (done_tx, done_rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                a_join_in_the_last_step(polled_first);
+                let _ = done_tx.send(());
+            });
+            assert!(
+                done_rx
+                    .recv_timeout(std::time::Duration::from_secs(120))
+                    .is_ok(),
+                "the last step failed or waited for ever (polled first: {polled_first})"
+            );
+        }
+    }
+
+    /// One case of [`a_join_in_the_last_shutdown_call_ends_the_task_it_waits_for`].
+    fn a_join_in_the_last_step(polled_first: bool) {
+        {
             let rt = one_worker();
             let slots = [Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None))];
             let first_dropped = Arc::new(AtomicBool::new(false));

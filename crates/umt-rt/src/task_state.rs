@@ -156,6 +156,31 @@ mod loom_tests {
             assert!(cancelled ^ queued);
         });
     }
+
+    /// A5, the last shutdown step: a poll ends `Pending` while a joiner aborts the task (a
+    /// wake) and claims it to end it itself; the poller, finding the step begun, claims it
+    /// too (waiting or requeued). Exactly one of them ends it, never both (found in review:
+    /// the poller ended a requeued task without a claim, and so did the joiner).
+    #[test]
+    fn loom_a_poller_and_a_joiner_in_the_last_step_end_the_task_once() {
+        loom::model(|| {
+            let state = Arc::new(TaskState::scheduled());
+            assert!(state.start_poll());
+            let joiner = {
+                let state = state.clone();
+                loom::thread::spawn(move || {
+                    state.wake();
+                    state.cancel_idle(true)
+                })
+            };
+            let poller = match state.pending() {
+                AfterPoll::Wait | AfterPoll::Queue => state.cancel_idle(true),
+                AfterPoll::Ended => false,
+            };
+            let joiner = joiner.join().unwrap();
+            assert!(poller ^ joiner, "ended by both, or by neither");
+        });
+    }
 }
 
 #[cfg(all(test, not(loom)))]
