@@ -83,22 +83,38 @@ impl Hooks for AsyncTasks {
         let before = self
             .phase
             .fetch_max(if workers_gone { LAST } else { CLOSED }, Ordering::SeqCst);
-        if workers_gone && before != LAST {
-            // Joiners look from now on (`JoinHandle::end_unserved`), until the runtime goes.
+        let raised = workers_gone && before != LAST;
+        if raised {
+            // Joiners look while this step runs (`JoinHandle::end_unserved`): a future's drop
+            // here may join another that only this step would end.
             crate::spawn::UNSERVED_RUNTIMES.fetch_add(1, Ordering::SeqCst);
         }
         let tasks: Vec<_> = self.live().values().cloned().collect();
         for task in tasks {
             task.cancel_at_shutdown(workers_gone);
         }
+        if raised {
+            // Every task is ended now, or being polled, and its poller ends it (A5).
+            crate::spawn::UNSERVED_RUNTIMES.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
 impl Drop for AsyncTasks {
-    /// The runtime is gone: its futures were all ended in its last step (`LAST`).
+    /// The runtime is gone. A feature made after the drop's last step (by a task of the
+    /// worker that dropped the runtime from inside, as it drained its queues) had no
+    /// shutdown: its futures still there are ended now, their handles completed after their
+    /// futures' drops (found in review).
     fn drop(&mut self) {
-        if *self.phase.get_mut() == LAST {
-            crate::spawn::UNSERVED_RUNTIMES.fetch_sub(1, Ordering::SeqCst);
+        let tasks: Vec<_> = self
+            .live
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain()
+            .map(|(_, task)| task)
+            .collect();
+        for task in tasks {
+            task.cancel_at_shutdown(true);
         }
     }
 }
@@ -315,8 +331,15 @@ where
 }
 
 impl<F: Future> Drop for Task<F> {
-    /// A task dropped unfinished (its runtime gone without a shutdown) still ends its handle.
+    /// A task dropped unfinished (its runtime gone without a shutdown) still ends its handle,
+    /// after its future's drop, as A4 does.
     fn drop(&mut self) {
+        let future = self
+            .future
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        crate::diag::run_quietly(move || drop(future));
         self.join.complete(Outcome::Cancelled);
     }
 }

@@ -70,14 +70,17 @@ impl TaskState {
 
     /// A3: the poll returned `Pending`.
     pub(crate) fn pending(&self) -> AfterPoll {
+        // SeqCst (a locked instruction on x86 either way): the poller reads the shutdown phase
+        // next, and a shutdown that raised it then claims this word (A5): one of the two sees
+        // the other.
         match self
             .0
-            .compare_exchange(RUNNING, IDLE, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(RUNNING, IDLE, Ordering::SeqCst, Ordering::Acquire)
         {
             Ok(_) => AfterPoll::Wait,
             Err(NOTIFIED) => {
                 // Only the poller leaves NOTIFIED (wakers and shutdown do not touch it).
-                self.0.store(SCHEDULED, Ordering::Release);
+                self.0.store(SCHEDULED, Ordering::SeqCst);
                 AfterPoll::Queue
             }
             Err(_) => AfterPoll::Ended,
@@ -87,9 +90,10 @@ impl TaskState {
     /// A4/A5: ends a task that waits (or, with `queued_too`, one that sits in a queue);
     /// `true` if this call did, and so owns the end.
     pub(crate) fn cancel_idle(&self, queued_too: bool) -> bool {
+        // SeqCst: paired with the phase, see `pending`.
         let claim = |from| {
             self.0
-                .compare_exchange(from, DONE, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(from, DONE, Ordering::SeqCst, Ordering::Acquire)
                 .is_ok()
         };
         claim(IDLE) || (queued_too && claim(SCHEDULED))
