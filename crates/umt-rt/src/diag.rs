@@ -49,6 +49,8 @@ pub(crate) enum Warning {
     PanicHandler,
     /// `Builder::thread_name` panicked or gave a name with a NUL byte.
     ThreadName,
+    /// A DYON `Metric::App` function panicked.
+    Metric,
 }
 
 /// The kinds already said, for one runtime.

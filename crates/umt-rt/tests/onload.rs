@@ -333,6 +333,40 @@ fn dyon_adapts_the_spare_limit() {
     assert_eq!(rt.spare_limit(), 3);
 }
 
+/// A metric function that panics loses its reading, not the controller: it goes on choosing
+/// (its first readings panicked), and stopping it still restores the cap (found in review:
+/// the controller thread died, and the limit stayed where it was).
+#[test]
+fn dyon_goes_on_when_its_metric_panics() {
+    let rt = Arc::new(
+        Runtime::builder()
+            .cores(umt_sys::cpu::process_cpus().unwrap().into_iter().take(1))
+            .max_workers_per_core(3)
+            .build()
+            .unwrap(),
+    );
+    let reader = Arc::downgrade(&rt);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let metric = Metric::App(Arc::new(move || {
+        if counted.fetch_add(1, Ordering::SeqCst).is_multiple_of(2) {
+            panic!("the metric failed (on purpose)");
+        }
+        reader.upgrade().map_or(0.0, |rt| rt.spare_limit() as f64)
+    }));
+    let dyon = Dyon::builder()
+        .period(Duration::from_millis(2))
+        .metric(metric)
+        .start_spare_limit(&rt);
+    let t = Instant::now();
+    while dyon.bandit().pulls().0 < 20 && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(dyon.bandit().pulls().0 >= 20, "the controller stopped");
+    drop(dyon);
+    assert_eq!(rt.spare_limit(), 3);
+}
+
 /// Dropping the runtime hands queued work back to its waiters, unrun.
 #[test]
 fn shutdown_hands_queued_work_back() {

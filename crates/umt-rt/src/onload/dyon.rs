@@ -307,7 +307,18 @@ fn run(
         Metric::RuntimeCpio => runtime_counters(reg),
         Metric::ProcessCpio => cpio_counters(false),
         Metric::SystemCpio => cpio_counters(true),
-        Metric::App(f) => Some((f(), 0.0)),
+        // The application's code, on this thread: a panic in it loses that reading (the
+        // round gives no reward), not the controller, which would leave the partition or
+        // the limit where it was and never restore it.
+        Metric::App(f) => {
+            let mut value = None;
+            if !crate::diag::run_quietly(|| value = Some(f())) {
+                reg.warnings.warn(crate::diag::Warning::Metric, || {
+                    "the DYON metric function panicked; that reading is skipped".to_owned()
+                });
+            }
+            value.map(|v| (v, 0.0))
+        }
     };
     let mut arm = super::lock(bandit).choose();
     apply(Some(arm));
