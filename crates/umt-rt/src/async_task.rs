@@ -41,11 +41,11 @@ pub(crate) struct AsyncTasks {
 
 /// [`AsyncTasks::phase`]: no shutdown yet.
 const OPEN: u8 = 0;
-/// The first shutdown call began: a future that waits is cancelled, not queued, but by a
-/// waker's call.
+/// The first shutdown call began: a spawn or a poll that ends `Pending` cancels its task; a
+/// wake-up still queues it (never ends it in the waker's call).
 const CLOSED: u8 = 1;
-/// The call once the workers are joined began: nobody will run a queue any more, so a waker
-/// too cancels the task it wakes.
+/// The call once the workers are joined began: nobody will run a queue any more, so what
+/// waits or is queued is ended by this call or by a joiner (`Abort::end_unserved`).
 const LAST: u8 = 2;
 
 impl AsyncTasks {
@@ -77,9 +77,9 @@ impl Hooks for AsyncTasks {
     /// those that wait; the call once they are joined also cancels those left in a queue that
     /// nobody will run (also when it is the first: a task made the slot during shutdown).
     fn shut_down(&self, workers_gone: bool) {
-        // Before the look at the tasks: a waker that reads the phase after it moved its task
-        // out of `IDLE` either sees `LAST` or had moved it before this call's claim, which
-        // then finds it `SCHEDULED` and ends it (A5).
+        // Before the look at the tasks: a poller that reads the phase after its `pending`
+        // either sees it raised, or ended its poll before this call's claims, which then find
+        // the task waiting or queued and end it (A5; both sides `SeqCst`).
         let before = self
             .phase
             .fetch_max(if workers_gone { LAST } else { CLOSED }, Ordering::SeqCst);
@@ -209,10 +209,10 @@ where
         })
     }
 
-    /// A5: ends the task the caller has just made `SCHEDULED`, if nobody claimed it since (a
-    /// joiner in the last shutdown step, the step itself): one end, by one owner, so that
-    /// the handle completes only once the future's drop is done (found in review: a poller
-    /// and a joiner both ended it).
+    /// A5: ends the task if it waits or is queued and nobody claimed it since (a joiner in the
+    /// last shutdown step, the step itself): one end, by one owner, so that the handle
+    /// completes only once the future's drop is done (found in review: a poller and a joiner
+    /// both ended it).
     fn end_claimed(&self) {
         if self.state.cancel_idle(true) {
             self.finish(Outcome::Cancelled);
@@ -373,8 +373,8 @@ where
 
     /// A5: claimed like the last shutdown step claims it (waiting or queued), and ended here.
     fn end_unserved(self: Arc<Self>) {
-        if self.unserved() && self.state.cancel_idle(true) {
-            self.finish(Outcome::Cancelled);
+        if self.unserved() {
+            self.end_claimed();
         }
     }
 }
@@ -696,45 +696,61 @@ mod tests {
         }
     }
 
-    /// A5, the last shutdown step: a wake-up there queues its task too (where that step ends
-    /// it), never ending it inside the waker's call, whose caller may hold a lock the future's
-    /// drop takes (found in review: ending it in place there brought that deadlock back).
+    /// A5: a wake-up once shutdown has begun never drops its future inside the waker's call,
+    /// whose caller may hold a lock the future's drop takes (a channel that wakes its peer
+    /// under its lock) and would deadlock on itself. Two waiting futures, each of which wakes
+    /// the other when dropped: shutdown ends the first on its own thread, whose drop wakes
+    /// the second while it still waits. Through the whole drop (its first step ends them),
+    /// and in the last step alone (a feature made during shutdown), where the one worker is
+    /// held as one that left would be (found in review, both: the second was ended inside
+    /// the wake).
     #[test]
-    fn a_wake_in_the_last_shutdown_call_lets_a_waker_hold_its_lock() {
-        let rt = one_worker();
-        let wakers = [Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None))];
-        let dropped_inside_a_wake = Arc::new(AtomicBool::new(false));
-        let handles: Vec<_> = (0..2)
-            .map(|i| {
-                let part = WakesTheOther {
-                    other: wakers[1 - i].clone(),
-                    mine: wakers[i].clone(),
-                    dropped_inside_a_wake: dropped_inside_a_wake.clone(),
-                };
-                rt.spawn_async(async move {
-                    let part = part;
-                    std::future::poll_fn(|cx| {
-                        *part.mine.lock().unwrap() = Some(cx.waker().clone());
-                        Poll::<()>::Pending
+    fn a_wake_during_shutdown_never_drops_a_future_inside_the_wakers_call() {
+        for last_step_only in [false, true] {
+            let rt = one_worker();
+            let wakers = [Arc::new(Mutex::new(None)), Arc::new(Mutex::new(None))];
+            let dropped_inside_a_wake = Arc::new(AtomicBool::new(false));
+            let handles: Vec<_> = (0..2)
+                .map(|i| {
+                    let part = WakesTheOther {
+                        other: wakers[1 - i].clone(),
+                        mine: wakers[i].clone(),
+                        dropped_inside_a_wake: dropped_inside_a_wake.clone(),
+                    };
+                    rt.spawn_async(async move {
+                        let part = part;
+                        std::future::poll_fn(|cx| {
+                            *part.mine.lock().unwrap() = Some(cx.waker().clone());
+                            Poll::<()>::Pending
+                        })
+                        .await
                     })
-                    .await
                 })
-            })
-            .collect();
-        while wakers.iter().any(|w| w.lock().unwrap().is_none()) {
-            std::thread::yield_now();
+                .collect();
+            while wakers.iter().any(|w| w.lock().unwrap().is_none()) {
+                std::thread::yield_now();
+            }
+            // Both polls have ended once the one worker runs this: both futures wait.
+            rt.spawn(|| ()).join();
+            let release = if last_step_only {
+                let release = hold_the_worker(&rt);
+                AsyncTasks::of(rt.registry()).shut_down(true);
+                Some(release)
+            } else {
+                drop(rt);
+                None
+            };
+            for h in handles {
+                assert!(matches!(h.try_join(), Err(crate::JoinError::Cancelled)));
+            }
+            assert!(
+                !dropped_inside_a_wake.load(Ordering::SeqCst),
+                "a future was dropped inside the waker's call (last step only: \
+                 {last_step_only})"
+            );
+            if let Some(release) = release {
+                release.send(()).unwrap();
+            }
         }
-        // Both polls have ended once the worker runs this: both futures wait.
-        rt.spawn(|| ()).join();
-        let release = hold_the_worker(&rt);
-        AsyncTasks::of(rt.registry()).shut_down(true);
-        for h in handles {
-            assert!(matches!(h.try_join(), Err(crate::JoinError::Cancelled)));
-        }
-        assert!(
-            !dropped_inside_a_wake.load(Ordering::SeqCst),
-            "a future was dropped inside the waker's call"
-        );
-        release.send(()).unwrap();
     }
 }

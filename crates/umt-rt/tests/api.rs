@@ -6,6 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use umt_rt::{BackendKind, BuildError, LeaderPolicy, Runtime, Yield};
 
+mod common;
+use common::{Bomb, PanicsWithABomb};
+
 fn runtimes() -> Vec<Runtime> {
     [BackendKind::Disabled, BackendKind::Auto]
         .into_iter()
@@ -383,15 +386,6 @@ fn join_panics_wait_for_the_other_side() {
     }
 }
 
-/// A panic payload that panics when dropped.
-struct Bomb;
-
-impl Drop for Bomb {
-    fn drop(&mut self) {
-        panic!("a payload panicked in its drop (on purpose)");
-    }
-}
-
 /// Only one panic of a `join` or a scope is re-raised; the other side (a second panic's
 /// payload, or a value) is dropped before it, not while it unwinds, where a drop that panics
 /// too aborts the process (found in review: `join` of two panics, one payload a [`Bomb`]).
@@ -442,16 +436,6 @@ fn what_a_join_or_scope_does_not_re_raise_is_dropped_before_the_panic() {
     }));
     assert_eq!(*r.unwrap_err().downcast::<&str>().unwrap(), "core 0 boom");
     assert_eq!(rt.install(|| fib(12)), 144);
-}
-
-/// A value whose drop panics with a [`Bomb`].
-#[derive(Debug)]
-struct PanicsWithABomb;
-
-impl Drop for PanicsWithABomb {
-    fn drop(&mut self) {
-        std::panic::panic_any(Bomb);
-    }
 }
 
 /// A `thread_name` that panics, or gives a name the standard library refuses (a NUL byte),

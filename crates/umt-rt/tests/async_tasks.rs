@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Waker};
 use umt_rt::{BackendKind, JoinError, Runtime};
 
 mod common;
-use common::{monitored_backend, one_core_monitored};
+use common::{Bomb, PanicsWithABomb, monitored_backend, one_core_monitored};
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
@@ -229,24 +229,6 @@ impl Drop for PanicsInDrop {
     }
 }
 
-/// A panic payload that panics when dropped.
-struct Bomb;
-
-impl Drop for Bomb {
-    fn drop(&mut self) {
-        panic!("a panic's payload panicked in its drop (on purpose)");
-    }
-}
-
-/// A value whose drop panics with a [`Bomb`].
-struct PanicsWithABomb;
-
-impl Drop for PanicsWithABomb {
-    fn drop(&mut self) {
-        std::panic::panic_any(Bomb);
-    }
-}
-
 /// A detached task's value is dropped by the worker that finishes it (its handle is gone); a
 /// panic in that drop must not end the worker. On one unmonitored core no other worker would
 /// ever run the next task (found by a review: the worker thread unwound and exited).
@@ -395,80 +377,6 @@ fn abort_after_the_end_changes_nothing_and_join_reraises_a_cancel() {
     let h = rt.spawn_async(async { panic!("boom") });
     assert!(matches!(h.try_join(), Err(JoinError::Panicked(_))));
     assert_eq!(rt.spawn_async(async { 1 }).join(), 1);
-}
-
-thread_local! {
-    /// Set while this thread is inside a `Waker::wake` that [`WakesTheOtherInDrop`] made.
-    static IN_A_WAKE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Part of a waiting future: when dropped, wakes the other such future (as a channel's end
-/// that wakes its peer when it closes, often under the channel's lock), and records whether
-/// it was itself dropped inside such a wake.
-struct WakesTheOtherInDrop {
-    other: Arc<Mutex<Option<Waker>>>,
-    dropped_inside_a_wake: Arc<AtomicBool>,
-}
-
-impl Drop for WakesTheOtherInDrop {
-    fn drop(&mut self) {
-        if IN_A_WAKE.with(|w| w.get()) {
-            self.dropped_inside_a_wake.store(true, Ordering::SeqCst);
-        }
-        let waker = self.other.lock().unwrap().take();
-        if let Some(w) = waker {
-            IN_A_WAKE.with(|f| f.set(true));
-            w.wake();
-            IN_A_WAKE.with(|f| f.set(false));
-        }
-    }
-}
-
-/// A5: a wake-up once shutdown has begun never drops its future inside the waker's call:
-/// the waker's caller may hold a lock that the future's drop takes (a channel that wakes its
-/// peer under its lock), and would deadlock on itself. Two waiting futures, each of which
-/// wakes the other when dropped: the drop cancels the first on its own thread, whose drop
-/// wakes the second while it still waits (found by a review: it was cancelled there, inside
-/// the wake).
-#[test]
-fn a_wake_during_shutdown_never_drops_a_future_inside_the_wakers_call() {
-    let _serial = serial();
-    let rt = one_core_unmonitored();
-    let wakers = [
-        Arc::new(Mutex::new(None::<Waker>)),
-        Arc::new(Mutex::new(None::<Waker>)),
-    ];
-    let dropped_inside_a_wake = Arc::new(AtomicBool::new(false));
-    let handles: Vec<_> = (0..2)
-        .map(|i| {
-            let mine = wakers[i].clone();
-            let part = WakesTheOtherInDrop {
-                other: wakers[1 - i].clone(),
-                dropped_inside_a_wake: dropped_inside_a_wake.clone(),
-            };
-            rt.spawn_async(async move {
-                let _part = part;
-                std::future::poll_fn(|cx| {
-                    *mine.lock().unwrap() = Some(cx.waker().clone());
-                    Poll::<()>::Pending
-                })
-                .await
-            })
-        })
-        .collect();
-    while wakers.iter().any(|w| w.lock().unwrap().is_none()) {
-        std::thread::yield_now();
-    }
-    // Both polls have ended (the one worker runs this after them): both futures wait.
-    rt.spawn(|| ()).join();
-    drop(rt);
-    for h in handles {
-        assert!(matches!(h.try_join(), Err(JoinError::Cancelled)));
-    }
-    assert!(
-        !dropped_inside_a_wake.load(Ordering::SeqCst),
-        "a future was dropped inside the waker's call"
-    );
 }
 
 #[test]

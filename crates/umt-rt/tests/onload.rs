@@ -274,6 +274,26 @@ fn a_storm_of_submissions_is_never_lost_or_doubled() {
     assert!(runs > 0, "the application's blocks left idle time: {st:?}");
 }
 
+/// A runtime of one core whose cap is three workers: DYON's spare-limit arms 1, 2 and 3.
+fn one_core_up_to_three_workers() -> Arc<Runtime> {
+    Arc::new(
+        Runtime::builder()
+            .cores(umt_sys::cpu::process_cpus().unwrap().into_iter().take(1))
+            .max_workers_per_core(3)
+            .build()
+            .unwrap(),
+    )
+}
+
+/// Waits until `dyon` has pulled `n` arms, for a minute at most (the assertions that follow
+/// say what went wrong if it has not).
+fn wait_for_pulls(dyon: &Dyon, n: u64) {
+    let t = Instant::now();
+    while dyon.bandit().pulls().0 < n && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// DYON moves the partition with the application's metric: with a reward that grows with
 /// the dedicated share, it settles on 100 %.
 #[test]
@@ -292,10 +312,7 @@ fn dyon_follows_its_metric() {
         .metric(metric)
         .strategy(Strategy::EpsilonGreedy { epsilon: 0.1 })
         .start(&rt);
-    let t = Instant::now();
-    while dyon.bandit().pulls().0 < 200 && t.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_pulls(&dyon, 200);
     let b = dyon.bandit();
     assert_eq!(b.best(), 2, "{:?} {:?}", b.counts(), b.means());
     drop(dyon);
@@ -306,13 +323,7 @@ fn dyon_follows_its_metric() {
 /// settles on the cap, and stopping it restores the cap.
 #[test]
 fn dyon_adapts_the_spare_limit() {
-    let rt = Arc::new(
-        Runtime::builder()
-            .cores(umt_sys::cpu::process_cpus().unwrap().into_iter().take(1))
-            .max_workers_per_core(3)
-            .build()
-            .unwrap(),
-    );
+    let rt = one_core_up_to_three_workers();
     let reader = Arc::downgrade(&rt);
     let metric = Metric::App(Arc::new(move || {
         reader.upgrade().map_or(0.0, |rt| rt.spare_limit() as f64)
@@ -322,10 +333,7 @@ fn dyon_adapts_the_spare_limit() {
         .metric(metric)
         .strategy(Strategy::EpsilonGreedy { epsilon: 0.1 })
         .start_spare_limit(&rt);
-    let t = Instant::now();
-    while dyon.bandit().pulls().0 < 200 && t.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_pulls(&dyon, 200);
     let b = dyon.bandit();
     assert_eq!(b.counts().len(), 3, "the limits 1, 2 and the cap, 3");
     assert_eq!(b.best(), 2, "{:?} {:?}", b.counts(), b.means());
@@ -338,18 +346,11 @@ fn dyon_adapts_the_spare_limit() {
 /// the controller thread died, and the limit stayed where it was).
 #[test]
 fn dyon_goes_on_when_its_metric_panics() {
-    let rt = Arc::new(
-        Runtime::builder()
-            .cores(umt_sys::cpu::process_cpus().unwrap().into_iter().take(1))
-            .max_workers_per_core(3)
-            .build()
-            .unwrap(),
-    );
+    let rt = one_core_up_to_three_workers();
     let reader = Arc::downgrade(&rt);
-    let calls = Arc::new(AtomicUsize::new(0));
-    let counted = calls.clone();
+    let calls = AtomicUsize::new(0);
     let metric = Metric::App(Arc::new(move || {
-        if counted.fetch_add(1, Ordering::SeqCst).is_multiple_of(2) {
+        if calls.fetch_add(1, Ordering::SeqCst).is_multiple_of(2) {
             panic!("the metric failed (on purpose)");
         }
         reader.upgrade().map_or(0.0, |rt| rt.spare_limit() as f64)
@@ -358,10 +359,7 @@ fn dyon_goes_on_when_its_metric_panics() {
         .period(Duration::from_millis(2))
         .metric(metric)
         .start_spare_limit(&rt);
-    let t = Instant::now();
-    while dyon.bandit().pulls().0 < 20 && t.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_pulls(&dyon, 20);
     assert!(dyon.bandit().pulls().0 >= 20, "the controller stopped");
     drop(dyon);
     assert_eq!(rt.spare_limit(), 3);

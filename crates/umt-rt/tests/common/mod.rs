@@ -102,3 +102,22 @@ pub fn whole_trace(rt: &Runtime, tasks_before: u64) -> umt_rt::Trace {
     }
     trace
 }
+
+/// A panic payload that panics when dropped (`std::panic::panic_any(Bomb)`).
+pub struct Bomb;
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        panic!("a panic's payload panicked in its drop (on purpose)");
+    }
+}
+
+/// A value whose drop panics with a [`Bomb`].
+#[derive(Debug)]
+pub struct PanicsWithABomb;
+
+impl Drop for PanicsWithABomb {
+    fn drop(&mut self) {
+        std::panic::panic_any(Bomb);
+    }
+}
