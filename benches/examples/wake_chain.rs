@@ -7,8 +7,9 @@
 //! cargo run --release -p umt-benches --example wake_chain -- [--passes 200000] [--pairs 1,4]
 //! ```
 //!
-//! A wake on a worker queues the woken future on that worker's deque, where it runs next;
-//! after 31 such wakes in a row the next goes to the runtime's shared queue of woken futures
+//! A wake on a worker puts the woken future in that worker's next slot, where it runs next
+//! and other cores' workers leave it for 5 us (N1–N4 of umt-rt's `src/README.md`); after 31
+//! such wakes in a row the next goes to the runtime's shared queue of woken futures
 //! instead, so that two futures that wake each other cannot keep their worker from the
 //! injector and from the jobs queued below them. tokio bounds its LIFO slot the same way (3
 //! polls). The table gives nanoseconds per pass, medians of `--repeat` runs, the runtimes

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -20,11 +21,11 @@ use crate::spawn::{Abort, JoinHandle, JoinState, Outcome};
 use crate::task_state::{AfterPoll, TaskState};
 use crate::worker::{WorkerCtx, with_current};
 
-/// A2: a future woken on a worker goes to that worker's deque (it runs next, its data still in
-/// the core's caches) unless a chain of this many futures, each woken onto a deque by the poll
-/// before, already led to the one that wakes it: then to the shared queue of woken futures. Two
-/// futures that wake each other would otherwise keep the deque from ever emptying, and the
-/// worker from the injector and the jobs below them (tokio bounds its LIFO slot the same way,
+/// A2: a future woken on a worker goes to that worker's next slot (N1 of `README.md`: it runs
+/// next, its data still in the core's caches) unless a chain of this many futures, each woken
+/// onto a worker by the poll before, already led to the one that wakes it: then to the shared
+/// queue of woken futures. Two futures that wake each other would otherwise keep the worker
+/// from ever emptying its slot and deque, and from the injector and the jobs below them (tokio bounds its LIFO slot the same way,
 /// at three polls).
 const LOCAL_WAKES: u8 = 31;
 
@@ -167,8 +168,8 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    /// A2: queues the task, whose state `by` has just set to `SCHEDULED`: on the calling
-    /// worker's deque, or from outside the runtime, from a worker's busy look for I/O events
+    /// A2: queues the task, whose state `by` has just set to `SCHEDULED`: in the calling
+    /// worker's next slot (a waker's, N1) or on its deque (a spawner's), or from outside the runtime, from a worker's busy look for I/O events
     /// (D7 of `drive.rs`), and always when its own poller requeues it, on the runtime's queue
     /// of woken futures, behind what waits there, served first woken first polled: a future
     /// that wakes itself in a loop does not keep its worker from the others, and no connection
@@ -199,7 +200,12 @@ where
                         && ctx.wake_chain() < LOCAL_WAKES =>
                 {
                     self.chain.store(ctx.wake_chain() + 1, Ordering::Relaxed);
-                    ctx.push(self.into_job())
+                    // N1: a wake-up runs next on this worker; a spawn waits on its deque.
+                    if by == Queuer::Waker {
+                        ctx.push_next(self.into_job())
+                    } else {
+                        ctx.push(self.into_job())
+                    }
                 }
                 _ => {
                     self.chain.store(0, Ordering::Relaxed);
@@ -258,11 +264,25 @@ where
             self.finish(Outcome::Cancelled);
             return None;
         }
-        let waker = Waker::from(self.clone());
+        // The poll's waker stands on the poller's reference (futures' `waker_ref`): a poll
+        // takes and gives back no count of its own, two atomic operations on a line that the
+        // wakers on other cores write (`--example wake_chain`).
+        let raw = Arc::into_raw(self);
+        // SAFETY: `raw` is the reference `into_raw` just gave up. `this` takes it back; the
+        // waker's `Arc` of the same pointer is never dropped (`ManuallyDrop`) nor consumed (a
+        // `Context` lends the waker by reference only: a wake by value needs a clone, which
+        // takes a count of its own), and the waker lives in this frame, while `this` holds
+        // the count both stand on.
+        let (this, waker) = unsafe {
+            (
+                Arc::from_raw(raw),
+                ManuallyDrop::new(Waker::from(Arc::from_raw(raw))),
+            )
+        };
         let mut cx = Context::from_waker(&waker);
         // Not counted (`sync::Held`): it is held while the future runs, which may step aside
         // (H3); only an abort of this very task waits for it.
-        let mut slot = self.future.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = this.future.lock().unwrap_or_else(|p| p.into_inner());
         let future = slot.as_mut()?;
         // A2: the poll's wakes on this worker continue its chain.
         let outer_chain = with_current(|ctx| ctx.map(|ctx| ctx.set_wake_chain(chain)));
@@ -276,24 +296,24 @@ where
         }
         drop(slot);
         match polled {
-            Ok(Poll::Ready(v)) => self.finish(Outcome::Value(v)),
-            Err(payload) => self.finish(Outcome::Panicked(payload)),
-            Ok(Poll::Pending) if self.join.is_aborted() => self.finish(Outcome::Cancelled),
-            Ok(Poll::Pending) => match self.state.pending() {
+            Ok(Poll::Ready(v)) => this.finish(Outcome::Value(v)),
+            Err(payload) => this.finish(Outcome::Panicked(payload)),
+            Ok(Poll::Pending) if this.join.is_aborted() => this.finish(Outcome::Cancelled),
+            Ok(Poll::Pending) => match this.state.pending() {
                 // Waiting: the next wake queues it. A shutdown that began during the poll
                 // may have looked before it was idle: cancel it here then.
                 AfterPoll::Wait => {
                     // `None`: the runtime is gone.
-                    let phase = with_current(|ctx| match worker_of(ctx, &self.reg) {
+                    let phase = with_current(|ctx| match worker_of(ctx, &this.reg) {
                         Some(ctx) => Some(AsyncTasks::of(ctx.registry()).phase()),
-                        None => self.reg.upgrade().map(|reg| AsyncTasks::of(&reg).phase()),
+                        None => this.reg.upgrade().map(|reg| AsyncTasks::of(&reg).phase()),
                     });
                     // In the last step a waker may have queued it since, where nobody will
                     // run it: claimed queued too then (found in review: a joiner already
                     // waiting for it waited for ever).
                     let last = phase.is_none_or(|p| p == LAST);
-                    if phase != Some(OPEN) && self.state.cancel_idle(last) {
-                        self.finish(Outcome::Cancelled);
+                    if phase != Some(OPEN) && this.state.cancel_idle(last) {
+                        this.finish(Outcome::Cancelled);
                     }
                 }
                 // Woken during the poll: its waker left the queueing to us.
@@ -302,12 +322,12 @@ where
                     // or a worker of this runtime (a child has none), looks no further: no
                     // reference count touched per self-wake.
                     if crate::fork::generation().is_some_and(|forks| forks != 0)
-                        && with_current(|ctx| worker_of(ctx, &self.reg).is_none())
-                        && self.reg.upgrade().is_some_and(|reg| reg.forked())
+                        && with_current(|ctx| worker_of(ctx, &this.reg).is_none())
+                        && this.reg.upgrade().is_some_and(|reg| reg.forked())
                     {
-                        return Some(self);
+                        return Some(this);
                     }
-                    self.queue(Queuer::Poller)
+                    this.queue(Queuer::Poller)
                 }
                 AfterPoll::Ended => {}
             },

@@ -55,6 +55,12 @@ impl Job {
         Job { data, execute }
     }
 
+    /// The job's two words, for a slot that stores them in atomics (`next.rs`); the job
+    /// is rebuilt from them with [`Job::from_raw`].
+    pub(crate) fn into_raw(self) -> (*const (), unsafe fn(*const ())) {
+        (self.data, self.execute)
+    }
+
     /// Whether this job runs `target` in place (see `join.rs`'s `StackJob`): how `join` recognises
     /// its own job when it pops it back. A boxed job's data is on the heap, never equal.
     #[inline]

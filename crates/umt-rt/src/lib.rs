@@ -219,6 +219,8 @@ mod latch;
 #[cfg(not(loom))]
 mod leader;
 #[cfg(not(loom))]
+mod next;
+#[cfg(not(loom))]
 pub mod onload;
 #[cfg(not(loom))]
 mod registry;

@@ -14,6 +14,7 @@ use crate::core_time::CoreTime;
 use crate::diag::{Warning, Warnings};
 use crate::job::Job;
 use crate::lend::Lend;
+use crate::next::NextSlot;
 use crate::offer::Offers;
 use crate::pool::{LEADER_BIT, Notifier, Pools};
 use crate::sync::{AtomicBool, Mutex};
@@ -31,6 +32,8 @@ pub(crate) struct Slot {
     pub(crate) stealer: Stealer<Job>,
     /// The owning end, moved into the thread when it starts.
     pub(crate) deque: Mutex<Option<Worker<Job>>>,
+    /// The future its running job woke, which it runs next (`next.rs`).
+    pub(crate) next: NextSlot,
     /// Set by the thread when it starts.
     pub(crate) notifier: OnceLock<Notifier>,
     /// The thread runs (its deque may hold work).
@@ -244,6 +247,7 @@ impl Registry {
                     leader,
                     stealer: deque.stealer(),
                     deque: Mutex::new(Some(deque)),
+                    next: NextSlot::default(),
                     notifier: OnceLock::new(),
                     started: AtomicBool::new(false),
                     tasks_run: AtomicU64::new(0),
@@ -479,9 +483,15 @@ impl Registry {
         }
     }
 
-    /// Whether a queue that a worker of `core` may take from holds a job.
+    /// Whether a queue that a worker of `core` may take from holds a job, or a worker of
+    /// `core` has a next job (N4 of `README.md`: a worker of the same core takes it at
+    /// once).
     pub(crate) fn has_work_for(&self, core: usize) -> bool {
-        !self.inboxes[core].is_empty() || self.has_work()
+        !self.inboxes[core].is_empty()
+            || self
+                .stealable_slots(core, 0)
+                .any(|i| self.slots[i].next.is_full())
+            || self.has_work()
     }
 
     /// Whether any shared queue holds a job (the cores' inboxes aside), or an offer has one

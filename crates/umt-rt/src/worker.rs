@@ -95,6 +95,10 @@ pub(crate) struct WorkerCtx {
     seen_empty: Cell<bool>,
     /// Which queue a starved tick looks at first (`WorkerCtx::shared_first`), in turn.
     starved_first: Cell<u8>,
+    /// N3: the next job of another core's worker this worker last saw waiting.
+    sighting: Cell<crate::next::Sighting>,
+    /// N3: whether the last look for work saw another core's next job not yet aged.
+    young_next: Cell<bool>,
     /// Whether a task runs on this worker's stack (H2: the signal handler reads it).
     in_task: Cell<bool>,
     /// Whether the job this worker is about to start came from its core's inbox (set by
@@ -307,6 +311,8 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         wake_chain: Cell::new(0),
         seen_empty: Cell::new(true),
         starved_first: Cell::new(0),
+        sighting: Cell::default(),
+        young_next: Cell::new(false),
         in_task: Cell::new(false),
         from_inbox: Cell::new(false),
         handoff_flags,
@@ -369,6 +375,8 @@ impl WorkerCtx {
             wake_chain: Cell::new(0),
             seen_empty: Cell::new(true),
             starved_first: Cell::new(0),
+            sighting: Cell::default(),
+            young_next: Cell::new(false),
             in_task: Cell::new(false),
             from_inbox: Cell::new(false),
             handoff_flags: None,
@@ -487,6 +495,7 @@ impl WorkerCtx {
     /// gets preempted, which changes no ready count, but with the perf backend each of its
     /// switches would cost a record, an interrupt and a wake-up of its core's leader.
     fn find_work_or_spin(&self, done: Option<&dyn Fn() -> bool>) -> Option<Job> {
+        self.young_next.set(false);
         self.look_for_events();
         if let Some(job) = self.find_work() {
             return Some(job);
@@ -515,7 +524,15 @@ impl WorkerCtx {
         } else {
             SPIN_ROUNDS + YIELD_ROUNDS
         };
-        for round in 0..rounds {
+        for round in 0..SPIN_ROUNDS + YIELD_ROUNDS {
+            // N3: a worker that would drive spins on while another core's next job it saw
+            // has not aged yet: parked in the driver, it would leave that job to wait for the
+            // end of the job that woke it (a future that wakes another, then spins until
+            // that one ran, waited for ever: found by
+            // `a_future_woken_by_a_poll_that_runs_on_is_taken_by_another_core`).
+            if round >= rounds && !self.young_next.replace(false) {
+                return None;
+            }
             if done.is_some_and(|d| d()) || self.reg.terminate.load(Ordering::Relaxed) {
                 return None;
             }
@@ -648,6 +665,19 @@ impl WorkerCtx {
         }
     }
 
+    /// N1 of `README.md`: queues a future woken by this worker's running job as its next
+    /// job, which it runs when that job returns; a job that waited there before goes on the
+    /// deque, as [`WorkerCtx::push`] queues it. Idle cores are woken as for a push: their
+    /// workers take it only once it has waited there a while (N3), when this worker is still
+    /// busy.
+    #[inline]
+    pub(crate) fn push_next(&self, job: Job) {
+        match self.slot().next.put(job) {
+            Some(older) => self.push(older),
+            None => self.reg.pools.wake_idle_core(|w| self.reg.notify(w)),
+        }
+    }
+
     /// Pops the newest job of the own deque.
     #[inline]
     pub(crate) fn pop_local(&self) -> Option<Job> {
@@ -658,6 +688,10 @@ impl WorkerCtx {
     /// and the other workers' deques (the woken futures first and last in turn), then the
     /// offers (a running loop's chunks: this worker joins it, `offer.rs`).
     pub(crate) fn find_work(&self) -> Option<Job> {
+        // N2: the future the last job woke, before anything queued before it.
+        if let Some(job) = self.slot().next.take() {
+            return Some(job);
+        }
         if let Some(job) = self.deque.pop() {
             return Some(job);
         }
@@ -798,9 +832,49 @@ impl WorkerCtx {
                 }
             }
             if !retry {
-                return None;
+                return self.steal_next();
             }
         }
+    }
+
+    /// N3–N4 of `README.md`: another worker's next job, when every deque is empty: at once
+    /// from a worker of this core (this worker runs, so that one does not: it blocked,
+    /// surrendered or was preempted), from another core's only once the same job was seen
+    /// waiting there for [`crate::next::AGED`] (its worker is still in the job that woke it).
+    fn steal_next(&self) -> Option<Job> {
+        let reg = &*self.reg;
+        let cores = reg.cores();
+        let here = self.lent_to().unwrap_or(self.core);
+        let first = (self.rng.get() % cores as u64) as usize;
+        for core in (0..cores).map(|j| (first + j) % cores) {
+            for i in reg.stealable_slots(core, 0) {
+                if i == self.index {
+                    continue;
+                }
+                let next = &reg.slots[i].next;
+                let Some(put) = next.peek() else {
+                    continue;
+                };
+                let mine = core == here;
+                if !mine && !self.sighting_aged(i, put) {
+                    self.young_next.set(true);
+                    continue;
+                }
+                if let Some(job) = next.steal(if mine { None } else { Some(put) }) {
+                    return Some(job);
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether this worker has seen put number `put` of slot `i`'s next job waiting for
+    /// [`crate::next::AGED`] (N3); remembers it when it is new.
+    fn sighting_aged(&self, i: usize, put: u64) -> bool {
+        let mut sighting = self.sighting.get();
+        let aged = sighting.aged(i, put, Instant::now);
+        self.sighting.set(sighting);
+        aged
     }
 
     /// Runs one job between two scheduling points (task start, task end). Counted when it

@@ -1459,3 +1459,104 @@ fn a_readiness_wait_given_up_leaves_no_waker_behind() {
     assert_eq!(buf, *b"x");
     assert!(given_up.iter().all(|w| w.0.load(Ordering::SeqCst) == 0));
 }
+
+/// Waits until `value`'s receiver has polled and waits (its waker is kept): an event, not a
+/// time.
+fn wait_until_received_waits(value: &OneShot) {
+    while value.0.lock().unwrap().1.is_none() {
+        std::thread::yield_now();
+    }
+}
+
+/// N1–N4 of `src/README.md`: a future woken by the future a worker polls waits in that
+/// worker's next slot. When the waker then blocks in the kernel inside the same poll, a spare
+/// of the core takes it from there: the leader counts the slot as its core's work. One
+/// core, whose one worker is in A's read: only a spare can run B.
+#[test]
+fn a_future_woken_by_a_poll_that_then_blocks_runs_on_a_spare() {
+    use std::io::{Read, Write};
+    let _serial = serial();
+    let Some(rt) = one_core_monitored() else {
+        return;
+    };
+    let (mut reader, mut writer) = std::io::pipe().unwrap();
+    let mut rescue = writer.try_clone().unwrap();
+    let value = OneShot::default();
+    let b = rt.spawn_async({
+        let value = value.clone();
+        async move {
+            let v = value.recv().await;
+            writer.write_all(&[v as u8]).unwrap();
+            umt_sys::cpu::current_tid()
+        }
+    });
+    wait_until_received_waits(&value);
+    let a = rt.spawn_async(async move {
+        // B goes to this worker's next slot; this worker then blocks until B has run.
+        value.send(7);
+        let mut byte = [0u8; 1];
+        reader.read_exact(&mut byte).unwrap();
+        (byte[0], umt_sys::cpu::current_tid())
+    });
+    let (done_tx, done_rx) = mpsc::channel();
+    let joiner = std::thread::spawn(move || done_tx.send((b.join(), a.join())).unwrap());
+    let Ok((b_tid, (byte, a_tid))) = done_rx.recv_timeout(std::time::Duration::from_secs(60))
+    else {
+        // Let A end, so that the runtime's drop returns, then fail.
+        rescue.write_all(&[0]).unwrap();
+        panic!("B stayed in the next slot of A's worker while A blocked");
+    };
+    joiner.join().unwrap();
+    assert_eq!(byte, 7);
+    assert_ne!(b_tid, a_tid, "B ran on a spare of the core while A blocked");
+}
+
+/// N3 of `src/README.md`: a future woken by a poll that then runs on for long is taken from
+/// its waker's next slot by a worker of another core once it has waited there a while. A
+/// wakes B, then spins until B has run. Two cores, no monitor (no spare), and the I/O driver
+/// installed first, so that an idle worker would wait in it after a few rounds.
+#[test]
+fn a_future_woken_by_a_poll_that_runs_on_is_taken_by_another_core() {
+    let _serial = serial();
+    let cpus = umt_sys::cpu::process_cpus().unwrap();
+    if cpus.len() < 2 {
+        eprintln!("skipped: needs two CPUs");
+        return;
+    }
+    let _driver =
+        umt_rt::async_io::Async::new(std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).unwrap();
+    let rt = Runtime::builder()
+        .cores(cpus[..2].iter().copied())
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    for _ in 0..20 {
+        let value = OneShot::default();
+        let ran = Arc::new(AtomicBool::new(false));
+        let b = rt.spawn_async({
+            let (value, ran) = (value.clone(), ran.clone());
+            async move {
+                value.recv().await;
+                ran.store(true, Ordering::SeqCst);
+            }
+        });
+        wait_until_received_waits(&value);
+        let a = rt.spawn_async(async move {
+            value.send(1);
+            // A fail-safe, not a measure: B runs within microseconds once taken.
+            let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while !ran.load(Ordering::SeqCst) {
+                if std::time::Instant::now() > give_up {
+                    return false;
+                }
+                std::hint::spin_loop();
+            }
+            true
+        });
+        assert!(
+            a.join(),
+            "B stayed in the next slot of A's worker while A ran"
+        );
+        b.join();
+    }
+}
