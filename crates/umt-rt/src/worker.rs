@@ -653,6 +653,14 @@ impl WorkerCtx {
     #[inline]
     pub(crate) fn push(&self, job: Job) {
         self.deque.push(job);
+        self.pushed();
+    }
+
+    /// What follows a push (and a put in the next slot that displaced nothing): a wake of an
+    /// idle core, unless it is the first future that events woke on this worker (D6 of
+    /// `drive.rs`), and a scheduling point outside a dispatch of events.
+    #[inline]
+    fn pushed(&self) {
         match self.dispatch.get() {
             Dispatch::Off => {
                 self.reg.pools.wake_idle_core(|w| self.reg.notify(w));
@@ -667,14 +675,14 @@ impl WorkerCtx {
 
     /// N1 of `README.md`: queues a future woken by this worker's running job as its next
     /// job, which it runs when that job returns; a job that waited there before goes on the
-    /// deque, as [`WorkerCtx::push`] queues it. Idle cores are woken as for a push: their
-    /// workers take it only once it has waited there a while (N3), when this worker is still
-    /// busy.
+    /// deque, as [`WorkerCtx::push`] queues it. Otherwise what follows is what follows a push
+    /// (idle cores woken, a scheduling point): other cores' workers take the job only once it
+    /// has waited there a while (N3), when this worker is still busy.
     #[inline]
     pub(crate) fn push_next(&self, job: Job) {
         match self.slot().next.put(job) {
             Some(older) => self.push(older),
-            None => self.reg.pools.wake_idle_core(|w| self.reg.notify(w)),
+            None => self.pushed(),
         }
     }
 
