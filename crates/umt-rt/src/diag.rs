@@ -129,7 +129,8 @@ pub(crate) fn emit(message: &str) {
         // leader): the warning is dropped instead, as one that cannot be shown is.
         run_quietly(|| hook(message));
     } else if tracing::dispatcher::has_been_set() {
-        tracing::warn!("umt-rt: {message}");
+        // The subscriber is the application's code too, run on whichever thread warned.
+        run_quietly(|| tracing::warn!("umt-rt: {message}"));
     } else {
         // Not `eprintln!`, which panics when standard error is closed (a daemon's `2>&-`, a
         // reader gone): a warning that cannot be shown is dropped.
@@ -155,6 +156,33 @@ pub(crate) fn detached_panic(payload: Box<dyn std::any::Any + Send>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `tracing` subscriber whose every event panics.
+    struct PanickingSubscriber;
+
+    impl tracing::Subscriber for PanickingSubscriber {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, _: &tracing::Event<'_>) {
+            panic!("the subscriber panics");
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// A warning said on a runtime thread must not unwind out of it, whoever shows it.
+    #[test]
+    fn a_subscriber_that_panics_drops_the_warning_instead_of_unwinding() {
+        tracing::subscriber::with_default(PanickingSubscriber, || {
+            emit("a warning nobody can show");
+        });
+    }
 
     #[test]
     fn each_kind_is_said_once() {
