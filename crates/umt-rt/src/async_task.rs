@@ -25,8 +25,8 @@ use crate::worker::{WorkerCtx, with_current};
 /// next, its data still in the core's caches) unless a chain of this many futures, each woken
 /// onto a worker by the poll before, already led to the one that wakes it: then to the shared
 /// queue of woken futures. Two futures that wake each other would otherwise keep the worker
-/// from ever emptying its slot and deque, and from the injector and the jobs below them (tokio bounds its LIFO slot the same way,
-/// at three polls).
+/// from ever emptying its slot and deque, and from the injector and the jobs below them
+/// (tokio bounds its LIFO slot the same way, at three polls).
 const LOCAL_WAKES: u8 = 31;
 
 /// The runtime's futures (A1, A5): every one not yet done, by id. The runtime owns them: a
@@ -169,8 +169,8 @@ where
     F::Output: Send + 'static,
 {
     /// A2: queues the task, whose state `by` has just set to `SCHEDULED`: in the calling
-    /// worker's next slot (a waker's, N1) or on its deque (a spawner's), or from outside the runtime, from a worker's busy look for I/O events
-    /// (D7 of `drive.rs`), and always when its own poller requeues it, on the runtime's queue
+    /// worker's next slot (a waker's, N1) or on its deque (a spawner's), or from outside the
+    /// runtime, from a worker's busy look for I/O events (D7 of `drive.rs`), and always when its own poller requeues it, on the runtime's queue
     /// of woken futures, behind what waits there, served first woken first polled: a future
     /// that wakes itself in a loop does not keep its worker from the others, and no connection
     /// of a busy server waits behind those woken after it. A5: a runtime that is shutting down
@@ -253,7 +253,7 @@ where
     }
 
     /// A3: one poll, by the worker that took the task's job; a chain of `chain` futures,
-    /// each woken onto a deque by the poll before, led to it (A2). The task back when the
+    /// each woken onto a worker by the poll before, led to it (A2). The task back when the
     /// caller is to poll it again at once (F1: woken during its poll, in a child of `fork`).
     fn run(self: Arc<Self>, chain: u8) -> Option<Arc<Self>> {
         if !self.state.start_poll() {
@@ -511,8 +511,8 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 impl crate::Runtime {
     /// Starts `future` as a task of this runtime and returns its handle (await it, or
     /// [`join`](JoinHandle::join) it). The future is polled on the runtime's workers; a
-    /// wake-up queues it again, on the waking worker's deque or, from outside the runtime,
-    /// on the shared queue. When a worker blocks in the kernel inside `poll`, the monitor's
+    /// wake-up queues it again, to run next on the waking worker or, from outside the
+    /// runtime, on the shared queue. When a worker blocks in the kernel inside `poll`, the monitor's
     /// spare runs the core's other tasks. Dropping the runtime cancels the futures that
     /// wait (their handles give [`JoinError::Cancelled`](crate::JoinError::Cancelled)).
     ///

@@ -38,8 +38,9 @@
 //! 5. **D5 — give the turn back.** On events, a notification or `stop`, the worker clears
 //!    `driving` and calls [`Driver::release`]; then it leaves the pool as a woken worker does.
 //! 6. **D6 — dispatch.** Once active again, the worker wakes the collected wakers
-//!    ([`Driver::dispatch`]): a task of its own runtime goes to its own deque (A2), and it runs
-//!    it next, with no other thread in between. The first wakes no idle core (a core woken
+//!    ([`Driver::dispatch`]): a task of its own runtime goes to its next slot (N1 of
+//!    `README.md`; the one it displaces to its deque), and it runs it next, with no other
+//!    thread in between. The first wakes no idle core (a core woken
 //!    for it would only race this worker to it, and spin when it lost), unless the worker
 //!    slept waiting for a latch of its own, to which it goes back; further ones do, as any
 //!    push. No push makes a scheduling point meanwhile, so the worker cannot surrender with

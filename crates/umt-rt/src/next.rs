@@ -12,6 +12,7 @@
 //! surrendered or was preempted); a worker of another core only once it has seen the same
 //! job sit there for [`AGED`], as Go's thieves wait 3 us before they take `runnext`.
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -22,6 +23,12 @@ use crate::job::Job;
 /// than what a poll that woke a future usually has left to run, far shorter than a
 /// spare's wake-up.
 pub(crate) const AGED: Duration = Duration::from_micros(5);
+
+/// How long a worker that last saw another core's next job not yet [`AGED`] parks before it
+/// looks again (N3): nobody wakes it for that job. A job whose owner runs on for long waits
+/// about this much longer; a pair of futures passing a baton on one worker costs each idle
+/// worker a wake-up this often.
+pub(crate) const RECHECK: Duration = Duration::from_millis(1);
 
 /// One worker's next job (N1). Filled by its owner only; emptied by the owner or a thief,
 /// whoever claims it first. No lock: the owner fills it and takes it back once per wake-up.
@@ -50,7 +57,9 @@ impl NextSlot {
     pub(crate) fn put(&self, job: Job) -> Option<Job> {
         let older = self.take();
         // Empty now (only the owner fills it): the words are nobody's until the store below.
-        let puts = self.state.load(Ordering::Relaxed) >> 1;
+        // `Acquire`, as in `take`: a thief's exchange that emptied it (`Release`) comes before
+        // the writes below, so that thief's reads of the words cannot see them.
+        let puts = self.state.load(Ordering::Acquire) >> 1;
         let (data, execute) = job.into_raw();
         self.data.store(data as *mut (), Ordering::Relaxed);
         self.execute.store(execute as usize, Ordering::Relaxed);
@@ -64,7 +73,7 @@ impl NextSlot {
     /// put).
     #[inline]
     pub(crate) fn take(&self) -> Option<Job> {
-        if self.state.load(Ordering::Relaxed) & FULL == 0 {
+        if self.state.load(Ordering::Acquire) & FULL == 0 {
             return None;
         }
         self.claim(None)
@@ -117,23 +126,36 @@ impl NextSlot {
     }
 }
 
-/// N3: a thief's memory of the next job it last saw waiting in another core's worker, to tell
-/// one that stayed [`AGED`] from a new one. Kept by each worker for itself.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Sighting {
-    seen: Option<(usize, u64, Instant)>,
+/// N3: a thief's memory of the next jobs it saw waiting in other workers' slots, one per slot,
+/// to tell one that stayed [`AGED`] from a new one (one memory for all slots never aged a
+/// job: two young jobs in two slots each reset it, found in review). Kept by each worker for
+/// itself.
+#[derive(Debug)]
+pub(crate) struct Sightings {
+    seen: Box<[Seen]>,
 }
 
-impl Sighting {
+/// The put number a worker last saw in one slot, and when it first saw it.
+type Seen = Cell<Option<(u64, Instant)>>;
+
+impl Sightings {
+    /// Sightings of `slots` slots, none seen yet.
+    pub(crate) fn new(slots: usize) -> Sightings {
+        Sightings {
+            seen: (0..slots).map(|_| Cell::new(None)).collect(),
+        }
+    }
+
     /// Whether the job of put number `put` in slot `slot` has been seen waiting for
     /// [`AGED`]; remembers it when it is new.
-    pub(crate) fn aged(&mut self, slot: usize, put: u64, now: impl FnOnce() -> Instant) -> bool {
-        match self.seen {
-            Some((s, p, at)) if s == slot && p == put => {
-                now().saturating_duration_since(at) >= AGED
-            }
+    pub(crate) fn aged(&self, slot: usize, put: u64, now: impl FnOnce() -> Instant) -> bool {
+        let Some(seen) = self.seen.get(slot) else {
+            return false;
+        };
+        match seen.get() {
+            Some((p, at)) if p == put => now().saturating_duration_since(at) >= AGED,
             _ => {
-                self.seen = Some((slot, put, now()));
+                seen.set(Some((put, now())));
                 false
             }
         }
@@ -232,14 +254,19 @@ mod tests {
     }
 
     #[test]
-    fn a_sighting_ages_only_for_the_same_job() {
+    fn a_sighting_ages_only_for_the_same_job_of_the_same_slot() {
         let t0 = Instant::now();
-        let mut s = Sighting::default();
+        let s = Sightings::new(5);
         assert!(!s.aged(3, 7, || t0), "first seen");
         assert!(!s.aged(3, 7, || t0 + AGED / 2));
         assert!(s.aged(3, 7, || t0 + AGED));
         assert!(!s.aged(3, 8, || t0 + AGED * 2), "a new put starts again");
-        assert!(!s.aged(4, 8, || t0 + AGED * 4), "another slot starts again");
+        assert!(
+            !s.aged(4, 8, || t0 + AGED * 4),
+            "another slot starts on its own"
+        );
+        assert!(s.aged(3, 8, || t0 + AGED * 4), "slot 3's sighting stays");
         assert!(s.aged(4, 8, || t0 + AGED * 5));
+        assert!(!s.aged(9, 1, || t0), "no such slot");
     }
 }

@@ -141,6 +141,17 @@ impl Notifier {
     }
 }
 
+/// How a worker with no work waits in its core's pool ([`Pools::sleep`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Wait {
+    /// Until woken; in the process's I/O driver (D1–D5 of `drive.rs`) when there is one and
+    /// the core has no other active worker.
+    Driver(Option<&'static dyn Driver>),
+    /// Until woken or this deadline, whichever comes first, then it looks again by itself
+    /// (N3 of `README.md`); never in the driver.
+    Until(std::time::Instant),
+}
+
 #[derive(Debug, Default)]
 struct PoolInner {
     /// Workers of this core that are not parked in the pool, nor in `block_on` (B2 of
@@ -559,7 +570,9 @@ impl Pools {
     /// Steps S1–S4 of `README.md`: `worker` of `core`, which found no work, parks in the pool
     /// until woken. `notify(w)` wakes worker `w` (S1 may hand the core to a surrendered
     /// worker); `recheck()` says whether work, the awaited latch or shutdown appeared meanwhile
-    /// (S3). Returns whether the worker parked; either way it is active again on return.
+    /// (S3); `wait()`, asked after S3, says how it waits (N3 of `README.md`: a look at the
+    /// other workers' next slots after the fence, paired with the one after a put). Returns
+    /// whether the worker parked; either way it is active again on return.
     pub(crate) fn sleep(
         &self,
         core: usize,
@@ -567,7 +580,7 @@ impl Pools {
         me: &Notifier,
         notify: impl FnOnce(usize),
         recheck: impl Fn() -> bool,
-        driver: Option<&'static dyn Driver>,
+        wait: impl FnOnce() -> Wait,
     ) -> Option<Woke> {
         // S1: stop being active, become findable by wakers. If the core would idle while a
         // worker that surrendered mid-task waits, hand the core to it.
@@ -584,8 +597,17 @@ impl Pools {
         // active worker: events then wake a thread whose CPU is free). Either nobody woke us
         // yet, or a waker took us out of the pool and its notification is on its way: consume
         // it either way (a wait in the driver may return first, leaving it for the next wait).
-        let driver = driver.filter(|_| self.counts(core).0 == 0);
-        let woke = me.wait_or_drive(driver, &recheck);
+        // A wait with a deadline (N3 of `README.md`) is never in the driver: it returns by
+        // itself, as a latch's wake does.
+        let woke = match wait() {
+            Wait::Until(deadline) => {
+                me.wait_until(deadline);
+                Woke::Notified
+            }
+            Wait::Driver(driver) => {
+                me.wait_or_drive(driver.filter(|_| self.counts(core).0 == 0), &recheck)
+            }
+        };
         self.back(core, worker);
         Some(woke)
     }
@@ -1197,7 +1219,7 @@ mod loom_tests {
                     while jobs.load(Ordering::SeqCst) == 0 {
                         let no_handoff = |_| panic!("nobody surrendered");
                         let recheck = || jobs.load(Ordering::SeqCst) > 0;
-                        pools.sleep(0, 0, &me, no_handoff, recheck, driver);
+                        pools.sleep(0, 0, &me, no_handoff, recheck, || Wait::Driver(driver));
                     }
                     jobs.fetch_sub(1, Ordering::SeqCst);
                 })
@@ -1325,7 +1347,14 @@ mod loom_tests {
                     let me = publish(&mb);
                     while !latch.load(Ordering::SeqCst) {
                         let no_handoff = |_| panic!("nobody surrendered");
-                        pools.sleep(0, 0, &me, no_handoff, || latch.load(Ordering::SeqCst), None);
+                        pools.sleep(
+                            0,
+                            0,
+                            &me,
+                            no_handoff,
+                            || latch.load(Ordering::SeqCst),
+                            || Wait::Driver(None),
+                        );
                     }
                 })
             };

@@ -494,6 +494,15 @@ impl Registry {
             || self.has_work()
     }
 
+    /// Whether any worker's next slot holds a job (N3 of `README.md`: a worker about to park
+    /// parks for a while only then).
+    pub(crate) fn has_next_job(&self) -> bool {
+        (0..self.cores()).any(|core| {
+            self.stealable_slots(core, 0)
+                .any(|i| self.slots[i].next.is_full())
+        })
+    }
+
     /// Whether any shared queue holds a job (the cores' inboxes aside), or an offer has one
     /// (a running loop with chunks left: `offer.rs`).
     pub(crate) fn has_work(&self) -> bool {

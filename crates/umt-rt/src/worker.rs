@@ -86,7 +86,7 @@ pub(crate) struct WorkerCtx {
     /// the injector and the other deques (it alternates): a future that wakes itself in a loop,
     /// or a busy server's connections, keep that queue from ever emptying.
     wakes_first: Cell<bool>,
-    /// The length of the chain of futures, each woken onto a deque by the poll before, that
+    /// The length of the chain of futures, each woken onto a worker by the poll before, that
     /// led to the future this worker polls now (A2 of `README.md`); 0 outside a poll (a
     /// closure that a wait inside a poll runs sees the poll's).
     wake_chain: Cell<u8>,
@@ -95,10 +95,13 @@ pub(crate) struct WorkerCtx {
     seen_empty: Cell<bool>,
     /// Which queue a starved tick looks at first (`WorkerCtx::shared_first`), in turn.
     starved_first: Cell<u8>,
-    /// N3: the next job of another core's worker this worker last saw waiting.
-    sighting: Cell<crate::next::Sighting>,
-    /// N3: whether the last look for work saw another core's next job not yet aged.
+    /// N3: the next jobs of other cores' workers this worker saw waiting, per slot.
+    sightings: crate::next::Sightings,
+    /// N3: whether its last look for work saw another core's next job not yet aged.
     young_next: Cell<bool>,
+    /// N3: its last sleep had a deadline (another worker's next job waited): it looks once
+    /// when it comes back, without spinning, before it parks again.
+    rechecking: Cell<bool>,
     /// Whether a task runs on this worker's stack (H2: the signal handler reads it).
     in_task: Cell<bool>,
     /// Whether the job this worker is about to start came from its core's inbox (set by
@@ -311,8 +314,9 @@ fn worker_main(reg: Arc<Registry>, index: usize) {
         wake_chain: Cell::new(0),
         seen_empty: Cell::new(true),
         starved_first: Cell::new(0),
-        sighting: Cell::default(),
+        sightings: crate::next::Sightings::new(reg.slots.len()),
         young_next: Cell::new(false),
+        rechecking: Cell::new(false),
         in_task: Cell::new(false),
         from_inbox: Cell::new(false),
         handoff_flags,
@@ -375,8 +379,9 @@ impl WorkerCtx {
             wake_chain: Cell::new(0),
             seen_empty: Cell::new(true),
             starved_first: Cell::new(0),
-            sighting: Cell::default(),
+            sightings: crate::next::Sightings::new(reg.slots.len()),
             young_next: Cell::new(false),
+            rechecking: Cell::new(false),
             in_task: Cell::new(false),
             from_inbox: Cell::new(false),
             handoff_flags: None,
@@ -495,10 +500,16 @@ impl WorkerCtx {
     /// gets preempted, which changes no ready count, but with the perf backend each of its
     /// switches would cost a record, an interrupt and a wake-up of its core's leader.
     fn find_work_or_spin(&self, done: Option<&dyn Fn() -> bool>) -> Option<Job> {
-        self.young_next.set(false);
         self.look_for_events();
         if let Some(job) = self.find_work() {
+            self.rechecking.set(false);
             return Some(job);
+        }
+        // N3: back from a sleep with a deadline, one look is enough: the job it came for
+        // has aged by now or is gone (a pair of futures passing a baton on one worker costs
+        // an idle worker one look a `RECHECK`, not a spin).
+        if self.rechecking.replace(false) {
+            return None;
         }
         let muted = self.mute();
         let found = self.spin_for_work(done);
@@ -530,7 +541,7 @@ impl WorkerCtx {
             // end of the job that woke it (a future that wakes another, then spins until
             // that one ran, waited for ever: found by
             // `a_future_woken_by_a_poll_that_runs_on_is_taken_by_another_core`).
-            if round >= rounds && !self.young_next.replace(false) {
+            if round >= rounds && !self.young_next.get() {
                 return None;
             }
             if done.is_some_and(|d| d()) || self.reg.terminate.load(Ordering::Relaxed) {
@@ -596,7 +607,7 @@ impl WorkerCtx {
         self.wake_chain.replace(chain)
     }
 
-    /// Whether a future woken on this worker goes to its deque; not while it wakes those of
+    /// Whether a future woken on this worker goes to its next slot; not while it wakes those of
     /// a busy look (D7 of `drive.rs`), which go to the shared queue.
     pub(crate) fn queues_wakes_here(&self) -> bool {
         self.dispatch.get() != Dispatch::Shared
@@ -682,7 +693,14 @@ impl WorkerCtx {
     pub(crate) fn push_next(&self, job: Job) {
         match self.slot().next.put(job) {
             Some(older) => self.push(older),
-            None => self.pushed(),
+            None => {
+                // N3: pairs with S2 of `Pools::sleep`: either a worker going to sleep sees the
+                // job (and parks for `RECHECK` only), or this sees it idle and wakes it. A
+                // push onto the deque needs no such pairing: the pusher takes that job itself
+                // whenever it runs, but the job that put this one may wait for it.
+                std::sync::atomic::fence(Ordering::SeqCst);
+                self.pushed()
+            }
         }
     }
 
@@ -692,9 +710,10 @@ impl WorkerCtx {
         self.deque.pop()
     }
 
-    /// Own deque, then the core's inbox, then the woken futures (one), the injector (one)
-    /// and the other workers' deques (the woken futures first and last in turn), then the
-    /// offers (a running loop's chunks: this worker joins it, `offer.rs`).
+    /// Own next slot (N2 of `README.md`) and deque, then the core's inbox, then the woken
+    /// futures (one), the injector (one) and the other workers' deques and next slots (the
+    /// woken futures first and last in turn), then the offers (a running loop's chunks: this
+    /// worker joins it, `offer.rs`).
     pub(crate) fn find_work(&self) -> Option<Job> {
         // N2: the future the last job woke, before anything queued before it.
         if let Some(job) = self.slot().next.take() {
@@ -853,22 +872,27 @@ impl WorkerCtx {
         let reg = &*self.reg;
         let cores = reg.cores();
         let here = self.lent_to().unwrap_or(self.core);
+        // At shutdown every worker takes them at once: its last look for work would leave
+        // a young one to be cancelled (a drop from inside a task, whose worker holds it).
+        let ending = reg.terminate.load(Ordering::Relaxed);
+        self.young_next.set(false);
         let first = (self.rng.get() % cores as u64) as usize;
         for core in (0..cores).map(|j| (first + j) % cores) {
             for i in reg.stealable_slots(core, 0) {
                 if i == self.index {
                     continue;
                 }
-                let next = &reg.slots[i].next;
-                let Some(put) = next.peek() else {
+                let victim = &reg.slots[i];
+                let Some(put) = victim.next.peek() else {
                     continue;
                 };
-                let mine = core == here;
-                if !mine && !self.sighting_aged(i, put) {
+                // Where the owner runs: its own core, or the one it is lent to.
+                let mine = ending || victim.lend.lent_to().unwrap_or(core) == here;
+                if !mine && !self.sightings.aged(i, put, Instant::now) {
                     self.young_next.set(true);
                     continue;
                 }
-                if let Some(job) = next.steal(if mine { None } else { Some(put) }) {
+                if let Some(job) = victim.next.steal(if mine { None } else { Some(put) }) {
                     return Some(job);
                 }
             }
@@ -876,13 +900,14 @@ impl WorkerCtx {
         None
     }
 
-    /// Whether this worker has seen put number `put` of slot `i`'s next job waiting for
-    /// [`crate::next::AGED`] (N3); remembers it when it is new.
-    fn sighting_aged(&self, i: usize, put: u64) -> bool {
-        let mut sighting = self.sighting.get();
-        let aged = sighting.aged(i, put, Instant::now);
-        self.sighting.set(sighting);
-        aged
+    /// N2: moves this worker's next job to its deque, where other workers steal it, before
+    /// it stops running for a while without looking for work (it surrenders, parks in
+    /// `block_on`, blocks for I/O at the nesting limit): in the slot, only its core's other
+    /// workers would take it, and only once every queue is empty (found in review).
+    fn spill_next(&self) {
+        if let Some(job) = self.slot().next.take() {
+            self.deque.push(job);
+        }
     }
 
     /// Runs one job between two scheduling points (task start, task end). Counted when it
@@ -975,6 +1000,7 @@ impl WorkerCtx {
                 }
                 std::hint::spin_loop();
             }
+            self.spill_next();
             let slot = self.slot();
             let wait = slot.block_on_waits.load(Ordering::Relaxed) + 1;
             slot.block_on_waits.store(wait, Ordering::Relaxed);
@@ -1060,6 +1086,7 @@ impl WorkerCtx {
                 self.execute(job);
                 spin = true;
             } else if !done() {
+                self.spill_next();
                 block(self);
                 spin = false;
             }
@@ -1105,13 +1132,27 @@ impl WorkerCtx {
         } else {
             None
         };
+        // N3: a worker that sees another worker's next job waiting, once it is findable in
+        // the pool (after S2's fence, paired with the one after a put), parks for a while
+        // only: nobody wakes it for that job, whose owner may not come back to it for long
+        // (found in review: a worker whose last look came just before the put, or saw it
+        // young, parked for good, and the job waited for the end of the one that woke it,
+        // which waited for it).
+        let wait = || {
+            if self.young_next.get() || reg.has_next_job() {
+                self.rechecking.set(true);
+                crate::pool::Wait::Until(Instant::now() + crate::next::RECHECK)
+            } else {
+                crate::pool::Wait::Driver(driver)
+            }
+        };
         let woke = reg.pools.sleep(
             self.core,
             self.index,
             self.notifier(),
             |w| reg.notify(w),
             recheck,
-            driver,
+            wait,
         );
         self.record(TraceKind::Unpark);
         if let Some(woke) = woke {
@@ -1119,7 +1160,7 @@ impl WorkerCtx {
             self.go_home();
             reg.poke_leader(self.core);
             if let (Woke::Events, Some(driver)) = (woke, driver) {
-                // D6: active again; the tasks it wakes go to this worker's deque, the first
+                // D6: active again; the tasks it wakes go to this worker (N1), the first
                 // without waking an idle core for it (this worker runs it next: an idle core
                 // woken for it would only race it to the job), the others as any push.
                 // A worker waiting for its own latch (`done`) goes back to it instead.
@@ -1381,6 +1422,7 @@ impl WorkerCtx {
                 self.flush_trace();
             }
         };
+        self.spill_next();
         let pools = &self.reg.pools;
         if !pools.surrender(self.core, self.index, self.notifier(), count) {
             return false;

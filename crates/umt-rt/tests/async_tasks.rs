@@ -1560,3 +1560,63 @@ fn a_future_woken_by_a_poll_that_runs_on_is_taken_by_another_core() {
         b.join();
     }
 }
+
+/// N3 of `src/README.md`: another core's worker that saw a woken future young in its slot
+/// in its last look before it parked looks again soon (found in review: it parked for good,
+/// and B waited for the end of A, which waited for B; 34-38 rounds of 3 000 stranded B).
+/// A wakes the other worker with a closure, computes for a while that varies from round to
+/// round (so that the other worker's spinning ends at every point of A's), wakes B, then
+/// spins until B ran.
+#[test]
+fn a_future_woken_while_another_core_stops_spinning_is_not_left_to_wait() {
+    let _serial = serial();
+    let cpus = umt_sys::cpu::process_cpus().unwrap();
+    if cpus.len() < 2 {
+        eprintln!("skipped: needs two CPUs");
+        return;
+    }
+    let rt = Runtime::builder()
+        .cores(cpus[..2].iter().copied())
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    let mut seed = 0x1234_5678_9abc_def0u64;
+    for round in 0..3000 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let compute = std::time::Duration::from_nanos(seed % 300_000);
+        let value = OneShot::default();
+        let ran = Arc::new(AtomicBool::new(false));
+        let b = rt.spawn_async({
+            let (value, ran) = (value.clone(), ran.clone());
+            async move {
+                value.recv().await;
+                ran.store(true, Ordering::SeqCst);
+            }
+        });
+        wait_until_received_waits(&value);
+        let a = rt.spawn_async(async move {
+            let _other = umt_rt::spawn(|| ());
+            let until = std::time::Instant::now() + compute;
+            while std::time::Instant::now() < until {
+                std::hint::spin_loop();
+            }
+            value.send(1);
+            // A fail-safe, not a measure: B runs within a few milliseconds once taken.
+            let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while !ran.load(Ordering::SeqCst) {
+                if std::time::Instant::now() > give_up {
+                    return false;
+                }
+                std::hint::spin_loop();
+            }
+            true
+        });
+        assert!(
+            a.join(),
+            "round {round}: B stayed in the next slot of A's worker"
+        );
+        b.join();
+    }
+}
