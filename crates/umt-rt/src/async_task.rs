@@ -170,8 +170,9 @@ where
 {
     /// A2: queues the task, whose state `by` has just set to `SCHEDULED`: in the calling
     /// worker's next slot (a waker's, N1) or on its deque (a spawner's), or from outside the
-    /// runtime, from a worker's busy look for I/O events (D7 of `drive.rs`), and always when its own poller requeues it, on the runtime's queue
-    /// of woken futures, behind what waits there, served first woken first polled: a future
+    /// runtime, from a worker's busy look for I/O events (D7 of `drive.rs`), and always when
+    /// its own poller requeues it, on the runtime's queue of woken futures, behind what waits
+    /// there, served first woken first polled: a future
     /// that wakes itself in a loop does not keep its worker from the others, and no connection
     /// of a busy server waits behind those woken after it. A5: a runtime that is shutting down
     /// gets a waker's task on that queue, where a worker polls it, or the last shutdown call or

@@ -72,6 +72,8 @@ struct Leader<'r> {
     follower: Option<WorkerCtx>,
     /// This thread's trace records (`Builder::trace`), handed over before each wait.
     trace: LocalTrace,
+    /// N3: the other cores' workers' next jobs this leader saw waiting, per slot.
+    sightings: crate::next::Sightings,
 }
 
 /// What one iteration saw and did, from L2 on.
@@ -127,6 +129,7 @@ impl<'r> Leader<'r> {
             // the leader anyway.
             timeout: cfg.scan_period,
             max_timeout: cfg.scan_period * 64,
+            sightings: crate::next::Sightings::new(reg.slots.len()),
             last_busy: Instant::now(),
             cpu_at_start: if poll {
                 thread_cpu_time()
@@ -266,7 +269,7 @@ impl<'r> Leader<'r> {
             look.quiet = false;
             return;
         }
-        let pending = reg.has_work_for(own);
+        let pending = reg.has_work_for(own) || self.aged_next_elsewhere(look);
         if !pending && !reg.pools.has_surrendered(own) {
             if reg.config.drive_io
                 && let Some(driver) = crate::drive::installed()
@@ -291,6 +294,32 @@ impl<'r> Leader<'r> {
             }
         }
         look.quiet = false;
+    }
+
+    /// N3 of `README.md`, for this core with no ready worker: whether a worker of another core
+    /// has a next job that this leader has seen wait there for `next::AGED` (its owner runs
+    /// on; a worker woken here takes it, as a thief of another core may), or whose owner is
+    /// lent here (taken at once). A job seen young keeps the next look at the scan period.
+    /// Found in review: with every other core's worker blocked in the kernel, no idle core
+    /// was woken for the job, and this leader did not count it, so it waited for the end of
+    /// the job that woke it, which could wait for it.
+    fn aged_next_elsewhere(&self, look: &mut Look) -> bool {
+        let (reg, own) = (self.reg, self.own);
+        let mut aged = false;
+        for core in (0..reg.cores()).filter(|&c| c != own) {
+            for i in reg.stealable_slots(core, 0) {
+                let slot = &reg.slots[i];
+                let Some(put) = slot.next.peek() else {
+                    continue;
+                };
+                if slot.lend.lent_to() == Some(own) || self.sightings.aged(i, put, Instant::now) {
+                    aged = true;
+                } else {
+                    look.quiet = false;
+                }
+            }
+        }
+        aged
     }
 
     /// M1–M2 of "Lending" in `README.md`: still no ready worker, and none woken (every worker of the

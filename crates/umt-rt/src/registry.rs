@@ -484,13 +484,14 @@ impl Registry {
     }
 
     /// Whether a queue that a worker of `core` may take from holds a job, or a worker of
-    /// `core` has a next job (N4 of `README.md`: a worker of the same core takes it at
-    /// once).
+    /// `core` not lent elsewhere has a next job (N4 of `README.md`: a worker of the same core
+    /// takes it at once; a lent one's is its host core's, where it runs).
     pub(crate) fn has_work_for(&self, core: usize) -> bool {
         !self.inboxes[core].is_empty()
-            || self
-                .stealable_slots(core, 0)
-                .any(|i| self.slots[i].next.is_full())
+            || self.stealable_slots(core, 0).any(|i| {
+                let slot = &self.slots[i];
+                slot.next.is_full() && slot.lend.lent_to().is_none_or(|to| to == core)
+            })
             || self.has_work()
     }
 

@@ -694,10 +694,12 @@ impl WorkerCtx {
         match self.slot().next.put(job) {
             Some(older) => self.push(older),
             None => {
-                // N3: pairs with S2 of `Pools::sleep`: either a worker going to sleep sees the
-                // job (and parks for `RECHECK` only), or this sees it idle and wakes it. A
-                // push onto the deque needs no such pairing: the pusher takes that job itself
-                // whenever it runs, but the job that put this one may wait for it.
+                // N3: pairs with S2 of `Pools::sleep`: either a worker that makes its core
+                // idle sees the job (and parks for `RECHECK` only), or this sees the core idle
+                // and wakes it (a core whose workers all blocked is not idle: its leader
+                // counts the job once it has aged). A push onto the deque needs no such
+                // pairing: the pusher takes that job itself whenever it runs, but the job
+                // that put this one may wait for it.
                 std::sync::atomic::fence(Ordering::SeqCst);
                 self.pushed()
             }

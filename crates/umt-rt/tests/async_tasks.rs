@@ -1511,111 +1511,158 @@ fn a_future_woken_by_a_poll_that_then_blocks_runs_on_a_spare() {
     assert_ne!(b_tid, a_tid, "B ran on a spare of the core while A blocked");
 }
 
-/// N3 of `src/README.md`: a future woken by a poll that then runs on for long is taken from
-/// its waker's next slot by a worker of another core once it has waited there a while. A
-/// wakes B, then spins until B has run. Two cores, no monitor (no spare), and the I/O driver
-/// installed first, so that an idle worker would wait in it after a few rounds.
+/// Two cores of the process, monitor off (no spare can take over), or `None` (skipped, said).
+fn two_cores_unmonitored() -> Option<Runtime> {
+    let rt = Runtime::builder()
+        .cores(common::two_cpus()?)
+        .monitor(BackendKind::Disabled)
+        .build()
+        .unwrap();
+    Some(rt)
+}
+
+/// Future B of the next slot's tests, spawned on `rt` and waiting for the value: the value's
+/// sender, the flag B sets once it ran, and B's handle.
+fn b_waiting(rt: &Runtime) -> (OneShot, Arc<AtomicBool>, umt_rt::JoinHandle<()>) {
+    let value = OneShot::default();
+    let ran = Arc::new(AtomicBool::new(false));
+    let b = rt.spawn_async({
+        let (value, ran) = (value.clone(), ran.clone());
+        async move {
+            value.recv().await;
+            ran.store(true, Ordering::SeqCst);
+        }
+    });
+    wait_until_received_waits(&value);
+    (value, ran, b)
+}
+
+/// One round of the next slot's liveness tests: future A (spawned after B waits) wakes the
+/// other worker with a closure, computes for `compute`, wakes B (which goes to A's worker's
+/// next slot) and spins until B ran. Returns whether B ran: 30 s is a fail-safe, not a
+/// measure (B runs within milliseconds once taken).
+fn a_wakes_b_then_spins_until_it_ran(rt: &Runtime, compute: std::time::Duration) -> bool {
+    let (value, ran, b) = b_waiting(rt);
+    let a = rt.spawn_async(async move {
+        let _other = umt_rt::spawn(|| ());
+        let until = std::time::Instant::now() + compute;
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        value.send(1);
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !ran.load(Ordering::SeqCst) {
+            if std::time::Instant::now() > give_up {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+        true
+    });
+    let ran = a.join();
+    b.join();
+    ran
+}
+
+/// N3 of `src/README.md`: a future woken by a poll that runs on for long is taken from its
+/// waker's next slot by a worker of another core once it has waited there a while, with the
+/// I/O driver installed first, so that an idle worker would wait in it after a few rounds
+/// (a first version left B there for ever once it was).
 #[test]
 fn a_future_woken_by_a_poll_that_runs_on_is_taken_by_another_core() {
     let _serial = serial();
-    let cpus = umt_sys::cpu::process_cpus().unwrap();
-    if cpus.len() < 2 {
-        eprintln!("skipped: needs two CPUs");
-        return;
-    }
+    // A Unix socket: a test guest may have no IPv4.
     let _driver =
-        umt_rt::async_io::Async::new(std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).unwrap();
-    let rt = Runtime::builder()
-        .cores(cpus[..2].iter().copied())
-        .monitor(BackendKind::Disabled)
-        .build()
-        .unwrap();
-    for _ in 0..20 {
-        let value = OneShot::default();
-        let ran = Arc::new(AtomicBool::new(false));
-        let b = rt.spawn_async({
-            let (value, ran) = (value.clone(), ran.clone());
-            async move {
-                value.recv().await;
-                ran.store(true, Ordering::SeqCst);
-            }
-        });
-        wait_until_received_waits(&value);
-        let a = rt.spawn_async(async move {
-            value.send(1);
-            // A fail-safe, not a measure: B runs within microseconds once taken.
-            let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
-            while !ran.load(Ordering::SeqCst) {
-                if std::time::Instant::now() > give_up {
-                    return false;
-                }
-                std::hint::spin_loop();
-            }
-            true
-        });
+        umt_rt::async_io::Async::new(std::os::unix::net::UnixDatagram::unbound().unwrap()).unwrap();
+    let Some(rt) = two_cores_unmonitored() else {
+        return;
+    };
+    for round in 0..20 {
         assert!(
-            a.join(),
-            "B stayed in the next slot of A's worker while A ran"
+            a_wakes_b_then_spins_until_it_ran(&rt, std::time::Duration::ZERO),
+            "round {round}: B stayed in the next slot of A's worker while A ran"
         );
-        b.join();
     }
 }
 
-/// N3 of `src/README.md`: another core's worker that saw a woken future young in its slot
-/// in its last look before it parked looks again soon (found in review: it parked for good,
-/// and B waited for the end of A, which waited for B; 34-38 rounds of 3 000 stranded B).
-/// A wakes the other worker with a closure, computes for a while that varies from round to
-/// round (so that the other worker's spinning ends at every point of A's), wakes B, then
-/// spins until B ran.
+/// N3 of `src/README.md`: another core's worker that saw a woken future young in its last
+/// look before it parked, or looked just before the put, looks again soon (found in review:
+/// it parked for good, and B waited for the end of A, which waited for B; 34-38 rounds of
+/// 3 000 stranded B). A computes for a time that varies from round to round, so that the
+/// other worker's spinning ends at every point of A's.
 #[test]
 fn a_future_woken_while_another_core_stops_spinning_is_not_left_to_wait() {
     let _serial = serial();
-    let cpus = umt_sys::cpu::process_cpus().unwrap();
-    if cpus.len() < 2 {
-        eprintln!("skipped: needs two CPUs");
+    let Some(rt) = two_cores_unmonitored() else {
         return;
-    }
-    let rt = Runtime::builder()
-        .cores(cpus[..2].iter().copied())
-        .monitor(BackendKind::Disabled)
-        .build()
-        .unwrap();
+    };
     let mut seed = 0x1234_5678_9abc_def0u64;
     for round in 0..3000 {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let compute = std::time::Duration::from_nanos(seed % 300_000);
-        let value = OneShot::default();
-        let ran = Arc::new(AtomicBool::new(false));
-        let b = rt.spawn_async({
-            let (value, ran) = (value.clone(), ran.clone());
-            async move {
-                value.recv().await;
-                ran.store(true, Ordering::SeqCst);
+        assert!(
+            a_wakes_b_then_spins_until_it_ran(&rt, compute),
+            "round {round}: B stayed in the next slot of A's worker"
+        );
+    }
+}
+
+/// N3 of `src/README.md`, with a monitor: while every other core's worker is blocked in the
+/// kernel, no core is idle for the put to wake; that core's leader counts another core's
+/// next job as its work once it has seen it wait (found in review: it did not, and B waited
+/// for the end of A, which waited for B). Core 0's call blocks in a pipe read; core 1's call
+/// (A) wakes B, then spins until B ran, then lets core 0's read end.
+#[test]
+fn a_future_woken_beside_a_core_whose_worker_blocked_runs_on_that_core() {
+    use std::io::{Read, Write};
+    let _serial = serial();
+    let Some(cpus) = common::two_cpus() else {
+        return;
+    };
+    let rt = Runtime::builder()
+        .cores(cpus)
+        .monitor(monitored_backend())
+        .build()
+        .unwrap();
+    if common::skip_unmonitored(&rt) {
+        return;
+    }
+    for round in 0..5 {
+        let (reader, writer) = std::io::pipe().unwrap();
+        let (reader, writer) = (Mutex::new(reader), Mutex::new(writer));
+        let reader_tid = std::sync::atomic::AtomicI32::new(0);
+        let (value, ran, b) = b_waiting(&rt);
+        let outcome = rt.broadcast(|ctx| {
+            if ctx.index() == 0 {
+                reader_tid.store(umt_sys::cpu::current_tid(), Ordering::SeqCst);
+                let mut byte = [0u8; 1];
+                reader.lock().unwrap().read_exact(&mut byte).unwrap();
+                return true;
             }
-        });
-        wait_until_received_waits(&value);
-        let a = rt.spawn_async(async move {
-            let _other = umt_rt::spawn(|| ());
-            let until = std::time::Instant::now() + compute;
-            while std::time::Instant::now() < until {
+            // A: once core 0's worker sleeps in its read, wake B and wait for it.
+            let tid = loop {
+                match reader_tid.load(Ordering::SeqCst) {
+                    0 => std::hint::spin_loop(),
+                    tid => break tid,
+                }
+            };
+            while common::thread_syscall(tid).is_none() {
                 std::hint::spin_loop();
             }
             value.send(1);
-            // A fail-safe, not a measure: B runs within a few milliseconds once taken.
+            // A fail-safe, not a measure: B runs within milliseconds once taken.
             let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
-            while !ran.load(Ordering::SeqCst) {
-                if std::time::Instant::now() > give_up {
-                    return false;
-                }
+            while !ran.load(Ordering::SeqCst) && std::time::Instant::now() < give_up {
                 std::hint::spin_loop();
             }
-            true
+            writer.lock().unwrap().write_all(&[0]).unwrap();
+            ran.load(Ordering::SeqCst)
         });
         assert!(
-            a.join(),
-            "round {round}: B stayed in the next slot of A's worker"
+            outcome[1],
+            "round {round}: B stayed in the next slot of A's worker while core 0's blocked"
         );
         b.join();
     }

@@ -243,13 +243,9 @@ fn drop_does_not_wait_for_leaders_that_cannot_run() {
 /// worker started (a core's first starts when it first has work), its workers named
 /// `bcast-<cpu>.<k>` to tell them from other runtimes'; `None` (skipped, said) on one CPU.
 fn two_cores_started() -> Option<(Runtime, Vec<umt_sys::CpuId>)> {
-    let cpus = umt_sys::cpu::process_cpus().unwrap();
-    if cpus.len() < 2 {
-        eprintln!("skipped: needs two CPUs");
-        return None;
-    }
+    let cpus = common::two_cpus()?.to_vec();
     let rt = Runtime::builder()
-        .cores(cpus[..2].iter().copied())
+        .cores(cpus.iter().copied())
         .monitor(BackendKind::Disabled)
         .thread_name(|cpu, k| format!("bcast-{cpu}.{k}"))
         .build()

@@ -121,3 +121,13 @@ impl Drop for PanicsWithABomb {
         std::panic::panic_any(Bomb);
     }
 }
+
+/// The process's first two CPUs, or `None` (the test skips, saying why) on one CPU.
+pub fn two_cpus() -> Option<[umt_sys::CpuId; 2]> {
+    let cpus = umt_sys::cpu::process_cpus().unwrap();
+    if cpus.len() < 2 {
+        eprintln!("skipped: needs two CPUs");
+        return None;
+    }
+    Some([cpus[0], cpus[1]])
+}
