@@ -269,7 +269,7 @@ impl<'r> Leader<'r> {
             look.quiet = false;
             return;
         }
-        let pending = reg.has_work_for(own) || self.aged_next_elsewhere(look);
+        let pending = reg.has_work_for(own) || self.aged_next_elsewhere();
         if !pending && !reg.pools.has_surrendered(own) {
             if reg.config.drive_io
                 && let Some(driver) = crate::drive::installed()
@@ -299,27 +299,28 @@ impl<'r> Leader<'r> {
     /// N3 of `README.md`, for this core with no ready worker: whether a worker of another core
     /// has a next job that this leader has seen wait there for `next::AGED` (its owner runs
     /// on; a worker woken here takes it, as a thief of another core may), or whose owner is
-    /// lent here (taken at once). A job seen young keeps the next look at the scan period.
-    /// Found in review: with every other core's worker blocked in the kernel, no idle core
-    /// was woken for the job, and this leader did not count it, so it waited for the end of
-    /// the job that woke it, which could wait for it.
-    fn aged_next_elsewhere(&self, look: &mut Look) -> bool {
+    /// lent here (taken at once); this core's own workers lent away count as another core's.
+    /// A job seen young changes nothing else: the next look comes at the usual timeout (kept
+    /// at the scan period by a young job, an idle core's leader polled without rest for as
+    /// long as any pair of futures passed a baton anywhere, found in review). Found in review
+    /// too: with every other core's worker blocked in the kernel, no idle core was woken for
+    /// the job, and this leader did not count it, so it waited for the end of the job that
+    /// woke it, which could wait for it.
+    fn aged_next_elsewhere(&self) -> bool {
         let (reg, own) = (self.reg, self.own);
-        let mut aged = false;
-        for core in (0..reg.cores()).filter(|&c| c != own) {
-            for i in reg.stealable_slots(core, 0) {
+        (0..reg.cores()).any(|core| {
+            reg.stealable_slots(core, 0).any(|i| {
                 let slot = &reg.slots[i];
-                let Some(put) = slot.next.peek() else {
-                    continue;
-                };
-                if slot.lend.lent_to() == Some(own) || self.sightings.aged(i, put, Instant::now) {
-                    aged = true;
-                } else {
-                    look.quiet = false;
+                let lent = slot.lend.lent_to();
+                if core == own && lent.is_none_or(|to| to == own) {
+                    // Counted by `has_work_for`.
+                    return false;
                 }
-            }
-        }
-        aged
+                slot.next.peek().is_some_and(|put| {
+                    lent == Some(own) || self.sightings.aged(i, put, Instant::now)
+                })
+            })
+        })
     }
 
     /// M1–M2 of "Lending" in `README.md`: still no ready worker, and none woken (every worker of the

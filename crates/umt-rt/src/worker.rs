@@ -686,24 +686,22 @@ impl WorkerCtx {
 
     /// N1 of `README.md`: queues a future woken by this worker's running job as its next
     /// job, which it runs when that job returns; a job that waited there before goes on the
-    /// deque, as [`WorkerCtx::push`] queues it. Otherwise what follows is what follows a push
-    /// (idle cores woken, a scheduling point): other cores' workers take the job only once it
-    /// has waited there a while (N3), when this worker is still busy.
+    /// deque. Then what follows a push (idle cores woken, a scheduling point): other cores'
+    /// workers take the job only once it has waited there a while (N3), when this worker is
+    /// still busy.
     #[inline]
     pub(crate) fn push_next(&self, job: Job) {
-        match self.slot().next.put(job) {
-            Some(older) => self.push(older),
-            None => {
-                // N3: pairs with S2 of `Pools::sleep`: either a worker that makes its core
-                // idle sees the job (and parks for `RECHECK` only), or this sees the core idle
-                // and wakes it (a core whose workers all blocked is not idle: its leader
-                // counts the job once it has aged). A push onto the deque needs no such
-                // pairing: the pusher takes that job itself whenever it runs, but the job
-                // that put this one may wait for it.
-                std::sync::atomic::fence(Ordering::SeqCst);
-                self.pushed()
-            }
+        if let Some(older) = self.slot().next.put(job) {
+            self.deque.push(older);
         }
+        // N3: pairs with S2 of `Pools::sleep`: either a worker that makes its core idle sees
+        // the job (and parks for `RECHECK` only) or the one it displaced, or this sees the
+        // core idle and wakes it (a core whose workers all blocked is not idle: its leader
+        // counts the job once it has aged). A push onto the deque alone needs no such
+        // pairing: the pusher takes that job itself whenever it runs, but the job that put
+        // this one may wait for it.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.pushed();
     }
 
     /// Pops the newest job of the own deque.

@@ -1648,7 +1648,10 @@ fn a_future_woken_beside_a_core_whose_worker_blocked_runs_on_that_core() {
                     tid => break tid,
                 }
             };
-            while common::thread_syscall(tid).is_none() {
+            // Where `/proc` cannot say, A goes on after a while (the test then may not see
+            // the block first, and still passes or fails on B).
+            let look_until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while common::thread_syscall(tid).is_none() && std::time::Instant::now() < look_until {
                 std::hint::spin_loop();
             }
             value.send(1);
