@@ -308,18 +308,16 @@ impl<'r> Leader<'r> {
     /// woke it, which could wait for it.
     fn aged_next_elsewhere(&self) -> bool {
         let (reg, own) = (self.reg, self.own);
-        (0..reg.cores()).any(|core| {
-            reg.stealable_slots(core, 0).any(|i| {
-                let slot = &reg.slots[i];
-                let lent = slot.lend.lent_to();
-                if core == own && lent.is_none_or(|to| to == own) {
-                    // Counted by `has_work_for`.
-                    return false;
-                }
-                slot.next.peek().is_some_and(|put| {
-                    lent == Some(own) || self.sightings.aged(i, put, Instant::now)
-                })
-            })
+        reg.every_stealable_slot().any(|(core, i)| {
+            let slot = &reg.slots[i];
+            let runs_on = slot.runs_on(core);
+            if core == own && runs_on == own {
+                // Counted by `has_work_for`.
+                return false;
+            }
+            slot.next
+                .peek()
+                .is_some_and(|put| runs_on == own || self.sightings.aged(i, put, Instant::now))
         })
     }
 

@@ -76,13 +76,7 @@ impl NextSlot {
         if self.state.load(Ordering::Acquire) & FULL == 0 {
             return None;
         }
-        self.claim(None)
-    }
-
-    /// Whether the slot may hold a job (a look at it, as at a deque's length).
-    #[inline]
-    pub(crate) fn is_full(&self) -> bool {
-        self.state.load(Ordering::Acquire) & FULL != 0
+        self.steal(None)
     }
 
     /// N3: what a thief sees without claiming: the number of the put whose job waits, if one
@@ -95,10 +89,6 @@ impl NextSlot {
     /// N3: a thief takes the job of put number `put` (from [`NextSlot::peek`]), if it is
     /// still there; `None` takes whatever is there.
     pub(crate) fn steal(&self, put: Option<u64>) -> Option<Job> {
-        self.claim(put)
-    }
-
-    fn claim(&self, put: Option<u64>) -> Option<Job> {
         loop {
             let state = self.state.load(Ordering::Acquire);
             if state & FULL == 0 || put.is_some_and(|p| p != state >> 1) {
@@ -185,13 +175,13 @@ mod tests {
             .put(counting_job(&runs))
             .expect("the first job comes back");
         old.run();
-        assert!(slot.is_full());
+        assert!(slot.peek().is_some());
         let put = slot.peek().expect("a job waits");
         assert!(slot.steal(Some(put + 1)).is_none(), "not the job seen");
         slot.steal(Some(put)).expect("the job seen").run();
         assert!(slot.take().is_none());
         assert!(slot.steal(None).is_none());
-        assert!(!slot.is_full());
+        assert!(slot.peek().is_none());
         assert_eq!(runs.load(std::sync::atomic::Ordering::Relaxed), 2);
     }
 

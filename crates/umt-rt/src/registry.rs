@@ -232,6 +232,14 @@ impl std::fmt::Debug for Registry {
     }
 }
 
+impl Slot {
+    /// The core this slot's worker runs on: `home` (its own, the core of the slot's
+    /// `stealable_slots`) unless a leader lent it to another (`lend.rs`).
+    pub(crate) fn runs_on(&self, home: usize) -> usize {
+        self.lend.lent_to().unwrap_or(home)
+    }
+}
+
 impl Registry {
     pub(crate) fn new(config: Config, monitor: Monitor) -> Registry {
         let (cores, cap) = (config.cpus.len(), config.cap);
@@ -490,7 +498,7 @@ impl Registry {
         !self.inboxes[core].is_empty()
             || self.stealable_slots(core, 0).any(|i| {
                 let slot = &self.slots[i];
-                slot.next.is_full() && slot.lend.lent_to().is_none_or(|to| to == core)
+                slot.next.peek().is_some() && slot.runs_on(core) == core
             })
             || self.has_work()
     }
@@ -498,10 +506,14 @@ impl Registry {
     /// Whether any worker's next slot holds a job (N3 of `README.md`: a worker about to park
     /// parks for a while only then).
     pub(crate) fn has_next_job(&self) -> bool {
-        (0..self.cores()).any(|core| {
-            self.stealable_slots(core, 0)
-                .any(|i| self.slots[i].next.is_full())
-        })
+        self.every_stealable_slot()
+            .any(|(_, i)| self.slots[i].next.peek().is_some())
+    }
+
+    /// Every core's [`Registry::stealable_slots`], with the core: `(core, slot)`.
+    pub(crate) fn every_stealable_slot(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        (0..self.cores())
+            .flat_map(move |core| self.stealable_slots(core, 0).map(move |i| (core, i)))
     }
 
     /// Whether any shared queue holds a job (the cores' inboxes aside), or an offer has one
@@ -509,10 +521,9 @@ impl Registry {
     pub(crate) fn has_work(&self) -> bool {
         !self.injector.is_empty()
             || !self.wakes.is_empty()
-            || (0..self.cores()).any(|core| {
-                self.stealable_slots(core, 0)
-                    .any(|i| !self.slots[i].stealer.is_empty())
-            })
+            || self
+                .every_stealable_slot()
+                .any(|(_, i)| !self.slots[i].stealer.is_empty())
             || self.offers.has_work()
     }
 

@@ -887,7 +887,7 @@ impl WorkerCtx {
                     continue;
                 };
                 // Where the owner runs: its own core, or the one it is lent to.
-                let mine = ending || victim.lend.lent_to().unwrap_or(core) == here;
+                let mine = ending || victim.runs_on(core) == here;
                 if !mine && !self.sightings.aged(i, put, Instant::now) {
                     self.young_next.set(true);
                     continue;
@@ -1137,9 +1137,9 @@ impl WorkerCtx {
         // only: nobody wakes it for that job, whose owner may not come back to it for long
         // (found in review: a worker whose last look came just before the put, or saw it
         // young, parked for good, and the job waited for the end of the one that woke it,
-        // which waited for it).
+        // which waited for it). A job its last look saw and that is gone since was taken.
         let wait = || {
-            if self.young_next.get() || reg.has_next_job() {
+            if reg.has_next_job() {
                 self.rechecking.set(true);
                 crate::pool::Wait::Until(Instant::now() + crate::next::RECHECK)
             } else {
